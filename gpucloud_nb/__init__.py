@@ -1,0 +1,48 @@
+"""Use a GPU rental cloud from a notebook.
+
+    >>> from gpucloud_nb import connect
+    >>> cloud = connect()                       # the sandbox, unless GPUCLOUD_API_KEY is set
+    >>> cloud.instances.offers_frame(available=True).head()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucloud_nb._connect import connect
+from gpucloud_nb.client import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.errors import (
+    APIError,
+    AuthenticationError,
+    BadRequestError,
+    GPUCloudError,
+    InvalidInputError,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIError",
+    "AsyncGPUCloud",
+    "AuthenticationError",
+    "BadRequestError",
+    "GPUCloud",
+    "GPUCloudError",
+    "InvalidInputError",
+    "NotFoundError",
+    "RateLimitError",
+    "ServerError",
+    "__version__",
+    "connect",
+    "load_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` magics."""
+    from gpucloud_nb.magics import load_ipython_extension as load
+
+    load(ipython)

@@ -1,0 +1,364 @@
+"""Operations written once, run by a sync or an async driver.
+
+An operation is a generator that yields :class:`Call` (one HTTP request) and :class:`Sleep`
+steps and returns its result. The driver performs each step — with ``httpx.Client`` and
+``time.sleep``, or ``httpx.AsyncClient`` and ``asyncio.sleep`` — and sends back the
+``httpx.Response`` or throws the transport error into the generator. Retries, error mapping, the
+no-double-create rule and polling are therefore written once for both clients.
+
+    >>> def get_volume(id):
+    ...     data = yield from send(Call("GET", f"/gpu-cloud/volumes/{id}"), policy)
+    ...     return Volume.from_json(data)
+    >>> SyncDriver(httpx.Client(...)).run(get_volume("vol-1"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import random
+import time
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+
+import httpx
+
+from gpucloud_nb import errors
+from gpucloud_nb._secrets import scrub
+
+__all__ = [
+    "AsyncDriver",
+    "Call",
+    "Op",
+    "OutcomeUnknown",
+    "RetryPolicy",
+    "Sleep",
+    "SyncDriver",
+    "error_from_response",
+    "run_async",
+    "run_sync",
+    "send",
+]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+S = TypeVar("S")
+
+Flavor = Literal["management", "inference"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One HTTP request; ``what`` names the resource for 404 sentences ("Volume vol-1")."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] | None = None
+    json: Any = None
+    data: Mapping[str, str] | None = None
+    files: Mapping[str, Any] | None = None
+    idempotent: bool = True
+    what: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Pause the operation for ``seconds``."""
+
+    seconds: float
+
+
+Op = Generator[Call | Sleep, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How reads and deletes are retried on 429, 5xx and connection errors.
+
+    Backoff is capped exponential with full jitter: attempt ``n`` waits a random time up to
+    ``min(max_backoff, backoff * 2**n)``. A ``Retry-After`` header is honoured, up to
+    ``max_retry_after`` seconds.
+
+        >>> GPUCloud(max_retries=5)   # builds RetryPolicy(max_retries=5)
+    """
+
+    max_retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_retry_after: float = 60.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        return self.rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+class OutcomeUnknown(errors.ConnectionFailedError):
+    """A request that is not safe to repeat may or may not have reached the server."""
+
+    def __init__(self, message: str, last_status: int | None = None) -> None:
+        super().__init__(message)
+        self.last_status = last_status
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    if text and text[-1] not in ".!?":
+        text += "."
+    return text[:1].upper() + text[1:]
+
+
+_UPLOAD_TOO_LARGE = ("too large", "too big", "exceeds")
+_UPLOAD_BAD_TYPE = ("unsupported", "not supported", "invalid file type", "invalid format")
+
+
+def error_from_response(
+    response: httpx.Response,
+    *,
+    flavor: Flavor = "management",
+    what: str | None = None,
+    secrets: tuple[str | None, ...] = (),
+) -> errors.APIError:
+    """Map an error response to the package's exception, with one readable sentence.
+
+    The spec's error body ``{statusCode, timestamp, path, message}`` fills the fields; a body
+    that is not JSON still gives a message from the status line.
+
+        >>> error_from_response(httpx.Response(404, json={"message": "Not Found"}), what="Volume v1")
+        NotFoundError(status_code=404, message='Volume v1 not found.')
+    """
+    status = response.status_code
+    body: Any = None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    server_message = ""
+    path = timestamp = None
+    if isinstance(body, Mapping):
+        raw = body.get("message", body.get("error", body.get("detail")))
+        if isinstance(raw, Mapping):  # OpenAI style: {"error": {"message": ...}}
+            raw = raw.get("message")
+        if isinstance(raw, list):
+            raw = "; ".join(str(item) for item in raw)
+        server_message = "" if raw is None else str(raw)
+        path = body.get("path") if isinstance(body.get("path"), str) else None
+        timestamp = body.get("timestamp") if isinstance(body.get("timestamp"), str) else None
+    elif response.text.strip() and not response.text.lstrip().startswith("<"):
+        server_message = response.text.strip()[:200]
+    if path is None:
+        try:
+            path = response.request.url.path
+        except RuntimeError:  # a response built without a request
+            path = None
+    retry_after = _retry_after(response)
+    lowered = server_message.lower()
+
+    if status in (401, 403):
+        cls: type[errors.APIError] = errors.AuthenticationError
+        if flavor == "inference":
+            message = "The inference endpoint refused the secret (401); check the instance's secret."
+        else:
+            message = "The cloud refused the API key (403); check GPUCLOUD_API_KEY."
+    elif status == 404:
+        cls = errors.NotFoundError
+        if what:
+            message = f"{what} not found."
+        else:
+            message = _sentence(server_message) if server_message else "Not found (404)."
+    elif status == 429:
+        cls = errors.RateLimitError
+        wait = f" Try again in {max(1, round(retry_after))} s." if retry_after is not None else ""
+        message = "Too many requests (429)." + wait
+    elif status >= 500:
+        cls = errors.ServerError
+        detail = f": {_sentence(server_message)}" if server_message else "."
+        message = f"The server failed ({status}){detail}"
+    else:
+        cls = errors.BadRequestError
+        if status == 413 or any(word in lowered for word in _UPLOAD_TOO_LARGE):
+            cls = errors.FileTooLargeError
+        elif status == 415 or any(word in lowered for word in _UPLOAD_BAD_TYPE):
+            cls = errors.UnsupportedFileTypeError
+        message = (_sentence(server_message) if server_message
+                   else f"The request was refused ({status} {response.reason_phrase}).")
+    return cls(
+        scrub(message, *secrets),
+        status_code=status,
+        path=path,
+        timestamp=timestamp,
+        retry_after=retry_after,
+    )
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    kind = {
+        httpx.ConnectError: "could not connect",
+        httpx.ConnectTimeout: "timed out connecting",
+        httpx.ReadTimeout: "timed out waiting for the answer",
+        httpx.WriteTimeout: "timed out sending the request",
+        httpx.PoolTimeout: "had no free connection in time",
+        httpx.RemoteProtocolError: "dropped the connection",
+        httpx.ReadError: "dropped the connection",
+    }
+    for cls, words in kind.items():
+        if isinstance(exc, cls):
+            return words
+    return "failed to answer"
+
+
+def _never_sent(exc: httpx.TransportError) -> bool:
+    """True when the request certainly did not reach the server, so repeating it is safe."""
+    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+
+
+def send(
+    call: Call,
+    policy: RetryPolicy,
+    *,
+    flavor: Flavor = "management",
+    secrets: tuple[str | None, ...] = (),
+) -> Op[Any]:
+    """Perform ``call`` with retries and return its decoded JSON body (``None`` for no body).
+
+    Idempotent calls retry on 429 (honouring ``Retry-After``), 5xx and connection errors. A call
+    that is not idempotent (a create) retries only when the server surely did not act on it (a
+    connection never made, a 429) and otherwise raises :class:`OutcomeUnknown`, so the caller
+    can look for what the lost request may have made.
+    """
+    attempt = 0
+    while True:
+        try:
+            response = yield call
+        except httpx.TransportError as exc:
+            reason = _describe(exc)
+            if call.idempotent or _never_sent(exc):
+                if attempt < policy.max_retries:
+                    yield Sleep(policy.delay(attempt))
+                    attempt += 1
+                    continue
+                raise errors.ConnectionFailedError(
+                    f"The server {reason} ({call.method} {call.path}), "
+                    f"after {attempt + 1} attempt{'s' if attempt else ''}."
+                ) from None
+            raise OutcomeUnknown(f"The server {reason} ({call.method} {call.path}).") from None
+
+        if response.status_code < 400:
+            if response.status_code == 204 or not response.content:
+                return None
+            try:
+                return response.json()
+            except ValueError:
+                raise errors.ServerError(
+                    f"The server sent a body that is not JSON ({call.method} {call.path}).",
+                    status_code=response.status_code,
+                    path=call.path,
+                ) from None
+
+        error = error_from_response(response, flavor=flavor, what=call.what, secrets=secrets)
+        retryable = response.status_code == 429 or response.status_code >= 500
+        if retryable and not call.idempotent and response.status_code != 429:
+            raise OutcomeUnknown(error.message, last_status=response.status_code)
+        if retryable and attempt < policy.max_retries:
+            yield Sleep(policy.delay(attempt, error.retry_after))
+            attempt += 1
+            continue
+        if retryable and attempt:
+            error.message = f"{error.message} Gave up after {attempt + 1} attempts."
+            error.args = (error.message,)
+        raise error
+
+
+class SyncDriver:
+    """Runs operations with an ``httpx.Client`` and ``time.sleep``."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def run(self, op: Op[T]) -> T:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = op.send(value) if error is None else op.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                continue
+            try:
+                value = self.http.request(
+                    step.method, step.path, params=step.params, json=step.json,
+                    data=step.data, files=step.files,
+                )
+            except httpx.TransportError as exc:
+                error = exc
+
+
+class AsyncDriver:
+    """Runs operations with an ``httpx.AsyncClient`` and ``asyncio.sleep``."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def run(self, op: Op[T]) -> T:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = op.send(value) if error is None else op.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                continue
+            try:
+                value = await self.http.request(
+                    step.method, step.path, params=step.params, json=step.json,
+                    data=step.data, files=step.files,
+                )
+            except httpx.TransportError as exc:
+                error = exc
+
+
+def run_sync(method: Callable[Concatenate[S, P], Op[T]]) -> Callable[Concatenate[S, P], T]:
+    """Turn an operation method into a blocking method of a sync resource."""
+
+    @functools.wraps(method)
+    def blocking(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._driver.run(method(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    return blocking
+
+
+def run_async(
+    method: Callable[Concatenate[S, P], Op[T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """Turn an operation method into a coroutine method of an async resource."""
+
+    @functools.wraps(method)
+    async def coroutine(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._driver.run(method(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    return coroutine

@@ -1,0 +1,614 @@
+"""The management API: instance offers, instances and volumes, sync and async.
+
+    >>> cloud = GPUCloud()                      # GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL
+    >>> offer = cloud.instances.offers(gpu_type="H100", available=True, sort="price")[0]
+    >>> instance = cloud.instances.create(
+    ...     name="train-1", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+    ...     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    >>> cloud.instances.wait_until_active(instance.id).ssh_command
+    'ssh ubuntu@203.0.113.7'
+
+Choices where the spec says "not shown", documented here once:
+
+- A create is never blindly retried. When its outcome is unknown (a timeout, a dropped
+  connection, a 5xx), the client lists the resources and adopts one with the same name created
+  since the request began (minus two minutes of clock slack); only when there is none does it
+  try again. A connection that was never made and a 429 are retried as usual.
+- The offers catalogue used to check a create is cached for ``offers_ttl`` seconds (60).
+- ``GPUCLOUD_BASE_URL`` has no default: the spec names none, so it must be given.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import os
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import httpx
+
+from gpucloud_nb import rules
+from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb.client._ops import (
+    AsyncDriver,
+    Call,
+    Op,
+    OutcomeUnknown,
+    RetryPolicy,
+    Sleep,
+    SyncDriver,
+    run_async,
+    run_sync,
+    send,
+)
+from gpucloud_nb.errors import (
+    ConnectionFailedError,
+    InstanceFailedError,
+    InvalidInputError,
+    WaitTimeoutError,
+)
+from gpucloud_nb.models import (
+    Instance,
+    InstanceDetails,
+    InstanceOffer,
+    Volume,
+    VolumeOffer,
+    parse_datetime,
+)
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["AsyncGPUCloud", "GPUCloud", "ProgressCallback"]
+
+DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
+CREATE_LOOKUP_SLACK = timedelta(minutes=2)
+ProgressCallback = Callable[[InstanceDetails, float], Any]
+D = TypeVar("D", SyncDriver, AsyncDriver)
+
+
+class _ApiKeyAuth(httpx.Auth):
+    """Adds ``x-api-key`` to each request, so the key never sits in the client's headers."""
+
+    def __init__(self, key: Secret) -> None:
+        self._key = key
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["x-api-key"] = self._key.reveal()
+        yield request
+
+
+class _Core(Generic[D]):
+    """Settings and state shared by the resources of one client."""
+
+    def __init__(self, driver: D, key: Secret, policy: RetryPolicy,
+                 max_hourly_cost: float | None, offers_ttl: float) -> None:
+        self.driver = driver
+        self.key = key
+        self.policy = policy
+        self.max_hourly_cost = max_hourly_cost
+        self.offers_ttl = offers_ttl
+        self.created_instance_ids: list[str] = []
+        self._catalogue: tuple[float, list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._volume_catalogue: tuple[float, list[dict[str, Any]]] | None = None
+
+    def send(self, call: Call) -> Op[Any]:
+        return send(call, self.policy, secrets=(self.key.reveal(),))
+
+    def instance_offers_json(self) -> Op[list[dict[str, Any]]]:
+        now = time.monotonic()
+        if self._catalogue and now - self._catalogue[0] < self.offers_ttl:
+            return self._catalogue[1]
+        data = yield from self.send(Call("GET", "/gpu-cloud/instances/offers"))
+        offers = _json_list(data)
+        self._catalogue = (now, offers, [])
+        return offers
+
+    def volume_offers_json(self) -> Op[list[dict[str, Any]]]:
+        now = time.monotonic()
+        if self._volume_catalogue and now - self._volume_catalogue[0] < self.offers_ttl:
+            return self._volume_catalogue[1]
+        data = yield from self.send(Call("GET", "/gpu-cloud/volumes/offers"))
+        offers = _json_list(data)
+        self._volume_catalogue = (now, offers)
+        return offers
+
+    def find_created(self, path: str, name: str, started: datetime) -> Op[dict[str, Any] | None]:
+        """Look for what a create with an unknown outcome may have made."""
+        data = yield from self.send(Call("GET", path))
+        since = started - CREATE_LOOKUP_SLACK
+        found = [
+            item for item in _json_list(data)
+            if item.get("name") == name
+            and item.get("status") not in ("deleted", "deleting")
+            and (parse_datetime(item.get("createdAt")) or since) >= since
+        ]
+        found.sort(key=lambda item: str(item.get("createdAt", "")))
+        return found[-1] if found else None
+
+
+def _json_list(data: Any) -> list[dict[str, Any]]:
+    if not isinstance(data, list):
+        raise ConnectionFailedError("The server answered with something other than a list.")
+    return [item for item in data if isinstance(item, dict)]
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _offer_params(
+    region: str | None, num_gpus: int | str | None, gpu_type: str | None,
+    available: bool | None, sort: str | None, deployment_type: str | None,
+) -> dict[str, str]:
+    if sort is not None and sort != "price":
+        raise InvalidInputError(f"sort must be 'price' (the only order the cloud offers), not {sort!r}.")
+    if deployment_type is not None and deployment_type not in DEPLOYMENT_TYPES:
+        raise InvalidInputError(
+            f"deployment_type must be one of vm, container, baremetal, not {deployment_type!r}."
+        )
+    params = {
+        "region": region,
+        "numGpus": None if num_gpus is None else str(num_gpus),
+        "gpuType": gpu_type,
+        "available": None if available is None else _flag(available),
+        "sort": sort,
+        "deploymentType": deployment_type,
+    }
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def _read_cloud_init(script: str | os.PathLike[str]) -> str:
+    if isinstance(script, os.PathLike):
+        path = Path(script)
+    elif "\n" not in script and len(script) < 4096 and Path(script).is_file():
+        path = Path(script)
+    else:
+        return script
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"The cloud-init file {path} could not be read ({exc.strerror}).") from None
+
+
+def _vm_body(vm: Mapping[str, Any] | str) -> dict[str, Any]:
+    if isinstance(vm, str):
+        return {"os": vm}
+    if not isinstance(vm, Mapping):
+        raise InvalidInputError("vm must be a dict like {'os': 'ubuntu-22.04'}.")
+    body: dict[str, Any] = {"os": vm.get("os")}
+    encoded = vm.get("base64CloudInitScript", vm.get("base64_cloud_init_script"))
+    script = vm.get("cloud_init", vm.get("cloudInit"))
+    if script is not None and encoded is not None:
+        raise InvalidInputError("Give the cloud-init script once: as cloud_init or as base64CloudInitScript.")
+    if script is not None:
+        text = _read_cloud_init(script)
+        encoded = base64.b64encode(text.encode("utf-8")).decode("ascii")
+    if encoded is not None:
+        body["base64CloudInitScript"] = encoded
+    return body
+
+
+def _container_body(container: Mapping[str, Any] | str) -> dict[str, Any]:
+    if isinstance(container, str):
+        return {"image": container}
+    if not isinstance(container, Mapping):
+        raise InvalidInputError("docker_container must be an image name or a dict like {'image': ...}.")
+    return {"image": container.get("image")}
+
+
+def _instance_body(
+    name: str, cloud_provider: str, instance_id: str, region: str,
+    volume_id: str | None, vm: Mapping[str, Any] | str | None,
+    docker_container: Mapping[str, Any] | str | None,
+    ssh_key_id: str | None, ssh_key: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": name, "cloudProvider": cloud_provider, "instanceId": instance_id, "region": region,
+    }
+    optional = {"volumeId": volume_id, "sshKeyId": ssh_key_id, "sshKey": ssh_key}
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if vm is not None:
+        body["vm"] = _vm_body(vm)
+    if docker_container is not None:
+        body["dockerContainer"] = _container_body(docker_container)
+    return body
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _Resource(Generic[D]):
+    def __init__(self, core: _Core[D]) -> None:
+        self._core = core
+        self._driver = core.driver
+
+
+class _InstancesOps(_Resource[D]):
+    def offers(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> Op[builtins.list[InstanceOffer]]:
+        """List instance offers, filtered by the cloud; ``sort="price"`` orders by hourly price.
+
+            >>> cloud.instances.offers(gpu_type="H100", num_gpus=8, available=True)
+        """
+        params = _offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances/offers", params=params))
+        return [InstanceOffer.from_json(item) for item in _json_list(data)]
+
+    def offers_frame(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> Op[pandas.DataFrame]:
+        """The offers as a DataFrame, one row per offer and region, available first, then cheapest.
+
+            >>> cloud.instances.offers_frame(gpu_type="H100").head()
+        """
+        params = _offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances/offers", params=params))
+        from gpucloud_nb import frames
+
+        return frames.offers_frame(_json_list(data))
+
+    def create(
+        self, *, name: str, cloud_provider: str, instance_id: str, region: str,
+        volume_id: str | None = None, vm: Mapping[str, Any] | str | None = None,
+        docker_container: Mapping[str, Any] | str | None = None,
+        ssh_key_id: str | None = None, ssh_key: str | None = None,
+    ) -> Op[Instance]:
+        """Launch an instance from an offer, checked against the offer before anything is sent.
+
+        ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
+        script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
+        image name, for container offers.
+
+            >>> cloud.instances.create(name="demo", cloud_provider="p1", instance_id="h100-1x",
+            ...                        region="us-east-1", vm={"os": "ubuntu-22.04"})
+        """
+        body = _instance_body(name, cloud_provider, instance_id, region, volume_id, vm,
+                              docker_container, ssh_key_id, ssh_key)
+        offers = yield from self._core.instance_offers_json()
+        problem = rules.instance_create_problem(body, offers)
+        if problem:
+            raise InvalidInputError(problem)
+        yield from self._check_cost_cap(rules.find_offer(offers, instance_id, cloud_provider) or {})
+
+        started = _now()
+        attempt = 0
+        while True:
+            try:
+                data = yield from self._core.send(
+                    Call("POST", "/gpu-cloud/instances", json=body, idempotent=False)
+                )
+            except OutcomeUnknown as lost:
+                yield Sleep(self._core.policy.delay(attempt))
+                data = yield from self._core.find_created("/gpu-cloud/instances", name, started)
+                if data is None:
+                    if attempt >= self._core.policy.max_retries:
+                        raise ConnectionFailedError(
+                            f"Creating instance '{name}' failed ({lost.message}) and no instance "
+                            f"of that name exists, so nothing was launched; try again."
+                        ) from None
+                    attempt += 1
+                    continue
+            instance = Instance.from_json(data)
+            self._core.created_instance_ids.append(instance.id)
+            return instance
+
+    def _check_cost_cap(self, offer: Mapping[str, Any]) -> Op[None]:
+        cap = self._core.max_hourly_cost
+        if cap is None:
+            return
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances"))
+        running = sum(float(item.get("hourlyPrice") or 0) for item in _json_list(data)
+                      if item.get("status") in ("pending", "active"))
+        price = float(offer.get("hourlyPrice") or 0)
+        if running + price > cap + 1e-9:
+            raise InvalidInputError(
+                f"Launching this ${price:.2f}/h offer would bring pending and active instances to "
+                f"${running + price:.2f}/h, above the cap of ${cap:.2f}/h (max_hourly_cost)."
+            )
+
+    def list(self, deployment_type: str | None = None) -> Op[builtins.list[Instance]]:
+        """List the instances, optionally of one deployment type.
+
+            >>> [i.status for i in cloud.instances.list()]
+        """
+        params = _offer_params(None, None, None, None, None, deployment_type)
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances", params=params))
+        return [Instance.from_json(item) for item in _json_list(data)]
+
+    def get(self, id: str) -> Op[InstanceDetails]:
+        """Read one instance in full.
+
+            >>> cloud.instances.get(instance.id).status
+            'active'
+        """
+        data = yield from self._core.send(
+            Call("GET", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
+        )
+        return InstanceDetails.from_json(data)
+
+    def delete(self, id: str) -> Op[None]:
+        """Delete an instance; its data is lost unless it sits on a volume.
+
+            >>> cloud.instances.delete(instance.id)
+        """
+        yield from self._core.send(
+            Call("DELETE", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
+        )
+
+    def wait_until_active(
+        self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,
+        poll_interval: float = 0.5, max_poll_interval: float = 10.0,
+    ) -> Op[InstanceDetails]:
+        """Poll until the instance is ``active``, with backoff, and return its details.
+
+        ``on_progress(details, elapsed_seconds)`` is called after every poll. Raises
+        :class:`InstanceFailedError` on ``error``, ``deleting`` or ``deleted``, and
+        :class:`WaitTimeoutError` after ``timeout`` seconds (the instance may still come up).
+
+            >>> cloud.instances.wait_until_active(instance.id, on_progress=print)
+        """
+        start = time.monotonic()
+        interval = poll_interval
+        while True:
+            details = yield from _InstancesOps.get(self, id)
+            elapsed = time.monotonic() - start
+            if on_progress is not None:
+                on_progress(details, elapsed)
+            if details.status == "active":
+                return details
+            if details.status in ("error", "deleting", "deleted"):
+                raise InstanceFailedError(
+                    f"Instance {details.name or id} is {details.status}; it will not become active."
+                )
+            if elapsed >= timeout:
+                raise WaitTimeoutError(
+                    f"Instance {details.name or id} is still {details.status} after {timeout:g} s; "
+                    "it may yet become active: wait again or check instances.get()."
+                )
+            yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
+            interval = min(interval * 1.5, max_poll_interval)
+
+
+class _VolumesOps(_Resource[D]):
+    def offers(self) -> Op[builtins.list[VolumeOffer]]:
+        """List volume offers: provider, minimum size, price per GB-hour and regions.
+
+            >>> cloud.volumes.offers()[0].min_size_in_gb
+        """
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/volumes/offers"))
+        return [VolumeOffer.from_json(item) for item in _json_list(data)]
+
+    def create(self, *, name: str, cloud_provider: str, region: str, size_in_gb: float) -> Op[Volume]:
+        """Create a persistent volume, checked against its provider's offer before sending.
+
+            >>> cloud.volumes.create(name="data", cloud_provider="p1", region="us-east-1",
+            ...                      size_in_gb=100)
+        """
+        body = {"cloudProvider": cloud_provider, "region": region, "name": name,
+                "sizeInGb": size_in_gb}
+        offers = yield from self._core.volume_offers_json()
+        problem = rules.volume_create_problem(body, offers)
+        if problem:
+            raise InvalidInputError(problem)
+        started = _now()
+        attempt = 0
+        while True:
+            try:
+                data = yield from self._core.send(
+                    Call("POST", "/gpu-cloud/volumes", json=body, idempotent=False)
+                )
+            except OutcomeUnknown as lost:
+                yield Sleep(self._core.policy.delay(attempt))
+                data = yield from self._core.find_created("/gpu-cloud/volumes", name, started)
+                if data is None:
+                    if attempt >= self._core.policy.max_retries:
+                        raise ConnectionFailedError(
+                            f"Creating volume '{name}' failed ({lost.message}) and no volume of "
+                            "that name exists, so nothing was created; try again."
+                        ) from None
+                    attempt += 1
+                    continue
+            return Volume.from_json(data)
+
+    def list(self) -> Op[builtins.list[Volume]]:
+        """List the volumes.
+
+            >>> [v.name for v in cloud.volumes.list()]
+        """
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/volumes"))
+        return [Volume.from_json(item) for item in _json_list(data)]
+
+    def get(self, id: str) -> Op[Volume]:
+        """Read one volume.
+
+            >>> cloud.volumes.get(volume.id).size_in_gb
+        """
+        data = yield from self._core.send(
+            Call("GET", f"/gpu-cloud/volumes/{_path_id(id)}", what=f"Volume {id}")
+        )
+        return Volume.from_json(data)
+
+    def delete(self, id: str) -> Op[None]:
+        """Delete a volume and the data on it.
+
+            >>> cloud.volumes.delete(volume.id)
+        """
+        yield from self._core.send(
+            Call("DELETE", f"/gpu-cloud/volumes/{_path_id(id)}", what=f"Volume {id}")
+        )
+
+
+def _path_id(id: str) -> str:
+    if not isinstance(id, str) or not id.strip() or "/" in id or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id.")
+    return id
+
+
+class Instances(_InstancesOps[SyncDriver]):
+    """``cloud.instances``: offers, create, list, get, delete and wait for instances."""
+
+    offers = run_sync(_InstancesOps.offers)
+    offers_frame = run_sync(_InstancesOps.offers_frame)
+    create = run_sync(_InstancesOps.create)
+    list = run_sync(_InstancesOps.list)
+    get = run_sync(_InstancesOps.get)
+    delete = run_sync(_InstancesOps.delete)
+    wait_until_active = run_sync(_InstancesOps.wait_until_active)
+
+
+class AsyncInstances(_InstancesOps[AsyncDriver]):
+    """``cloud.instances`` of :class:`AsyncGPUCloud`: the same methods as coroutines."""
+
+    offers = run_async(_InstancesOps.offers)
+    offers_frame = run_async(_InstancesOps.offers_frame)
+    create = run_async(_InstancesOps.create)
+    list = run_async(_InstancesOps.list)
+    get = run_async(_InstancesOps.get)
+    delete = run_async(_InstancesOps.delete)
+    wait_until_active = run_async(_InstancesOps.wait_until_active)
+
+
+class Volumes(_VolumesOps[SyncDriver]):
+    """``cloud.volumes``: offers, create, list, get and delete persistent volumes."""
+
+    offers = run_sync(_VolumesOps.offers)
+    create = run_sync(_VolumesOps.create)
+    list = run_sync(_VolumesOps.list)
+    get = run_sync(_VolumesOps.get)
+    delete = run_sync(_VolumesOps.delete)
+
+
+class AsyncVolumes(_VolumesOps[AsyncDriver]):
+    """``cloud.volumes`` of :class:`AsyncGPUCloud`: the same methods as coroutines."""
+
+    offers = run_async(_VolumesOps.offers)
+    create = run_async(_VolumesOps.create)
+    list = run_async(_VolumesOps.list)
+    get = run_async(_VolumesOps.get)
+    delete = run_async(_VolumesOps.delete)
+
+
+def _settings(api_key: str | None, base_url: str | None) -> tuple[Secret, str]:
+    key = api_key or os.environ.get("GPUCLOUD_API_KEY")
+    url = base_url or os.environ.get("GPUCLOUD_BASE_URL")
+    if not key:
+        raise InvalidInputError(
+            "No API key: pass api_key= or set GPUCLOUD_API_KEY, or call connect() for the "
+            "keyless sandbox."
+        )
+    if not url:
+        raise InvalidInputError("No base URL: pass base_url= or set GPUCLOUD_BASE_URL.")
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInputError(f"The base URL must start with http:// or https://, not {url!r}.")
+    return Secret(key), url.rstrip("/")
+
+
+class _CloudBase:
+    base_url: str
+    sandbox: Any
+    _core: _Core[Any]
+
+    @property
+    def api_key_hint(self) -> str:
+        """The API key, masked: at most its first 3 and last 4 characters."""
+        return mask(self._core.key.reveal())
+
+    @property
+    def max_hourly_cost(self) -> float | None:
+        """The cap on the summed hourly price of pending and active instances, if any."""
+        return self._core.max_hourly_cost
+
+    @property
+    def created_instance_ids(self) -> Sequence[str]:
+        """Ids of the instances this client launched, oldest first."""
+        return tuple(self._core.created_instance_ids)
+
+    @property
+    def is_sandbox(self) -> bool:
+        """True when this client talks to the local sandbox rather than the real cloud."""
+        return self.sandbox is not None
+
+    def __repr__(self) -> str:
+        where = "sandbox" if self.sandbox is not None else "cloud"
+        return (f"<{type(self).__name__} {where} base_url={self.base_url!r} "
+                f"api_key={self.api_key_hint!r}>")
+
+
+class GPUCloud(_CloudBase):
+    """A client for the GPU cloud's management API.
+
+    The key and base URL fall back to ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``. Reads and
+    deletes are retried ``max_retries`` times; creates never blindly (see the module docs).
+
+        >>> cloud = GPUCloud(max_hourly_cost=10)
+        >>> cloud.instances.offers_frame(available=True).head()
+    """
+
+    def __init__(
+        self, api_key: str | None = None, base_url: str | None = None, *,
+        timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
+        offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        key, self.base_url = _settings(api_key, base_url)
+        self.sandbox = None
+        self._http = httpx.Client(base_url=self.base_url, auth=_ApiKeyAuth(key),
+                                  timeout=timeout, transport=transport)
+        self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
+                           max_hourly_cost, offers_ttl)
+        self.instances = Instances(self._core)
+        self.volumes = Volumes(self._core)
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    def __enter__(self) -> GPUCloud:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncGPUCloud(_CloudBase):
+    """The asyncio twin of :class:`GPUCloud`: the same resources, methods as coroutines.
+
+        >>> async with AsyncGPUCloud() as cloud:
+        ...     offers = await cloud.instances.offers(available=True)
+    """
+
+    def __init__(
+        self, api_key: str | None = None, base_url: str | None = None, *,
+        timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
+        offers_ttl: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 100,
+    ) -> None:
+        key, self.base_url = _settings(api_key, base_url)
+        self.sandbox = None
+        limits = httpx.Limits(max_connections=max_connections)
+        self._http = httpx.AsyncClient(base_url=self.base_url, auth=_ApiKeyAuth(key),
+                                       timeout=timeout, transport=transport, limits=limits)
+        self._core = _Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
+                           max_hourly_cost, offers_ttl)
+        self.instances = AsyncInstances(self._core)
+        self.volumes = AsyncVolumes(self._core)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncGPUCloud:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

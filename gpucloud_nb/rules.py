@@ -1,0 +1,193 @@
+"""The spec's rules for create requests, as pure functions over wire-format JSON.
+
+The client calls them to refuse a request before sending it; the sandbox calls them to answer 400.
+Each returns ``None`` when the request is acceptable, else one plain sentence saying what is wrong.
+
+    >>> instance_create_problem({"name": "a", ...}, offers)
+    "Offer 'h100-1x' has no OS image 'windows'; choose one of: ubuntu-22.04, ubuntu-24.04."
+
+Rules the spec leaves "not shown", chosen here and documented once:
+
+- ``vm`` and ``baremetal`` offers take a ``vm`` (with an ``os`` from the offer) and no
+  ``dockerContainer``; ``container`` offers take a ``dockerContainer`` and no ``vm``.
+- The region must be one of the offer's ``availability`` entries, and ``available`` there.
+- A ``volumeId`` must name a volume of the same provider and region as the instance.
+- A volume's region must be one of its offer's ``regions``; its size at least ``minSizeInGb``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["find_offer", "instance_create_problem", "volume_create_problem"]
+
+_MISSING = object()
+
+
+def _type_problem(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str,
+                  *, required: bool, where: str = "") -> str | None:
+    value = body.get(key, _MISSING)
+    label = f"{where}{key}"
+    if value is _MISSING or value is None:
+        return f"{label} is required." if required else None
+    if isinstance(value, bool) and kind is not bool:
+        return f"{label} must be {what}."
+    if not isinstance(value, kind):
+        return f"{label} must be {what}."
+    if isinstance(value, str) and required and not value.strip():
+        return f"{label} must not be empty."
+    return None
+
+
+def _first(*problems: str | None) -> str | None:
+    return next((p for p in problems if p), None)
+
+
+def find_offer(offers: Iterable[Mapping[str, Any]], instance_id: str,
+               cloud_provider: str | None = None) -> Mapping[str, Any] | None:
+    """Return the offer with this ``instanceId`` (and provider ``_id``, when given), or ``None``."""
+    for offer in offers:
+        if offer.get("instanceId") != instance_id:
+            continue
+        if cloud_provider is None or (offer.get("cloud") or {}).get("_id") == cloud_provider:
+            return offer
+    return None
+
+
+def _names(values: Iterable[str]) -> str:
+    listed = ", ".join(values)
+    return listed or "none"
+
+
+def instance_create_problem(
+    body: Mapping[str, Any],
+    offers: Iterable[Mapping[str, Any]],
+    volume: Mapping[str, Any] | None | object = _MISSING,
+) -> str | None:
+    """Check a CreateInstance body against the offers; ``volume`` is the volume ``volumeId`` names.
+
+    Pass ``volume=None`` when ``volumeId`` names no known volume, or leave it out to skip the
+    volume checks (the client leaves them to the server).
+    """
+    if not isinstance(body, Mapping):
+        return "The request body must be a JSON object."
+    problem = _first(
+        _type_problem(body, "name", str, "a string", required=True),
+        _type_problem(body, "cloudProvider", str, "a string (the provider _id)", required=True),
+        _type_problem(body, "instanceId", str, "a string (the offer instanceId)", required=True),
+        _type_problem(body, "region", str, "a string", required=True),
+        _type_problem(body, "volumeId", str, "a string", required=False),
+        _type_problem(body, "sshKeyId", str, "a string", required=False),
+        _type_problem(body, "sshKey", str, "a string", required=False),
+        _type_problem(body, "vm", dict, "an object with os", required=False),
+        _type_problem(body, "dockerContainer", dict, "an object with image", required=False),
+    )
+    if problem:
+        return problem
+    vm = body.get("vm")
+    container = body.get("dockerContainer")
+    if vm is not None:
+        problem = _first(
+            _type_problem(vm, "os", str, "a string", required=True, where="vm."),
+            _type_problem(vm, "base64CloudInitScript", str, "a base64 string", required=False,
+                          where="vm."),
+        )
+        if problem:
+            return problem
+        script = vm.get("base64CloudInitScript")
+        if script is not None:
+            try:
+                base64.b64decode(script, validate=True)
+            except (binascii.Error, ValueError):
+                return "vm.base64CloudInitScript is not valid base64."
+    if container is not None:
+        problem = _type_problem(container, "image", str, "a string", required=True,
+                                where="dockerContainer.")
+        if problem:
+            return problem
+
+    instance_id, provider, region = body["instanceId"], body["cloudProvider"], body["region"]
+    offer = find_offer(offers, instance_id, provider)
+    if offer is None:
+        if find_offer(offers, instance_id) is not None:
+            return f"Offer '{instance_id}' is not sold by provider '{provider}'."
+        return f"There is no offer with instanceId '{instance_id}'."
+
+    availability = [a for a in offer.get("availability") or [] if isinstance(a, Mapping)]
+    here = [a for a in availability if a.get("region") == region]
+    open_regions = [str(a.get("region")) for a in availability if a.get("available")]
+    if not here:
+        return (f"Offer '{instance_id}' is not offered in region '{region}'; "
+                f"it is available in: {_names(open_regions)}.")
+    if not any(a.get("available") for a in here):
+        return (f"Offer '{instance_id}' is not available in region '{region}' right now; "
+                f"it is available in: {_names(open_regions)}.")
+
+    deployment = offer.get("deploymentType")
+    if deployment == "container":
+        if vm is not None:
+            return f"Offer '{instance_id}' is a container offer: give dockerContainer, not vm."
+        if container is None:
+            return f"Offer '{instance_id}' is a container offer: dockerContainer.image is required."
+    else:
+        if container is not None:
+            return (f"Offer '{instance_id}' is a {deployment} offer: give vm with an os, "
+                    "not dockerContainer.")
+        if vm is None:
+            return f"Offer '{instance_id}' is a {deployment} offer: vm.os is required."
+    if vm is not None:
+        images = [str(o) for o in (offer.get("configuration") or {}).get("os") or []]
+        if vm["os"] not in images:
+            return (f"Offer '{instance_id}' has no OS image '{vm['os']}'; "
+                    f"choose one of: {_names(images)}.")
+        if vm.get("base64CloudInitScript") is not None and not offer.get("cloudInitAvailable"):
+            return f"Offer '{instance_id}' does not support cloud-init scripts."
+
+    if volume is not _MISSING and body.get("volumeId") is not None:
+        volume_id = body["volumeId"]
+        if not isinstance(volume, Mapping):
+            return f"Volume {volume_id} not found."
+        volume_provider = volume.get("cloudProvider")
+        if isinstance(volume_provider, Mapping):
+            volume_provider = volume_provider.get("_id")
+        if volume_provider is not None and volume_provider != provider:
+            return (f"Volume {volume_id} belongs to provider '{volume_provider}', "
+                    f"not '{provider}'.")
+        if volume.get("region") != region:
+            return (f"Volume {volume_id} is in region '{volume.get('region')}'; "
+                    f"the instance is being created in '{region}'.")
+    return None
+
+
+def volume_create_problem(body: Mapping[str, Any],
+                          volume_offers: Iterable[Mapping[str, Any]]) -> str | None:
+    """Check a CreateVolume body against the volume offers."""
+    if not isinstance(body, Mapping):
+        return "The request body must be a JSON object."
+    problem = _first(
+        _type_problem(body, "cloudProvider", str, "a string (the provider _id)", required=True),
+        _type_problem(body, "region", str, "a string", required=True),
+        _type_problem(body, "name", str, "a string", required=True),
+        _type_problem(body, "sizeInGb", int | float, "a number", required=True),
+    )
+    if problem:
+        return problem
+    provider, region, size = body["cloudProvider"], body["region"], body["sizeInGb"]
+    if size <= 0:
+        return f"sizeInGb must be a positive number of GB; {size} was given."
+    offer = next((o for o in volume_offers
+                  if ((o.get("cloudProvider") or {}).get("_id")) == provider), None)
+    if offer is None:
+        return f"Provider '{provider}' offers no volumes."
+    regions = [str(r) for r in offer.get("regions") or []]
+    if regions and region not in regions:
+        return (f"Provider '{provider}' offers no volumes in region '{region}'; "
+                f"choose one of: {_names(regions)}.")
+    minimum = offer.get("minSizeInGb") or 0
+    if size < minimum:
+        return (f"A volume from '{provider}' must be at least {minimum:g} GB; "
+                f"{size:g} GB was asked for.")
+    return None

@@ -1,0 +1,318 @@
+"""The management client against the sandbox, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.errors import (
+    AuthenticationError,
+    InstanceFailedError,
+    InvalidInputError,
+    NotFoundError,
+    WaitTimeoutError,
+)
+from gpucloud_nb.models import InstanceOffer
+
+
+@pytest.fixture
+def cloud(sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+def first_offer(cloud: GPUCloud, deployment_type: str = "vm", **filters: object) -> InstanceOffer:
+    offers = cloud.instances.offers(deployment_type=deployment_type, available=True, sort="price",
+                                    **filters)  # type: ignore[arg-type]
+    assert offers, f"the sandbox has no available {deployment_type} offer"
+    return offers[0]
+
+
+def launch_args(offer: InstanceOffer, name: str = "job") -> dict[str, object]:
+    args: dict[str, object] = {
+        "name": name, "cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
+        "region": offer.available_regions[0],
+    }
+    if offer.deployment_type == "container":
+        args["docker_container"] = {"image": "vllm/vllm-openai:latest"}
+    else:
+        args["vm"] = {"os": offer.configuration.os[0]}
+    return args
+
+
+# offers -------------------------------------------------------------------------------------
+
+
+def test_offers_are_typed_records(cloud: GPUCloud) -> None:
+    offers = cloud.instances.offers()
+    assert len(offers) >= 40
+    assert {o.deployment_type for o in offers} == {"vm", "container", "baremetal"}
+    assert any(not o.is_available for o in offers)
+    offer = offers[0]
+    assert offer.instance_id and offer.cloud.id and offer.configuration.vram_gb > 0
+    assert isinstance(offer.hourly_price, float)
+
+
+def test_each_offer_filter(cloud: GPUCloud) -> None:
+    every = cloud.instances.offers()
+    region = every[0].availability[0].region
+    assert all(region in {a.region for a in o.availability}
+               for o in cloud.instances.offers(region=region))
+    assert {o.gpu_count for o in cloud.instances.offers(num_gpus=8)} == {8}
+    assert all("h100" in o.gpu_name.lower() for o in cloud.instances.offers(gpu_type="h100"))
+    assert cloud.instances.offers(gpu_type="h100")
+    assert all(o.is_available for o in cloud.instances.offers(available=True))
+    prices = [o.hourly_price for o in cloud.instances.offers(sort="price")]
+    assert prices == sorted(prices)
+    for kind in ("vm", "container", "baremetal"):
+        assert {o.deployment_type for o in cloud.instances.offers(deployment_type=kind)} == {kind}
+
+
+def test_offers_frame_is_a_dataframe(cloud: GPUCloud) -> None:
+    frame = cloud.instances.offers_frame(gpu_type="H100")
+    assert len(frame) >= 1
+    assert {"instanceId", "gpuName", "hourlyPrice", "region", "available"} <= set(frame.columns)
+
+
+@pytest.mark.parametrize(
+    ("filters", "words"),
+    [({"sort": "name"}, "sort must be 'price'"), ({"deployment_type": "gpu"}, "deployment_type")],
+)
+def test_bad_filters_are_refused_before_sending(cloud: GPUCloud, filters: dict, words: str) -> None:
+    with pytest.raises(InvalidInputError, match=words):
+        cloud.instances.offers(**filters)
+
+
+# instances ----------------------------------------------------------------------------------
+
+
+def test_instance_life_cycle(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud)
+    instance = cloud.instances.create(**launch_args(offer, "life"))  # type: ignore[arg-type]
+    assert instance.status == "pending" and instance.name == "life"
+    assert cloud.instances.get(instance.id).is_pending
+
+    seen: list[tuple[str, float]] = []
+    details = cloud.instances.wait_until_active(
+        instance.id, timeout=30, on_progress=lambda d, t: seen.append((d.status, t)))
+    assert details.status == "active" and not details.is_pending
+    assert details.ip and details.ssh_user and details.ssh_port
+    assert details.ssh_command and details.ip in details.ssh_command
+    assert seen[-1][0] == "active" and seen[0][1] <= seen[-1][1]
+    assert [i.id for i in cloud.instances.list()] == [instance.id]
+
+    cloud.instances.delete(instance.id)
+    assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
+    with pytest.raises(InstanceFailedError, match="will not become active"):
+        cloud.instances.wait_until_active(instance.id, timeout=5)
+
+
+def test_container_instance(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud, "container")
+    instance = cloud.instances.create(**launch_args(offer))  # type: ignore[arg-type]
+    details = cloud.instances.wait_until_active(instance.id, timeout=30)
+    assert details.docker_image == "vllm/vllm-openai:latest"
+    assert {i.id for i in cloud.instances.list(deployment_type="container")} == {instance.id}
+    assert cloud.instances.list(deployment_type="vm") == []
+
+
+def test_failed_launch_raises(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud)
+    instance = cloud.instances.create(**launch_args(offer, "broken-sandbox-fail"))  # type: ignore[arg-type]
+    with pytest.raises(InstanceFailedError, match="is error"):
+        cloud.instances.wait_until_active(instance.id, timeout=30)
+
+
+def test_wait_times_out_with_a_sentence(sandbox_factory) -> None:
+    slow = sandbox_factory(launch_seconds=60)
+    with GPUCloud(api_key=slow.api_key, base_url=slow.management_url) as cloud:
+        instance = cloud.instances.create(**launch_args(first_offer(cloud)))  # type: ignore[arg-type]
+        with pytest.raises(WaitTimeoutError, match="still pending after 0.3 s"):
+            cloud.instances.wait_until_active(instance.id, timeout=0.3)
+
+
+def test_unknown_ids_and_wrong_key(cloud: GPUCloud, sandbox) -> None:
+    with pytest.raises(NotFoundError, match="Instance 0123456789abcdef01234567 not found."):
+        cloud.instances.get("0123456789abcdef01234567")
+    with pytest.raises(NotFoundError, match="Volume nope not found."):
+        cloud.volumes.delete("nope")
+    intruder = GPUCloud(api_key="wrong-key", base_url=sandbox.management_url)
+    with pytest.raises(AuthenticationError, match="refused the API key") as info:
+        intruder.instances.list()
+    assert info.value.status_code == 403
+
+
+# client-side validation: refused before anything is sent ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"vm": {"os": "windows-11"}}, "has no OS image 'windows-11'; choose one of"),
+        ({"region": "mars-1"}, "is not offered in region 'mars-1'"),
+        ({"instance_id": "no-such-offer"}, "There is no offer with instanceId 'no-such-offer'"),
+        ({"cloud_provider": "nobody"}, "is not sold by provider 'nobody'"),
+        ({"vm": None, "docker_container": "nginx"}, "give vm with an os, not dockerContainer"),
+        ({"vm": None}, "vm.os is required"),
+        ({"name": ""}, "name must not be empty"),
+    ],
+)
+def test_create_validation(cloud: GPUCloud, change: dict, words: str) -> None:
+    args = launch_args(first_offer(cloud)) | change
+    with pytest.raises(InvalidInputError, match=words):
+        cloud.instances.create(**args)  # type: ignore[arg-type]
+    assert cloud.instances.list() == []
+
+
+def test_region_where_the_offer_is_not_available(cloud: GPUCloud) -> None:
+    offer = next(o for o in cloud.instances.offers()
+                 if any(not a.available for a in o.availability))
+    region = next(a.region for a in offer.availability if not a.available)
+    args = launch_args(offer) | {"region": region}
+    if offer.deployment_type != "container":
+        args["vm"] = {"os": offer.configuration.os[0]} if offer.configuration.os else {"os": "x"}
+    with pytest.raises(InvalidInputError, match=f"not available in region '{region}'"):
+        cloud.instances.create(**args)  # type: ignore[arg-type]
+
+
+def test_container_offer_refuses_vm(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud, "container")
+    args = launch_args(offer) | {"vm": {"os": "ubuntu-22.04"}, "docker_container": None}
+    with pytest.raises(InvalidInputError, match="container offer: give dockerContainer, not vm"):
+        cloud.instances.create(**args)  # type: ignore[arg-type]
+
+
+def test_cloud_init_text_and_file(cloud: GPUCloud, tmp_path) -> None:
+    offers = [o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm"]
+    with_init = next(o for o in offers if o.cloud_init_available)
+    without = next(o for o in offers if not o.cloud_init_available)
+    script = tmp_path / "init.yaml"
+    script.write_text("#cloud-config\nruncmd:\n  - echo hi\n")
+
+    for given in ("#cloud-config\nruncmd: []\n", str(script), script):
+        args = launch_args(with_init, "init") | {
+            "vm": {"os": with_init.configuration.os[0], "cloud_init": given}}
+        assert cloud.instances.create(**args).status == "pending"  # type: ignore[arg-type]
+
+    args = launch_args(without) | {"vm": {"os": without.configuration.os[0], "cloud_init": "x"}}
+    with pytest.raises(InvalidInputError, match="does not support cloud-init"):
+        cloud.instances.create(**args)  # type: ignore[arg-type]
+
+
+def test_cloud_init_is_base64_encoded_on_the_wire() -> None:
+    from gpucloud_nb.client.management import _vm_body
+
+    body = _vm_body({"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"})
+    assert base64.b64decode(body["base64CloudInitScript"]) == b"#cloud-config\n"
+    with pytest.raises(InvalidInputError, match="once"):
+        _vm_body({"os": "u", "cloud_init": "a\n", "base64CloudInitScript": "YQ=="})
+
+
+def test_hourly_cost_cap(sandbox) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as probe:
+        offer = first_offer(probe)
+    cap = offer.hourly_price * 1.5
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=cap) as cloud:
+        cloud.instances.create(**launch_args(offer, "first"))  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="above the cap"):
+            cloud.instances.create(**launch_args(offer, "second"))  # type: ignore[arg-type]
+        assert [i.name for i in cloud.instances.list()] == ["first"]
+
+
+# volumes ------------------------------------------------------------------------------------
+
+
+def test_volume_life_cycle_and_attach(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud)
+    region = offer.available_regions[0]
+    volume_offer = next(v for v in cloud.volumes.offers()
+                        if v.cloud_provider.id == offer.cloud.id and region in v.regions)
+    assert volume_offer.price_per_gb_per_hour > 0
+    assert volume_offer.price_per_gb_per_hour_text == volume_offer.raw["pricePerGbPerHour"]
+
+    with pytest.raises(InvalidInputError, match="must be at least"):
+        cloud.volumes.create(name="tiny", cloud_provider=offer.cloud.id, region=region,
+                             size_in_gb=volume_offer.min_size_in_gb - 1)
+    assert cloud.volumes.list() == []
+
+    volume = cloud.volumes.create(name="my data", cloud_provider=offer.cloud.id, region=region,
+                                  size_in_gb=volume_offer.min_size_in_gb)
+    assert cloud.volumes.get(volume.id).name == "my data"
+    assert volume.cloud_provider and volume.cloud_provider.id == offer.cloud.id
+
+    instance = cloud.instances.create(**launch_args(offer), volume_id=volume.id)  # type: ignore[arg-type]
+    assert volume.id in str(cloud.instances.get(instance.id).volumes)
+    cloud.instances.delete(instance.id)
+    assert cloud.volumes.get(volume.id).id == volume.id  # outlives the instance
+    cloud.volumes.delete(volume.id)
+    with pytest.raises(NotFoundError):
+        cloud.volumes.get(volume.id)
+
+
+# concurrency, async, persistence ------------------------------------------------------------
+
+
+def test_concurrent_creates_from_threads(cloud: GPUCloud) -> None:
+    offer = first_offer(cloud)
+    made: list[str] = []
+
+    def launch(n: int) -> None:
+        made.append(cloud.instances.create(**launch_args(offer, f"t{n}")).id)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=launch, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(made)) == 16
+    assert sorted(i.name for i in cloud.instances.list()) == sorted(f"t{n}" for n in range(16))
+
+
+def test_async_client(sandbox) -> None:
+    async def main() -> None:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offers = await cloud.instances.offers(deployment_type="vm", available=True)
+            offer = offers[0]
+            args = launch_args(offer)
+            made = await asyncio.gather(*[
+                cloud.instances.create(**(args | {"name": f"a{n}"})) for n in range(8)])  # type: ignore[arg-type]
+            assert len({i.id for i in made}) == 8
+            details = await cloud.instances.wait_until_active(made[0].id, timeout=30)
+            assert details.status == "active"
+            await cloud.instances.delete(made[0].id)
+            volumes = await cloud.volumes.list()
+            assert volumes == []
+            frame = await cloud.instances.offers_frame(gpu_type="A100")
+            assert len(frame) > 0
+
+    asyncio.run(main())
+
+
+def test_state_survives_a_restart(sandbox_factory, tmp_path) -> None:
+    state = tmp_path / "cloud.db"
+    first = sandbox_factory(state=str(state))
+    with GPUCloud(api_key=first.api_key, base_url=first.management_url) as cloud:
+        offer = first_offer(cloud)
+        instance = cloud.instances.create(**launch_args(offer, "kept"))  # type: ignore[arg-type]
+        volume_offer = cloud.volumes.offers()[0]
+        volume = cloud.volumes.create(name="kept", cloud_provider=volume_offer.cloud_provider.id,
+                                      region=volume_offer.regions[0],
+                                      size_in_gb=volume_offer.min_size_in_gb)
+    first.stop()
+    second = sandbox_factory(state=str(state))
+    with GPUCloud(api_key=second.api_key, base_url=second.management_url) as cloud:
+        assert cloud.instances.get(instance.id).name == "kept"
+        assert cloud.volumes.get(volume.id).name == "kept"
+
+
+def test_repr_masks_the_key(sandbox) -> None:
+    key = "sk-live-ABCDEFGHIJKLMNOPQRSTUVWX"
+    cloud = GPUCloud(api_key=key, base_url=sandbox.management_url)
+    assert key not in repr(cloud) and "UVWX" in repr(cloud)
+    assert cloud.api_key_hint == "sk-…UVWX"

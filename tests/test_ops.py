@@ -1,0 +1,234 @@
+"""Retries, error mapping and the no-double-create rule, against failures injected in the transport.
+
+These are failures a real server cannot easily produce on demand (a dropped connection after the
+server acted, a Retry-After), so ``httpx.MockTransport`` stands in for the network here; the
+happy paths are tested over real HTTP against the sandbox in ``test_management.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.client._ops import RetryPolicy, error_from_response
+from gpucloud_nb.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ConnectionFailedError,
+    FileTooLargeError,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+    UnsupportedFileTypeError,
+)
+
+KEY = "sk-test-0123456789abcdefWXYZ"
+OFFER = {
+    "gpuName": "H100", "gpuCount": 1, "nvlink": False, "deploymentType": "vm",
+    "instanceId": "h100-1x", "cloudInitAvailable": True,
+    "cloud": {"_id": "p1", "name": "Provider One"},
+    "configuration": {"ramGB": 200, "storageGB": 1000, "vCpu": 26, "vRamGB": 80,
+                      "os": ["ubuntu-22.04"], "interconnect": "PCIe"},
+    "hourlyPrice": 2.5,
+    "availability": [{"region": "us-east-1", "name": "US East", "countryCode": "US",
+                      "available": True}],
+}
+
+
+def instance_json(name: str, id: str = "a" * 24) -> dict[str, object]:
+    return {"_id": id, "name": name, "status": "pending", "hourlyPrice": 2.5,
+            "createdAt": "2999-01-01T00:00:00.000Z"}
+
+
+def make_cloud(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> GPUCloud:
+    cloud = GPUCloud(api_key=KEY, base_url="http://cloud.test", transport=httpx.MockTransport(handler),
+                     **kwargs)  # type: ignore[arg-type]
+    cloud._core.policy = RetryPolicy(max_retries=3, backoff=0.001, max_backoff=0.002)
+    return cloud
+
+
+def test_reads_retry_through_5xx_and_connection_errors() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.ConnectError("refused", request=request)
+        if len(calls) == 2:
+            return httpx.Response(503, json={"statusCode": 503, "message": "busy"})
+        return httpx.Response(200, json=[])
+
+    assert make_cloud(handler).volumes.list() == []
+    assert len(calls) == 3
+    assert all(c.headers["x-api-key"] == KEY for c in calls)
+
+
+def test_retry_after_is_honoured() -> None:
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "1"}, json={"message": "slow down"})
+        return httpx.Response(200, json=[])
+
+    make_cloud(handler).volumes.list()
+    assert calls[1] - calls[0] >= 0.95
+
+
+def test_retries_that_run_out_name_the_last_status() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"statusCode": 500, "message": "database down",
+                                         "path": "/gpu-cloud/volumes", "timestamp": "t"})
+
+    with pytest.raises(ServerError) as info:
+        make_cloud(handler).volumes.list()
+    assert info.value.status_code == 500
+    assert "500" in str(info.value) and "Database down" in str(info.value)
+    assert "4 attempts" in str(info.value)
+
+
+def test_retry_count_is_configurable() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(502, text="bad gateway")
+
+    cloud = make_cloud(handler)
+    cloud._core.policy = RetryPolicy(max_retries=0)
+    with pytest.raises(ServerError):
+        cloud.volumes.list()
+    assert len(calls) == 1
+
+
+def test_lost_create_response_adopts_the_instance_instead_of_launching_twice() -> None:
+    made: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/gpu-cloud/instances/offers":
+            return httpx.Response(200, json=[OFFER])
+        if request.method == "POST":
+            made.append(instance_json(json.loads(request.content)["name"], id=f"{len(made):024x}"))
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        if request.url.path == "/gpu-cloud/instances":
+            return httpx.Response(200, json=made)
+        return httpx.Response(404)
+
+    cloud = make_cloud(handler)
+    instance = cloud.instances.create(name="job", cloud_provider="p1", instance_id="h100-1x",
+                                      region="us-east-1", vm={"os": "ubuntu-22.04"})
+    assert len(made) == 1
+    assert instance.id == made[0]["_id"]
+    assert cloud.created_instance_ids == (instance.id,)
+
+
+def test_create_retries_when_the_lost_request_made_nothing() -> None:
+    posts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/gpu-cloud/instances/offers":
+            return httpx.Response(200, json=[OFFER])
+        if request.method == "POST":
+            posts.append(request)
+            if len(posts) == 1:
+                return httpx.Response(500, json={"message": "oops"})
+            return httpx.Response(201, json=instance_json("job"))
+        return httpx.Response(200, json=[])
+
+    instance = make_cloud(handler).instances.create(
+        name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
+        vm={"os": "ubuntu-22.04"})
+    assert instance.name == "job"
+    assert len(posts) == 2
+
+
+def test_create_gives_up_with_a_clear_sentence() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/gpu-cloud/instances/offers":
+            return httpx.Response(200, json=[OFFER])
+        if request.method == "POST":
+            raise httpx.RemoteProtocolError("dropped", request=request)
+        return httpx.Response(200, json=[])
+
+    with pytest.raises(ConnectionFailedError, match="nothing was launched"):
+        make_cloud(handler).instances.create(
+            name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
+            vm={"os": "ubuntu-22.04"})
+
+
+def test_create_is_retried_after_429_without_lookup() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/gpu-cloud/instances/offers":
+            return httpx.Response(200, json=[OFFER])
+        if request.method == "POST" and seen.count("POST /gpu-cloud/instances") == 1:
+            return httpx.Response(429, headers={"Retry-After": "0"})
+        return httpx.Response(201, json=instance_json("job"))
+
+    make_cloud(handler).instances.create(
+        name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
+        vm={"os": "ubuntu-22.04"})
+    assert "GET /gpu-cloud/instances" not in seen
+    assert seen.count("POST /gpu-cloud/instances") == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "flavor", "cls", "words"),
+    [
+        (403, {"statusCode": 403, "message": "Forbidden"}, "management", AuthenticationError,
+         "refused the API key"),
+        (401, {"error": {"message": "bad secret"}}, "inference", AuthenticationError,
+         "refused the secret"),
+        (404, {"statusCode": 404, "message": "Cannot GET /x"}, "management", NotFoundError,
+         "Cannot GET /x."),
+        (429, None, "inference", RateLimitError, "Too many requests"),
+        (500, "<html>boom</html>", "management", ServerError, "The server failed (500)."),
+        (400, {"message": ["name must be a string", "region must be a string"]}, "management",
+         BadRequestError, "Name must be a string; region must be a string."),
+        (400, {"error": {"message": "File is too large"}}, "inference", FileTooLargeError, "large"),
+        (400, {"message": "Unsupported file type: text/plain"}, "inference",
+         UnsupportedFileTypeError, "Unsupported"),
+    ],
+)
+def test_error_mapping(status: int, body: object, flavor: str, cls: type, words: str) -> None:
+    request = httpx.Request("GET", "http://cloud.test/gpu-cloud/x")
+    if isinstance(body, str):
+        response = httpx.Response(status, text=body, request=request)
+    elif body is None:
+        response = httpx.Response(status, request=request)
+    else:
+        response = httpx.Response(status, json=body, request=request)
+    error = error_from_response(response, flavor=flavor)  # type: ignore[arg-type]
+    assert type(error) is cls
+    assert words in str(error)
+    assert error.status_code == status
+    assert error.path == "/gpu-cloud/x"
+
+
+def test_error_body_fields_are_kept() -> None:
+    body = {"statusCode": 404, "timestamp": "2026-11-22T10:00:00.000Z",
+            "path": "/gpu-cloud/volumes/v1", "message": "Volume v1 not found"}
+    error = error_from_response(httpx.Response(404, json=body), what="Volume v1")
+    assert (error.status_code, error.path, error.timestamp) == (404, body["path"], body["timestamp"])
+    assert str(error) == "Volume v1 not found."
+
+
+def test_the_key_never_appears_in_errors_or_reprs() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, json={"message": f"key {KEY} is not valid"})
+
+    cloud = make_cloud(handler)
+    with pytest.raises(AuthenticationError) as info:
+        cloud.volumes.get("v1")
+    texts = [str(info.value), repr(info.value), repr(cloud), str(vars(cloud)),
+             str(vars(cloud._core)), repr(cloud._http.headers)]
+    assert all(KEY not in text for text in texts)
+    assert "WXYZ" in repr(cloud)  # the masked hint is still useful
