@@ -24,7 +24,7 @@ import base64
 import builtins
 import os
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -33,6 +33,7 @@ import httpx
 
 from gpucloud_nb import rules
 from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
     AsyncDriver,
     Call,
@@ -69,17 +70,6 @@ DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
 ProgressCallback = Callable[[InstanceDetails, float], Any]
 D = TypeVar("D", SyncDriver, AsyncDriver)
-
-
-class _ApiKeyAuth(httpx.Auth):
-    """Adds ``x-api-key`` to each request, so the key never sits in the client's headers."""
-
-    def __init__(self, key: Secret) -> None:
-        self._key = key
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["x-api-key"] = self._key.reveal()
-        yield request
 
 
 class _Core(Generic[D]):
@@ -163,12 +153,10 @@ def _offer_params(
 
 
 def _read_cloud_init(script: str | os.PathLike[str]) -> str:
-    if isinstance(script, os.PathLike):
-        path = Path(script)
-    elif "\n" not in script and len(script) < 4096 and Path(script).is_file():
-        path = Path(script)
-    else:
-        return script
+    looks_like_path = "\n" not in str(script) and len(str(script)) < 4096
+    if not (isinstance(script, os.PathLike) or (looks_like_path and Path(script).is_file())):
+        return str(script)
+    path = Path(script)
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -313,8 +301,8 @@ class _InstancesOps(_Resource[D]):
         price = float(offer.get("hourlyPrice") or 0)
         if running + price > cap + 1e-9:
             raise InvalidInputError(
-                f"Launching this ${price:.2f}/h offer would bring pending and active instances to "
-                f"${running + price:.2f}/h, above the cap of ${cap:.2f}/h (max_hourly_cost)."
+                f"Launching this ${price:.2f}/h offer would bring pending and active instances "
+                f"to ${running + price:.2f}/h, above the cap of ${cap:.2f}/h (max_hourly_cost)."
             )
 
     def list(self, deployment_type: str | None = None) -> Op[builtins.list[Instance]]:
@@ -499,21 +487,6 @@ class AsyncVolumes(_VolumesOps[AsyncDriver]):
     delete = run_async(_VolumesOps.delete)
 
 
-def _settings(api_key: str | None, base_url: str | None) -> tuple[Secret, str]:
-    key = api_key or os.environ.get("GPUCLOUD_API_KEY")
-    url = base_url or os.environ.get("GPUCLOUD_BASE_URL")
-    if not key:
-        raise InvalidInputError(
-            "No API key: pass api_key= or set GPUCLOUD_API_KEY, or call connect() for the "
-            "keyless sandbox."
-        )
-    if not url:
-        raise InvalidInputError("No base URL: pass base_url= or set GPUCLOUD_BASE_URL.")
-    if not url.startswith(("http://", "https://")):
-        raise InvalidInputError(f"The base URL must start with http:// or https://, not {url!r}.")
-    return Secret(key), url.rstrip("/")
-
-
 class _CloudBase:
     base_url: str
     sandbox: Any
@@ -539,6 +512,24 @@ class _CloudBase:
         """True when this client talks to the local sandbox rather than the real cloud."""
         return self.sandbox is not None
 
+    def sandbox_inference(self) -> Any:
+        """An :class:`InferenceClient` for the sandbox's built-in model endpoint.
+
+        Only the sandbox has one endpoint for all; on the real cloud each inference instance has
+        its own URL and secret (on its page in the web console): use ``InferenceClient(url, secret)``.
+
+            >>> chat = connect().sandbox_inference()
+            >>> chat.chat("Hello!").choices[0].message.content
+        """
+        if self.sandbox is None:
+            raise InvalidInputError(
+                "Only the sandbox has a built-in inference endpoint; for the real cloud use "
+                "InferenceClient(endpoint_url, secret) with the instance's URL and secret."
+            )
+        from gpucloud_nb.client.inference import InferenceClient
+
+        return InferenceClient(self.sandbox.inference_url, self.sandbox.inference_secret)
+
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
         return (f"<{type(self).__name__} {where} base_url={self.base_url!r} "
@@ -560,9 +551,9 @@ class GPUCloud(_CloudBase):
         timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
     ) -> None:
-        key, self.base_url = _settings(api_key, base_url)
+        key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
-        self._http = httpx.Client(base_url=self.base_url, auth=_ApiKeyAuth(key),
+        self._http = httpx.Client(base_url=self.base_url, auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
@@ -593,10 +584,10 @@ class AsyncGPUCloud(_CloudBase):
         offers_ttl: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 100,
     ) -> None:
-        key, self.base_url = _settings(api_key, base_url)
+        key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
         limits = httpx.Limits(max_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, auth=_ApiKeyAuth(key),
+        self._http = httpx.AsyncClient(base_url=self.base_url, auth=ApiKeyAuth(key),
                                        timeout=timeout, transport=transport, limits=limits)
         self._core = _Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
