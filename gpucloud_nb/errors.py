@@ -25,8 +25,8 @@ __all__ = [
     "NotFoundError",
     "RateLimitError",
     "ServerError",
-    "WaitTimeoutError",
     "UnsupportedFileTypeError",
+    "WaitTimeoutError",
 ]
 
 

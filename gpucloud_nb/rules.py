@@ -65,7 +65,7 @@ def _names(values: Iterable[str]) -> str:
 def instance_create_problem(
     body: Mapping[str, Any],
     offers: Iterable[Mapping[str, Any]],
-    volume: Mapping[str, Any] | None | object = _MISSING,
+    volume: Mapping[str, Any] | object | None = _MISSING,
 ) -> str | None:
     """Check a CreateInstance body against the offers; ``volume`` is the volume ``volumeId`` names.
 

@@ -1,0 +1,482 @@
+"""The sandbox's management API: every endpoint of the spec as a Starlette app over SQLite state.
+
+    >>> app = create_app(SandboxConfig(launch_seconds=1.0))
+    >>> uvicorn.run(app, port=8765)     # or Sandbox(...).start(), or `gpucloud-nb sandbox`
+
+Statuses: 200, 201 (create), 204 with no body (delete). Every error has the spec's body
+``{statusCode, timestamp, path, message}`` with a one-sentence ``message``. Choices where the spec
+says "not shown":
+
+- 403 for a missing or wrong ``x-api-key`` on every management endpoint; 404 for an unknown id
+  ("Instance <id> not found.") and, with the same body, for an unknown path; 405 for a wrong
+  method (with ``Allow``).
+- 400 for every validation failure, with the messages of :mod:`gpucloud_nb.rules`, for a body
+  that is not a JSON object, and for bad query values (``available`` true|false, ``sort`` price,
+  ``deploymentType`` vm|container|baremetal, ``numGpus`` a whole number). Empty query values
+  count as absent; unknown query parameters are ignored. 413 for a body over 1 MB.
+- Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
+  must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
+  becomes ``dockerCommand``; ``sshKeyId`` and ``sshKey`` are exclusive.
+- DELETE of an instance that is already deleting or deleted answers 204 again (idempotent); a
+  deleted volume is gone, so deleting it again is 404.
+- A volume may be attached to several instances (a network volume). Deleting a volume while an
+  instance that is pending, active or in error has it attached is 400 "Volume X is attached to
+  instance Y; delete the instance first."; once the instance is deleting, the volume is free.
+- Lists are in creation order. Each API key is one user (``user`` on volumes is derived from it)
+  and sees only its own resources. An instance's ``provider`` is the provider's name
+  (``cloud.name`` of its offer).
+- No request, however malformed, is answered with a 5xx. Should a bug raise anyway, the answer is
+  still the spec's error body (status 500) and uvicorn logs the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from gpucloud_nb.rules import instance_create_problem, volume_create_problem
+from gpucloud_nb.sandbox import catalogue as default_catalogue
+from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
+from gpucloud_nb.sandbox.lifecycle import (
+    FAIL_SUFFIX,
+    details_json,
+    instance_json,
+    iso,
+    volume_json,
+)
+from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
+
+if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.server import SandboxConfig
+
+__all__ = ["MAX_BODY_BYTES", "MAX_NAME_LENGTH", "MAX_VOLUME_GB", "create_app", "user_id"]
+
+MAX_BODY_BYTES = 1_000_000
+MAX_NAME_LENGTH = 255
+MAX_VOLUME_GB = 100_000
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Problem(Exception):
+    """An error answer: status and one sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def user_id(api_key: str) -> str:
+    """The owner id of everything created with ``api_key`` (24 hex digits; reveals nothing)."""
+    return hashlib.sha256(f"gpucloud-nb sandbox user {api_key}".encode()).hexdigest()[:24]
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(_dumps(data), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, path: str,
+           headers: Mapping[str, str] | None = None) -> Response:
+    body = {"statusCode": status, "timestamp": iso(_now_ms()), "path": path, "message": message}
+    return Response(_dumps(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _shown(value: str) -> str:
+    """A user-given value, quoted and cut short, for an error message."""
+    return f"'{value}'" if len(value) <= 40 else f"'{value[:37]}…'"
+
+
+# -- request bodies ---------------------------------------------------------------------------
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _valid_text(value: Any) -> bool:
+    """True when every string (and key) in a parsed JSON value is encodable as UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400/413 problem. The content type is not checked."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _Problem(413, "The request body is larger than 1 MB.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _Problem(400, "The request body was not received completely.") from None
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise _Problem(400, "The request body must be a JSON object.")
+    try:
+        body = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise _Problem(400, "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise _Problem(400, "The request body must be a JSON object.")
+    if not _valid_text(body):
+        raise _Problem(400, "The request body contains text that is not valid Unicode.")
+    return body
+
+
+def _param(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def _deployment_type(request: Request) -> str | None:
+    value = _param(request, "deploymentType")
+    if value is None:
+        return None
+    if value.lower() not in DEPLOYMENT_TYPES:
+        raise _Problem(400, f"deploymentType must be one of vm, container, baremetal; "
+                            f"{_shown(value)} was given.")
+    return value.lower()
+
+
+def _offer_filters(request: Request) -> dict[str, Any]:
+    filters: dict[str, Any] = {
+        "region": _param(request, "region"),
+        "gpu_type": _param(request, "gpuType"),
+        "deployment_type": _deployment_type(request),
+    }
+    num_gpus = _param(request, "numGpus")
+    if num_gpus is not None:
+        if not re.fullmatch(r"[0-9]+", num_gpus):
+            raise _Problem(400, f"numGpus must be a whole number; {_shown(num_gpus)} was given.")
+        filters["num_gpus"] = int(num_gpus) if len(num_gpus) <= 18 else -1  # -1 matches nothing
+    available = _param(request, "available")
+    if available is not None:
+        if available.lower() not in ("true", "false"):
+            raise _Problem(400, f"available must be true or false; {_shown(available)} was given.")
+        filters["available"] = available.lower() == "true"
+    sort = _param(request, "sort")
+    if sort is not None:
+        if sort.lower() != "price":
+            raise _Problem(400, f"sort must be price; {_shown(sort)} was given.")
+        filters["sort"] = "price"
+    return filters
+
+
+def _extra_instance_problem(body: Mapping[str, Any]) -> str | None:
+    """Sandbox rules beyond :mod:`gpucloud_nb.rules` (documented in the module docstring)."""
+    if len(body["name"]) > MAX_NAME_LENGTH:
+        return f"name must be at most {MAX_NAME_LENGTH} characters long."
+    container = body.get("dockerContainer")
+    if isinstance(container, Mapping) and container.get("command") is not None \
+            and not isinstance(container["command"], str):
+        return "dockerContainer.command must be a string."
+    if body.get("sshKeyId") and body.get("sshKey"):
+        return "Give sshKeyId or sshKey, not both."
+    return None
+
+
+def _extra_volume_problem(body: Mapping[str, Any]) -> str | None:
+    if len(body["name"]) > MAX_NAME_LENGTH:
+        return f"name must be at most {MAX_NAME_LENGTH} characters long."
+    if body["sizeInGb"] > MAX_VOLUME_GB:
+        return f"sizeInGb must be at most {MAX_VOLUME_GB} GB in the sandbox."
+    return None
+
+
+def _ssh_key(body: Mapping[str, Any]) -> dict[str, str]:
+    if body.get("sshKeyId"):
+        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]}
+    key = body.get("sshKey")
+    if not key:
+        return {}
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    parts = key.split()
+    return {"_id": digest, "name": parts[2] if len(parts) >= 3 else f"ssh-key-{digest[:6]}"}
+
+
+# -- the catalogue, ready to serve ------------------------------------------------------------
+
+
+class _Catalogue:
+    """Offers with each one's JSON encoded once, so large catalogues list fast."""
+
+    def __init__(self, offers: Sequence[Mapping[str, Any]],
+                 volume_offers: Sequence[Mapping[str, Any]]) -> None:
+        self.offers = [dict(offer) for offer in offers]
+        self.encoded = [_dumps(offer) for offer in self.offers]
+        self.by_id: dict[str, Mapping[str, Any]] = {}
+        for offer in self.offers:
+            self.by_id.setdefault(str(offer.get("instanceId")), offer)
+        self.volume_offers = [dict(offer) for offer in volume_offers]
+        self.volume_offers_body = _dumps(self.volume_offers)
+
+    def listing(self, positions: Sequence[int]) -> bytes:
+        return b"[" + b",".join(self.encoded[p] for p in positions) + b"]"
+
+
+# -- endpoints --------------------------------------------------------------------------------
+
+
+class _Management:
+    def __init__(self, config: SandboxConfig, store: Store, offers: _Catalogue) -> None:
+        self.config = config
+        self.store = store
+        self.catalogue = offers
+        self.key = config.api_key.encode("utf-8")
+        self.user = user_id(config.api_key)
+        self.launch_ms = round(config.launch_seconds * 1000)
+        self.delete_ms = round(config.delete_seconds * 1000)
+
+    def route(self, path: str, handlers: Mapping[str, Handler]) -> Route:
+        """One route for ``path``: latency, then the key check, then the method's handler."""
+
+        async def endpoint(request: Request) -> Response:
+            if self.config.latency:
+                await asyncio.sleep(self.config.latency)
+            handler = handlers.get(request.method) or handlers["GET"]  # HEAD → GET
+            try:
+                self._authenticate(request)
+                return await handler(request)
+            except _Problem as problem:
+                return _error(problem.status, problem.message, request.url.path)
+
+        return Route(path, endpoint, methods=list(handlers))
+
+    def _authenticate(self, request: Request) -> None:
+        given = request.headers.get("x-api-key")
+        if given is None:
+            raise _Problem(403, "The x-api-key header is missing; send your API key in it.")
+        # Header values arrive decoded as Latin-1: encoding back gives the bytes that were sent.
+        if not hmac.compare_digest(given.encode("latin-1"), self.key):
+            raise _Problem(403, "The API key is invalid.")
+
+    # instances
+
+    async def instance_offers(self, request: Request) -> Response:
+        positions = select_offers(self.catalogue.offers, **_offer_filters(request))
+        return Response(self.catalogue.listing(positions), media_type="application/json")
+
+    async def create_instance(self, request: Request) -> Response:
+        body = await _json_object(request)
+        instance_id = body.get("instanceId")
+        offer = self.catalogue.by_id.get(instance_id) if isinstance(instance_id, str) else None
+        volume_id = body.get("volumeId")
+        volume_record = self.store.volume(self.user, volume_id) \
+            if isinstance(volume_id, str) else None
+        volume = None if volume_record is None else volume_json(volume_record)
+        problem = instance_create_problem(body, [offer] if offer else [], volume) \
+            or _extra_instance_problem(body)
+        if problem:
+            raise _Problem(400, problem)
+        assert offer is not None
+        region = body["region"]
+        here = next(a for a in offer["availability"] if a.get("region") == region)
+        configuration = offer["configuration"]
+        container = body.get("dockerContainer")
+        vm = body.get("vm")
+        doc = {
+            "name": body["name"],
+            "provider": offer["cloud"]["name"],
+            "region": {"id": region, "name": here.get("name", region),
+                       "countryCode": here.get("countryCode", "")},
+            "volumes": [] if volume is None else [[volume["_id"], f"/mnt/{volume['name']}"]],
+            "gpuCount": offer["gpuCount"],
+            "gpuModel": offer["gpuName"],
+            "ram": configuration["ramGB"],
+            "storage": configuration["storageGB"],
+            "vramPerGpu": configuration["vRamGB"],
+            "vcpus": configuration["vCpu"],
+            "interconnect": configuration["interconnect"],
+            "nvlink": offer["nvlink"],
+            "os": vm["os"] if vm else "",
+            "sshUser": "root" if container else "ubuntu",
+            "dockerImage": container["image"] if container else "",
+            "dockerCommand": (container.get("command") or "") if container else "",
+            "hourlyPrice": offer["hourlyPrice"],
+            "sshKey": _ssh_key(body),
+        }
+        now = _now_ms()
+        try:
+            record = self.store.insert_instance(
+                user=self.user, deployment_type=offer["deploymentType"],
+                volume_id=None if volume is None else volume["_id"],
+                created_ms=now, ready_ms=now + self.launch_ms,
+                fails=body["name"].endswith(FAIL_SUFFIX), doc=doc,
+            )
+        except VolumeMissingError:
+            raise _Problem(400, f"Volume {volume_id} not found.") from None
+        return _json(instance_json(record, now), status=201)
+
+    async def list_instances(self, request: Request) -> Response:
+        records = self.store.instances(self.user, _deployment_type(request))
+        now = _now_ms()
+        return _json([instance_json(record, now) for record in records])
+
+    async def get_instance(self, request: Request) -> Response:
+        id_ = request.path_params["id"]
+        record = self.store.instance(self.user, id_)
+        if record is None:
+            raise _Problem(404, f"Instance {id_} not found.")
+        return _json(details_json(record, _now_ms()))
+
+    async def delete_instance(self, request: Request) -> Response:
+        id_ = request.path_params["id"]
+        now = _now_ms()
+        record = self.store.delete_instance(self.user, id_, delete_ms=now,
+                                            gone_ms=now + self.delete_ms)
+        if record is None:
+            raise _Problem(404, f"Instance {id_} not found.")
+        return Response(status_code=204)
+
+    # volumes
+
+    async def volume_offers(self, request: Request) -> Response:
+        return Response(self.catalogue.volume_offers_body, media_type="application/json")
+
+    async def create_volume(self, request: Request) -> Response:
+        body = await _json_object(request)
+        offers = self.catalogue.volume_offers
+        problem = volume_create_problem(body, offers) or _extra_volume_problem(body)
+        if problem:
+            raise _Problem(400, problem)
+        offer = next(o for o in offers if o["cloudProvider"]["_id"] == body["cloudProvider"])
+        doc = {
+            "name": body["name"],
+            "sizeInGb": body["sizeInGb"],
+            "region": body["region"],
+            "cloudProvider": {"_id": offer["cloudProvider"]["_id"],
+                              "displayName": offer["cloudProvider"]["displayName"]},
+        }
+        record = self.store.insert_volume(user=self.user, created_ms=_now_ms(), doc=doc)
+        return _json(volume_json(record), status=201)
+
+    async def list_volumes(self, request: Request) -> Response:
+        return _json([volume_json(record) for record in self.store.volumes(self.user)])
+
+    async def get_volume(self, request: Request) -> Response:
+        id_ = request.path_params["id"]
+        record = self.store.volume(self.user, id_)
+        if record is None:
+            raise _Problem(404, f"Volume {id_} not found.")
+        return _json(volume_json(record))
+
+    async def delete_volume(self, request: Request) -> Response:
+        id_ = request.path_params["id"]
+        try:
+            found = self.store.delete_volume(self.user, id_)
+        except VolumeInUseError as error:
+            raise _Problem(400, f"Volume {id_} is attached to instance {error.instance_id}; "
+                                "delete the instance first.") from None
+        if not found:
+            raise _Problem(404, f"Volume {id_} not found.")
+        return Response(status_code=204)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            self.route("/gpu-cloud/instances/offers", {"GET": self.instance_offers}),
+            self.route("/gpu-cloud/instances",
+                       {"GET": self.list_instances, "POST": self.create_instance}),
+            self.route("/gpu-cloud/instances/{id}",
+                       {"GET": self.get_instance, "DELETE": self.delete_instance}),
+            self.route("/gpu-cloud/volumes/offers", {"GET": self.volume_offers}),
+            self.route("/gpu-cloud/volumes",
+                       {"GET": self.list_volumes, "POST": self.create_volume}),
+            self.route("/gpu-cloud/volumes/{id}",
+                       {"GET": self.get_volume, "DELETE": self.delete_volume}),
+        ]
+
+
+# -- errors outside the endpoints -------------------------------------------------------------
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 404:
+        message = f"There is no endpoint {request.method} {path}."
+    elif exc.status_code == 405:
+        allowed = sorted(m.strip() for m in (exc.headers or {}).get("Allow", "").split(","))
+        message = f"Method {request.method} is not allowed on {path}; use {', '.join(allowed)}."
+    else:
+        message = str(exc.detail)
+    return _error(exc.status_code, message, path, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    # A bug, never an answer to a bad request: still the spec's body, and uvicorn logs the trace.
+    return _error(500, "The sandbox failed to handle this request.", request.url.path)
+
+
+def create_app(config: SandboxConfig) -> Starlette:
+    """The sandbox ASGI app for ``config``: management endpoints, plus ``/inference`` if present.
+
+    The app's ``state.store`` is its :class:`~gpucloud_nb.sandbox.store.Store`; whoever serves
+    the app closes it after the server stops.
+    """
+    offers = _Catalogue(
+        default_catalogue.instance_offers() if config.offers is None else config.offers,
+        default_catalogue.volume_offers() if config.volume_offers is None
+        else config.volume_offers,
+    )
+    store = Store(config.state)
+    management = _Management(config, store, offers)
+    routes = management.routes()
+    try:
+        from gpucloud_nb.sandbox.inference import create_inference_app
+    except ImportError:
+        create_inference_app = None
+    if create_inference_app is not None:
+        routes.append(Mount("/inference", app=create_inference_app(config)))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+    app.state.store = store
+    app.state.config = config
+    return app

@@ -1,0 +1,296 @@
+"""SQLite state of the sandbox: instances and volumes, with the times their life cycle turns.
+
+The store keeps what was acknowledged and when; it never runs timers. An instance's status is
+derived from its stored times when it is read (see :mod:`gpucloud_nb.sandbox.lifecycle`), so a
+restarted sandbox carries on exactly where it stopped.
+
+    >>> store = Store("sandbox.db")            # or Store() for a private in-memory database
+    >>> volume = store.insert_volume(user="u1", created_ms=now_ms, doc={"name": "data", ...})
+    >>> store.volume("u1", volume.id).doc["name"]
+    'data'
+
+Every write is committed before the method returns, so a caller that answers 201 after it has
+made the resource durable. Files use WAL with ``synchronous=NORMAL``: an acknowledged write
+survives the sandbox process being killed; a power cut may lose the last few. One lock guards the
+single connection, so the store is safe to share between threads; each call is short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "InstanceRecord",
+    "Store",
+    "VolumeInUseError",
+    "VolumeMissingError",
+    "VolumeRecord",
+    "new_object_id",
+]
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    user TEXT NOT NULL,
+    deployment_type TEXT NOT NULL,
+    volume_id TEXT,
+    created_ms INTEGER NOT NULL,
+    ready_ms INTEGER NOT NULL,
+    fails INTEGER NOT NULL,
+    delete_ms INTEGER,
+    gone_ms INTEGER,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS instances_user ON instances (user, seq);
+CREATE INDEX IF NOT EXISTS instances_volume ON instances (volume_id);
+CREATE TABLE IF NOT EXISTS volumes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    user TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS volumes_user ON volumes (user, seq);
+"""
+_INSTANCE_COLUMNS = (
+    "seq, id, user, deployment_type, volume_id, created_ms, ready_ms, fails, delete_ms, gone_ms, doc"
+)
+
+
+def new_object_id(now_ms: int) -> str:
+    """A fresh id in the style of a MongoDB ObjectId: 24 lowercase hex digits, time first."""
+    return f"{(now_ms // 1000) & 0xFFFFFFFF:08x}{secrets.token_hex(8)}"
+
+
+class VolumeInUseError(Exception):
+    """The volume is attached to an instance that is not being deleted."""
+
+    def __init__(self, volume_id: str, instance_id: str) -> None:
+        super().__init__(f"Volume {volume_id} is attached to instance {instance_id}.")
+        self.volume_id = volume_id
+        self.instance_id = instance_id
+
+
+class VolumeMissingError(Exception):
+    """The volume named by a new instance no longer exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One stored instance: the fields fixed at creation (``doc``) and its life-cycle times.
+
+    ``ready_ms`` is when pending ends (in ``active``, or ``error`` when ``fails``); ``delete_ms``
+    is when DELETE was accepted and ``gone_ms`` when deleting ends. All times are Unix ms.
+    """
+
+    seq: int
+    id: str
+    user: str
+    deployment_type: str
+    volume_id: str | None
+    created_ms: int
+    ready_ms: int
+    fails: bool
+    delete_ms: int | None
+    gone_ms: int | None
+    doc: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeRecord:
+    """One stored volume: its fields as created (``doc``) and its creation time in Unix ms."""
+
+    seq: int
+    id: str
+    user: str
+    created_ms: int
+    doc: dict[str, Any]
+
+
+def _instance(row: tuple[Any, ...]) -> InstanceRecord:
+    seq, id_, user, kind, volume_id, created, ready, fails, delete, gone, doc = row
+    return InstanceRecord(seq, id_, user, kind, volume_id, created, ready, bool(fails), delete,
+                          gone, json.loads(doc))
+
+
+def _volume(row: tuple[Any, ...]) -> VolumeRecord:
+    seq, id_, user, created, doc = row
+    return VolumeRecord(seq, id_, user, created, json.loads(doc))
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+class Store:
+    """Instances and volumes in one SQLite database: a file, or private memory when ``path`` is None."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            ":memory:" if self.path is None else self.path,
+            check_same_thread=False,
+            isolation_level=None,  # explicit BEGIN/COMMIT below
+        )
+        with self._lock:
+            if self.path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA busy_timeout=5000")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                self._db.close()
+                raise RuntimeError(
+                    f"The sandbox state file {self.path} was written by a newer gpucloud-nb."
+                )
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the database; further calls fail."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- instances ---------------------------------------------------------------------------
+
+    def insert_instance(self, *, user: str, deployment_type: str, volume_id: str | None,
+                        created_ms: int, ready_ms: int, fails: bool,
+                        doc: dict[str, Any]) -> InstanceRecord:
+        """Store a new instance and return it with its fresh id.
+
+        Raises :class:`VolumeMissingError` when ``volume_id`` no longer names a volume of ``user``.
+        """
+        text = _dump(doc)
+        with self._transaction() as db:
+            if volume_id is not None and db.execute(
+                "SELECT 1 FROM volumes WHERE id = ? AND user = ?", (volume_id, user)
+            ).fetchone() is None:
+                raise VolumeMissingError(volume_id)
+            while True:
+                id_ = new_object_id(created_ms)
+                if db.execute("SELECT 1 FROM instances WHERE id = ?", (id_,)).fetchone() is None:
+                    break
+            cursor = db.execute(
+                "INSERT INTO instances (id, user, deployment_type, volume_id, created_ms, ready_ms,"
+                " fails, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (id_, user, deployment_type, volume_id, created_ms, ready_ms, int(fails), text),
+            )
+            seq = cursor.lastrowid
+        assert seq is not None
+        return InstanceRecord(seq, id_, user, deployment_type, volume_id, created_ms, ready_ms,
+                              fails, None, None, json.loads(text))
+
+    def instances(self, user: str, deployment_type: str | None = None) -> list[InstanceRecord]:
+        """The instances of ``user`` in creation order, deleted ones included."""
+        query = f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE user = ?"
+        params: tuple[Any, ...] = (user,)
+        if deployment_type is not None:
+            query += " AND deployment_type = ?"
+            params += (deployment_type,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        return [_instance(row) for row in rows]
+
+    def instance(self, user: str, id_: str) -> InstanceRecord | None:
+        """The instance ``id_`` of ``user``, or ``None``."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE id = ? AND user = ?", (id_, user)
+            ).fetchone()
+        return None if row is None else _instance(row)
+
+    def delete_instance(self, user: str, id_: str, *, delete_ms: int,
+                        gone_ms: int) -> InstanceRecord | None:
+        """Record that deletion started, unless it already had; ``None`` for an unknown id."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE instances SET delete_ms = ?, gone_ms = ?"
+                " WHERE id = ? AND user = ? AND delete_ms IS NULL",
+                (delete_ms, gone_ms, id_, user),
+            )
+            row = db.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE id = ? AND user = ?", (id_, user)
+            ).fetchone()
+        return None if row is None else _instance(row)
+
+    # -- volumes -----------------------------------------------------------------------------
+
+    def insert_volume(self, *, user: str, created_ms: int, doc: dict[str, Any]) -> VolumeRecord:
+        """Store a new volume and return it with its fresh id."""
+        text = _dump(doc)
+        with self._transaction() as db:
+            while True:
+                id_ = new_object_id(created_ms)
+                if db.execute("SELECT 1 FROM volumes WHERE id = ?", (id_,)).fetchone() is None:
+                    break
+            cursor = db.execute(
+                "INSERT INTO volumes (id, user, created_ms, doc) VALUES (?, ?, ?, ?)",
+                (id_, user, created_ms, text),
+            )
+            seq = cursor.lastrowid
+        assert seq is not None
+        return VolumeRecord(seq, id_, user, created_ms, json.loads(text))
+
+    def volumes(self, user: str) -> list[VolumeRecord]:
+        """The volumes of ``user`` in creation order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, id, user, created_ms, doc FROM volumes WHERE user = ? ORDER BY seq",
+                (user,),
+            ).fetchall()
+        return [_volume(row) for row in rows]
+
+    def volume(self, user: str, id_: str) -> VolumeRecord | None:
+        """The volume ``id_`` of ``user``, or ``None``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, id, user, created_ms, doc FROM volumes WHERE id = ? AND user = ?",
+                (id_, user),
+            ).fetchone()
+        return None if row is None else _volume(row)
+
+    def delete_volume(self, user: str, id_: str) -> bool:
+        """Delete a volume; ``False`` for an unknown id.
+
+        Raises :class:`VolumeInUseError` while an instance whose deletion has not started
+        (pending, active or error) has it attached.
+        """
+        with self._transaction() as db:
+            if db.execute(
+                "SELECT 1 FROM volumes WHERE id = ? AND user = ?", (id_, user)
+            ).fetchone() is None:
+                return False
+            holder = db.execute(
+                "SELECT id FROM instances WHERE volume_id = ? AND user = ? AND delete_ms IS NULL"
+                " ORDER BY seq LIMIT 1",
+                (id_, user),
+            ).fetchone()
+            if holder is not None:
+                raise VolumeInUseError(id_, holder[0])
+            db.execute("DELETE FROM volumes WHERE id = ? AND user = ?", (id_, user))
+        return True

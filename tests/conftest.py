@@ -1,0 +1,75 @@
+"""Shared fixtures: sandboxes served over real HTTP on free loopback ports.
+
+    def test_something(sandbox, sandbox_api):
+        assert sandbox_api.get("/gpu-cloud/volumes").json() == []
+
+    def test_other(sandbox_factory, tmp_path):
+        durable = sandbox_factory(state=tmp_path / "state.db", latency=0.05)
+
+Fixtures use quick life cycles (``launch_seconds=0.3``, ``delete_seconds=0.2``) unless a test
+passes other values to ``sandbox_factory``. Every sandbox is stopped when its test ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucloud_nb.sandbox import Sandbox
+
+FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
+
+
+@pytest.fixture
+def sandbox_factory() -> Iterator[Callable[..., Sandbox]]:
+    """Start a sandbox with custom options (``SandboxConfig`` fields); stopped at teardown."""
+    started: list[Sandbox] = []
+
+    def start(**options: Any) -> Sandbox:
+        for name, value in FAST_LIFE_CYCLE.items():
+            options.setdefault(name, value)
+        sandbox = Sandbox(**options).start()
+        started.append(sandbox)
+        return sandbox
+
+    yield start
+    for sandbox in reversed(started):
+        sandbox.stop()
+
+
+@pytest.fixture
+def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    """A running in-memory sandbox with the default keys and a quick life cycle."""
+    return sandbox_factory()
+
+
+@pytest.fixture
+def management_client_factory() -> Iterator[Callable[..., httpx.Client]]:
+    """Open an httpx client for a sandbox's management API; closed at teardown.
+
+    ``factory(sandbox)`` sends the sandbox's key; ``factory(sandbox, api_key="other")`` another.
+    """
+    opened: list[httpx.Client] = []
+
+    def open_client(sandbox: Sandbox, api_key: str | None = None) -> httpx.Client:
+        client = httpx.Client(
+            base_url=sandbox.management_url,
+            headers={"x-api-key": sandbox.api_key if api_key is None else api_key},
+            timeout=10.0,
+        )
+        opened.append(client)
+        return client
+
+    yield open_client
+    for client in opened:
+        client.close()
+
+
+@pytest.fixture
+def sandbox_api(sandbox: Sandbox,
+                management_client_factory: Callable[..., httpx.Client]) -> httpx.Client:
+    """An httpx client for the ``sandbox`` fixture's management API, with its key set."""
+    return management_client_factory(sandbox)

@@ -1,0 +1,155 @@
+"""The ``gpucloud-nb`` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpucloud_nb.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "sk-live-cli-key-0123456789abcdef"
+SECRET = "inference-secret-0123456789abcd"
+
+
+class Lines:
+    """The stdout lines of a process, read by a thread so a test can wait with a timeout."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._thread = threading.Thread(target=self._pump, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._queue.put(line)
+
+    def next(self, timeout: float = 15.0) -> str:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("the sandbox printed nothing in time") from None
+
+    def drain(self) -> str:
+        self._thread.join(10)
+        return "".join(_drain(self._queue))
+
+
+def _drain(lines: queue.Queue[str]) -> list[str]:
+    drained = []
+    while not lines.empty():
+        drained.append(lines.get_nowait())
+    return drained
+
+
+@pytest.fixture
+def launch() -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def run(*args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpucloud_nb", "sandbox", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "0"},
+        )
+        started.append(process)
+        return process
+
+    yield run
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+
+
+def _stop(process: subprocess.Popen[str], lines: Lines, how: int) -> tuple[str, str]:
+    process.send_signal(how)
+    assert process.stderr is not None
+    process.wait(10)
+    err = process.stderr.read()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    return lines.drain(), err
+
+
+def test_sandbox_command_prints_urls_and_serves(launch, tmp_path: Path) -> None:
+    process = launch("--port", "0", "--api-key", KEY, "--inference-secret", SECRET,
+                     "--state", str(tmp_path / "cli.db"), "--launch-seconds", "0.1",
+                     "--synthetic-offers", "120", "--latency", "0.01")
+    lines = Lines(process)
+    management = lines.next()
+    inference = lines.next()
+    assert management.startswith("management: http://127.0.0.1:")
+    base = management.split(": ", 1)[1].strip()
+    assert inference.strip() == f"inference: {base}/inference"
+    response = httpx.get(f"{base}/gpu-cloud/instances/offers", headers={"x-api-key": KEY})
+    assert response.status_code == 200 and len(response.json()) == 120
+    denied = httpx.get(f"{base}/gpu-cloud/volumes", headers={"x-api-key": "sandbox-key"})
+    assert denied.status_code == 403
+    out, err = _stop(process, lines, signal.SIGTERM)
+    assert KEY not in out + err and SECRET not in out + err
+    assert (tmp_path / "cli.db").exists()
+
+
+def test_default_keys_are_named_not_printed_and_ctrl_c_exits(launch) -> None:
+    process = launch("--port", "0")
+    lines = Lines(process)
+    base = lines.next().split(": ", 1)[1].strip()
+    assert lines.next().startswith("inference: ")
+    assert httpx.get(f"{base}/gpu-cloud/volumes",
+                     headers={"x-api-key": "sandbox-key"}).json() == []
+    out, err = _stop(process, lines, signal.SIGINT)
+    assert "public default API key" in err
+    assert "sandbox-key" not in out + err and "sandbox-secret" not in out + err
+
+
+def test_busy_port_is_a_clear_error(launch) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        process = launch("--port", str(port))
+        out, err = process.communicate(timeout=15)
+    assert process.returncode == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert "management:" not in out
+
+
+def test_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "sandbox" in capsys.readouterr().out
+    for bad in (["sandbox", "--port", "http"], ["sandbox", "--port", "70000"],
+                ["sandbox", "--launch-seconds", "-1"], ["sandbox", "--latency", "soon"],
+                ["sandbox", "--synthetic-offers", "0"], ["nothing"]):
+        with pytest.raises(SystemExit) as exited:
+            main(bad)
+        assert exited.value.code == 2
+    args = build_parser().parse_args(["sandbox"])
+    assert (args.host, args.port, args.api_key, args.launch_seconds, args.latency) == (
+        "127.0.0.1", 8765, None, 3.0, 0.0)
+    with pytest.raises(SystemExit) as exited:
+        main(["sandbox", "--help"])
+    assert exited.value.code == 0
+    assert "--inference-secret" in capsys.readouterr().out
+
+
+def test_console_script() -> None:
+    script = Path(sys.executable).parent / "gpucloud-nb"
+    if not script.exists():
+        pytest.skip("the package is not installed with its console script")
+    started = time.monotonic()
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=20)
+    assert result.returncode == 0 and "sandbox" in result.stdout
+    assert time.monotonic() - started < 10
