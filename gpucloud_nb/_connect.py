@@ -25,7 +25,9 @@ def shared_sandbox(launch_seconds: float | None = None) -> Any:
     """Start (once per process) and return the sandbox that ``connect()`` uses.
 
     ``launch_seconds`` (or ``GPUCLOUD_SANDBOX_LAUNCH_SECONDS``) sets how long instances stay
-    pending; it only applies when this call starts the sandbox.
+    pending; it only applies when this call starts the sandbox. ``GPUCLOUD_SANDBOX_API_KEY`` and
+    ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` replace the sandbox's public default key and secret
+    (the secret-leak tests use recognisable ones).
     """
     global _sandbox
     with _lock:
@@ -34,7 +36,13 @@ def shared_sandbox(launch_seconds: float | None = None) -> Any:
 
             if launch_seconds is None:
                 launch_seconds = float(os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "3"))
-            _sandbox = Sandbox(launch_seconds=launch_seconds).start()
+            keys = {
+                option: os.environ[variable]
+                for option, variable in (("api_key", "GPUCLOUD_SANDBOX_API_KEY"),
+                                         ("inference_secret", "GPUCLOUD_SANDBOX_INFERENCE_SECRET"))
+                if os.environ.get(variable)
+            }
+            _sandbox = Sandbox(launch_seconds=launch_seconds, **keys).start()
             atexit.register(_sandbox.stop)
         return _sandbox
 
