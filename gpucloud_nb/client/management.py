@@ -46,6 +46,8 @@ from gpucloud_nb.client._ops import (
     run_sync,
     send,
 )
+from gpucloud_nb.client.autodelete import AutoDelete, seconds
+from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     InstanceFailedError,
@@ -83,11 +85,19 @@ class _Core(Generic[D]):
         self.max_hourly_cost = max_hourly_cost
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
+        self.ledger = Ledger()
+        self.auto_delete = AutoDelete(self._delete_now)
+        self.delete_now: Callable[[str], None] | None = None
         self._catalogue: tuple[float, list[dict[str, Any]], list[dict[str, Any]]] | None = None
         self._volume_catalogue: tuple[float, list[dict[str, Any]]] | None = None
 
     def send(self, call: Call) -> Op[Any]:
         return send(call, self.policy, secrets=(self.key.reveal(),))
+
+    def _delete_now(self, instance_id: str) -> None:
+        if self.delete_now is None:
+            raise ConnectionFailedError("This client cannot delete from a timer.")
+        self.delete_now(instance_id)
 
     def instance_offers_json(self) -> Op[list[dict[str, Any]]]:
         now = time.monotonic()
@@ -251,16 +261,20 @@ class _InstancesOps(_Resource[D]):
         volume_id: str | None = None, vm: Mapping[str, Any] | str | None = None,
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
+        delete_after: float | timedelta | None = None,
     ) -> Op[Instance]:
         """Launch an instance from an offer, checked against the offer before anything is sent.
 
         ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
         script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
-        image name, for container offers.
+        image name, for container offers. ``delete_after`` (seconds or a ``timedelta``) deletes
+        the instance when the time is up, from a timer in this Python process (see
+        ``cloud.auto_delete``; a killed kernel cannot delete).
 
             >>> cloud.instances.create(name="demo", cloud_provider="p1", instance_id="h100-1x",
             ...                        region="us-east-1", vm={"os": "ubuntu-22.04"})
         """
+        delay = None if delete_after is None else seconds(delete_after)
         body = _instance_body(name, cloud_provider, instance_id, region, volume_id, vm,
                               docker_container, ssh_key_id, ssh_key)
         offers = yield from self._core.instance_offers_json()
@@ -289,6 +303,8 @@ class _InstancesOps(_Resource[D]):
                     continue
             instance = Instance.from_json(data)
             self._core.created_instance_ids.append(instance.id)
+            if delay is not None:
+                self._core.auto_delete.schedule(instance.id, delay)
             return instance
 
     def _check_cost_cap(self, offer: Mapping[str, Any]) -> Op[None]:
@@ -312,7 +328,10 @@ class _InstancesOps(_Resource[D]):
         """
         params = _offer_params(None, None, None, None, None, deployment_type)
         data = yield from self._core.send(Call("GET", "/gpu-cloud/instances", params=params))
-        return [Instance.from_json(item) for item in _json_list(data)]
+        items = _json_list(data)
+        for item in items:
+            self._core.ledger.observe(item)
+        return [Instance.from_json(item) for item in items]
 
     def get(self, id: str) -> Op[InstanceDetails]:
         """Read one instance in full.
@@ -323,16 +342,21 @@ class _InstancesOps(_Resource[D]):
         data = yield from self._core.send(
             Call("GET", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
         )
+        if isinstance(data, dict):
+            self._core.ledger.observe(data)
         return InstanceDetails.from_json(data)
 
     def delete(self, id: str) -> Op[None]:
         """Delete an instance; its data is lost unless it sits on a volume.
+
+        Its auto-delete timer, if any, is cancelled.
 
             >>> cloud.instances.delete(instance.id)
         """
         yield from self._core.send(
             Call("DELETE", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
         )
+        self._core.auto_delete.cancel(id)
 
     def wait_until_active(
         self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,
@@ -366,6 +390,33 @@ class _InstancesOps(_Resource[D]):
                 )
             yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
             interval = min(interval * 1.5, max_poll_interval)
+
+
+    def spend(self) -> Op[pandas.DataFrame]:
+        """Spend so far: one row per instance (hourly price × hours billed) and the total.
+
+        Billing runs while an instance is active or deleting (see ``client.billing``); the total
+        is in ``frame.attrs["total"]``.
+
+            >>> cloud.spend().attrs["total"]
+            1.84
+        """
+        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances"))
+        now = _now()
+        deadlines = self._core.auto_delete.deadlines()
+        rows = []
+        for item in _json_list(data):
+            bill = self._core.ledger.bill(item, now)
+            rows.append({
+                "_id": item.get("_id"), "name": item.get("name"), "status": item.get("status"),
+                "hourlyPrice": float(item.get("hourlyPrice") or 0.0),
+                "billedFrom": bill.start, "billedUntil": bill.end, "hoursBilled": bill.hours,
+                "spend": bill.spend, "estimated": bill.estimated,
+                "autoDeleteAt": deadlines.get(str(item.get("_id"))),
+            })
+        from gpucloud_nb import frames
+
+        return frames.spend_frame(rows)
 
 
 class _VolumesOps(_Resource[D]):
@@ -453,6 +504,7 @@ class Instances(_InstancesOps[SyncDriver]):
     get = run_sync(_InstancesOps.get)
     delete = run_sync(_InstancesOps.delete)
     wait_until_active = run_sync(_InstancesOps.wait_until_active)
+    spend = run_sync(_InstancesOps.spend)
 
 
 class AsyncInstances(_InstancesOps[AsyncDriver]):
@@ -465,6 +517,7 @@ class AsyncInstances(_InstancesOps[AsyncDriver]):
     get = run_async(_InstancesOps.get)
     delete = run_async(_InstancesOps.delete)
     wait_until_active = run_async(_InstancesOps.wait_until_active)
+    spend = run_async(_InstancesOps.spend)
 
 
 class Volumes(_VolumesOps[SyncDriver]):
@@ -506,6 +559,11 @@ class _CloudBase:
     def created_instance_ids(self) -> Sequence[str]:
         """Ids of the instances this client launched, oldest first."""
         return tuple(self._core.created_instance_ids)
+
+    @property
+    def auto_delete(self) -> AutoDelete:
+        """This client's auto-delete timers: ``remaining(id)``, ``extend(id, s)``, ``cancel(id)``."""
+        return self._core.auto_delete
 
     @property
     def is_sandbox(self) -> bool:
@@ -559,6 +617,14 @@ class GPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
+        self._core.delete_now = self.instances.delete
+
+    def spend(self) -> pandas.DataFrame:
+        """Spend so far per instance, with the total in ``.attrs["total"]``.
+
+            >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]
+        """
+        return self.instances.spend()
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -593,6 +659,18 @@ class AsyncGPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
+        self._core.delete_now = self._delete_from_timer
+        self._twin: GPUCloud | None = None
+
+    def _delete_from_timer(self, instance_id: str) -> None:
+        """Timers run in threads, away from the event loop: they delete with a sync twin."""
+        if self._twin is None:
+            self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
+        self._twin.instances.delete(instance_id)
+
+    async def spend(self) -> pandas.DataFrame:
+        """Spend so far per instance, with the total in ``.attrs["total"]``."""
+        return await self.instances.spend()
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

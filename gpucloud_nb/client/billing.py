@@ -1,0 +1,73 @@
+"""Spend so far: hourly price × time billed, from what the client has seen of each instance.
+
+Billing runs while an instance is ``active`` or ``deleting`` — not while ``pending``, not for a
+launch that ended in ``error``, and not after ``deletedAt``. The spec gives no activation time,
+so the client records one the first time it sees an instance ``active`` (its ``updatedAt``, the
+time of that transition). For an instance first seen already deleted, the start is unknown and
+``createdAt`` is used instead: an upper bound, flagged ``estimated``.
+
+    >>> ledger = Ledger()
+    >>> ledger.observe(instance_json)          # every create, list and get passes through here
+    >>> ledger.bill(instance_json, now)
+    Bill(start=..., end=..., hours=0.25, spend=0.62, estimated=False)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpucloud_nb.models import parse_datetime
+
+__all__ = ["Bill", "Ledger"]
+
+_BILLED = ("active", "deleting", "deleted")
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """What one instance has cost so far."""
+
+    start: datetime | None
+    end: datetime | None
+    hours: float
+    spend: float
+    estimated: bool
+
+
+class Ledger:
+    """Activation times the client has seen, keyed by instance id; safe to share across threads."""
+
+    def __init__(self) -> None:
+        self._activated: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, item: Mapping[str, Any], now: datetime | None = None) -> None:
+        """Record the activation time of an instance seen ``active`` for the first time."""
+        if item.get("status") != "active":
+            return
+        key = str(item.get("_id", ""))
+        with self._lock:
+            if key and key not in self._activated:
+                seen = parse_datetime(item.get("updatedAt")) or now
+                if seen is not None:
+                    self._activated[key] = seen
+
+    def bill(self, item: Mapping[str, Any], now: datetime) -> Bill:
+        """The bill of one instance (the spec's Instance JSON) at ``now``."""
+        self.observe(item, now)
+        status = item.get("status")
+        price = float(item.get("hourlyPrice") or 0.0)
+        if status not in _BILLED:
+            return Bill(None, None, 0.0, 0.0, False)
+        with self._lock:
+            start = self._activated.get(str(item.get("_id", "")))
+        estimated = start is None
+        if start is None:
+            start = parse_datetime(item.get("createdAt")) or now
+        end = (parse_datetime(item.get("deletedAt")) or now) if status == "deleted" else now
+        hours = max((end - start).total_seconds(), 0.0) / 3600
+        return Bill(start, end, hours, hours * price, estimated)

@@ -1,0 +1,88 @@
+"""Auto-delete timers against the sandbox, with times in fractions of a second."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.errors import InvalidInputError
+
+
+@pytest.fixture
+def cloud(sandbox):
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+def launch(cloud: GPUCloud, name: str, **extra: object):
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    return cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
+
+
+def status_after(cloud: GPUCloud, instance_id: str, seconds: float) -> str:
+    time.sleep(seconds)
+    return cloud.instances.get(instance_id).status
+
+
+def test_auto_delete_fires(cloud: GPUCloud) -> None:
+    instance = launch(cloud, "timed", delete_after=0.4)
+    assert 0 < cloud.auto_delete.remaining(instance.id) <= 0.4
+    assert status_after(cloud, instance.id, 0.1) != "deleting"
+    assert status_after(cloud, instance.id, 0.8) in ("deleting", "deleted")
+    assert instance.id in cloud.auto_delete.deleted
+    assert cloud.auto_delete.remaining(instance.id) is None
+
+
+def test_auto_delete_cancelled_keeps_the_instance(cloud: GPUCloud) -> None:
+    instance = launch(cloud, "kept", delete_after=timedelta(seconds=0.3))
+    assert cloud.auto_delete.cancel(instance.id)
+    assert status_after(cloud, instance.id, 0.7) == "active"
+    assert not cloud.auto_delete.cancel(instance.id)
+
+
+def test_auto_delete_extended(cloud: GPUCloud) -> None:
+    instance = launch(cloud, "extended", delete_after=0.3)
+    cloud.auto_delete.extend(instance.id, 0.8)
+    assert status_after(cloud, instance.id, 0.6) == "active"
+    assert status_after(cloud, instance.id, 1.0) in ("deleting", "deleted")
+
+
+def test_manual_delete_cancels_the_timer(cloud: GPUCloud) -> None:
+    instance = launch(cloud, "manual", delete_after=30)
+    cloud.instances.delete(instance.id)
+    assert cloud.auto_delete.remaining(instance.id) is None
+    assert cloud.spend().set_index("_id").loc[instance.id, "autoDeleteAt"] is None
+
+
+@pytest.mark.parametrize("bad", [-1, 0, "soon", True])
+def test_bad_delete_after_is_refused_before_sending(cloud: GPUCloud, bad: object) -> None:
+    with pytest.raises(InvalidInputError, match="delete_after must be a positive number"):
+        launch(cloud, "bad", delete_after=bad)
+    assert cloud.instances.list() == []
+
+
+def test_spend_shows_the_deadline(cloud: GPUCloud) -> None:
+    instance = launch(cloud, "deadline", delete_after=60)
+    deadline = cloud.spend().set_index("_id").loc[instance.id, "autoDeleteAt"]
+    assert deadline is not None
+    cloud.auto_delete.cancel_all()
+
+
+def test_async_client_auto_delete(sandbox) -> None:
+    async def main() -> str:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
+            instance = await cloud.instances.create(
+                name="async-timed", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+                delete_after=0.3)
+            await asyncio.sleep(0.9)
+            return (await cloud.instances.get(instance.id)).status
+
+    assert asyncio.run(main()) in ("deleting", "deleted")

@@ -1,0 +1,40 @@
+"""``connect(cleanup_on_exit=True)`` deletes this process's instances when Python exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from gpucloud_nb import GPUCloud
+
+SCRIPT = textwrap.dedent("""
+    from gpucloud_nb import connect
+    cloud = connect(cleanup_on_exit=True)
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    for name in ("mine-1", "mine-2"):
+        cloud.instances.create(name=name, cloud_provider=offer.cloud.id,
+                               instance_id=offer.instance_id, region=offer.available_regions[0],
+                               vm={"os": offer.configuration.os[0]})
+    print("launched", len(cloud.instances.list()))
+""")
+
+
+def test_cleanup_on_exit_deletes_only_what_the_kernel_launched(sandbox) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+        other = cloud.instances.create(
+            name="someone-else", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+        env = os.environ | {"GPUCLOUD_API_KEY": sandbox.api_key,
+                            "GPUCLOUD_BASE_URL": sandbox.management_url}
+        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "launched 3" in done.stdout
+        statuses = {i.name: i.status for i in cloud.instances.list()}
+        assert statuses["mine-1"] in ("deleting", "deleted")
+        assert statuses["mine-2"] in ("deleting", "deleted")
+        assert statuses["someone-else"] in ("pending", "active")
+        assert other.status == "pending"
