@@ -1,0 +1,444 @@
+"""Helpers shared by the widgets: the status/error line, background work, debounce, formatting.
+
+Nothing here talks HTTP; the widgets go through :mod:`gpucloud_nb.client`.
+
+    >>> status = StatusLine("gpucloud-launch-status")
+    >>> status.error(InvalidInputError("Give the instance a name."))
+    >>> status.text, status.is_error
+    ('Give the instance a name.', True)
+    >>> per_hour(2.49), per_day(2.49), duration(754)
+    ('$2.49/h', '$59.76/day', '12 min 34 s')
+
+Choices, written down once:
+
+- A user error is the ``str`` of a :class:`~gpucloud_nb.errors.GPUCloudError` (one sentence);
+  anything else is "Something went wrong: <ExceptionType>: <message>", and its traceback goes to
+  the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
+- Background work runs in daemon threads (:func:`run_in_thread`), so a kernel can always exit
+  and headless tests need no event loop. ipykernel accepts widget updates from any thread.
+- Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import ipywidgets as widgets
+
+from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.frames import format_price
+
+__all__ = [
+    "STYLE",
+    "Debouncer",
+    "Repeater",
+    "StatusLine",
+    "WaitStopped",
+    "describe_error",
+    "duration",
+    "guarded",
+    "hide",
+    "iter_widgets",
+    "money",
+    "per_day",
+    "per_hour",
+    "run_in_thread",
+    "set_options",
+    "settle",
+    "show",
+]
+
+log = logging.getLogger("gpucloud_nb.widgets")
+
+#: Descriptions at their natural width instead of ipywidgets' cramped fixed column.
+STYLE: dict[str, str] = {"description_width": "initial"}
+
+T = TypeVar("T")
+
+
+class WaitStopped(GPUCloudError):
+    """The user stopped waiting for something that keeps going on the cloud (an instance launch)."""
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def describe_error(error: BaseException) -> str:
+    """One sentence for the screen: the error's own for ours, a labelled one for the unexpected."""
+    if isinstance(error, GPUCloudError):
+        return str(error)
+    log.debug("Unexpected error in a gpucloud_nb widget", exc_info=error)
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    kind = type(error).__name__
+    return f"Something went wrong: {kind}: {message}" if message else f"Something went wrong: {kind}."
+
+
+_COLOURS = {"info": "#555", "success": "#1b7f3b", "error": "#b00020", "warning": "#8a5a00"}
+
+
+class StatusLine(widgets.HTML):
+    """A one-line message under a widget: information, success or an error (one sentence).
+
+    CSS classes: ``gpucloud-status`` always, the class given at construction, and
+    ``gpucloud-error`` while an error is shown.
+    """
+
+    def __init__(self, css_class: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_class("gpucloud-status")
+        if css_class:
+            self.add_class(css_class)
+        self.text = ""
+        self.kind = "info"
+
+    @property
+    def is_error(self) -> bool:
+        """True while an error is shown."""
+        return self.kind == "error" and bool(self.text)
+
+    def _show(self, text: str, kind: str) -> None:
+        self.text, self.kind = text, kind
+        if kind == "error":
+            self.add_class("gpucloud-error")
+        else:
+            self.remove_class("gpucloud-error")
+        if not text:
+            self.value = ""
+            return
+        icon = {"error": "⚠ ", "success": "✓ ", "warning": "⏸ "}.get(kind, "")
+        self.value = (f'<span style="color:{_COLOURS[kind]}">{html.escape(icon + text)}</span>')
+
+    def info(self, text: str) -> None:
+        """Show a neutral message."""
+        self._show(text, "info")
+
+    def success(self, text: str) -> None:
+        """Show that something worked."""
+        self._show(text, "success")
+
+    def warning(self, text: str) -> None:
+        """Show something the user should notice that is not a failure."""
+        self._show(text, "warning")
+
+    def error(self, error: BaseException | str) -> None:
+        """Show an error as one sentence (see :func:`describe_error`)."""
+        self._show(error if isinstance(error, str) else describe_error(error), "error")
+
+    def clear(self) -> None:
+        """Show nothing."""
+        self._show("", "info")
+
+
+def guarded(status: StatusLine, function: Callable[..., T]) -> Callable[..., T | None]:
+    """Wrap an observer or click handler so that it never raises: errors go to ``status``."""
+
+    @functools.wraps(function)
+    def handler(*args: Any, **kwargs: Any) -> T | None:
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            status.error(error)
+            return None
+
+    return handler
+
+
+# --------------------------------------------------------------------------- background work
+
+
+def settle(future: Future[Any], result: Any = None, error: BaseException | None = None) -> bool:
+    """Resolve ``future`` unless it is already done; return True when this call resolved it."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except Exception:  # InvalidStateError: already settled (a stop won the race)
+        return False
+    return True
+
+
+def run_in_thread(function: Callable[..., T], *args: Any, name: str = "gpucloud-nb-widget",
+                  **kwargs: Any) -> Future[T]:
+    """Run ``function`` in a daemon thread; its outcome lands in the returned Future."""
+    future: Future[T] = Future()
+    future.set_running_or_notify_cancel()
+
+    def target() -> None:
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as error:
+            settle(future, error=error)
+        else:
+            settle(future, result)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
+
+
+class Debouncer:
+    """Call ``function`` once, ``delay`` seconds after the last trigger; ``delay=0`` calls at once.
+
+    The delayed call runs in a timer thread; ``function`` must not raise (wrap it with
+    :func:`guarded`).
+    """
+
+    def __init__(self, delay: float, function: Callable[[], Any]) -> None:
+        self.delay = delay
+        self._function = function
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pending(self) -> bool:
+        """True while a delayed call is waiting."""
+        return self._timer is not None
+
+    def __call__(self) -> None:
+        if self.delay <= 0:
+            self.cancel()
+            self._function()
+            return
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            timer = threading.Timer(self.delay, self._fire)
+            timer.daemon = True
+            self._timer = timer
+            timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._timer is None or threading.current_thread() is not self._timer:
+                return
+            self._timer = None
+        self._function()
+
+    def cancel(self) -> None:
+        """Forget a waiting call."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def flush(self) -> None:
+        """Make a waiting call now."""
+        if self.pending:
+            self.cancel()
+            self._function()
+
+
+class Repeater:
+    """Call ``function`` every ``interval`` seconds in a daemon thread, between start and stop.
+
+    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread.
+    """
+
+    def __init__(self, interval: float, function: Callable[[], Any], name: str = "gpucloud-nb-timer"):
+        self.interval = interval
+        self._function = function
+        self._name = name
+        self._stop: threading.Event | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return self._stop is not None and not self._stop.is_set()
+
+    def start(self) -> None:
+        """Start calling, unless already running."""
+        with self._lock:
+            if self.running:
+                return
+            stop = threading.Event()
+            self._stop = stop
+            threading.Thread(target=self._loop, args=(stop,), name=self._name, daemon=True).start()
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            try:
+                self._function()
+            except Exception:
+                log.debug("A periodic widget refresh failed", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop calling (a call in progress finishes)."""
+        with self._lock:
+            if self._stop is not None:
+                self._stop.set()
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def money(value: float | None) -> str:
+    """Dollars: ``$2.49``, ``$0.00014``, ``$1,234.50``; ``""`` for a missing value."""
+    return format_price(value)
+
+
+def per_hour(value: float | None) -> str:
+    """An hourly price: ``$2.49/h``."""
+    text = money(value)
+    return f"{text}/h" if text else ""
+
+
+def per_day(hourly: float | None) -> str:
+    """An hourly price as a daily one: ``$59.76/day``."""
+    try:
+        daily = float(hourly) * 24  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    text = money(daily)
+    return f"{text}/day" if text else ""
+
+
+def duration(seconds: float | None) -> str:
+    """A duration for people: ``12 s``, ``3 min 05 s``, ``2 h 03 min``, ``4 d 02 h``."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
+
+
+# --------------------------------------------------------------------------- widget plumbing
+
+
+def show(widget: widgets.Widget, visible: bool = True) -> None:
+    """Show or hide a widget (it keeps its state while hidden)."""
+    widget.layout.display = None if visible else "none"
+
+
+def hide(widget: widgets.Widget) -> None:
+    """Hide a widget."""
+    show(widget, False)
+
+
+def set_options(dropdown: widgets.Dropdown, options: Sequence[tuple[str, Any]], value: Any = None,
+                *, keep: bool = True) -> None:
+    """Replace a dropdown's options, keeping its value when still offered, else ``value``.
+
+    ipywidgets resets the selection to the first option when options change; this keeps the
+    user's choice instead, and falls back to ``value`` (or the first option).
+    """
+    previous = dropdown.value
+    options = list(options)
+    values = [v for _, v in options]
+    dropdown.options = options
+    if keep and previous in values:
+        dropdown.value = previous
+    elif value in values:
+        dropdown.value = value
+    elif options:
+        dropdown.index = 0
+
+
+def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
+    """Every widget reachable from ``root`` through ``children``, layouts and styles included."""
+    seen: set[int] = set()
+    stack: list[Any] = [root]
+    while stack:
+        widget = stack.pop()
+        if not isinstance(widget, widgets.Widget) or id(widget) in seen:
+            continue
+        seen.add(id(widget))
+        yield widget
+        for name in widget.keys:
+            value = getattr(widget, name, None)
+            if isinstance(value, widgets.Widget):
+                stack.append(value)
+            elif isinstance(value, list | tuple):
+                stack.extend(v for v in value if isinstance(v, widgets.Widget))
+
+
+def labelled(text: str, css_class: str | None = None) -> widgets.HTML:
+    """A small bold section heading."""
+    label = widgets.HTML(f"<b>{html.escape(text)}</b>")
+    if css_class:
+        label.add_class(css_class)
+    return label
+
+
+def with_classes(widget: widgets.Widget, *classes: str) -> widgets.Widget:
+    """Add CSS classes to a widget and return it (for building layouts inline)."""
+    for css_class in classes:
+        widget.add_class(css_class)
+    return widget
+
+
+def escape(value: Any) -> str:
+    """Text from the server, safe inside HTML."""
+    return html.escape("" if value is None else str(value))
+
+
+def join_nonempty(parts: Iterable[str], separator: str = " · ") -> str:
+    """Join the non-empty parts."""
+    return separator.join(part for part in parts if part)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def cell_text(value: Any) -> str:
+    """Plain text for a table cell: blanks for missing values, ``yes``/``no`` for flags."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return ""
+        return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
+    try:
+        import pandas as pd
+
+        if pd.isna(value):
+            return ""
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
+               formatters: dict[str, Callable[[Any], str]] | None = None,
+               table_class: str = "gpucloud-table") -> str:
+    """A DataFrame as an HTML table: prices as dollars, every other cell escaped text.
+
+    Uses :func:`gpucloud_nb.frames.style_prices` (a pandas Styler, index hidden) for the
+    ``price_columns``; ``formatters`` maps other columns to functions returning plain text (it is
+    escaped here: offer and instance text comes from a server).
+    """
+    from gpucloud_nb.frames import style_prices
+
+    formatters = formatters or {}
+    prices = [c for c in price_columns if c in frame.columns]
+    styler = style_prices(frame, columns=prices)
+    for column in frame.columns:
+        if column in prices:
+            continue
+        text = formatters.get(column, cell_text)
+        styler = styler.format(lambda value, text=text: escape(text(value)), subset=[column])
+    styler = styler.set_table_attributes(
+        f'class="{escape(table_class)}" style="border-collapse:collapse;font-size:0.9em"'
+    )
+    styler = styler.set_table_styles([
+        {"selector": "th", "props": "text-align:left;padding:2px 8px;border-bottom:1px solid #ccc"},
+        {"selector": "td", "props": "padding:2px 8px"},
+    ])
+    return styler.to_html()

@@ -1,0 +1,482 @@
+"""``InstancesPanel``: your instances with status, age, price and spend; details; safe delete.
+
+    >>> panel = InstancesPanel(cloud)
+    >>> panel.frame[["name", "status", "hourlyPrice", "spend"]]
+    >>> panel.details(instance_id)               # InstanceDetails, also shown in the panel
+    >>> panel.request_delete(instance_id)        # "Delete train-1? Its data is lost unless ..."
+    >>> panel.confirm_delete()                   # or panel.cancel_delete()
+
+Choices, written down once:
+
+- Spend so far comes from :func:`spend_so_far`: ``cloud.spend()`` when the client has it (its
+  ledger remembers when each instance was first seen active), otherwise an estimate: hourly price
+  × hours billed, billing while ``active`` (from ``updatedAt``, the time of its last transition)
+  and ``deleting`` (until ``updatedAt``), nothing while ``pending`` or after ``error``. For
+  ``deleting`` and ``deleted`` instances the estimate starts at ``createdAt``: an upper bound.
+- The list refreshes every ``interval`` seconds (2 by default) in a daemon thread *while* any
+  instance is pending or deleting, and stops by itself otherwise, or after three failed
+  refreshes in a row. ``refresh()`` works from code at any time.
+- Deleted instances are hidden unless "show deleted" is ticked (the cloud keeps listing them).
+- Deleting always asks first; only :meth:`InstancesPanel.confirm_delete` (or its button) sends
+  the DELETE.
+- Extension hook: :meth:`InstancesPanel.extra_cells` adds columns to each row and
+  :meth:`InstancesPanel.extra_actions` adds widgets beside Details/Delete for the selected
+  instance (for example an auto-delete countdown with extend/cancel buttons). Both return nothing
+  here; override them in a subclass (or assign callables to the instance), then ``refresh()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+
+from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.models import Instance, InstanceDetails
+from gpucloud_nb.widgets._common import (
+    STYLE,
+    Repeater,
+    StatusLine,
+    duration,
+    escape,
+    frame_html,
+    guarded,
+    log,
+    per_day,
+    per_hour,
+    set_options,
+    show,
+)
+
+__all__ = ["BASE_COLUMNS", "InstancesPanel", "estimate_spend", "spend_so_far"]
+
+#: The table's own columns; :meth:`InstancesPanel.extra_cells` may add more after them.
+BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
+                                 "_id")
+_BUSY = ("pending", "deleting")
+_MAX_FAILURES = 3
+
+
+def estimate_spend(instance: Instance, now: datetime) -> float:
+    """Hourly price × hours billed, from the instance's own timestamps (see the module docs)."""
+    price = instance.hourly_price
+    if math.isnan(price) or instance.status not in ("active", "deleting", "deleted"):
+        return 0.0
+    created, updated = instance.created_at, instance.updated_at
+    if instance.status == "active":
+        start, end = updated or created, now
+    elif instance.status == "deleting":
+        start, end = created, updated or now
+    else:
+        start, end = created, instance.deleted_at or updated or now
+    if start is None or end is None:
+        return 0.0
+    return price * max((end - start).total_seconds(), 0.0) / 3600.0
+
+
+def spend_so_far(cloud: Any, instances: Sequence[Instance],
+                 now: datetime | None = None) -> dict[str, float]:
+    """Spend so far of each instance by id: ``cloud.spend()`` when it exists, else an estimate."""
+    now = now or datetime.now(timezone.utc)
+    known: dict[str, float] = {}
+    spend = getattr(cloud, "spend", None)
+    if callable(spend):
+        try:
+            frame = spend()
+            for key, amount in zip(frame["_id"], frame["spend"], strict=False):
+                if amount == amount and amount is not None:
+                    known[str(key)] = float(amount)
+        except Exception:
+            log.debug("cloud.spend() failed; estimating spend from timestamps", exc_info=True)
+    return {i.id: known[i.id] if i.id in known else estimate_spend(i, now) for i in instances}
+
+
+def _gpu_text(instance: Instance) -> str:
+    return f"{instance.gpu_model} ×{instance.gpu_count}" if instance.gpu_model else ""
+
+
+def _age(value: Any) -> str:
+    try:
+        if value is None or pd.isna(value):
+            return ""
+        return duration(pd.Timedelta(value).total_seconds())
+    except (TypeError, ValueError):
+        return ""
+
+
+def _volume_text(item: Any) -> str:
+    if isinstance(item, list | tuple):
+        return " at ".join(str(part) for part in item)
+    if isinstance(item, Mapping):
+        return ", ".join(f"{k}: {v}" for k, v in item.items())
+    return str(item)
+
+
+class InstancesPanel(widgets.VBox):
+    """Your instances as a table, kept fresh while something is starting or stopping.
+
+    ``InstancesPanel(cloud, *, interval=2.0, show_deleted=False)``.
+
+    From code: :meth:`refresh` (→ :attr:`frame`), :attr:`instances`, :meth:`select`,
+    :attr:`selected`, :meth:`details`, :meth:`request_delete`, :meth:`confirm_delete`,
+    :meth:`cancel_delete`, :attr:`auto_refreshing`; hooks :meth:`extra_cells` and
+    :meth:`extra_actions`.
+
+    CSS classes: ``gpucloud-instances-panel`` (the panel), ``gpucloud-instances-refresh``,
+    ``gpucloud-instances-show-deleted``, ``gpucloud-instances-updated``,
+    ``gpucloud-instances-table`` (the HTML widget; the ``<table>`` inside has
+    ``gpucloud-table``), ``gpucloud-instances-select``, ``gpucloud-instance-details-button``,
+    ``gpucloud-instance-delete-button``, ``gpucloud-instance-actions`` (the hook's widgets),
+    ``gpucloud-delete-confirm`` (the confirmation row), ``gpucloud-delete-question``,
+    ``gpucloud-delete-confirm-button``, ``gpucloud-delete-cancel-button``,
+    ``gpucloud-instance-details``, ``gpucloud-instances-status`` (with ``gpucloud-status``, and
+    ``gpucloud-error`` while it shows an error).
+    """
+
+    def __init__(self, cloud: Any, *, interval: float = 2.0, show_deleted: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_class("gpucloud-instances-panel")
+        self._cloud = cloud
+        self.all_instances: list[Instance] = []
+        self.instances: list[Instance] = []
+        self.frame: pd.DataFrame = pd.DataFrame(columns=list(BASE_COLUMNS))
+        self.pending_delete: str | None = None
+        self.shown_details: InstanceDetails | None = None
+        self._lock = threading.RLock()
+        self._quiet = 0
+        self._failures = 0
+        self._refresh_failed = False
+        self.status = StatusLine("gpucloud-instances-status")
+        self._poller = Repeater(interval, self._tick, name="gpucloud-nb-instances-refresh")
+        self._build_widgets(show_deleted)
+        self._wire()
+        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
+            self.refresh()
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_widgets(self, show_deleted: bool) -> None:
+        def css(widget: Any, name: str) -> Any:
+            widget.add_class(name)
+            return widget
+
+        self.refresh_button = css(widgets.Button(description="Refresh", icon="refresh",
+                                                 layout=widgets.Layout(width="8em")),
+                                  "gpucloud-instances-refresh")
+        self.show_deleted = css(widgets.Checkbox(description="show deleted", value=show_deleted,
+                                                 indent=False, layout=widgets.Layout(width="9em")),
+                                "gpucloud-instances-show-deleted")
+        self.updated = css(widgets.HTML(), "gpucloud-instances-updated")
+        self.table = css(widgets.HTML(), "gpucloud-instances-table")
+        self.table.layout.max_height = "24em"
+        self.table.layout.overflow = "auto"
+        self.instance_select = css(widgets.Dropdown(description="Instance", style=STYLE,
+                                                    options=[("—", None)],
+                                                    layout=widgets.Layout(width="36em")),
+                                   "gpucloud-instances-select")
+        self.details_button = css(widgets.Button(description="Details", icon="info-circle",
+                                                 layout=widgets.Layout(width="8em")),
+                                  "gpucloud-instance-details-button")
+        self.delete_button = css(widgets.Button(description="Delete…", icon="trash",
+                                                button_style="danger",
+                                                layout=widgets.Layout(width="8em")),
+                                 "gpucloud-instance-delete-button")
+        self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
+        self.question = css(widgets.HTML(), "gpucloud-delete-question")
+        self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
+                                                 button_style="danger"),
+                                  "gpucloud-delete-confirm-button")
+        self.cancel_button = css(widgets.Button(description="Cancel"),
+                                 "gpucloud-delete-cancel-button")
+        self.confirm_box = css(widgets.HBox([self.question, self.confirm_button,
+                                             self.cancel_button]), "gpucloud-delete-confirm")
+        show(self.confirm_box, False)
+        self.details_view = css(widgets.HTML(), "gpucloud-instance-details")
+        self.children = (
+            widgets.HBox([self.refresh_button, self.show_deleted, self.updated],
+                         layout=widgets.Layout(align_items="center", grid_gap="12px")),
+            self.table,
+            widgets.HBox([self.instance_select, self.details_button, self.delete_button,
+                          self.actions], layout=widgets.Layout(flex_flow="row wrap")),
+            self.confirm_box, self.status, self.details_view,
+        )
+
+    def _wire(self) -> None:
+        self.refresh_button.on_click(guarded(self.status, lambda _: self.refresh()))
+        self.show_deleted.observe(guarded(self.status, lambda _: self.refresh()), names="value")
+        self.instance_select.observe(guarded(self.status, self._picked), names="value")
+        self.details_button.on_click(guarded(self.status, lambda _: self.details()))
+        self.delete_button.on_click(guarded(self.status, lambda _: self.request_delete()))
+        self.confirm_button.on_click(guarded(self.status, lambda _: self.confirm_delete()))
+        self.cancel_button.on_click(guarded(self.status, lambda _: self.cancel_delete()))
+
+    # ------------------------------------------------------------------ hooks
+
+    def extra_cells(self, instance: Instance) -> dict[str, Any]:
+        """Extra cells of one row, column name → value (shown as escaped text); none here.
+
+        Override (or assign a callable to ``panel.extra_cells``) to add columns, such as an
+        auto-delete countdown; the panel calls it for every row on every refresh.
+        """
+        return {}
+
+    def extra_actions(self, instance: Instance | None) -> list[widgets.Widget]:
+        """Extra widgets beside Details/Delete for the selected instance; none here.
+
+        Override (or assign a callable) to add buttons such as "extend" or "cancel auto-delete";
+        called when the selection changes and on every refresh.
+        """
+        return []
+
+    # ------------------------------------------------------------------ data
+
+    @property
+    def auto_refreshing(self) -> bool:
+        """True while the panel refreshes itself (something is pending or deleting)."""
+        return self._poller.running
+
+    def _tick(self) -> None:
+        try:
+            self.refresh()
+        except Exception:
+            self._failures += 1
+            if self._failures >= _MAX_FAILURES:
+                self._poller.stop()
+                self.status.error(f"Auto-refresh stopped after {_MAX_FAILURES} failed refreshes; "
+                                  "press Refresh to try again.")
+        else:
+            self._failures = 0
+
+    def refresh(self) -> pd.DataFrame:
+        """List the instances again and redraw; returns :attr:`frame`."""
+        with self._lock:
+            try:
+                listed = list(self._cloud.instances.list())
+                now = datetime.now(timezone.utc)
+                spend = spend_so_far(self._cloud, listed, now)
+            except Exception as error:
+                self.status.error(error)
+                self._refresh_failed = True
+                raise
+            listed.sort(key=lambda i: i.created_at or now, reverse=True)
+            self.all_instances = listed
+            self.instances = [i for i in listed
+                              if self.show_deleted.value or i.status != "deleted"]
+            self.frame = self._build_frame(self.instances, spend, now)
+            self._render()
+            self._sync_details()
+            busy = [i for i in listed if i.status in _BUSY]
+            if busy:
+                self._poller.start()
+            else:
+                self._poller.stop()
+            stamp = now.astimezone().strftime("%H:%M:%S")
+            auto = (f" · refreshing every {self._poller.interval:g} s while "
+                    f"{len(busy)} instance{'s' if len(busy) != 1 else ''} "
+                    f"{'are' if len(busy) != 1 else 'is'} pending or deleting") if busy else ""
+            self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
+            if self._refresh_failed:
+                self._refresh_failed = False
+                self.status.clear()
+            return self.frame
+
+    def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
+                     now: datetime) -> pd.DataFrame:
+        rows = []
+        extra_columns: list[str] = []
+        for instance in instances:
+            extras = dict(self.extra_cells(instance) or {})
+            extra_columns += [c for c in extras if c not in extra_columns and c not in BASE_COLUMNS]
+            created = instance.created_at
+            rows.append({
+                "name": instance.name, "status": instance.status, "gpu": _gpu_text(instance),
+                "region": instance.region_id,
+                "age": pd.Timedelta(now - created) if created else pd.NaT,
+                "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
+                "_id": instance.id, **extras,
+            })
+        return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *extra_columns])
+
+    def _render(self) -> None:
+        if self.frame.empty:
+            hidden = len(self.all_instances) - len(self.instances)
+            note = f" ({hidden} deleted hidden)" if hidden else ""
+            self.table.value = f"<i>No instances{escape(note)}.</i>"
+        else:
+            self.table.value = frame_html(self.frame, price_columns=("hourlyPrice", "spend"),
+                                          formatters={"age": _age})
+        options: list[tuple[str, Any]] = [("—", None)]
+        options += [(f"{i.name} · {i.status} · {per_hour(i.hourly_price)} ({i.id})", i.id)
+                    for i in self.instances]
+        self._quiet += 1
+        try:
+            set_options(self.instance_select, options, None)
+        finally:
+            self._quiet -= 1
+        self._render_actions()
+
+    def _render_actions(self) -> None:
+        widgets_ = self.extra_actions(self.selected)
+        self.actions.children = tuple(widgets_ or ())
+
+    def _sync_details(self) -> None:
+        """Re-read the details on show when that instance's status changed."""
+        shown = self.shown_details
+        if shown is None:
+            return
+        now = next((i for i in self.all_instances if i.id == shown.id), None)
+        if now is not None and now.status != shown.status:
+            try:
+                self.details(shown.id)
+            except Exception:
+                log.debug("Could not refresh the instance details", exc_info=True)
+
+    # ------------------------------------------------------------------ selection and details
+
+    @property
+    def selected(self) -> Instance | None:
+        """The instance chosen in the dropdown, if any."""
+        return self._find(self.instance_select.value) if self.instance_select.value else None
+
+    def _find(self, instance_id: str) -> Instance | None:
+        return next((i for i in self.all_instances if i.id == instance_id), None)
+
+    def _require(self, instance_id: str | None, action: str) -> Instance:
+        instance_id = instance_id or self.instance_select.value
+        if not instance_id:
+            raise InvalidInputError(f"Choose an instance to {action} first.")
+        instance = self._find(instance_id)
+        if instance is None:
+            raise InvalidInputError(f"There is no instance {instance_id} in this list; "
+                                    "refresh and try again.")
+        return instance
+
+    def _picked(self, change: Mapping[str, Any]) -> None:
+        if self._quiet:
+            return
+        self._render_actions()
+        if self.pending_delete and self.pending_delete != change.get("new"):
+            self.cancel_delete()
+        if change.get("new"):
+            self.details(change["new"])
+
+    def select(self, instance_id: str) -> Instance:
+        """Choose an instance (and show its details); returns it."""
+        try:
+            instance = self._require(instance_id, "select")
+            if instance.id not in [v for _, v in self.instance_select.options]:
+                self.show_deleted.value = True  # a deleted one: show the deleted too
+            self.instance_select.value = instance.id
+        except Exception as error:
+            self.status.error(error)
+            raise
+        return instance
+
+    def details(self, instance_id: str | None = None) -> InstanceDetails:
+        """Read one instance in full (default: the selected one) and show it; returns it."""
+        try:
+            instance_id = instance_id or self.instance_select.value
+            if not instance_id:
+                raise InvalidInputError("Choose an instance to see its details first.")
+            details = self._cloud.instances.get(instance_id)
+        except Exception as error:
+            self.status.error(error)
+            raise
+        self.shown_details = details
+        self.details_view.value = self._details_html(details)
+        return details
+
+    @staticmethod
+    def _details_html(d: InstanceDetails) -> str:
+        ssh = d.ssh_command
+        key = d.ssh_key.get("name") or d.ssh_key.get("_id") if d.ssh_key else ""
+        software = d.os
+        if d.docker_image:
+            command = f" ({d.docker_command})" if d.docker_command else ""
+            software = f"container {d.docker_image}{command}"
+        rows: list[tuple[str, str]] = [
+            ("Name", d.name), ("Id", d.id), ("Status", d.status),
+            ("Provider", d.provider), ("Region", d.region_id),
+            ("GPU", f"{d.gpu_model} ×{d.gpu_count}, {d.vram_per_gpu:g} GB each"
+                    + (", NVLink" if d.nvlink else "")),
+            ("CPU / RAM / disk", f"{d.vcpus:g} vCPU · {d.ram:g} GB RAM · {d.storage:g} GB storage"),
+            ("Interconnect", d.interconnect),
+            ("Software", software),
+            ("Price", f"{per_hour(d.hourly_price)} ({per_day(d.hourly_price)})"),
+            ("IP", d.ip or "none yet"),
+            ("SSH", ssh or "available once active"),
+            ("Port forwards", ", ".join(d.port_forwards) or "none"),
+            ("Volumes", "; ".join(_volume_text(v) for v in d.volumes) or "none"),
+            ("SSH key", str(key or "none")),
+            ("Created", d.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+             if d.created_at else ""),
+        ]
+        if d.deleted_at:
+            rows.append(("Deleted", d.deleted_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")))
+        cells = "".join(
+            f'<tr><th style="text-align:left;padding:1px 12px 1px 0">{escape(k)}</th>'
+            f"<td>{'<code>' + escape(v) + '</code>' if k == 'SSH' and ssh else escape(v)}</td></tr>"
+            for k, v in rows)
+        return f'<table class="gpucloud-details-table">{cells}</table>'
+
+    # ------------------------------------------------------------------ delete
+
+    def request_delete(self, instance_id: str | None = None) -> str:
+        """Ask to delete an instance (default: the selected one); returns the question shown."""
+        try:
+            instance = self._require(instance_id, "delete")
+            if instance.status in ("deleting", "deleted"):
+                raise InvalidInputError(f"{instance.name} is already {instance.status}.")
+        except Exception as error:
+            self.status.error(error)
+            raise
+        question = f"Delete {instance.name}? Its data is lost unless it is on a volume."
+        self.pending_delete = instance.id
+        self.question.value = f"<b>{escape(question)}</b>"
+        show(self.confirm_box, True)
+        self.status.clear()
+        return question
+
+    def confirm_delete(self) -> str:
+        """Delete the instance asked about in :meth:`request_delete`; returns its id."""
+        instance_id = self.pending_delete
+        try:
+            if instance_id is None:
+                raise InvalidInputError("Nothing to confirm: ask to delete an instance first.")
+            instance = self._find(instance_id)
+            name = instance.name if instance else instance_id
+            self._cloud.instances.delete(instance_id)
+        except Exception as error:
+            self.status.error(error)
+            raise
+        self.pending_delete = None
+        show(self.confirm_box, False)
+        self.refresh()
+        self.status.success(f"Deleting {name}; the list follows until it is gone.")
+        return instance_id
+
+    def cancel_delete(self) -> None:
+        """Forget the delete question; nothing is deleted."""
+        instance = self._find(self.pending_delete) if self.pending_delete else None
+        self.pending_delete = None
+        show(self.confirm_box, False)
+        if instance is not None:
+            self.status.info(f"Kept {instance.name}.")
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Stop refreshing and close the panel."""
+        self._poller.stop()
+        super().close()
+
+    def __repr__(self) -> str:
+        return f"<InstancesPanel {len(self.instances)} instances>"
+

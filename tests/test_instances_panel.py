@@ -1,0 +1,254 @@
+"""InstancesPanel against the sandbox, over real HTTP: list, auto-refresh, details, delete."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import ipywidgets as widgets
+import pandas as pd
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.models import Instance
+from gpucloud_nb.widgets import InstancesPanel
+from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets.instances_panel import estimate_spend, spend_so_far
+
+SECRET = "sk-widget-secret-0123456789abcdef"
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def cloud(sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+@pytest.fixture
+def observer(sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+@pytest.fixture
+def panels() -> Iterator[list[InstancesPanel]]:
+    made: list[InstancesPanel] = []
+    yield made
+    for panel in made:
+        panel.close()
+
+
+def make_panel(panels: list[InstancesPanel], cloud: GPUCloud, **options: object) -> InstancesPanel:
+    options.setdefault("interval", 0.05)
+    panel = InstancesPanel(cloud, **options)
+    panels.append(panel)
+    return panel
+
+
+def launch(cloud: GPUCloud, name: str, volume_id: str | None = None) -> Instance:
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    return cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        volume_id=volume_id)
+
+
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def status_in_panel(panel: InstancesPanel, instance_id: str) -> str | None:
+    rows = panel.frame[panel.frame["_id"] == instance_id]
+    return None if rows.empty else str(rows["status"].iloc[0])
+
+
+def test_lists_instances_with_status_age_price_and_spend(sandbox_factory, panels) -> None:
+    sandbox = sandbox_factory(launch_seconds=60)  # they stay pending for the whole test
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
+            GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as observer:
+        panel = make_panel(panels, cloud, interval=5)
+        assert "No instances" in panel.table.value and not panel.auto_refreshing
+        first = launch(observer, "train-1")
+        second = launch(observer, "train-2")
+        frame = panel.refresh()
+        assert panel.auto_refreshing
+        assert list(frame.columns[:8]) == ["name", "status", "gpu", "region", "age", "hourlyPrice",
+                                           "spend", "_id"]
+        assert set(frame["_id"]) == {first.id, second.id}
+        assert set(frame["status"]) == {"pending"} and (frame["spend"] == 0).all()
+        assert (frame["hourlyPrice"] == first.hourly_price).all()
+        assert (frame["age"] >= pd.Timedelta(0)).all()
+        assert "train-1" in panel.table.value and "$" in panel.table.value
+        assert {"gpucloud-instances-panel", "gpucloud-instances-table", "gpucloud-instances-select",
+                "gpucloud-instance-delete-button", "gpucloud-instance-details-button",
+                "gpucloud-delete-confirm", "gpucloud-instance-details"} <= {
+            c for w in iter_widgets(panel) for c in getattr(w, "_dom_classes", ())}
+
+
+def test_refreshes_itself_while_something_is_pending(cloud, observer, panels) -> None:
+    instance = launch(observer, "warming-up")
+    panel = make_panel(panels, cloud)
+    assert status_in_panel(panel, instance.id) == "pending" and panel.auto_refreshing
+    assert "refreshing every" in panel.updated.value
+    wait_for(lambda: status_in_panel(panel, instance.id) == "active")
+    wait_for(lambda: not panel.auto_refreshing)
+    assert "refreshing every" not in panel.updated.value
+
+
+def test_delete_asks_first_and_cancel_keeps_the_instance(cloud, observer, panels) -> None:
+    instance = launch(observer, "train-1")
+    panel = make_panel(panels, cloud)
+    panel.instance_select.value = instance.id
+    panel.delete_button.click()
+    assert panel.confirm_box.layout.display is None
+    assert "Delete train-1? Its data is lost unless it is on a volume." in panel.question.value
+    panel.cancel_button.click()
+    assert panel.confirm_box.layout.display == "none" and panel.pending_delete is None
+    assert panel.status.text == "Kept train-1."
+    assert observer.instances.get(instance.id).status in ("pending", "active")
+
+    panel.delete_button.click()
+    panel.confirm_button.click()
+    assert observer.instances.get(instance.id).status in ("deleting", "deleted")
+    assert "Deleting train-1" in panel.status.text and panel.confirm_box.layout.display == "none"
+    wait_for(lambda: status_in_panel(panel, instance.id) is None)  # gone once deleted
+    wait_for(lambda: not panel.auto_refreshing)
+    panel.show_deleted.value = True
+    assert status_in_panel(panel, instance.id) == "deleted"
+
+
+def test_delete_from_code(cloud, observer, panels) -> None:
+    keep = launch(observer, "keep")
+    drop = launch(observer, "drop")
+    panel = make_panel(panels, cloud)
+    with pytest.raises(InvalidInputError, match="Nothing to confirm"):
+        panel.confirm_delete()
+    with pytest.raises(InvalidInputError, match="Choose an instance"):
+        panel.request_delete()
+    assert panel.status.is_error
+    assert panel.request_delete(drop.id) == "Delete drop? Its data is lost unless it is on a volume."
+    assert panel.confirm_delete() == drop.id
+    assert observer.instances.get(drop.id).status in ("deleting", "deleted")
+    assert observer.instances.get(keep.id).status in ("pending", "active")
+    with pytest.raises(InvalidInputError, match="already"):
+        panel.request_delete(drop.id)
+
+
+def test_details_view(cloud, observer, panels) -> None:
+    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    volume_offer = next((v for v in observer.volumes.offers()
+                         if v.cloud_provider.id == offer.cloud.id), None)
+    volume_id = None
+    if volume_offer is not None:
+        volume_id = observer.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                            region=offer.available_regions[0],
+                                            size_in_gb=volume_offer.min_size_in_gb).id
+    instance = launch(observer, "detailed", volume_id)
+    observer.instances.wait_until_active(instance.id, timeout=10)
+    panel = make_panel(panels, cloud)
+    assert panel.select(instance.id).id == instance.id
+    details = panel.details()
+    assert details.status == "active" and panel.shown_details == details
+    view = panel.details_view.value
+    assert details.ip in view and details.ssh_command in view
+    assert all(port in view for port in details.port_forwards)
+    assert "detailed" in view and "$" in view
+    if volume_id:
+        assert volume_id in view
+    panel.details_button.click()
+    assert panel.details_view.value
+    with pytest.raises(GPUCloudError):
+        panel.details("no-such-instance")
+    assert panel.status.is_error and "no-such-instance" in panel.status.text
+
+
+def test_extension_hooks_add_cells_and_actions(cloud, observer, panels) -> None:
+    class Countdown(InstancesPanel):
+        def extra_cells(self, instance):
+            return {"autoDelete": f"in 5 min ({instance.name})"}
+
+        def extra_actions(self, instance):
+            return [widgets.Button(description="Extend")] if instance else []
+
+    instance = launch(observer, "timed")
+    panel = Countdown(cloud, interval=0.05)
+    panels.append(panel)
+    assert list(panel.frame["autoDelete"]) == ["in 5 min (timed)"]
+    assert "in 5 min (timed)" in panel.table.value
+    assert panel.actions.children == ()
+    panel.select(instance.id)
+    assert [b.description for b in panel.actions.children] == ["Extend"]
+
+
+def test_refresh_errors_are_sentences(sandbox_factory, panels) -> None:
+    sandbox = sandbox_factory()
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_retries=0, timeout=2) as cloud:
+        panel = make_panel(panels, cloud)
+        sandbox.stop()
+        panel.refresh_button.click()  # never raises into the void
+        assert panel.status.is_error and "Traceback" not in panel.status.value
+        with pytest.raises(GPUCloudError):
+            panel.refresh()
+
+
+def test_spend_estimate_from_timestamps() -> None:
+    def item(status: str, **times: datetime) -> Instance:
+        return Instance.from_json({
+            "_id": "i1", "status": status, "hourlyPrice": 2.0,
+            "createdAt": times.get("created", T0).isoformat(),
+            "updatedAt": times.get("updated", T0).isoformat(),
+            "deletedAt": times["deleted"].isoformat() if "deleted" in times
+            else "1970-01-01T00:00:00.000Z"})
+
+    later = T0 + timedelta(hours=3)
+    assert estimate_spend(item("pending"), later) == 0
+    assert estimate_spend(item("error"), later) == 0
+    active = item("active", updated=T0 + timedelta(hours=1))
+    assert estimate_spend(active, later) == pytest.approx(4.0)
+    deleting = item("deleting", updated=T0 + timedelta(hours=2))
+    assert estimate_spend(deleting, later) == pytest.approx(4.0)
+    deleted = item("deleted", updated=T0 + timedelta(hours=1),
+                   deleted=T0 + timedelta(hours=1, minutes=30))
+    assert estimate_spend(deleted, later) == pytest.approx(3.0)
+
+
+def test_spend_prefers_cloud_spend_and_falls_back() -> None:
+    instance = Instance.from_json({"_id": "i1", "status": "active", "hourlyPrice": 2.0,
+                                   "createdAt": T0.isoformat(), "updatedAt": T0.isoformat()})
+    other = Instance.from_json({"_id": "i2", "status": "pending", "hourlyPrice": 1.0,
+                                "createdAt": T0.isoformat(), "updatedAt": T0.isoformat()})
+    later = T0 + timedelta(hours=1)
+
+    class WithSpend:
+        def spend(self) -> pd.DataFrame:
+            return pd.DataFrame({"_id": ["i1"], "spend": [1.23]})
+
+    class BrokenSpend:
+        def spend(self) -> pd.DataFrame:
+            raise RuntimeError("ledger offline")
+
+    assert spend_so_far(WithSpend(), [instance, other], later) == {"i1": 1.23, "i2": 0.0}
+    assert spend_so_far(BrokenSpend(), [instance], later) == {"i1": pytest.approx(2.0)}
+    assert spend_so_far(object(), [instance], later) == {"i1": pytest.approx(2.0)}
+
+
+def test_no_widget_state_holds_the_api_key(sandbox_factory, panels) -> None:
+    sandbox = sandbox_factory(api_key=SECRET)
+    with GPUCloud(api_key=SECRET, base_url=sandbox.management_url) as cloud:
+        instance = launch(cloud, "secret-test")
+        panel = make_panel(panels, cloud)
+        panel.select(instance.id)
+        panel.request_delete(instance.id)
+        states = [json.dumps(w.get_state(), default=str) for w in iter_widgets(panel)]
+        assert len(states) > 20
+        assert not any(SECRET in state for state in states)
+        assert SECRET not in repr(panel)

@@ -1,0 +1,338 @@
+"""LaunchForm against the sandbox, over real HTTP: checks, launch, progress, volumes, errors."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
+from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.widgets import LaunchForm, WaitStopped
+from gpucloud_nb.widgets._common import iter_widgets
+
+SECRET = "sk-widget-secret-0123456789abcdef"
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample me@laptop"
+
+
+@pytest.fixture
+def cloud(sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+@pytest.fixture
+def observer(sandbox) -> Iterator[GPUCloud]:
+    """A separate client, to check what really happened on the sandbox."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+def pick(cloud: GPUCloud, deployment_type: str, *, cloud_init: bool | None = None,
+         volumes: bool | None = None) -> InstanceOffer:
+    sellers = {o.cloud_provider.id for o in cloud.volumes.offers()}
+    for offer in cloud.instances.offers(deployment_type=deployment_type, available=True,
+                                        sort="price"):
+        if cloud_init is not None and offer.cloud_init_available != cloud_init:
+            continue
+        if volumes is not None and (offer.cloud.id in sellers) != volumes:
+            continue
+        return offer
+    raise AssertionError("no such offer in the sandbox")
+
+
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def assert_disabled_because(form: LaunchForm, sentence: str) -> None:
+    assert form.problem is not None and sentence in form.problem, form.problem
+    assert form.launch_button.disabled
+    assert html.escape(form.problem) in form.reason.value
+
+
+# the form's checks ---------------------------------------------------------------------------
+
+
+def test_prefilled_form_and_each_invalid_state(cloud: GPUCloud) -> None:
+    offer = pick(cloud, "vm", cloud_init=True, volumes=True)
+    form = LaunchForm(cloud, offer)
+    assert form.offer.value == offer and form.offer.disabled
+    assert form.region.value == offer.available_regions[0]
+    assert [v for _, v in form.region.options] == list(offer.available_regions)
+    assert form.os.value == offer.configuration.os[0]
+    assert form.vm_box.layout.display is None and form.container_box.layout.display == "none"
+    assert form.cloud_init_box.layout.display is None
+    assert "$" in form.cost.value and "/day" in form.cost.value
+
+    assert_disabled_because(form, "Give the instance a name.")
+    form.fill(name="train-1")
+    assert form.problem is None and not form.launch_button.disabled and form.reason.value == ""
+
+    form.fill(region="mars-1")
+    assert_disabled_because(form, "is not offered in region 'mars-1'")
+    form.fill(region=offer.available_regions[0], os=None)
+    assert_disabled_because(form, "Choose an OS image for this vm offer.")
+    form.fill(os="windows-11")
+    assert_disabled_because(form, "has no OS image 'windows-11'")
+    form.fill(os=offer.configuration.os[-1], ssh_key=SSH_KEY, ssh_key_id="key-1")
+    assert_disabled_because(form, "not both")
+    form.fill(ssh_key_id=None, volume_id="vol-missing")
+    assert_disabled_because(form, "Volume vol-missing not found.")
+    form.fill(volume_id=None)
+    assert form.problem is None
+    with pytest.raises(TypeError, match="colour"):
+        form.fill(colour="red")
+
+
+def test_typing_updates_the_reason(cloud: GPUCloud) -> None:
+    form = LaunchForm(cloud, pick(cloud, "vm"))
+    form.name.value = "typed"
+    assert form.problem is None and not form.launch_button.disabled
+    form.name.value = "   "
+    assert_disabled_because(form, "Give the instance a name.")
+
+
+def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
+    offer = pick(cloud, "container")
+    form = LaunchForm(cloud, offer, name="serve")
+    assert form.container_box.layout.display is None and form.vm_box.layout.display == "none"
+    assert_disabled_because(form, "Give the container image to run")
+    form.image.value = "vllm/vllm-openai:latest"
+    assert form.problem is None
+    assert form.body["dockerContainer"] == {"image": "vllm/vllm-openai:latest"}
+    assert "vm" not in form.body
+
+
+def test_cloud_init_only_where_the_offer_runs_it(cloud: GPUCloud) -> None:
+    offer = pick(cloud, "vm", cloud_init=False)
+    form = LaunchForm(cloud, offer, name="no-init")
+    assert form.cloud_init_box.layout.display == "none"
+    assert "does not run cloud-init" in form.cloud_init_note.value
+    form.fill(cloud_init="#cloud-config\npackages: [htop]\n")
+    assert_disabled_because(form, "does not support cloud-init scripts")
+    assert form.cloud_init_box.layout.display is None  # the script is visible, so it can be removed
+    form.fill(cloud_init=None)
+    assert form.problem is None
+
+
+def test_cloud_init_upload_fills_the_script(cloud: GPUCloud, tmp_path) -> None:
+    form = LaunchForm(cloud, pick(cloud, "vm", cloud_init=True), name="init")
+    script = b"#!/bin/sh\necho ready > /tmp/ready\n"
+    form.cloud_init_file.value = ({"name": "init.sh", "type": "text/x-sh", "size": len(script),
+                                   "content": memoryview(script), "last_modified": NOW},)
+    assert form.cloud_init.value == script.decode()
+    assert "init.sh" in form.status.text and form.cloud_init_file.value == ()
+    assert base64.b64decode(form.body["vm"]["base64CloudInitScript"]) == script
+    form.cloud_init_file.value = ({"name": "x.bin", "type": "", "size": 2,
+                                   "content": memoryview(b"\xff\xfe"), "last_modified": NOW},)
+    assert form.status.is_error and "not UTF-8" in form.status.text
+    path = tmp_path / "init.yaml"
+    path.write_text("#cloud-config\n")
+    form.fill(cloud_init=path)
+    assert form.cloud_init.value == "#cloud-config\n"
+
+
+def test_cost_cap_disables_launch(sandbox, observer: GPUCloud) -> None:
+    offer = pick(observer, "vm")
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=offer.hourly_price / 2) as capped:
+        form = LaunchForm(capped, offer, name="too-dear")
+        assert_disabled_because(form, "above the cap")
+        assert "Cap $" in form.cost.value
+
+    running = observer.instances.create(
+        name="already", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=offer.hourly_price * 1.5) as capped:
+        form = LaunchForm(capped, offer, name="second")
+        assert_disabled_because(form, "above the cap")
+        assert "already used" in form.cost.value
+        observer.instances.delete(running.id)
+        form.refresh()
+        assert form.problem is None
+
+
+def test_offer_dropdown_when_no_offer_is_given(cloud: GPUCloud) -> None:
+    form = LaunchForm(cloud)
+    assert_disabled_because(form, "Choose an offer to launch.")
+    offers = [v for _, v in form.offer.options if v is not None]
+    assert offers and all(o.is_available for o in offers)
+    container = next(o for o in offers if o.deployment_type == "container")
+    form.offer.value = container
+    assert [v for _, v in form.region.options] == list(container.available_regions)
+    form.fill(name="x", image="busybox")
+    assert form.problem is None
+    vm = next(o for o in offers if o.deployment_type == "vm")
+    form.fill(offer=vm.instance_id)
+    assert form.offer.value == vm and form.os.value == vm.configuration.os[0]
+
+
+# launching -----------------------------------------------------------------------------------
+
+
+def test_launch_by_click_follows_progress_to_active(cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = pick(cloud, "vm", cloud_init=True)
+    form = LaunchForm(cloud, offer)
+    form.name.value = "train-1"
+    form.ssh_key.value = SSH_KEY
+    form.launch_button.click()
+    assert form.future is not None
+    assert form.launching and form.launch_button.disabled
+    assert form.progress_box.layout.display is None and form.stop_button.layout.display is None
+    details = form.future.result(timeout=10)
+
+    assert details.status == "active" and form.instance == details
+    assert form.progress.value == 1.0 and form.progress.bar_style == "success"
+    assert "active after" in form.elapsed.value
+    assert details.ip and details.ip in form.result.value
+    assert form.ssh_command.value == details.ssh_command and details.ssh_command.startswith("ssh ")
+    assert "$" in form.result.value and "/h" in form.result.value
+    assert form.status.text == "train-1 is active."
+    assert not form.launching and not form.launch_button.disabled
+    assert form.stop_button.layout.display == "none"
+
+    seen = observer.instances.get(details.id)
+    assert seen.name == "train-1" and seen.status == "active" and seen.os == offer.configuration.os[0]
+    assert seen.id in cloud.created_instance_ids
+
+
+def test_launch_from_code_returns_a_future(cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = pick(cloud, "container")
+    form = LaunchForm(cloud, offer).fill(name="serve-1", image="vllm/vllm-openai:latest")
+    future = form.launch()
+    assert form.launch() is future  # no second launch while the first runs
+    details = future.result(timeout=10)
+    assert details.docker_image == "vllm/vllm-openai:latest"
+    assert [i.name for i in observer.instances.list()] == ["serve-1"]
+
+
+def test_launch_with_an_invalid_form_fails_fast(cloud: GPUCloud, observer: GPUCloud) -> None:
+    form = LaunchForm(cloud, pick(cloud, "vm"))
+    future = form.launch()
+    with pytest.raises(InvalidInputError, match="Give the instance a name."):
+        future.result(timeout=1)
+    assert form.status.is_error and observer.instances.list() == []
+
+
+def test_create_volume_shortcut_then_launch_with_it(cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = pick(cloud, "vm", volumes=True)
+    volume_offer = next(v for v in cloud.volumes.offers() if v.cloud_provider.id == offer.cloud.id)
+    minimum = int(volume_offer.min_size_in_gb)
+    form = LaunchForm(cloud, offer, name="with-data")
+    assert form.volume.value is None and form.volume_create_box.layout.display == "none"
+    form.volume_create_toggle.click()
+    assert form.volume_create_box.layout.display is None
+    assert f"at least <b>{minimum:g} GB</b>" in form.volume_info.value
+
+    form.volume_name.value = "data"
+    form.volume_size.value = minimum - 1
+    assert form.volume_create_button.disabled
+    assert f"at least {minimum:g} GB" in form.volume_reason.value
+    form.volume_create_button.click()  # disabled in a browser; from code it still refuses
+    assert observer.volumes.list() == []
+    with pytest.raises(InvalidInputError):
+        form.create_volume()
+
+    form.volume_size.value = minimum + 5
+    assert not form.volume_create_button.disabled
+    form.volume_create_button.click()
+    volumes = observer.volumes.list()
+    assert [(v.name, v.size_in_gb, v.region) for v in volumes] == \
+        [("data", minimum + 5, form.region.value)]
+    assert form.volume.value == volumes[0].id and "selected" in form.volume_status.text
+    assert "+ volume data" in form.cost.value
+
+    details = form.launch().result(timeout=10)
+    assert volumes[0].id in json.dumps(observer.instances.get(details.id).volumes)
+    assert volumes[0].id in form.result.value
+
+
+def test_existing_volumes_of_the_same_provider_and_region_are_offered(
+        cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = pick(cloud, "vm", volumes=True)
+    region = offer.available_regions[0]
+    here = observer.volumes.create(name="here", cloud_provider=offer.cloud.id, region=region,
+                                   size_in_gb=100)
+    form = LaunchForm(cloud, offer, name="vol")
+    assert [v for _, v in form.volume.options] == [None, here.id]
+    form.fill(volume_id=here.id)
+    assert form.problem is None and form.body["volumeId"] == here.id
+
+
+def test_server_error_is_one_sentence(cloud: GPUCloud, observer: GPUCloud) -> None:
+    form = LaunchForm(cloud, pick(cloud, "vm"), name="job-sandbox-fail")
+    future = form.launch()
+    with pytest.raises(InstanceFailedError):
+        future.result(timeout=10)
+    assert form.status.is_error and "gpucloud-error" in form.status._dom_classes
+    assert "is error" in form.status.text and "Traceback" not in form.status.value
+    assert form.progress.bar_style == "danger" and not form.launch_button.disabled
+    assert observer.instances.list()[0].status == "error"
+
+
+def test_client_refusal_is_shown(sandbox, observer: GPUCloud) -> None:
+    offer = pick(observer, "vm")
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=offer.hourly_price * 1.5) as capped:
+        form = LaunchForm(capped, offer, name="late")
+        assert form.problem is None
+        observer.instances.create(  # meanwhile, someone else launches
+            name="other", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+        with pytest.raises(InvalidInputError, match="above the cap"):
+            form.launch().result(timeout=10)
+        assert "above the cap" in form.status.text and form.status.is_error
+    assert [i.name for i in observer.instances.list()] == ["other"]
+
+
+def test_unexpected_errors_are_labelled(cloud: GPUCloud, monkeypatch) -> None:
+    def broken(**_: object) -> None:
+        raise RuntimeError("socket on fire")
+
+    monkeypatch.setattr(cloud.instances, "create", broken)
+    form = LaunchForm(cloud, pick(cloud, "vm"), name="oops")
+    form.launch_button.click()
+    with pytest.raises(RuntimeError):
+        form.future.result(timeout=5)
+    assert form.status.text == "Something went wrong: RuntimeError: socket on fire"
+
+
+def test_stop_waiting_leaves_the_instance_running(sandbox_factory) -> None:
+    sandbox = sandbox_factory(launch_seconds=30)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        form = LaunchForm(cloud, pick(cloud, "vm"), name="slow")
+        future = form.launch()
+        wait_for(lambda: "pending…" in form.elapsed.value)
+        assert form.instance is not None and form.instance.status == "pending"
+        assert 0 <= form.progress.value < 0.95
+        form.stop_button.click()
+        with pytest.raises(WaitStopped, match="keeps launching"):
+            future.result(timeout=1)
+        assert "keeps launching" in form.status.text and not form.launching
+        assert form.stop_button.layout.display == "none"
+        assert cloud.instances.get(form.instance.id).status == "pending"
+        form.stop()  # nothing to stop any more
+
+
+def test_no_widget_state_holds_the_api_key(sandbox_factory) -> None:
+    sandbox = sandbox_factory(api_key=SECRET)
+    with GPUCloud(api_key=SECRET, base_url=sandbox.management_url) as cloud:
+        form = LaunchForm(cloud, pick(cloud, "vm"), name="secret-test")
+        form.launch().result(timeout=10)
+        states = [json.dumps(w.get_state(), default=str) for w in iter_widgets(form)]
+        assert len(states) > 30
+        assert not any(SECRET in state for state in states)
+        assert SECRET not in repr(form)

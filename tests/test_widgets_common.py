@@ -1,0 +1,188 @@
+"""The widgets' shared helpers: status line, guards, background work, debounce, formatting."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import types
+
+import ipywidgets as widgets
+import pandas as pd
+import pytest
+
+import gpucloud_nb.widgets as widget_package
+from gpucloud_nb.errors import InvalidInputError, NotFoundError
+from gpucloud_nb.widgets._common import (
+    Debouncer,
+    Repeater,
+    StatusLine,
+    describe_error,
+    duration,
+    frame_html,
+    guarded,
+    iter_widgets,
+    money,
+    per_day,
+    per_hour,
+    run_in_thread,
+    set_options,
+)
+
+
+def wait_for(condition, timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+# errors and the status line ------------------------------------------------------------------
+
+
+def test_describe_error_keeps_our_sentences_and_labels_the_unexpected(caplog) -> None:
+    assert describe_error(NotFoundError("Volume v1 not found.", status_code=404)) == \
+        "Volume v1 not found."
+    with caplog.at_level(logging.DEBUG, logger="gpucloud_nb.widgets"):
+        text = describe_error(ValueError("boom\nsecond line"))
+    assert text == "Something went wrong: ValueError: boom"
+    assert "Traceback" not in text
+    assert any(record.exc_info for record in caplog.records)
+    assert describe_error(KeyError()) == "Something went wrong: KeyError."
+
+
+def test_status_line_shows_escaped_sentences_and_marks_errors() -> None:
+    status = StatusLine("gpucloud-test-status")
+    assert {"gpucloud-status", "gpucloud-test-status"} <= set(status._dom_classes)
+    status.error(InvalidInputError("Bad <b>name</b>."))
+    assert status.is_error and status.text == "Bad <b>name</b>."
+    assert "gpucloud-error" in status._dom_classes
+    assert "&lt;b&gt;" in status.value and "<b>" not in status.value
+    status.success("Done.")
+    assert not status.is_error and "gpucloud-error" not in status._dom_classes
+    status.clear()
+    assert status.value == "" and status.text == ""
+
+
+def test_guarded_handlers_never_raise() -> None:
+    status = StatusLine()
+
+    def handler(_: object) -> None:
+        raise RuntimeError("kaput")
+
+    assert guarded(status, handler)(None) is None
+    assert status.text == "Something went wrong: RuntimeError: kaput"
+    button = widgets.Button()
+    button.on_click(guarded(status, lambda _: (_ for _ in ()).throw(InvalidInputError("No."))))
+    button.click()
+    assert status.text == "No."
+
+
+# background work -----------------------------------------------------------------------------
+
+
+def test_run_in_thread_gives_a_future() -> None:
+    assert run_in_thread(lambda a, b: a + b, 2, 3).result(timeout=2) == 5
+    future = run_in_thread(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        future.result(timeout=2)
+
+
+def test_debouncer_immediate_and_coalescing() -> None:
+    calls: list[float] = []
+    now = Debouncer(0, lambda: calls.append(time.monotonic()))
+    now()
+    assert len(calls) == 1
+
+    calls.clear()
+    later = Debouncer(0.05, lambda: calls.append(time.monotonic()))
+    for _ in range(5):
+        later()
+    assert later.pending and calls == []
+    wait_for(lambda: len(calls) == 1)
+    time.sleep(0.1)
+    assert len(calls) == 1 and not later.pending
+
+    slow = Debouncer(30, lambda: calls.append(0.0))
+    slow()
+    slow.flush()
+    assert len(calls) == 2 and not slow.pending
+    slow()
+    slow.cancel()
+    assert not slow.pending and len(calls) == 2
+
+
+def test_repeater_runs_until_stopped_and_restarts() -> None:
+    ticks = []
+    event = threading.Event()
+
+    def tick() -> None:
+        ticks.append(1)
+        if len(ticks) >= 3:
+            event.set()
+
+    repeater = Repeater(0.01, tick)
+    repeater.start()
+    repeater.start()  # no second thread
+    assert repeater.running and event.wait(2)
+    repeater.stop()
+    assert not repeater.running
+    count = len(ticks)
+    time.sleep(0.05)
+    assert len(ticks) <= count + 1
+    repeater.start()
+    wait_for(lambda: len(ticks) > count + 1)
+    repeater.stop()
+
+
+# formatting and plumbing ---------------------------------------------------------------------
+
+
+def test_money_and_durations() -> None:
+    assert money(2.49) == "$2.49" and money(None) == ""
+    assert per_hour(2.49) == "$2.49/h"
+    assert per_day(2.49) == "$59.76/day"
+    assert per_hour(0.00014) == "$0.00014/h"
+    assert duration(12) == "12 s"
+    assert duration(754) == "12 min 34 s"
+    assert duration(2 * 3600 + 180) == "2 h 03 min"
+    assert duration(3 * 86400 + 7200) == "3 d 02 h"
+    assert duration(None) == ""
+
+
+def test_set_options_keeps_the_choice() -> None:
+    dropdown = widgets.Dropdown(options=[("a", 1), ("b", 2)], value=2)
+    set_options(dropdown, [("c", 3), ("b", 2)])
+    assert dropdown.value == 2
+    set_options(dropdown, [("x", 9), ("y", 8)], 8)
+    assert dropdown.value == 8
+    set_options(dropdown, [])
+    set_options(dropdown, [("z", 7)])
+    assert dropdown.value == 7
+
+
+def test_frame_html_escapes_text_and_formats_prices() -> None:
+    frame = pd.DataFrame({"gpuName": ["<script>x</script>"], "hourlyPrice": [2.49],
+                          "available": [True], "vRamGB": [80.0]})
+    page = frame_html(frame, price_columns=["hourlyPrice"], table_class="t")
+    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert "$2.49" in page and ">yes<" in page and ">80<" in page and 'class="t"' in page
+
+
+def test_iter_widgets_walks_children() -> None:
+    leaf = widgets.Text()
+    root = widgets.VBox([widgets.HBox([leaf])])
+    found = list(iter_widgets(root))
+    assert leaf in found and root in found and root.layout in found
+
+
+def test_chat_widget_is_loaded_lazily(monkeypatch) -> None:
+    assert "ChatWidget" in dir(widget_package)
+    fake = types.ModuleType("gpucloud_nb.widgets.chat")
+    fake.ChatWidget = type("ChatWidget", (), {})
+    monkeypatch.setitem(sys.modules, "gpucloud_nb.widgets.chat", fake)
+    assert widget_package.ChatWidget is fake.ChatWidget
+    with pytest.raises(AttributeError):
+        widget_package.NoSuchWidget  # noqa: B018
