@@ -1,0 +1,712 @@
+"""The ``%gpucloud`` line magic: offers, instances, volumes, launch and chat from a notebook cell.
+
+Load it once per kernel, then ask for help::
+
+    %load_ext gpucloud_nb
+    %gpucloud --help
+    %gpucloud volumes --help
+
+Subcommands (arguments are split like a shell line, so quote names with spaces):
+
+``%gpucloud connect [--sandbox | --base-url URL]``
+    Choose the cloud for this session. No option: ``connect()`` (the real cloud when
+    ``GPUCLOUD_API_KEY`` is set, else the local sandbox). ``--sandbox``: the local sandbox.
+    ``--base-url URL``: the cloud at URL, with the key from ``GPUCLOUD_API_KEY`` or typed into a
+    hidden ``getpass`` prompt. A key is never accepted in the cell (``--api-key`` is refused):
+    cells are saved in the notebook and in the history::
+
+        %gpucloud connect --base-url https://api.example-gpu.cloud
+
+``%gpucloud offers [--gpu NAME] [--gpus N] [--region R] [--type vm|container|baremetal] [--all]``
+    Instance offers as a DataFrame, one row per offer and region, available rows only unless
+    ``--all``; ``--gpu`` matches part of the GPU name::
+
+        df = %gpucloud offers --gpu H100 --gpus 8 --region us-east-1 --type vm
+
+``%gpucloud instances [--type vm|container|baremetal] [--all]``
+    Your instances as a DataFrame, newest first; deleted ones only with ``--all``::
+
+        %gpucloud instances --type container
+
+``%gpucloud instance ID``
+    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...)::
+
+        details = %gpucloud instance 6650f0c2a1b2c3d4e5f60718
+
+``%gpucloud delete ID [--yes]``
+    Delete an instance, after a y/N confirmation unless ``--yes``; says which volumes keep its
+    data::
+
+        %gpucloud delete 6650f0c2a1b2c3d4e5f60718 --yes
+
+``%gpucloud launch [OFFER_ID]``
+    The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID::
+
+        %gpucloud launch nimbus-h100-sxm5-1x-vm
+
+``%gpucloud chat [ENDPOINT] [--model MODEL]``
+    The chat widget. Without ENDPOINT, on the sandbox: its built-in model endpoint. With the URL
+    of an inference instance, its secret is asked for with a hidden ``getpass`` prompt::
+
+        %gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/
+
+``%gpucloud spend``
+    Spend so far as a DataFrame (``cloud.spend()``)::
+
+        %gpucloud spend
+
+``%gpucloud volumes [list]``
+    Your volumes as a DataFrame, newest first::
+
+        vols = %gpucloud volumes
+
+``%gpucloud volumes offers``
+    Volume offers as a DataFrame: provider, minimum size, prices, regions::
+
+        %gpucloud volumes offers
+
+``%gpucloud volumes create NAME --size GB --region R [--provider ID]``
+    Create a volume. ``--provider`` (a provider ``_id`` or display name) may be left out when one
+    provider alone sells volumes in R::
+
+        %gpucloud volumes create "my data" --size 100 --region us-east-1 --provider Nimbus
+
+``%gpucloud volumes get ID``
+    One volume (a ``Volume`` record)::
+
+        %gpucloud volumes get 6650f0c2a1b2c3d4e5f60718
+
+``%gpucloud volumes delete ID [--yes]``
+    Delete a volume and its data, after a y/N confirmation unless ``--yes``; refused, with the
+    instance named, while a pending, active or failed instance has it attached::
+
+        %gpucloud volumes delete 6650f0c2a1b2c3d4e5f60718
+
+Choices, written down once:
+
+- Results are returned, so ``df = %gpucloud volumes`` works and a notebook displays them:
+  DataFrames for lists, typed records (:mod:`gpucloud_nb.models`) for one resource, widgets for
+  ``launch`` and ``chat``. ``create`` returns the new record and ``delete`` returns ``None``; both
+  print one confirmation sentence.
+- Everything the magic reports goes to stdout, except failures, which go to **stderr** (shown
+  red in Jupyter): usage errors as one line ``%gpucloud ...: problem; try %gpucloud ... --help``,
+  cloud errors (:class:`~gpucloud_nb.errors.GPUCloudError`) as their one sentence. Either way
+  the magic returns ``None`` and never shows a traceback for a user error.
+- ``--help`` prints the usage to stdout and returns ``None``.
+- The session's client: the one given to :func:`use`, else the one ``%gpucloud connect`` made,
+  else ``connect()`` on first use. :func:`current_cloud` returns it to Python code.
+- A confirmation is ``y`` or ``yes`` (any case); any other answer cancels. Where no answer can
+  be read (a non-interactive run), the delete is cancelled and ``--yes`` suggested.
+- ``connect`` checks a new key with one cheap request (the volume list) before keeping the
+  client, so a mistyped key is reported at once; the previous client stays in use on failure.
+- Nothing printed or returned contains the API key or an inference secret: messages pass
+  through :func:`gpucloud_nb._secrets.scrub`, and connect shows the key masked (``sk-…a1b2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from gpucloud_nb._secrets import Secret, scrub
+from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
+from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+
+if TYPE_CHECKING:
+    import pandas
+    from IPython.core.interactiveshell import InteractiveShell
+
+__all__ = ["GPUCloudMagics", "current_cloud", "load_ipython_extension", "use"]
+
+PROG = "%gpucloud"
+COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
+            "volumes")
+VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
+#: Options that would put a secret into a cell; refused before parsing.
+SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
+#: Instance statuses that still hold their volumes (the sandbox refuses a delete then).
+HOLDING_STATUSES = ("pending", "active", "error")
+
+_session: dict[str, Any] = {"cloud": None, "owned": False}
+_secrets: set[str] = set()
+
+
+# --------------------------------------------------------------------------- session client
+
+
+def use(cloud: GPUCloud | None) -> None:
+    """Make ``%gpucloud`` use ``cloud`` from now on; ``None`` forgets it (next use connects).
+
+        >>> import gpucloud_nb.magics
+        >>> gpucloud_nb.magics.use(GPUCloud(api_key=..., base_url=...))
+    """
+    _replace(cloud, owned=False)
+
+
+def current_cloud() -> GPUCloud:
+    """The client ``%gpucloud`` uses, connecting with ``connect()`` on first use.
+
+        >>> cloud = gpucloud_nb.magics.current_cloud()
+    """
+    if _session["cloud"] is None:
+        from gpucloud_nb._connect import connect
+
+        _replace(connect(), owned=True)
+    return _session["cloud"]
+
+
+def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
+    old, old_owned = _session["cloud"], _session["owned"]
+    if old is not None and old is not cloud and old_owned and hasattr(old, "close"):
+        old.close()
+    _session["cloud"], _session["owned"] = cloud, owned
+    if cloud is not None:
+        _remember_secrets(cloud)
+
+
+def _remember_secrets(cloud: Any) -> None:
+    key = getattr(getattr(cloud, "_core", None), "key", None)
+    if isinstance(key, Secret):
+        _secrets.add(key.reveal())
+    box = getattr(cloud, "sandbox", None)
+    for name in ("api_key", "inference_secret"):
+        value = getattr(box, name, None)
+        if isinstance(value, str):
+            _secrets.add(value)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _clean(text: str) -> str:
+    # Long secrets first, so that one contained in another is still masked whole.
+    return scrub(text, *sorted(_secrets, key=len, reverse=True))
+
+
+def _say(text: str) -> None:
+    """Report to stdout (confirmations, cancellations)."""
+    print(_clean(text), flush=True)
+
+
+def _warn(text: str) -> None:
+    """Report a failure to stderr, on one line (shown red in Jupyter)."""
+    print(_clean(" ".join(text.splitlines())), file=sys.stderr, flush=True)
+
+
+class _Stop(Exception):
+    """End the command: ``message`` (if any) is printed to stderr and the magic returns None."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _HelpShown(Exception):
+    """argparse printed help (or usage) and would have exited."""
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that never exits the process: errors become one line of usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Stop(f"{self.prog}: {message}; try {self.prog} --help")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            raise _Stop(message.strip())
+        raise _HelpShown()
+
+
+def _size(text: str) -> int | float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GB") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB")
+    return int(value) if value.is_integer() else value
+
+
+def _gpus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GPUs")
+    return value
+
+
+SYNOPSIS = """\
+commands (each has its own --help):
+  %gpucloud connect [--sandbox | --base-url URL]
+  %gpucloud offers [--gpu NAME] [--gpus N] [--region R] [--type vm|container|baremetal] [--all]
+  %gpucloud instances [--type vm|container|baremetal] [--all]
+  %gpucloud instance ID
+  %gpucloud delete ID [--yes]
+  %gpucloud launch [OFFER_ID]
+  %gpucloud chat [ENDPOINT] [--model MODEL]
+  %gpucloud spend
+  %gpucloud volumes [list]
+  %gpucloud volumes offers
+  %gpucloud volumes create NAME --size GB --region R [--provider ID]
+  %gpucloud volumes get ID
+  %gpucloud volumes delete ID [--yes]
+
+Results are returned, so `df = %gpucloud offers --gpu H100` works.
+Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
+
+
+def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
+    prefix = f"{PROG} volumes" if subparsers.dest == "volumes_command" else PROG
+    parser: _Parser = subparsers.add_parser(
+        name, description=summary, epilog=f"example: {example}", prog=f"{prefix} {name}",
+        allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+@lru_cache(maxsize=1)
+def _parser() -> _Parser:
+    """The parser of the whole ``%gpucloud`` command line, built once."""
+    root = _Parser(
+        prog=PROG, usage="%%gpucloud COMMAND [ARGUMENTS] [--help]", allow_abbrev=False,
+        description="Use the GPU cloud from a notebook: offers, instances, volumes, launch, chat.",
+        epilog=SYNOPSIS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = root.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                   help=argparse.SUPPRESS)
+
+    p = _sub(commands, "connect", "Choose the cloud for this session (the key is never typed "
+             "in the cell).", "%gpucloud connect --base-url https://api.example-gpu.cloud")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--sandbox", action="store_true", help="use the local sandbox cloud")
+    where.add_argument("--base-url", metavar="URL", help="the cloud's base URL; the key comes "
+                       "from GPUCLOUD_API_KEY or a hidden prompt")
+    p.set_defaults(handler="connect")
+
+    p = _sub(commands, "offers", "Instance offers as a DataFrame, one row per offer and region.",
+             "df = %gpucloud offers --gpu H100 --gpus 8 --type vm")
+    p.add_argument("--gpu", metavar="NAME", help="part of the GPU name, e.g. H100")
+    p.add_argument("--gpus", metavar="N", type=_gpus, help="number of GPUs")
+    p.add_argument("--region", metavar="R", help="region id, e.g. us-east-1")
+    p.add_argument("--type", choices=DEPLOYMENT_TYPES, help="deployment type")
+    p.add_argument("--all", action="store_true", help="include rows that are not available")
+    p.set_defaults(handler="offers")
+
+    p = _sub(commands, "instances", "Your instances as a DataFrame, newest first.",
+             "%gpucloud instances --type vm")
+    p.add_argument("--type", choices=DEPLOYMENT_TYPES, help="deployment type")
+    p.add_argument("--all", action="store_true", help="include deleted instances")
+    p.set_defaults(handler="instances")
+
+    p = _sub(commands, "instance", "One instance in full.", "%gpucloud instance ID")
+    p.add_argument("id", metavar="ID", help="the instance _id")
+    p.set_defaults(handler="instance")
+
+    p = _sub(commands, "delete", "Delete an instance (its data is lost unless on a volume).",
+             "%gpucloud delete ID --yes")
+    p.add_argument("id", metavar="ID", help="the instance _id")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler="delete")
+
+    p = _sub(commands, "launch", "The launch form, prefilled with an offer when given.",
+             "%gpucloud launch nimbus-h100-sxm5-1x-vm")
+    p.add_argument("offer", metavar="OFFER_ID", nargs="?", help="an offer's instanceId")
+    p.set_defaults(handler="launch")
+
+    p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "
+             "default).", "%gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/")
+    p.add_argument("endpoint", metavar="ENDPOINT", nargs="?",
+                   help="the inference instance's URL; its secret is asked for")
+    p.add_argument("--model", metavar="MODEL", help="the model identifier (default: the first)")
+    p.set_defaults(handler="chat")
+
+    p = _sub(commands, "spend", "Spend so far as a DataFrame.", "%gpucloud spend")
+    p.set_defaults(handler="spend")
+
+    volumes = _sub(commands, "volumes", "Persistent volumes, which keep data beyond the life of "
+                   "an instance.", '%gpucloud volumes create "my data" --size 100 --region us-east-1')
+    volumes.usage = "%%gpucloud volumes [COMMAND] [ARGUMENTS] [--help]"
+    volumes.epilog = "commands (each has its own --help):\n" + "\n".join(
+        line for line in SYNOPSIS.splitlines() if line.startswith("  %gpucloud volumes"))
+    volumes.set_defaults(handler="volumes_list")
+    actions = volumes.add_subparsers(dest="volumes_command", metavar="COMMAND",
+                                     parser_class=_Parser, help=argparse.SUPPRESS)
+
+    p = _sub(actions, "list", "Your volumes as a DataFrame, newest first.", "%gpucloud volumes")
+    p.set_defaults(handler="volumes_list")
+
+    p = _sub(actions, "offers", "Volume offers as a DataFrame.", "%gpucloud volumes offers")
+    p.set_defaults(handler="volumes_offers")
+
+    p = _sub(actions, "create", "Create a volume.",
+             '%gpucloud volumes create "my data" --size 100 --region us-east-1')
+    p.add_argument("name", metavar="NAME", help="the volume's name (quote it if it has spaces)")
+    p.add_argument("--size", metavar="GB", type=_size, required=True, help="size in GB")
+    p.add_argument("--region", metavar="R", required=True, help="region id, e.g. us-east-1")
+    p.add_argument("--provider", metavar="ID", help="provider _id or display name; optional "
+                   "when one provider alone sells volumes in the region")
+    p.set_defaults(handler="volumes_create")
+
+    p = _sub(actions, "get", "One volume.", "%gpucloud volumes get ID")
+    p.add_argument("id", metavar="ID", help="the volume _id")
+    p.set_defaults(handler="volumes_get")
+
+    p = _sub(actions, "delete", "Delete a volume and the data on it.",
+             "%gpucloud volumes delete ID --yes")
+    p.add_argument("id", metavar="ID", help="the volume _id")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(handler="volumes_delete")
+    return root
+
+
+def _check_words(words: Sequence[str]) -> None:
+    """Refuse secret options and unknown subcommands with one sentence, before argparse."""
+    for word in words:
+        option = word.split("=", 1)[0]
+        if option in SECRET_OPTIONS and "secret" in option:
+            raise _Stop(
+                f"{PROG}: {option} is refused: a secret typed into a cell is saved in the "
+                "notebook and its history; %gpucloud chat ENDPOINT asks for it in a hidden prompt."
+            )
+        if option in SECRET_OPTIONS:
+            raise _Stop(
+                f"{PROG}: {option} is refused: a key typed into a cell is saved in the notebook "
+                "and its history; set GPUCLOUD_API_KEY, or run %gpucloud connect --base-url URL "
+                "and type the key when asked."
+            )
+    if words and not words[0].startswith("-") and words[0] not in COMMANDS:
+        raise _Stop(f"{PROG}: unknown subcommand {words[0]!r}; try {PROG} --help")
+    if (len(words) > 1 and words[0] == "volumes" and not words[1].startswith("-")
+            and words[1] not in VOLUME_COMMANDS):
+        raise _Stop(f"{PROG} volumes: unknown subcommand {words[1]!r}; try {PROG} volumes --help")
+
+
+def parse(line: str) -> argparse.Namespace:
+    """Parse a ``%gpucloud`` line; raises ``_Stop`` (usage error) or ``_HelpShown``."""
+    try:
+        words = shlex.split(line)
+    except ValueError as error:
+        raise _Stop(f"{PROG}: {error} in the arguments; check the quotes") from None
+    _check_words(words)
+    args, extra = _parser().parse_known_args(words)
+    if extra:
+        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None)) if w)
+        raise _Stop(f"{where}: unrecognized arguments: {' '.join(extra)}; try {where} --help")
+    if args.command is None:
+        _parser().print_help()
+        raise _HelpShown()
+    return args
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _confirm(question: str, refusal: str) -> bool:
+    """Ask a y/N question with ``input()``; True only for y or yes."""
+    try:
+        answer = input(f"{question} [y/N] ")
+    except (EOFError, NotImplementedError):
+        # No stdin (a non-interactive run, or a frontend without input support).
+        raise _Stop(refusal) from None
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _ask_secret(prompt: str) -> str:
+    """Read a secret with a hidden ``getpass`` prompt; never echoed, never in the cell."""
+    try:
+        value = getpass.getpass(prompt)
+    except (EOFError, NotImplementedError):
+        raise _Stop("No secret could be asked for here (no input is possible in this run).") from None
+    value = (value or "").strip()
+    if value:
+        _secrets.add(value)
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside ``value`` (the items of ``Instance.volumes`` have no documented shape)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _holds(instance: Instance | InstanceDetails, volume_id: str) -> bool:
+    return volume_id in set(_strings(instance.volumes))
+
+
+def _label(name: str, id: str) -> str:
+    return f"{name} ({id})" if name and name != id else id
+
+
+def _gb(size: float) -> str:
+    return f"{size:g} GB"
+
+
+def _names(items: Iterable[str]) -> str:
+    return ", ".join(items) or "none"
+
+
+# --------------------------------------------------------------------------- the magics
+
+
+@magics_class
+class GPUCloudMagics(Magics):
+    """The ``%gpucloud`` line magic; see the module docs for every subcommand."""
+
+    @line_magic
+    def gpucloud(self, line: str = "") -> Any:
+        """Use the GPU cloud: ``%gpucloud --help`` lists the commands."""
+        try:
+            args = parse(line)
+            handler: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.handler}")
+            return handler(args)
+        except _HelpShown:
+            return None
+        except _Stop as stop:
+            if stop.message:
+                _warn(stop.message)
+            return None
+        except GPUCloudError as error:
+            _warn(str(error))
+            return None
+
+    @property
+    def cloud(self) -> GPUCloud:
+        """The session's client (see :func:`current_cloud`)."""
+        return current_cloud()
+
+    # ------------------------------------------------------------------ connect, spend
+
+    def _connect(self, args: argparse.Namespace) -> None:
+        from gpucloud_nb._connect import connect
+
+        if args.sandbox:
+            _replace(connect(sandbox=True), owned=True)
+            return None
+        if args.base_url is None:
+            cloud = connect()
+            if cloud.is_sandbox:
+                _replace(cloud, owned=True)
+                return None
+        else:
+            if not args.base_url.startswith(("http://", "https://")):
+                raise _Stop(f"The base URL must start with http:// or https://, "
+                            f"not {args.base_url!r}.")
+            key = os.environ.get("GPUCLOUD_API_KEY") or _ask_secret(
+                f"API key for {args.base_url} (hidden): ")
+            if not key:
+                raise _Stop("No API key was given; the session's cloud is unchanged.")
+            _secrets.add(key)
+            cloud = GPUCloud(api_key=key, base_url=args.base_url)
+        try:
+            cloud.volumes.list()  # one cheap request: a wrong key or URL is reported now
+        except GPUCloudError as error:
+            cloud.close()
+            raise _Stop(f"{error} The session's cloud is unchanged.") from None
+        _replace(cloud, owned=True)
+        _say(f"Connected to the GPU cloud at {cloud.base_url} with key {cloud.api_key_hint}.")
+        return None
+
+    def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
+        spend = getattr(self.cloud, "spend", None)
+        if not callable(spend):
+            raise _Stop("Spend tracking is not available in this version of gpucloud-nb "
+                        "(the client has no spend()).")
+        return spend()
+
+    # ------------------------------------------------------------------ offers, instances
+
+    def _offers(self, args: argparse.Namespace) -> pandas.DataFrame:
+        frame = self.cloud.instances.offers_frame(
+            region=args.region, num_gpus=args.gpus, gpu_type=args.gpu,
+            available=None if args.all else True, sort="price", deployment_type=args.type,
+        )
+        # The frame has a row per offer and region; keep the rows the filters asked for.
+        if args.region is not None:
+            frame = frame[frame["region"] == args.region]
+        if not args.all:
+            frame = frame[frame["available"]]
+        return frame.reset_index(drop=True)
+
+    def _instances(self, args: argparse.Namespace) -> pandas.DataFrame:
+        from gpucloud_nb import frames
+
+        instances = self.cloud.instances.list(deployment_type=args.type)
+        if not args.all:
+            instances = [i for i in instances if i.status != "deleted"]
+        return frames.instances_frame(instances)
+
+    def _instance(self, args: argparse.Namespace) -> InstanceDetails:
+        return self.cloud.instances.get(args.id)
+
+    def _delete(self, args: argparse.Namespace) -> None:
+        cloud = self.cloud
+        instance = cloud.instances.get(args.id)
+        label = _label(instance.name, instance.id)
+        if instance.status in ("deleting", "deleted"):
+            raise _Stop(f"Instance {label} is already {instance.status}.")
+        kept = [_label(v.name, v.id) for v in cloud.volumes.list() if _holds(instance, v.id)]
+        if not kept and instance.volumes:  # volumes not in our list: name them as the cloud does
+            kept = [next(_strings(item), "?") for item in instance.volumes]
+        if kept:
+            fate = f"volume {_names(kept)} keeps its data" if len(kept) == 1 else \
+                f"volumes {_names(kept)} keep their data"
+        else:
+            fate = "it has no volume, so its data is lost"
+        if not args.yes and not _confirm(
+            f"Delete instance {label}? {fate[0].upper()}{fate[1:]}.",
+            f"Could not ask for confirmation here; add --yes to delete instance {label}.",
+        ):
+            _say(f"Cancelled: instance {label} was not deleted.")
+            return None
+        cloud.instances.delete(instance.id)
+        _say(f"Deleted instance {label}; {fate}.")
+        return None
+
+    # ------------------------------------------------------------------ widgets
+
+    def _launch(self, args: argparse.Namespace) -> Any:
+        from gpucloud_nb.widgets import LaunchForm
+
+        cloud = self.cloud
+        offer: InstanceOffer | None = None
+        if args.offer is not None:
+            offer = next((o for o in cloud.instances.offers() if o.instance_id == args.offer), None)
+            if offer is None:
+                raise _Stop(f"There is no offer with instanceId {args.offer!r}; "
+                            "see %gpucloud offers --all.")
+        return LaunchForm(cloud, offer=offer)
+
+    def _chat(self, args: argparse.Namespace) -> Any:
+        try:
+            from gpucloud_nb.widgets.chat import ChatWidget
+        except ModuleNotFoundError as error:
+            if error.name not in ("gpucloud_nb.widgets.chat", "gpucloud_nb.widgets"):
+                raise
+            raise _Stop("The chat widget is not available in this version of gpucloud-nb.") \
+                from None
+        if args.endpoint is None:
+            cloud = self.cloud
+            if not cloud.is_sandbox:
+                raise _Stop("On the real cloud, give the inference instance's URL: "
+                            "%gpucloud chat https://<id>-<hash>.<domain>/ (its secret is asked "
+                            "for, never typed in the cell).")
+            client = cloud.sandbox_inference()
+        else:
+            if not args.endpoint.startswith(("http://", "https://")):
+                raise _Stop(f"The endpoint must be a URL starting with http:// or https://, "
+                            f"not {args.endpoint!r}.")
+            secret = _ask_secret(f"Inference secret for {args.endpoint} (hidden): ")
+            if not secret:
+                raise _Stop("No secret was given; the chat was not opened.")
+            from gpucloud_nb.client.inference import InferenceClient
+
+            client = InferenceClient(args.endpoint, secret)
+        return ChatWidget(client, model=args.model)
+
+    # ------------------------------------------------------------------ volumes
+
+    def _volumes_list(self, args: argparse.Namespace) -> pandas.DataFrame:
+        from gpucloud_nb import frames
+
+        return frames.volumes_frame(self.cloud.volumes.list())
+
+    def _volumes_offers(self, args: argparse.Namespace) -> pandas.DataFrame:
+        from gpucloud_nb import frames
+
+        return frames.volume_offers_frame(self.cloud.volumes.offers())
+
+    def _volumes_create(self, args: argparse.Namespace) -> Volume:
+        cloud = self.cloud
+        provider = self._volume_provider(cloud.volumes.offers(), args.region, args.provider)
+        volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
+                                      region=args.region, size_in_gb=args.size)
+        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}, "
+             f"{_gb(volume.size_in_gb)}.")
+        return volume
+
+    @staticmethod
+    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None) -> str:
+        """The provider ``_id`` to create a volume with in ``region``.
+
+        ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
+        """
+        here = [o for o in offers if not o.regions or region in o.regions]
+
+        def choices(among: Sequence[VolumeOffer]) -> str:
+            return _names(f"{o.cloud_provider.id} ({o.cloud_provider.display_name})" for o in among)
+
+        if given is not None:
+            wanted = given.casefold()
+            match = [o for o in offers if wanted in (o.cloud_provider.id.casefold(),
+                                                     o.cloud_provider.display_name.casefold())]
+            match = match or [o for o in offers if wanted in o.cloud_provider.display_name.casefold()]
+            if len(match) == 1:
+                return match[0].cloud_provider.id
+            if match:
+                raise InvalidInputError(f"'{given}' matches several volume providers: "
+                                        f"{choices(match)}; give one's _id with --provider.")
+            raise InvalidInputError(f"No volume provider is called '{given}'; choose one of: "
+                                    f"{choices(here or offers)}.")
+        if len(here) == 1:
+            return here[0].cloud_provider.id
+        if not here:
+            regions = sorted({r for o in offers for r in o.regions})
+            raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
+                                    f"choose one of: {_names(regions)}.")
+        raise InvalidInputError(f"Several providers offer volumes in region '{region}'; choose one "
+                                f"with --provider: {choices(here)}.")
+
+    def _volumes_get(self, args: argparse.Namespace) -> Volume:
+        return self.cloud.volumes.get(args.id)
+
+    def _volumes_delete(self, args: argparse.Namespace) -> None:
+        cloud = self.cloud
+        volume = cloud.volumes.get(args.id)
+        label = _label(volume.name, volume.id)
+        holders = [i for i in cloud.instances.list()
+                   if i.status in HOLDING_STATUSES and _holds(i, volume.id)]
+        if holders:
+            users = _names(f"{_label(i.name, i.id)}, which is {i.status}" for i in holders)
+            raise _Stop(f"Volume {label} is attached to instance {users}; delete the instance "
+                        f"first (%gpucloud delete {holders[0].id}).")
+        if not args.yes and not _confirm(
+            f"Delete volume {label}, {_gb(volume.size_in_gb)}, and all the data on it?",
+            f"Could not ask for confirmation here; add --yes to delete volume {label}.",
+        ):
+            _say(f"Cancelled: volume {label} was not deleted.")
+            return None
+        try:
+            cloud.volumes.delete(volume.id)
+        except BadRequestError as error:
+            if "attached to instance" in str(error):
+                raise _Stop(f"{error} Delete the instance first; the volume was not deleted.") \
+                    from None
+            raise
+        _say(f"Deleted volume {label}.")
+        return None
+
+
+def load_ipython_extension(ipython: InteractiveShell) -> None:
+    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` line magic."""
+    ipython.register_magics(GPUCloudMagics)
+

@@ -1,0 +1,657 @@
+"""The ``%gpucloud`` magics, driven through IPython's own shell against a per-test sandbox.
+
+Every test that uses the ``magic`` fixture records all the magic printed and returned; at teardown
+the record is scanned for the sandbox's API key and inference secret, which must never appear.
+"""
+
+from __future__ import annotations
+
+import builtins
+import getpass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import gpucloud_nb.magics as magics
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume
+
+API_KEY = "sk-magic-SECRET-0123456789"
+INFERENCE_SECRET = "sk-infer-SECRET-9876543210"
+SECRETS = (API_KEY, INFERENCE_SECRET)
+
+
+@dataclass
+class Run:
+    """What one ``%gpucloud`` line returned and printed."""
+
+    value: Any
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+@dataclass
+class Magic:
+    """Runs ``%gpucloud`` lines in an IPython shell and keeps a transcript of everything seen."""
+
+    shell: InteractiveShell
+    capsys: pytest.CaptureFixture[str]
+    transcript: list[str] = field(default_factory=list)
+
+    def __call__(self, line: str) -> Run:
+        value = self.shell.run_line_magic("gpucloud", line)
+        captured = self.capsys.readouterr()
+        self.transcript += [captured.out, captured.err, repr(value), _shown(value)]
+        return Run(value, captured.out, captured.err)
+
+    def cell(self, source: str) -> Run:
+        """Run a whole cell (as a notebook would), so IPython's own display and errors show."""
+        result = self.shell.run_cell(source)
+        captured = self.capsys.readouterr()
+        self.transcript += [captured.out, captured.err]
+        return Run(result.result, captured.out, captured.err)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, pd.DataFrame):
+        return value.to_string() + value.to_html()
+    return str(value)
+
+
+@pytest.fixture(scope="module")
+def shell() -> InteractiveShell:
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "gpucloud_nb")
+    return shell
+
+
+@pytest.fixture
+def sandbox_box(sandbox_factory: Callable[..., Any]) -> Any:
+    return sandbox_factory(api_key=API_KEY, inference_secret=INFERENCE_SECRET)
+
+
+@pytest.fixture
+def cloud(sandbox_box: Any) -> Iterator[GPUCloud]:
+    cloud = GPUCloud(api_key=API_KEY, base_url=sandbox_box.management_url)
+    magics.use(cloud)
+    yield cloud
+    magics.use(None)
+    cloud.close()
+
+
+@pytest.fixture(scope="module")
+def shared_box() -> Iterator[Any]:
+    """One sandbox for the tests that only read (offers, errors), to keep the module quick."""
+    from gpucloud_nb.sandbox import Sandbox
+
+    with Sandbox(api_key=API_KEY, inference_secret=INFERENCE_SECRET) as box:
+        yield box
+
+
+@pytest.fixture
+def reader(shared_box: Any) -> Iterator[GPUCloud]:
+    """A client of the shared sandbox, in use by the magic; tests using it must not create."""
+    cloud = GPUCloud(api_key=API_KEY, base_url=shared_box.management_url)
+    magics.use(cloud)
+    yield cloud
+    magics.use(None)
+    cloud.close()
+
+
+class _Untouchable:
+    """A stand-in client that fails the test if a command uses it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "sandbox":  # looked up by use() to learn the secrets
+            raise AttributeError(name)
+        pytest.fail(f"the command used the client ({name}) although it should not")
+
+
+@pytest.fixture
+def no_cloud() -> Iterator[None]:
+    """For commands that must fail before any request: any use of the client fails the test."""
+    magics.use(_Untouchable())  # type: ignore[arg-type]
+    yield
+    magics.use(None)
+
+
+@pytest.fixture
+def magic(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> Iterator[Magic]:
+    runner = Magic(shell, capsys)
+    yield runner
+    seen = "\n".join([*runner.transcript, capsys.readouterr().out])
+    for secret in SECRETS:
+        assert secret not in seen
+    magics.use(None)
+
+
+def _answers(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
+    """Make ``input()`` answer ``answers`` in turn; returns the prompts it was asked."""
+    prompts: list[str] = []
+    queue = list(answers)
+
+    def fake_input(prompt: str = "") -> str:
+        prompts.append(prompt)
+        return queue.pop(0)
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+    return prompts
+
+
+def _one_sentence(run: Run) -> str:
+    assert run.value is None
+    assert run.out == ""
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1, run.err
+    assert "Traceback" not in run.text
+    return lines[0]
+
+
+def _regions(cloud: GPUCloud) -> tuple[str, int, str]:
+    """A region with one volume provider, a size it accepts, and a region with several."""
+    offers = cloud.volumes.offers()
+    sellers = {r: [o for o in offers if r in o.regions] for o in offers for r in o.regions}
+    lone = sorted(r for r, found in sellers.items() if len(found) == 1)
+    crowded = sorted(r for r, found in sellers.items() if len(found) > 1)
+    assert lone and crowded, "the sandbox catalogue should have both kinds of region"
+    size = int(max(sellers[lone[0]][0].min_size_in_gb, 100))
+    return lone[0], size, crowded[0]
+
+
+def _launch(cloud: GPUCloud, *, provider: str | None = None, region: str | None = None,
+            volume_id: str | None = None, name: str = "trainer") -> tuple[InstanceOffer, Any]:
+    """Launch a vm instance from the first available offer matching provider and region."""
+    for offer in cloud.instances.offers(deployment_type="vm", available=True, sort="price"):
+        if provider is not None and offer.cloud.id != provider:
+            continue
+        regions = [r for r in offer.available_regions if region is None or r == region]
+        if regions:
+            instance = cloud.instances.create(
+                name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+                region=regions[0], volume_id=volume_id, vm={"os": offer.configuration.os[0]})
+            return offer, instance
+    raise AssertionError("no offer to launch")
+
+
+def _instance_with_volume(cloud: GPUCloud, volume_name: str) -> tuple[Volume, Any]:
+    """A volume and a vm instance launched with it, wherever a provider sells both."""
+    for vol_offer in cloud.volumes.offers():
+        for region in vol_offer.regions:
+            volume = cloud.volumes.create(name=volume_name, region=region,
+                                          cloud_provider=vol_offer.cloud_provider.id,
+                                          size_in_gb=max(vol_offer.min_size_in_gb, 10))
+            try:
+                _, instance = _launch(cloud, provider=vol_offer.cloud_provider.id, region=region,
+                                      volume_id=volume.id)
+            except AssertionError:
+                cloud.volumes.delete(volume.id)
+                continue
+            return volume, instance
+    raise AssertionError("no provider sells both volumes and vm instances in one region")
+
+
+# --------------------------------------------------------------------------- loading and help
+
+
+def test_load_ext_registers_the_line_magic(shell: InteractiveShell) -> None:
+    assert "gpucloud" in shell.magics_manager.magics["line"]
+
+
+@pytest.mark.parametrize("line", ["--help", "-h", ""])
+def test_help_prints_every_subcommand_and_returns_none(magic: Magic, line: str) -> None:
+    run = magic(line)
+    assert run.value is None and run.err == ""
+    assert run.out.startswith("usage: %gpucloud")
+    for synopsis in ("connect [--sandbox | --base-url URL]", "offers [--gpu NAME]", "instances",
+                     "instance ID", "delete ID [--yes]", "launch [OFFER_ID]", "chat [ENDPOINT]",
+                     "spend", "volumes create NAME --size GB --region R [--provider ID]",
+                     "volumes delete ID [--yes]"):
+        assert f"%gpucloud {synopsis}" in run.out
+
+
+def test_subcommand_help_prints_its_usage(magic: Magic) -> None:
+    run = magic("volumes --help")
+    assert run.value is None and run.err == ""
+    assert run.out.startswith("usage: %gpucloud volumes")
+    assert "%gpucloud volumes get ID" in run.out
+    run = magic("volumes create --help")
+    assert "usage: %gpucloud volumes create" in run.out and "--provider ID" in run.out
+    assert "example:" in run.out
+
+
+def test_help_in_a_cell_shows_no_traceback(magic: Magic) -> None:
+    run = magic.cell("%gpucloud offers --help")
+    assert "usage: %gpucloud offers" in run.out
+    assert "Traceback" not in run.text and "SystemExit" not in run.text
+
+
+# --------------------------------------------------------------------------- volumes
+
+
+def test_volume_life_cycle(magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    offers = magic("volumes offers").value
+    assert isinstance(offers, pd.DataFrame)
+    assert {"providerId", "providerName", "minSizeInGb", "regions"} <= set(offers.columns)
+    assert len(offers) == len(cloud.volumes.offers())
+
+    # A region with one volume provider: --provider may be left out.
+    region, size, _ = _regions(cloud)
+    run = magic(f'volumes create "my data" --size {size} --region {region}')
+    volume = run.value
+    assert isinstance(volume, Volume) and volume.name == "my data" and volume.size_in_gb == size
+    assert run.out == f"Created volume my data ({volume.id}) in {region}, {size} GB.\n"
+    assert run.err == ""
+
+    listed = magic("volumes").value
+    assert isinstance(listed, pd.DataFrame)
+    row = listed[listed["_id"] == volume.id]
+    assert list(row["name"]) == ["my data"] and list(row["region"]) == [region]
+    assert magic("volumes list").value["_id"].tolist() == listed["_id"].tolist()
+
+    got = magic(f"volumes get {volume.id}").value
+    assert isinstance(got, Volume) and got.id == volume.id and got.name == "my data"
+
+    prompts = _answers(monkeypatch, "n")
+    run = magic(f"volumes delete {volume.id}")
+    assert run.value is None
+    assert "Delete volume my data" in prompts[0] and prompts[0].endswith("[y/N] ")
+    assert run.out == f"Cancelled: volume my data ({volume.id}) was not deleted.\n"
+    assert cloud.volumes.get(volume.id).id == volume.id
+
+    _answers(monkeypatch, "maybe")
+    assert "Cancelled" in magic(f"volumes delete {volume.id}").out
+
+    _answers(monkeypatch, " YES ")
+    run = magic(f"volumes delete {volume.id}")
+    assert run.value is None and run.out == f"Deleted volume my data ({volume.id}).\n"
+    assert volume.id not in magic("volumes").value["_id"].tolist()
+    assert _one_sentence(magic(f"volumes get {volume.id}")) == f"Volume {volume.id} not found."
+
+
+def test_create_needs_a_provider_where_several_sell_volumes(magic: Magic, cloud: GPUCloud) -> None:
+    _, _, crowded = _regions(cloud)
+    here = [o for o in cloud.volumes.offers() if crowded in o.regions]
+    sentence = _one_sentence(magic(f"volumes create data --size 100 --region {crowded}"))
+    assert sentence.startswith(f"Several providers offer volumes in region '{crowded}'")
+    assert "--provider" in sentence
+    for offer in here:
+        assert f"{offer.cloud_provider.id} ({offer.cloud_provider.display_name})" in sentence
+    assert cloud.volumes.list() == []
+
+    chosen = here[0].cloud_provider
+    run = magic(f"volumes create data --size 100 --region {crowded} --provider {chosen.id}")
+    assert isinstance(run.value, Volume) and run.value.cloud_provider.id == chosen.id
+    first_word = chosen.display_name.split()[0].lower()
+    run = magic(f"volumes create other --size 100 --region {crowded} --provider {first_word}")
+    assert isinstance(run.value, Volume) and run.value.cloud_provider.id == chosen.id
+
+    sentence = _one_sentence(magic(f"volumes create x --size 100 --region {crowded} --provider zz"))
+    assert sentence.startswith("No volume provider is called 'zz'; choose one of:")
+    sentence = _one_sentence(magic("volumes create x --size 100 --region mars-1"))
+    assert sentence.startswith("No provider offers volumes in region 'mars-1'")
+
+
+def test_create_below_the_minimum_size_is_the_clients_sentence(magic: Magic, cloud: GPUCloud) -> None:
+    region, _, _ = _regions(cloud)
+    sentence = _one_sentence(magic(f"volumes create tiny --size 0.5 --region {region}"))
+    assert sentence.startswith("A volume from") and "GB was asked for" in sentence
+    assert cloud.volumes.list() == []
+
+
+def test_delete_volume_with_yes_asks_nothing(magic: Magic, cloud: GPUCloud,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    region, size, _ = _regions(cloud)
+    volume = magic(f"volumes create scratch --size {size} --region {region}").value
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("asked"))
+    run = magic(f"volumes delete {volume.id} --yes")
+    assert run.out == f"Deleted volume scratch ({volume.id}).\n" and run.value is None
+    assert cloud.volumes.list() == []
+
+
+def test_delete_without_a_terminal_cancels_and_suggests_yes(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    region, size, _ = _regions(cloud)
+    volume = magic(f"volumes create scratch --size {size} --region {region}").value
+
+    def no_stdin(prompt: str = "") -> str:
+        raise EOFError
+
+    monkeypatch.setattr(builtins, "input", no_stdin)
+    sentence = _one_sentence(magic(f"volumes delete {volume.id}"))
+    assert "add --yes" in sentence
+    assert len(cloud.volumes.list()) == 1
+
+
+def test_deleting_an_attached_volume_says_which_instance_holds_it(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume, instance = _instance_with_volume(cloud, "weights")
+
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("asked"))
+    sentence = _one_sentence(magic(f"volumes delete {volume.id} --yes"))
+    assert sentence.startswith(f"Volume weights ({volume.id}) is attached to instance "
+                               f"trainer ({instance.id}), which is ")
+    assert f"%gpucloud delete {instance.id}" in sentence
+    assert cloud.volumes.get(volume.id).id == volume.id
+
+    # If the instance list does not show it (a race), the sandbox's 400 is reported the same way.
+    monkeypatch.setattr(cloud.instances, "list", lambda deployment_type=None: [])
+    sentence = _one_sentence(magic(f"volumes delete {volume.id} --yes"))
+    assert f"is attached to instance {instance.id}" in sentence
+    assert "the volume was not deleted" in sentence
+    assert cloud.volumes.get(volume.id).id == volume.id
+
+
+def test_names_and_ids_with_spaces(magic: Magic, cloud: GPUCloud) -> None:
+    region, size, _ = _regions(cloud)
+    run = magic(f"volumes create 'my big   data' --size {size} --region {region}")
+    assert run.value.name == "my big   data"
+    assert f"Created volume my big   data ({run.value.id})" in run.out
+    assert magic(f'volumes get "{run.value.id}"').value.name == "my big   data"
+    assert _one_sentence(magic('volumes get "vol 123"')) == "Volume vol 123 not found."
+
+
+def test_results_are_values_a_cell_can_assign(magic: Magic, cloud: GPUCloud,
+                                              shell: InteractiveShell) -> None:
+    cloud.volumes.create(name="kept", cloud_provider=cloud.volumes.offers()[0].cloud_provider.id,
+                         region=cloud.volumes.offers()[0].regions[0], size_in_gb=100)
+    run = magic.cell("df = %gpucloud volumes")
+    assert run.err == "" and "Traceback" not in run.out
+    df = shell.user_ns["df"]
+    assert isinstance(df, pd.DataFrame) and df["name"].tolist() == ["kept"]
+    run = magic.cell("%gpucloud volumes")
+    assert isinstance(run.value, pd.DataFrame) and "Out[" in run.out  # displayed as the result
+    run = magic.cell("v = %gpucloud volumes get {df['_id'][0]}")
+    assert shell.user_ns["v"].name == "kept"
+
+
+# --------------------------------------------------------------------------- offers and instances
+
+
+def test_offers_shows_available_rows_cheapest_first(magic: Magic, reader: GPUCloud) -> None:
+    df = magic("offers").value
+    assert isinstance(df, pd.DataFrame) and len(df) > 0
+    assert df["available"].all()
+    assert df["hourlyPrice"].is_monotonic_increasing
+    everything = magic("offers --all").value
+    assert len(everything) > len(df) and not everything["available"].all()
+
+
+@pytest.mark.parametrize(
+    ("line", "check"),
+    [
+        ("--gpu H100", lambda df: df["gpuName"].str.contains("H100").all()),
+        ("--gpu h100", lambda df: df["gpuName"].str.contains("H100").all()),
+        ("--gpus 8", lambda df: (df["gpuCount"] == 8).all()),
+        ("--region eu-north-1", lambda df: (df["region"] == "eu-north-1").all()),
+        ("--type container", lambda df: (df["deploymentType"] == "container").all()),
+        ("--type baremetal --gpus 8 --all", lambda df: ((df["deploymentType"] == "baremetal")
+                                                        & (df["gpuCount"] == 8)).all()),
+    ],
+)
+def test_offers_filters(magic: Magic, reader: GPUCloud, line: str,
+                        check: Callable[[pd.DataFrame], bool]) -> None:
+    df = magic(f"offers {line}").value
+    assert isinstance(df, pd.DataFrame) and len(df) > 0
+    assert check(df)
+    if "--all" not in line:
+        assert df["available"].all()
+
+
+def test_instances_instance_and_delete(magic: Magic, cloud: GPUCloud,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    assert magic("instances").value.empty
+    _, instance = _launch(cloud, name="notebook box")
+    df = magic("instances").value
+    assert isinstance(df, pd.DataFrame) and df["_id"].tolist() == [instance.id]
+    assert magic("instances --type container").value.empty
+
+    details = magic(f"instance {instance.id}").value
+    assert isinstance(details, InstanceDetails) and details.name == "notebook box"
+
+    prompts = _answers(monkeypatch, "no")
+    run = magic(f"delete {instance.id}")
+    assert prompts[0] == (f"Delete instance notebook box ({instance.id})? It has no volume, "
+                          "so its data is lost. [y/N] ")
+    assert run.out == f"Cancelled: instance notebook box ({instance.id}) was not deleted.\n"
+    assert cloud.instances.get(instance.id).status in ("pending", "active")
+
+    _answers(monkeypatch, "y")
+    run = magic(f"delete {instance.id}")
+    assert run.value is None
+    assert run.out == (f"Deleted instance notebook box ({instance.id}); it has no volume, "
+                       "so its data is lost.\n")
+    assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
+    assert _one_sentence(magic(f"delete {instance.id} --yes")).startswith(
+        f"Instance notebook box ({instance.id}) is already delet")
+    assert _one_sentence(magic("instance nope")) == "Instance nope not found."
+
+
+def test_deleting_an_instance_names_the_volume_that_keeps_its_data(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume, instance = _instance_with_volume(cloud, "datasets")
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("asked"))
+    run = magic(f"delete {instance.id} --yes")
+    assert run.out == (f"Deleted instance trainer ({instance.id}); volume datasets "
+                       f"({volume.id}) keeps its data.\n")
+    # Once the instance is being deleted, the volume can go too.
+    assert "Deleted volume" in magic(f"volumes delete {volume.id} --yes").out
+
+
+def test_launch_returns_the_launch_form(magic: Magic, cloud: GPUCloud) -> None:
+    from gpucloud_nb.widgets import LaunchForm
+
+    form = magic("launch").value
+    assert isinstance(form, LaunchForm)
+    assert form.offer.value is None and not form.offer.disabled  # the offers to choose from
+
+
+def test_launch_with_an_offer_id_prefills_the_form(magic: Magic, cloud: GPUCloud) -> None:
+    from gpucloud_nb.widgets import LaunchForm
+
+    offer = cloud.instances.offers(available=True, sort="price")[3]
+    run = magic(f"launch {offer.instance_id}")
+    assert isinstance(run.value, LaunchForm) and run.err == ""
+    assert run.value.offer.value == offer and run.value.offer.disabled
+    assert run.value.body is not None and run.value.body["instanceId"] == offer.instance_id
+    sentence = _one_sentence(magic("launch no-such-offer"))
+    assert sentence == "There is no offer with instanceId 'no-such-offer'; see %gpucloud offers --all."
+
+
+def test_chat_returns_a_chat_widget(magic: Magic, cloud: GPUCloud, sandbox_box: Any,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucloud_nb.widgets.chat import ChatWidget
+
+    cloud.sandbox = sandbox_box  # as connect() does for the sandbox
+    assert isinstance(magic("chat").value, ChatWidget)
+
+    asked: list[str] = []
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": asked.append(prompt) or INFERENCE_SECRET)
+    widget = magic(f"chat {sandbox_box.inference_url}").value
+    assert isinstance(widget, ChatWidget)
+    assert asked == [f"Inference secret for {sandbox_box.inference_url} (hidden): "]
+
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": "")
+    assert _one_sentence(magic(f"chat {sandbox_box.inference_url}")) == \
+        "No secret was given; the chat was not opened."
+    assert _one_sentence(magic("chat localhost:8000")).startswith(
+        "The endpoint must be a URL starting with http:// or https://")
+
+
+def test_chat_without_an_endpoint_on_the_real_cloud_asks_for_one(magic: Magic, cloud: GPUCloud) -> None:
+    sentence = _one_sentence(magic("chat"))
+    assert sentence.startswith("On the real cloud, give the inference instance's URL")
+
+
+def test_spend_returns_the_clients_frame(magic: Magic, cloud: GPUCloud,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = pd.DataFrame({"name": ["a"], "spend": [0.5]})
+    monkeypatch.setattr(GPUCloud, "spend", lambda self: frame, raising=False)
+    assert magic("spend").value is frame
+
+
+def test_spend_against_the_sandbox(magic: Magic, cloud: GPUCloud) -> None:
+    _, instance = _launch(cloud)
+    spend = magic("spend").value
+    assert isinstance(spend, pd.DataFrame) and spend["_id"].tolist() == [instance.id]
+
+
+def test_spend_says_plainly_when_unavailable(magic: Magic, cloud: GPUCloud,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(GPUCloud, "spend", raising=False)
+    sentence = _one_sentence(magic("spend"))
+    assert sentence.startswith("Spend tracking is not available")
+
+
+# --------------------------------------------------------------------------- connect
+
+
+def test_first_use_connects_to_the_sandbox_without_a_key(magic: Magic,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    magics.use(None)
+    run = magic("volumes offers")
+    assert isinstance(run.value, pd.DataFrame) and "SANDBOX" in run.out
+    assert magics.current_cloud().is_sandbox
+
+
+def test_connect_without_options_and_without_a_key_is_the_sandbox(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    run = magic("connect")
+    assert run.value is None and "SANDBOX" in run.out
+    assert magics.current_cloud().is_sandbox
+
+
+def test_connect_refuses_a_base_url_that_is_not_http(magic: Magic, no_cloud: None) -> None:
+    assert _one_sentence(magic("connect --base-url ftp://example.org")) == \
+        "The base URL must start with http:// or https://, not 'ftp://example.org'."
+
+
+def test_connect_sandbox(magic: Magic, cloud: GPUCloud) -> None:
+    run = magic("connect --sandbox")
+    assert run.value is None and "SANDBOX" in run.out and run.err == ""
+    assert magics.current_cloud().is_sandbox and magics.current_cloud() is not cloud
+
+
+def test_connect_base_url_asks_for_the_key_with_getpass(
+        magic: Magic, sandbox_box: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    asked: list[str] = []
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": asked.append(prompt) or API_KEY)
+    run = magic(f"connect --base-url {sandbox_box.management_url}")
+    assert run.value is None and run.err == ""
+    assert run.out == (f"Connected to the GPU cloud at {sandbox_box.management_url} "
+                       "with key sk-…6789.\n")
+    assert asked == [f"API key for {sandbox_box.management_url} (hidden): "]
+    connected = magics.current_cloud()
+    assert connected.base_url == sandbox_box.management_url and not connected.is_sandbox
+    assert isinstance(magic("volumes").value, pd.DataFrame)
+
+
+def test_connect_base_url_takes_the_key_from_the_environment(
+        magic: Magic, sandbox_box: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLOUD_API_KEY", API_KEY)
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": pytest.fail("asked"))
+    run = magic(f"connect --base-url {sandbox_box.management_url}")
+    assert run.out.startswith("Connected to the GPU cloud")
+
+
+def test_connect_with_a_wrong_key_keeps_the_previous_cloud(
+        magic: Magic, cloud: GPUCloud, sandbox_box: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": "sk-wrong-key-00000000000")
+    sentence = _one_sentence(magic(f"connect --base-url {sandbox_box.management_url}"))
+    assert sentence.endswith("The session's cloud is unchanged.")
+    assert magics.current_cloud() is cloud
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": "")
+    assert _one_sentence(magic(f"connect --base-url {sandbox_box.management_url}")) == \
+        "No API key was given; the session's cloud is unchanged."
+
+
+# --------------------------------------------------------------------------- user errors
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("volumz", "%gpucloud: unknown subcommand 'volumz'; try %gpucloud --help"),
+        ("volumes lst", "%gpucloud volumes: unknown subcommand 'lst'; try %gpucloud volumes --help"),
+        ("volumes create", "%gpucloud volumes create: the following arguments are required: "
+                           "NAME, --size, --region; try %gpucloud volumes create --help"),
+        ("volumes create data --region us-east-1", "%gpucloud volumes create: the following "
+         "arguments are required: --size; try %gpucloud volumes create --help"),
+        ("volumes create data --size big --region us-east-1", "%gpucloud volumes create: argument "
+         "--size: 'big' is not a number of GB; try %gpucloud volumes create --help"),
+        ("volumes create data --size -5 --region us-east-1", "%gpucloud volumes create: argument "
+         "--size: '-5' is not a positive number of GB; try %gpucloud volumes create --help"),
+        ("volumes get", "%gpucloud volumes get: the following arguments are required: ID; "
+                        "try %gpucloud volumes get --help"),
+        ("volumes get a b", "%gpucloud volumes get: unrecognized arguments: b; "
+                            "try %gpucloud volumes get --help"),
+        ("offers --type gpu", "%gpucloud offers: argument --type: invalid choice: 'gpu' (choose "
+                              "from 'vm', 'container', 'baremetal'); try %gpucloud offers --help"),
+        ("offers --gpus two", "%gpucloud offers: argument --gpus: 'two' is not a whole number of "
+                              "GPUs; try %gpucloud offers --help"),
+        ("instance", "%gpucloud instance: the following arguments are required: ID; "
+                     "try %gpucloud instance --help"),
+        ("delete", "%gpucloud delete: the following arguments are required: ID; "
+                   "try %gpucloud delete --help"),
+        ("connect --sandbox --base-url http://x", "%gpucloud connect: argument --base-url: not "
+         "allowed with argument --sandbox; try %gpucloud connect --help"),
+        ("--yes", "%gpucloud: unrecognized arguments: --yes; try %gpucloud --help"),
+        ("volumes create 'my data --size 1", "%gpucloud: No closing quotation in the arguments; "
+                                             "check the quotes"),
+    ],
+)
+def test_usage_errors_are_one_line(magic: Magic, no_cloud: None, line: str, expected: str) -> None:
+    assert _one_sentence(magic(line)) == expected
+
+
+@pytest.mark.parametrize("line", [
+    f"connect --api-key {API_KEY}",
+    f"connect --base-url http://127.0.0.1:1 --api-key={API_KEY}",
+    f"volumes --key {API_KEY}",
+])
+def test_a_key_in_the_cell_is_refused_with_the_reason(magic: Magic, cloud: GPUCloud,
+                                                      line: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert "is refused: a key typed into a cell is saved in the notebook" in sentence
+    assert "GPUCLOUD_API_KEY" in sentence
+    assert magics.current_cloud() is cloud
+
+
+@pytest.mark.parametrize("line", [f"chat http://127.0.0.1:1 --secret {INFERENCE_SECRET}",
+                                  f"chat --inference-secret={INFERENCE_SECRET}"])
+def test_a_secret_in_the_cell_is_refused_with_the_reason(magic: Magic, no_cloud: None,
+                                                         line: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert "is refused: a secret typed into a cell is saved in the notebook" in sentence
+    assert "hidden prompt" in sentence
+
+
+@pytest.mark.parametrize("line", ["volumz", "volumes create", "offers --type gpu",
+                                  "volumes get vol-123", f"connect --api-key {API_KEY}"])
+def test_errors_in_a_cell_show_no_traceback(magic: Magic, reader: GPUCloud, line: str) -> None:
+    run = magic.cell(f"%gpucloud {line}")
+    assert "Traceback" not in run.text and "Error" not in run.out
+    assert len(run.err.strip().splitlines()) == 1
+
+
+def test_an_api_error_is_one_sentence(magic: Magic, reader: GPUCloud) -> None:
+    assert _one_sentence(magic("volumes get vol-123")) == "Volume vol-123 not found."
+    assert _one_sentence(magic("volumes delete vol-123 --yes")) == "Volume vol-123 not found."
+    assert _one_sentence(magic("delete i-123 --yes")) == "Instance i-123 not found."
+
+
+def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box: Any) -> None:
+    magics.use(GPUCloud(api_key="sk-bad-key-0000000000000000", base_url=sandbox_box.management_url))
+    sentence = _one_sentence(magic("volumes"))
+    assert "sk-bad-key-0000000000000000" not in sentence and sentence.endswith(".")
