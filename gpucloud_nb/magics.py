@@ -110,7 +110,7 @@ import getpass
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -119,7 +119,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from gpucloud_nb._secrets import Secret, scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
 
 if TYPE_CHECKING:
     import pandas
@@ -437,22 +437,6 @@ def _ask_secret(prompt: str) -> str:
     return value
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside ``value`` (the items of ``Instance.volumes`` have no documented shape)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
-
-
-def _holds(instance: Instance | InstanceDetails, volume_id: str) -> bool:
-    return volume_id in set(_strings(instance.volumes))
-
-
 def _label(name: str, id: str) -> str:
     return f"{name} ({id})" if name and name != id else id
 
@@ -564,14 +548,7 @@ class GPUCloudMagics(Magics):
         label = _label(instance.name, instance.id)
         if instance.status in ("deleting", "deleted"):
             raise _Stop(f"Instance {label} is already {instance.status}.")
-        kept = [_label(v.name, v.id) for v in cloud.volumes.list() if _holds(instance, v.id)]
-        if not kept and instance.volumes:  # volumes not in our list: name them as the cloud does
-            kept = [next(_strings(item), "?") for item in instance.volumes]
-        if kept:
-            fate = f"volume {_names(kept)} keeps its data" if len(kept) == 1 else \
-                f"volumes {_names(kept)} keep their data"
-        else:
-            fate = "it has no volume, so its data is lost"
+        fate = instance.data_fate(cloud.volumes.list())
         if not args.yes and not _confirm(
             f"Delete instance {label}? {fate[0].upper()}{fate[1:]}.",
             f"Could not ask for confirmation here; add --yes to delete instance {label}.",
@@ -684,7 +661,7 @@ class GPUCloudMagics(Magics):
         volume = cloud.volumes.get(args.id)
         label = _label(volume.name, volume.id)
         holders = [i for i in cloud.instances.list()
-                   if i.status in HOLDING_STATUSES and _holds(i, volume.id)]
+                   if i.status in HOLDING_STATUSES and i.holds_volume(volume.id)]
         if holders:
             users = _names(f"{_label(i.name, i.id)}, which is {i.status}" for i in holders)
             raise _Stop(f"Volume {label} is attached to instance {users}; delete the instance "

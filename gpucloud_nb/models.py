@@ -20,7 +20,7 @@ Choices where the spec says "not shown":
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -73,6 +73,18 @@ def _list(value: Any) -> list[Any]:
 
 def _dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside ``value``, depth first."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def parse_datetime(value: Any) -> datetime | None:
@@ -242,6 +254,27 @@ class _InstanceHelpers:
                 if region.get(key):
                     return str(region[key])
         return ""
+
+    def holds_volume(self, volume_id: str) -> bool:
+        """True when ``volume_id`` is attached (the items of ``volumes`` have no documented shape,
+        so every string inside them is searched)."""
+        return volume_id in set(_strings(self.volumes))
+
+    def data_fate(self, volumes: Iterable[Volume] = ()) -> str:
+        """What happens to this instance's data on delete, naming the volumes that keep it.
+
+            >>> instance.data_fate(cloud.volumes.list())
+            'volume my data (66f0…) keeps its data'
+        """
+        kept = [f"{v.name} ({v.id})" if v.name else v.id for v in volumes
+                if self.holds_volume(v.id)]
+        if not kept and self.volumes:  # attached volumes the caller did not list
+            kept = [next(_strings(item), "?") for item in self.volumes]
+        if not kept:
+            return "it has no volume, so its data is lost"
+        if len(kept) == 1:
+            return f"volume {kept[0]} keeps its data"
+        return f"volumes {', '.join(kept)} keep their data"
 
     @property
     def ssh_command(self) -> str | None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
-import ipywidgets as widgets
 import pandas as pd
 import pytest
 
@@ -16,7 +15,6 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
-from gpucloud_nb.widgets.instances_panel import estimate_spend, spend_so_far
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -80,8 +78,8 @@ def test_lists_instances_with_status_age_price_and_spend(sandbox_factory, panels
         second = launch(observer, "train-2")
         frame = panel.refresh()
         assert panel.auto_refreshing
-        assert list(frame.columns[:8]) == ["name", "status", "gpu", "region", "age", "hourlyPrice",
-                                           "spend", "_id"]
+        assert list(frame.columns) == ["name", "status", "gpu", "region", "age", "hourlyPrice",
+                                       "spend", "autoDelete", "_id"]
         assert set(frame["_id"]) == {first.id, second.id}
         assert set(frame["status"]) == {"pending"} and (frame["spend"] == 0).all()
         assert (frame["hourlyPrice"] == first.hourly_price).all()
@@ -109,7 +107,7 @@ def test_delete_asks_first_and_cancel_keeps_the_instance(cloud, observer, panels
     panel.instance_select.value = instance.id
     panel.delete_button.click()
     assert panel.confirm_box.layout.display is None
-    assert "Delete train-1? Its data is lost unless it is on a volume." in panel.question.value
+    assert "Delete train-1? It has no volume, so its data is lost." in panel.question.value
     panel.cancel_button.click()
     assert panel.confirm_box.layout.display == "none" and panel.pending_delete is None
     assert panel.status.text == "Kept train-1."
@@ -118,7 +116,8 @@ def test_delete_asks_first_and_cancel_keeps_the_instance(cloud, observer, panels
     panel.delete_button.click()
     panel.confirm_button.click()
     assert observer.instances.get(instance.id).status in ("deleting", "deleted")
-    assert "Deleting train-1" in panel.status.text and panel.confirm_box.layout.display == "none"
+    assert panel.status.text == "Deleting train-1; it has no volume, so its data is lost."
+    assert panel.confirm_box.layout.display == "none"
     wait_for(lambda: status_in_panel(panel, instance.id) is None)  # gone once deleted
     wait_for(lambda: not panel.auto_refreshing)
     panel.show_deleted.value = True
@@ -134,7 +133,7 @@ def test_delete_from_code(cloud, observer, panels) -> None:
     with pytest.raises(InvalidInputError, match="Choose an instance"):
         panel.request_delete()
     assert panel.status.is_error
-    assert panel.request_delete(drop.id) == "Delete drop? Its data is lost unless it is on a volume."
+    assert panel.request_delete(drop.id) == "Delete drop? It has no volume, so its data is lost."
     assert panel.confirm_delete() == drop.id
     assert observer.instances.get(drop.id).status in ("deleting", "deleted")
     assert observer.instances.get(keep.id).status in ("pending", "active")
@@ -170,22 +169,54 @@ def test_details_view(cloud, observer, panels) -> None:
     assert panel.status.is_error and "no-such-instance" in panel.status.text
 
 
-def test_extension_hooks_add_cells_and_actions(cloud, observer, panels) -> None:
-    class Countdown(InstancesPanel):
-        def extra_cells(self, instance):
-            return {"autoDelete": f"in 5 min ({instance.name})"}
-
-        def extra_actions(self, instance):
-            return [widgets.Button(description="Extend")] if instance else []
-
+def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:
     instance = launch(observer, "timed")
-    panel = Countdown(cloud, interval=0.05)
-    panels.append(panel)
-    assert list(panel.frame["autoDelete"]) == ["in 5 min (timed)"]
-    assert "in 5 min (timed)" in panel.table.value
+    panel = make_panel(panels, cloud, interval=0.05)
+    assert list(panel.frame["autoDelete"]) == [""]
     assert panel.actions.children == ()
     panel.select(instance.id)
-    assert [b.description for b in panel.actions.children] == ["Extend"]
+    assert panel.auto_delete_set.description == "Set auto-delete"
+    assert panel.auto_delete_cancel not in panel.actions.children
+
+    panel.auto_delete_minutes.value = 5
+    panel.auto_delete_set.click()
+    assert "will be deleted at" in panel.status.text
+    assert 4 * 60 < cloud.auto_delete.remaining(instance.id) <= 5 * 60
+    assert panel.frame["autoDelete"].iloc[0].startswith("in 4 min")
+    assert "in 4 min" in panel.table.value and panel.auto_refreshing
+    assert panel.auto_delete_set.description == "Extend to this"
+    assert panel.auto_delete_cancel in panel.actions.children
+
+    panel.set_auto_delete(minutes=30)
+    assert cloud.auto_delete.remaining(instance.id) > 29 * 60
+    panel.auto_delete_cancel.click()
+    assert cloud.auto_delete.remaining(instance.id) is None
+    assert panel.status.text.startswith("Auto-delete of timed cancelled; it keeps running")
+    with pytest.raises(InvalidInputError, match="has no auto-delete timer"):
+        panel.cancel_auto_delete(instance.id)
+
+
+def test_auto_delete_from_the_panel_deletes(cloud, observer, panels) -> None:
+    instance = launch(observer, "short-lived")
+    panel = make_panel(panels, cloud, interval=0.05)
+    panel.set_auto_delete(instance.id, minutes=0.005)  # 0.3 s
+    wait_for(lambda: observer.instances.get(instance.id).status in ("deleting", "deleted"))
+    wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"))
+
+
+def test_delete_names_the_volume_that_keeps_the_data(cloud, observer, panels) -> None:
+    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    volume_offer = next(v for v in observer.volumes.offers() if v.cloud_provider.id == offer.cloud.id)
+    volume = observer.volumes.create(name="results", cloud_provider=offer.cloud.id,
+                                     region=offer.available_regions[0],
+                                     size_in_gb=volume_offer.min_size_in_gb)
+    instance = launch(observer, "with-data", volume.id)
+    panel = make_panel(panels, cloud)
+    question = panel.request_delete(instance.id)
+    assert question == f"Delete with-data? Volume results ({volume.id}) keeps its data."
+    panel.confirm_delete()
+    assert f"volume results ({volume.id}) keeps its data" in panel.status.text
+    assert observer.volumes.get(volume.id).name == "results"
 
 
 def test_refresh_errors_are_sentences(sandbox_factory, panels) -> None:
@@ -200,45 +231,14 @@ def test_refresh_errors_are_sentences(sandbox_factory, panels) -> None:
             panel.refresh()
 
 
-def test_spend_estimate_from_timestamps() -> None:
-    def item(status: str, **times: datetime) -> Instance:
-        return Instance.from_json({
-            "_id": "i1", "status": status, "hourlyPrice": 2.0,
-            "createdAt": times.get("created", T0).isoformat(),
-            "updatedAt": times.get("updated", T0).isoformat(),
-            "deletedAt": times["deleted"].isoformat() if "deleted" in times
-            else "1970-01-01T00:00:00.000Z"})
-
-    later = T0 + timedelta(hours=3)
-    assert estimate_spend(item("pending"), later) == 0
-    assert estimate_spend(item("error"), later) == 0
-    active = item("active", updated=T0 + timedelta(hours=1))
-    assert estimate_spend(active, later) == pytest.approx(4.0)
-    deleting = item("deleting", updated=T0 + timedelta(hours=2))
-    assert estimate_spend(deleting, later) == pytest.approx(4.0)
-    deleted = item("deleted", updated=T0 + timedelta(hours=1),
-                   deleted=T0 + timedelta(hours=1, minutes=30))
-    assert estimate_spend(deleted, later) == pytest.approx(3.0)
-
-
-def test_spend_prefers_cloud_spend_and_falls_back() -> None:
-    instance = Instance.from_json({"_id": "i1", "status": "active", "hourlyPrice": 2.0,
-                                   "createdAt": T0.isoformat(), "updatedAt": T0.isoformat()})
-    other = Instance.from_json({"_id": "i2", "status": "pending", "hourlyPrice": 1.0,
-                                "createdAt": T0.isoformat(), "updatedAt": T0.isoformat()})
-    later = T0 + timedelta(hours=1)
-
-    class WithSpend:
-        def spend(self) -> pd.DataFrame:
-            return pd.DataFrame({"_id": ["i1"], "spend": [1.23]})
-
-    class BrokenSpend:
-        def spend(self) -> pd.DataFrame:
-            raise RuntimeError("ledger offline")
-
-    assert spend_so_far(WithSpend(), [instance, other], later) == {"i1": 1.23, "i2": 0.0}
-    assert spend_so_far(BrokenSpend(), [instance], later) == {"i1": pytest.approx(2.0)}
-    assert spend_so_far(object(), [instance], later) == {"i1": pytest.approx(2.0)}
+def test_spend_column_comes_from_the_client_ledger(cloud, observer, panels) -> None:
+    instance = launch(observer, "billed")
+    cloud.instances.wait_until_active(instance.id, timeout=10, poll_interval=0.05)
+    time.sleep(0.2)
+    panel = make_panel(panels, cloud)
+    spent = panel.frame.set_index("_id").loc[instance.id, "spend"]
+    expected = cloud.spend().set_index("_id").loc[instance.id, "spend"]
+    assert 0 < spent <= expected
 
 
 def test_no_widget_state_holds_the_api_key(sandbox_factory, panels) -> None:

@@ -219,6 +219,18 @@ def test_launch_from_code_returns_a_future(cloud: GPUCloud, observer: GPUCloud) 
     assert [i.name for i in observer.instances.list()] == ["serve-1"]
 
 
+def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = pick(cloud, "vm")
+    form = LaunchForm(cloud, offer).fill(name="timed", auto_delete_minutes=30)
+    assert "Auto-deletes after 30 min" in form.cost.value
+    assert f"at most ${offer.hourly_price / 2:.2f}" in form.cost.value
+    details = form.launch().result(timeout=10)
+    assert 29 * 60 < cloud.auto_delete.remaining(details.id) <= 30 * 60
+    form.auto_delete.value = 0
+    assert "Auto-deletes" not in form.cost.value
+    cloud.auto_delete.cancel_all()
+
+
 def test_launch_with_an_invalid_form_fails_fast(cloud: GPUCloud, observer: GPUCloud) -> None:
     form = LaunchForm(cloud, pick(cloud, "vm"))
     future = form.launch()

@@ -8,27 +8,22 @@
 
 Choices, written down once:
 
-- Spend so far comes from :func:`spend_so_far`: ``cloud.spend()`` when the client has it (its
-  ledger remembers when each instance was first seen active), otherwise an estimate: hourly price
-  × hours billed, billing while ``active`` (from ``updatedAt``, the time of its last transition)
-  and ``deleting`` (until ``updatedAt``), nothing while ``pending`` or after ``error``. For
-  ``deleting`` and ``deleted`` instances the estimate starts at ``createdAt``: an upper bound.
+- Spend so far comes from ``cloud.spend()`` (see ``gpucloud_nb.client.billing``): billing runs
+  while an instance is active or deleting.
+- Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
+  ``cloud.auto_delete``); for the selected instance, "Auto-delete in N min" sets or extends it
+  and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
 - The list refreshes every ``interval`` seconds (2 by default) in a daemon thread *while* any
-  instance is pending or deleting, and stops by itself otherwise, or after three failed
-  refreshes in a row. ``refresh()`` works from code at any time.
+  instance is pending or deleting or has an auto-delete timer, and stops by itself otherwise, or
+  after three failed refreshes in a row. ``refresh()`` works from code at any time.
 - Deleted instances are hidden unless "show deleted" is ticked (the cloud keeps listing them).
 - Deleting always asks first; only :meth:`InstancesPanel.confirm_delete` (or its button) sends
   the DELETE.
-- Extension hook: :meth:`InstancesPanel.extra_cells` adds columns to each row and
-  :meth:`InstancesPanel.extra_actions` adds widgets beside Details/Delete for the selected
-  instance (for example an auto-delete countdown with extend/cancel buttons). Both return nothing
-  here; override them in a subclass (or assign callables to the instance), then ``refresh()``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -54,47 +49,18 @@ from gpucloud_nb.widgets._common import (
     show,
 )
 
-__all__ = ["BASE_COLUMNS", "InstancesPanel", "estimate_spend", "spend_so_far"]
+__all__ = ["BASE_COLUMNS", "InstancesPanel"]
 
-#: The table's own columns; :meth:`InstancesPanel.extra_cells` may add more after them.
+#: The table's columns.
 BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
-                                 "_id")
+                                 "autoDelete", "_id")
 _BUSY = ("pending", "deleting")
 _MAX_FAILURES = 3
 
 
-def estimate_spend(instance: Instance, now: datetime) -> float:
-    """Hourly price × hours billed, from the instance's own timestamps (see the module docs)."""
-    price = instance.hourly_price
-    if math.isnan(price) or instance.status not in ("active", "deleting", "deleted"):
-        return 0.0
-    created, updated = instance.created_at, instance.updated_at
-    if instance.status == "active":
-        start, end = updated or created, now
-    elif instance.status == "deleting":
-        start, end = created, updated or now
-    else:
-        start, end = created, instance.deleted_at or updated or now
-    if start is None or end is None:
-        return 0.0
-    return price * max((end - start).total_seconds(), 0.0) / 3600.0
-
-
-def spend_so_far(cloud: Any, instances: Sequence[Instance],
-                 now: datetime | None = None) -> dict[str, float]:
-    """Spend so far of each instance by id: ``cloud.spend()`` when it exists, else an estimate."""
-    now = now or datetime.now(timezone.utc)
-    known: dict[str, float] = {}
-    spend = getattr(cloud, "spend", None)
-    if callable(spend):
-        try:
-            frame = spend()
-            for key, amount in zip(frame["_id"], frame["spend"], strict=False):
-                if amount == amount and amount is not None:
-                    known[str(key)] = float(amount)
-        except Exception:
-            log.debug("cloud.spend() failed; estimating spend from timestamps", exc_info=True)
-    return {i.id: known[i.id] if i.id in known else estimate_spend(i, now) for i in instances}
+def _spend_by_id(cloud: Any) -> dict[str, float]:
+    frame = cloud.spend()
+    return {str(key): float(amount) for key, amount in zip(frame["_id"], frame["spend"], strict=True)}
 
 
 def _gpu_text(instance: Instance) -> str:
@@ -125,14 +91,15 @@ class InstancesPanel(widgets.VBox):
 
     From code: :meth:`refresh` (→ :attr:`frame`), :attr:`instances`, :meth:`select`,
     :attr:`selected`, :meth:`details`, :meth:`request_delete`, :meth:`confirm_delete`,
-    :meth:`cancel_delete`, :attr:`auto_refreshing`; hooks :meth:`extra_cells` and
-    :meth:`extra_actions`.
+    :meth:`cancel_delete`, :meth:`set_auto_delete`, :meth:`cancel_auto_delete`,
+    :attr:`auto_refreshing`.
 
     CSS classes: ``gpucloud-instances-panel`` (the panel), ``gpucloud-instances-refresh``,
     ``gpucloud-instances-show-deleted``, ``gpucloud-instances-updated``,
     ``gpucloud-instances-table`` (the HTML widget; the ``<table>`` inside has
     ``gpucloud-table``), ``gpucloud-instances-select``, ``gpucloud-instance-details-button``,
-    ``gpucloud-instance-delete-button``, ``gpucloud-instance-actions`` (the hook's widgets),
+    ``gpucloud-instance-delete-button``, ``gpucloud-instance-actions`` (auto-delete controls:
+    ``gpucloud-auto-delete-minutes``, ``gpucloud-auto-delete-set``, ``gpucloud-auto-delete-cancel``),
     ``gpucloud-delete-confirm`` (the confirmation row), ``gpucloud-delete-question``,
     ``gpucloud-delete-confirm-button``, ``gpucloud-delete-cancel-button``,
     ``gpucloud-instance-details``, ``gpucloud-instances-status`` (with ``gpucloud-status``, and
@@ -188,6 +155,15 @@ class InstancesPanel(widgets.VBox):
                                                 button_style="danger",
                                                 layout=widgets.Layout(width="8em")),
                                  "gpucloud-instance-delete-button")
+        self.auto_delete_minutes = css(widgets.BoundedIntText(
+            value=60, min=1, max=7 * 24 * 60, description="Auto-delete in (min)", style=STYLE,
+            layout=widgets.Layout(width="15em")), "gpucloud-auto-delete-minutes")
+        self.auto_delete_set = css(widgets.Button(description="Set", icon="clock-o",
+                                                  layout=widgets.Layout(width="10em")),
+                                   "gpucloud-auto-delete-set")
+        self.auto_delete_cancel = css(widgets.Button(description="Cancel auto-delete",
+                                                     layout=widgets.Layout(width="12em")),
+                                      "gpucloud-auto-delete-cancel")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
         self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
@@ -216,24 +192,46 @@ class InstancesPanel(widgets.VBox):
         self.delete_button.on_click(guarded(self.status, lambda _: self.request_delete()))
         self.confirm_button.on_click(guarded(self.status, lambda _: self.confirm_delete()))
         self.cancel_button.on_click(guarded(self.status, lambda _: self.cancel_delete()))
+        self.auto_delete_set.on_click(guarded(
+            self.status, lambda _: self.set_auto_delete(minutes=self.auto_delete_minutes.value)))
+        self.auto_delete_cancel.on_click(guarded(self.status, lambda _: self.cancel_auto_delete()))
 
-    # ------------------------------------------------------------------ hooks
+    # ------------------------------------------------------------------ auto-delete
 
-    def extra_cells(self, instance: Instance) -> dict[str, Any]:
-        """Extra cells of one row, column name → value (shown as escaped text); none here.
+    def _auto_delete_text(self, instance: Instance) -> str:
+        remaining = self._cloud.auto_delete.remaining(instance.id)
+        return "" if remaining is None else f"in {duration(remaining)}"
 
-        Override (or assign a callable to ``panel.extra_cells``) to add columns, such as an
-        auto-delete countdown; the panel calls it for every row on every refresh.
-        """
-        return {}
+    def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
+        """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
+        earlier timer. Returns the sentence shown."""
+        instance = self._require(instance_id, "time")
+        if instance.status in ("deleting", "deleted"):
+            raise InvalidInputError(f"{instance.name} is already {instance.status}.")
+        when = self._cloud.auto_delete.schedule(instance.id, minutes * 60)
+        self.refresh()
+        message = (f"{instance.name} will be deleted at {when.astimezone():%H:%M:%S} "
+                   "if this kernel is still running.")
+        self.status.success(message)
+        return message
 
-    def extra_actions(self, instance: Instance | None) -> list[widgets.Widget]:
-        """Extra widgets beside Details/Delete for the selected instance; none here.
+    def cancel_auto_delete(self, instance_id: str | None = None) -> str:
+        """Stop the auto-delete timer of an instance (default: the selected one); it keeps running."""
+        instance = self._require(instance_id, "keep")
+        if not self._cloud.auto_delete.cancel(instance.id):
+            raise InvalidInputError(f"{instance.name} has no auto-delete timer.")
+        self.refresh()
+        message = f"Auto-delete of {instance.name} cancelled; it keeps running (and billing)."
+        self.status.success(message)
+        return message
 
-        Override (or assign a callable) to add buttons such as "extend" or "cancel auto-delete";
-        called when the selection changes and on every refresh.
-        """
-        return []
+    def _render_actions(self) -> None:
+        instance = self.selected
+        live = instance is not None and instance.status not in ("deleting", "deleted")
+        timed = live and self._cloud.auto_delete.remaining(instance.id) is not None
+        self.auto_delete_set.description = "Extend to this" if timed else "Set auto-delete"
+        controls = [self.auto_delete_minutes, self.auto_delete_set] if live else []
+        self.actions.children = (*controls, self.auto_delete_cancel) if timed else tuple(controls)
 
     # ------------------------------------------------------------------ data
 
@@ -260,7 +258,7 @@ class InstancesPanel(widgets.VBox):
             try:
                 listed = list(self._cloud.instances.list())
                 now = datetime.now(timezone.utc)
-                spend = spend_so_far(self._cloud, listed, now)
+                spend = _spend_by_id(self._cloud)
             except Exception as error:
                 self.status.error(error)
                 self._refresh_failed = True
@@ -273,7 +271,8 @@ class InstancesPanel(widgets.VBox):
             self._render()
             self._sync_details()
             busy = [i for i in listed if i.status in _BUSY]
-            if busy:
+            timed = self._cloud.auto_delete.deadlines()
+            if busy or timed:
                 self._poller.start()
             else:
                 self._poller.stop()
@@ -290,19 +289,16 @@ class InstancesPanel(widgets.VBox):
     def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
                      now: datetime) -> pd.DataFrame:
         rows = []
-        extra_columns: list[str] = []
         for instance in instances:
-            extras = dict(self.extra_cells(instance) or {})
-            extra_columns += [c for c in extras if c not in extra_columns and c not in BASE_COLUMNS]
             created = instance.created_at
             rows.append({
                 "name": instance.name, "status": instance.status, "gpu": _gpu_text(instance),
                 "region": instance.region_id,
                 "age": pd.Timedelta(now - created) if created else pd.NaT,
                 "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
-                "_id": instance.id, **extras,
+                "autoDelete": self._auto_delete_text(instance), "_id": instance.id,
             })
-        return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *extra_columns])
+        return pd.DataFrame(rows, columns=list(BASE_COLUMNS))
 
     def _render(self) -> None:
         if self.frame.empty:
@@ -321,10 +317,6 @@ class InstancesPanel(widgets.VBox):
         finally:
             self._quiet -= 1
         self._render_actions()
-
-    def _render_actions(self) -> None:
-        widgets_ = self.extra_actions(self.selected)
-        self.actions.children = tuple(widgets_ or ())
 
     def _sync_details(self) -> None:
         """Re-read the details on show when that instance's status changed."""
@@ -437,7 +429,8 @@ class InstancesPanel(widgets.VBox):
         except Exception as error:
             self.status.error(error)
             raise
-        question = f"Delete {instance.name}? Its data is lost unless it is on a volume."
+        fate = instance.data_fate(self._cloud.volumes.list())
+        question = f"Delete {instance.name}? {fate[0].upper()}{fate[1:]}."
         self.pending_delete = instance.id
         self.question.value = f"<b>{escape(question)}</b>"
         show(self.confirm_box, True)
@@ -452,6 +445,7 @@ class InstancesPanel(widgets.VBox):
                 raise InvalidInputError("Nothing to confirm: ask to delete an instance first.")
             instance = self._find(instance_id)
             name = instance.name if instance else instance_id
+            fate = instance.data_fate(self._cloud.volumes.list()) if instance else ""
             self._cloud.instances.delete(instance_id)
         except Exception as error:
             self.status.error(error)
@@ -459,7 +453,7 @@ class InstancesPanel(widgets.VBox):
         self.pending_delete = None
         show(self.confirm_box, False)
         self.refresh()
-        self.status.success(f"Deleting {name}; the list follows until it is gone.")
+        self.status.success(f"Deleting {name}; {fate}." if fate else f"Deleting {name}.")
         return instance_id
 
     def cancel_delete(self) -> None:

@@ -68,7 +68,7 @@ DEFAULT_EXPECTED_LAUNCH_SECONDS = 300.0
 _WIDE = widgets.Layout(width="42em")
 _MEDIUM = widgets.Layout(width="28em")
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id")
+              "ssh_key_id", "auto_delete_minutes")
 
 
 class _StopSignal(Exception):
@@ -266,6 +266,10 @@ class LaunchForm(widgets.VBox):
         self.ssh_key.add_class("gpucloud-launch-ssh-key")
         self.ssh_key_id = text("or saved SSH key id", "gpucloud-launch-ssh-key-id")
 
+        self.auto_delete = widgets.BoundedIntText(
+            value=0, min=0, max=7 * 24 * 60, description="Auto-delete after (min, 0 = never)",
+            style=STYLE, layout=widgets.Layout(width="24em"))
+        self.auto_delete.add_class("gpucloud-launch-auto-delete")
         self.cost = widgets.HTML()
         self.cost.add_class("gpucloud-launch-cost")
         self.reason = widgets.HTML()
@@ -308,7 +312,7 @@ class LaunchForm(widgets.VBox):
         self.children = (
             self.title, self.name, self.offer, self.region, self.vm_box, self.container_box,
             widgets.HBox([self.volume, self.volume_create_toggle]), self.volume_create_box,
-            self.ssh_key, self.ssh_key_id, self.cost,
+            self.ssh_key, self.ssh_key_id, self.auto_delete, self.cost,
             widgets.HBox([self.launch_button, self.reason]),
             self.progress_box, self.status, self.result_box,
         )
@@ -320,7 +324,7 @@ class LaunchForm(widgets.VBox):
         on(self.offer, lambda _: self._on_offer_or_region())
         on(self.region, lambda _: self._on_offer_or_region())
         for widget in (self.name, self.os, self.cloud_init, self.image, self.volume, self.ssh_key,
-                       self.ssh_key_id):
+                       self.ssh_key_id, self.auto_delete):
             on(widget, lambda _: self._on_field())
         on(self.cloud_init_file, self._uploaded)
         on(self.volume_name, lambda _: self._update_volume_create(), self.volume_status)
@@ -607,6 +611,10 @@ class LaunchForm(widgets.VBox):
             hourly = volume.size_in_gb * volume_offer.price_per_gb_per_hour
             parts.append(f" + volume {escape(volume.name)} {escape(per_hour(hourly))} (billed "
                          "while it exists)")
+        minutes = self.auto_delete.value
+        if minutes:
+            parts.append(f"<br>Auto-deletes after {minutes} min, if this kernel is still running: "
+                         f"at most {escape(money(offer.hourly_price * minutes / 60))}.")
         cap = self._cloud.max_hourly_cost
         if cap is not None and self._used_hourly is not None:
             after = self._used_hourly + offer.hourly_price
@@ -639,7 +647,7 @@ class LaunchForm(widgets.VBox):
 
     def fill(self, **values: Any) -> LaunchForm:
         """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``; returns the form.
+        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``; returns the form.
 
         Values the form does not offer are kept and explained by :attr:`problem`.
         """
@@ -668,6 +676,8 @@ class LaunchForm(widgets.VBox):
                 self.ssh_key.value = values["ssh_key"] or ""
             if "ssh_key_id" in values:
                 self.ssh_key_id.value = values["ssh_key_id"] or ""
+            if "auto_delete_minutes" in values:
+                self.auto_delete.value = values["auto_delete_minutes"] or 0
         self._sync()
         return self
 
@@ -811,7 +821,7 @@ class LaunchForm(widgets.VBox):
             name=name, cloud_provider=body["cloudProvider"], instance_id=body["instanceId"],
             region=body["region"], volume_id=body.get("volumeId"), vm=body.get("vm"),
             docker_container=body.get("dockerContainer"), ssh_key_id=body.get("sshKeyId"),
-            ssh_key=body.get("sshKey"))
+            ssh_key=body.get("sshKey"), delete_after=self.auto_delete.value * 60 or None)
         self.instance = instance
         if stop.is_set():
             return None
