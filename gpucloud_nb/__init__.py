@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb._connect import connect
-from gpucloud_nb.client import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.client import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient
 from gpucloud_nb.errors import (
     APIError,
     AuthenticationError,
@@ -27,10 +27,12 @@ __version__ = "0.1.0"
 __all__ = [
     "APIError",
     "AsyncGPUCloud",
+    "AsyncInferenceClient",
     "AuthenticationError",
     "BadRequestError",
     "GPUCloud",
     "GPUCloudError",
+    "InferenceClient",
     "InvalidInputError",
     "NotFoundError",
     "RateLimitError",

@@ -7,6 +7,7 @@ conveniences.
     >>> GPUCloud(api_key="...", base_url="https://...").volumes.list()
 """
 
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.management import AsyncGPUCloud, GPUCloud
 
-__all__ = ["AsyncGPUCloud", "GPUCloud"]
+__all__ = ["AsyncGPUCloud", "AsyncInferenceClient", "GPUCloud", "InferenceClient"]

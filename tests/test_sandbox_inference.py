@@ -1,0 +1,332 @@
+"""The sandbox's inference endpoint on the wire: shapes, statuses, rate limit, uploads, upstream."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+import wave
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+from PIL import Image
+
+from gpucloud_nb import InferenceClient
+from gpucloud_nb.client._ops import error_from_response
+from gpucloud_nb.errors import FileTooLargeError, UnsupportedFileTypeError
+from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
+from gpucloud_nb.sandbox.inference.upstream import UPSTREAM_KEY_VARIABLE, upstream_base
+
+MODEL = "sandbox-vision-1"
+PROMPT = "Please tell me about the okapi"
+
+
+def wav_bytes(seconds: float = 0.2) -> bytes:
+    """A silent 16 kHz mono WAV."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(b"\0\0" * int(16000 * seconds))
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Sandbox]:
+    """One fast-streaming sandbox for the module: the inference endpoint keeps no state."""
+    with Sandbox(stream_tokens_per_second=5000) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(scope="module")
+def api(box: Sandbox) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=box.inference_url, timeout=30,
+                      headers={"x-api-key": box.inference_secret}) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def plain() -> Iterator[httpx.Client]:
+    """A client with no secret, for full URLs (one SSL context for the module, not one a call)."""
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+def chat_body(**extra: object) -> dict[str, object]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], **extra}
+
+
+def error_of(response: httpx.Response) -> dict[str, object]:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert {"message", "type", "param", "code"} <= set(body["error"])
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]  # type: ignore[no-any-return]
+
+
+# shapes -------------------------------------------------------------------------------------
+
+
+def test_models_list_has_the_openai_shape(api: httpx.Client) -> None:
+    response = api.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list" and body["data"]
+    for model in body["data"]:
+        assert set(model) == {"id", "object", "created", "owned_by"}
+        assert model["object"] == "model" and isinstance(model["created"], int)
+    assert body["data"][0]["id"] == MODEL
+
+
+def test_chat_completion_has_the_openai_shape(api: httpx.Client) -> None:
+    body = api.post("/v1/chat/completions", json=chat_body()).json()
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    assert isinstance(body["created"], int) and body["model"] == MODEL
+    [choice] = body["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] == "stop"
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    usage = body["usage"]
+    assert usage["prompt_tokens"] == len(PROMPT.split())
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+
+
+def test_stream_events_have_the_openai_shape(api: httpx.Client) -> None:
+    whole = api.post("/v1/chat/completions", json=chat_body()).json()
+    body = chat_body(stream=True, stream_options={"include_usage": True})
+    with connect_sse(api, "POST", "/v1/chat/completions", json=body) as source:
+        assert source.response.headers["content-type"].startswith("text/event-stream")
+        data = [event.data for event in source.iter_sse()]
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(item) for item in data[:-1]]
+    assert all(chunk["object"] == "chat.completion.chunk" and chunk["model"] == MODEL
+               for chunk in chunks)
+    assert len({chunk["id"] for chunk in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    *content, last, usage = chunks
+    assert all(chunk["choices"][0]["finish_reason"] is None for chunk in content)
+    assert last["choices"][0]["finish_reason"] == "stop"
+    text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in content)
+    assert text == whole["choices"][0]["message"]["content"]
+    assert usage["choices"] == [] and usage["usage"] == whole["usage"]
+
+
+def test_stream_paces_words_at_the_configured_rate(sandbox_factory) -> None:
+    box = sandbox_factory(stream_tokens_per_second=100)
+    with InferenceClient(box.inference_url, box.inference_secret) as chat:
+        started = time.monotonic()
+        stream = chat.chat(PROMPT, model=MODEL, stream=True)
+        chunks = list(stream)
+        elapsed = time.monotonic() - started
+    words = len(chunks) - 2  # the role chunk and the finish chunk carry no word
+    assert words >= 5
+    assert elapsed >= 0.8 * words / 100
+
+
+# auth and errors ----------------------------------------------------------------------------
+
+
+def test_secret_is_required(box: Sandbox, plain: httpx.Client) -> None:
+    url = box.inference_url + "/v1/models"
+    for headers in ({}, {"x-api-key": "wrong"}, {"authorization": "Bearer wrong"}):
+        response = plain.get(url, headers=headers)
+        assert response.status_code == 401
+        assert error_of(response)["code"] == "invalid_api_key"
+        assert box.inference_secret not in response.text
+    assert plain.get(url, headers={"authorization": f"Bearer {box.inference_secret}"}).status_code == 200
+    assert plain.get(url, headers={"x-api-key": box.inference_secret}).status_code == 200
+
+
+def test_unknown_model_is_404_in_openai_shape(api: httpx.Client) -> None:
+    response = api.post("/v1/chat/completions", json={**chat_body(), "model": "gpt-99"})
+    assert response.status_code == 404
+    error = error_of(response)
+    assert error["message"] == "The model 'gpt-99' does not exist."
+    assert error["code"] == "model_not_found" and error["type"] == "invalid_request_error"
+
+
+def test_unknown_path_and_method(api: httpx.Client) -> None:
+    response = api.get("/v1/nothing")
+    assert response.status_code == 404 and error_of(response)["code"] == "unknown_url"
+    assert api.get("/v1/chat/completions").status_code == 405
+
+
+@pytest.mark.parametrize("body", [
+    b"not json",
+    b"[1, 2]",
+    b"{}",
+    json.dumps({"model": MODEL}).encode(),
+    json.dumps({"model": MODEL, "messages": []}).encode(),
+    json.dumps({"model": MODEL, "messages": ["hi"]}).encode(),
+    json.dumps({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}).encode(),
+    json.dumps({"model": MODEL, "messages": [{"role": "user", "content": 42}]}).encode(),
+    json.dumps({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "video"}]}]}).encode(),
+    json.dumps({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": "no-object"}]}]}).encode(),
+    json.dumps({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}]}]}).encode(),
+    json.dumps({**chat_body(), "max_tokens": 0}).encode(),
+    json.dumps({**chat_body(), "temperature": "hot"}).encode(),
+    json.dumps({**chat_body(), "stream": "yes"}).encode(),
+    json.dumps({**chat_body(), "stream_options": {"include_usage": True}}).encode(),
+    json.dumps({"model": 7, "messages": [{"role": "user", "content": "hi"}]}).encode(),
+])
+def test_malformed_chat_bodies_are_400(api: httpx.Client, body: bytes) -> None:
+    response = api.post("/v1/chat/completions", content=body,
+                        headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error_of(response)
+
+
+def test_images_are_checked_and_web_images_downloaded(api: httpx.Client, box: Sandbox) -> None:
+    def ask(url: str) -> httpx.Response:
+        return api.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                         {"type": "image_url", "image_url": {"url": url}}]}]})
+
+    missing = ask(box.management_url + "/no-such-image.png")
+    assert missing.status_code == 400 and error_of(missing)["code"] == "invalid_image_url"
+    assert ask("ftp://example.com/cat.png").status_code == 400
+    bmp = io.BytesIO()
+    Image.new("RGB", (4, 4), "blue").save(bmp, format="BMP")
+    refused = ask("data:image/bmp;base64," + base64.b64encode(bmp.getvalue()).decode())
+    assert refused.status_code == 400 and "BMP" in error_of(refused)["message"]
+    png = io.BytesIO()
+    Image.new("RGB", (4, 4), "blue").save(png, format="PNG")
+    reply = ask("data:image/png;base64," + base64.b64encode(png.getvalue()).decode())
+    assert reply.status_code == 200
+    assert "blue" in reply.json()["choices"][0]["message"]["content"]
+
+
+def test_rate_limit_gives_429_with_retry_after(sandbox_factory, plain: httpx.Client) -> None:
+    box = sandbox_factory(inference_rate_limit=2)
+    headers = {"x-api-key": box.inference_secret}
+    url = box.inference_url + "/v1/models"
+    statuses = [plain.get(url, headers=headers) for _ in range(4)]
+    assert [r.status_code for r in statuses[:2]] == [200, 200]
+    limited = statuses[-1]
+    assert limited.status_code == 429
+    assert error_of(limited)["code"] == "rate_limit_exceeded"
+    assert int(limited.headers["retry-after"]) >= 1
+    assert 0 < int(limited.headers["retry-after-ms"]) <= 1000
+    time.sleep(int(limited.headers["retry-after-ms"]) / 1000 + 0.05)
+    assert plain.get(url, headers=headers).status_code == 200
+    assert plain.get(url).status_code == 401  # a request without the secret is not counted
+
+
+def test_token_buckets() -> None:
+    now = [0.0]
+    buckets = TokenBuckets(rate=2, clock=lambda: now[0])
+    assert buckets.take("a") == buckets.take("a") == 0.0
+    assert buckets.take("a") == pytest.approx(0.5)
+    assert buckets.take("b") == 0.0  # per key
+    now[0] = 0.5
+    assert buckets.take("a") == 0.0
+    with pytest.raises(ValueError):
+        TokenBuckets(rate=0)
+
+
+# uploads ------------------------------------------------------------------------------------
+
+
+def post_audio(api: httpx.Client, data: bytes, name: str = "a.wav", **fields: str) -> httpx.Response:
+    return api.post("/v1/audio/transcriptions", data={"model": MODEL, **fields},
+                    files={"file": (name, data, "application/octet-stream")})
+
+
+def test_transcription_answers_text(api: httpx.Client) -> None:
+    response = post_audio(api, wav_bytes())
+    assert response.status_code == 200 and isinstance(response.json()["text"], str)
+    plain = post_audio(api, wav_bytes(), response_format="text")
+    assert plain.headers["content-type"].startswith("text/plain")
+    verbose = post_audio(api, wav_bytes(), response_format="verbose_json").json()
+    assert verbose["duration"] == pytest.approx(0.2)
+
+
+def test_a_file_over_25_mb_is_413_and_maps_to_file_too_large(api: httpx.Client) -> None:
+    response = post_audio(api, b"\0" * 26_000_000)
+    assert response.status_code == 413
+    assert error_of(response)["message"] == "The file is too large (26.0 MB); the limit is 25 MB."
+    assert isinstance(error_from_response(response, flavor="inference"), FileTooLargeError)
+
+
+def test_a_text_file_is_an_unsupported_type(api: httpx.Client) -> None:
+    response = post_audio(api, b"hello world\n" * 20, name="notes.txt")
+    assert response.status_code == 400
+    assert error_of(response)["message"].startswith("Unsupported file type ('txt')")
+    assert isinstance(error_from_response(response, flavor="inference"), UnsupportedFileTypeError)
+
+
+@pytest.mark.parametrize(("kwargs", "status"), [
+    ({"files": None, "data": {"model": MODEL}}, 400),
+    ({"files": {"file": ("a.wav", wav_bytes())}, "data": {}}, 400),
+    ({"files": {"file": ("a.wav", wav_bytes())}, "data": {"model": "nope"}}, 404),
+    ({"files": {"file": ("a.wav", wav_bytes())},
+      "data": {"model": MODEL, "response_format": "xml"}}, 400),
+])
+def test_bad_transcription_requests(api: httpx.Client, kwargs: dict[str, object], status: int) -> None:
+    files = kwargs["files"] or {"other": ("x.txt", b"x")}
+    response = api.post("/v1/audio/transcriptions", files=files, data=kwargs["data"])  # type: ignore[arg-type]
+    assert response.status_code == status, response.text
+    error_of(response)
+
+
+def test_transcription_needs_multipart(api: httpx.Client) -> None:
+    response = api.post("/v1/audio/transcriptions", json={"model": MODEL})
+    assert response.status_code == 400
+    error_of(response)
+
+
+# upstream -----------------------------------------------------------------------------------
+
+
+def test_upstream_base() -> None:
+    assert upstream_base("http://h:8000/v1/") == "http://h:8000"
+    assert upstream_base("http://h:11434") == "http://h:11434"
+    with pytest.raises(ValueError):
+        upstream_base("h:8000")
+
+
+def test_upstream_forwards_models_chat_streams_and_transcriptions(sandbox_factory, monkeypatch,
+                                                                  plain: httpx.Client) -> None:
+    real = sandbox_factory(inference_secret="upstream-secret-0123456789", stream_tokens_per_second=5000)
+    monkeypatch.setenv(UPSTREAM_KEY_VARIABLE, "upstream-secret-0123456789")
+    proxy = sandbox_factory(upstream=real.inference_url + "/v1", inference_secret="proxy-secret")
+    with InferenceClient(real.inference_url, real.inference_secret) as direct, \
+            InferenceClient(proxy.inference_url, "proxy-secret") as forwarded:
+        assert forwarded.models() == direct.models()
+        assert forwarded.chat(PROMPT).text == direct.chat(PROMPT).text
+        stream = forwarded.chat(PROMPT, stream=True)
+        assert stream.read() == direct.chat(PROMPT).text and stream.finish_reason == "stop"
+        assert forwarded.transcribe(wav_bytes()) == direct.transcribe(wav_bytes())
+        with pytest.raises(Exception) as caught:
+            forwarded.chat("hi", model="nope")
+        assert "nope" in str(caught.value)
+    assert plain.get(proxy.inference_url + "/v1/models",
+                     headers={"x-api-key": real.inference_secret}).status_code == 401
+
+
+def test_upstream_refusing_the_key_is_502_not_401(sandbox_factory, monkeypatch,
+                                                   plain: httpx.Client) -> None:
+    real = sandbox_factory(inference_secret="upstream-secret-0123456789")
+    monkeypatch.delenv(UPSTREAM_KEY_VARIABLE, raising=False)
+    proxy = sandbox_factory(upstream=real.inference_url)
+    headers = {"x-api-key": proxy.inference_secret}
+    for response in (plain.get(proxy.inference_url + "/v1/models", headers=headers),
+                     plain.post(proxy.inference_url + "/v1/chat/completions", headers=headers,
+                                json=chat_body(stream=True))):
+        assert response.status_code == 502
+        error = error_of(response)
+        assert error["code"] == "upstream_refused" and UPSTREAM_KEY_VARIABLE in error["message"]
+
+
+def test_unreachable_upstream_is_502(sandbox_factory, plain: httpx.Client) -> None:
+    proxy = sandbox_factory(upstream="http://127.0.0.1:9")
+    response = plain.get(proxy.inference_url + "/v1/models",
+                         headers={"x-api-key": proxy.inference_secret})
+    assert response.status_code == 502
+    assert error_of(response)["code"] == "upstream_unreachable"
