@@ -55,12 +55,13 @@ def png(tmp_path: Path) -> Path:
     return _save(Image.new("RGBA", (64, 48), (255, 0, 0, 255)), tmp_path / "red.png")
 
 
-@pytest.fixture
-def big_png(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def big_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uncompressed PNG of noise, just over 21 MB (written fast with compress_level=0)."""
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 256, (2650, 2650, 3), dtype=np.uint8)
-    path = _save(Image.fromarray(pixels), tmp_path / "big.png", compress_level=0)
+    path = _save(Image.fromarray(pixels), tmp_path_factory.mktemp("big") / "big.png",
+                 compress_level=0)
     assert path.stat().st_size > 21_000_000
     return path
 

@@ -7,7 +7,7 @@ when one is on ``PATH``.
 
     >>> from gpucloud_nb.sandbox.speech import transcribe
     >>> transcribe(open("notebooks/data/hello.wav", "rb").read(), "hello.wav")
-    'hello how are you today'
+    'hello nice to meet you'
 
 The decoder loads a ~37 MB model (about half a second), so it is created on first use and then
 shared; a lock makes the shared decoder safe to call from several threads. pocketsphinx is a
@@ -138,7 +138,8 @@ def _resample(signal: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.nd
 
 
 def _pcm16(signal: np.ndarray) -> bytes:
-    return (np.clip(signal, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    """Floats in [-1, 1] to 16-bit samples; exact for audio that was 16-bit to begin with."""
+    return np.clip(np.rint(signal * 32768), -32768, 32767).astype("<i2").tobytes()
 
 
 def _convert_with_tool(data: bytes, filename: str | None) -> bytes:
@@ -234,7 +235,7 @@ def transcribe(data: bytes, filename: str | None = None) -> str:
     and the pieces' words are joined. Raises :class:`ValueError` for audio it cannot decode.
 
         >>> transcribe(wav_bytes, "hello.wav")
-        'hello how are you today'
+        'hello nice to meet you'
     """
     pcm = to_pcm16k(data, filename)
     seconds = len(pcm) / (2 * SAMPLE_RATE)
