@@ -1,0 +1,620 @@
+"""ChatWidget, headless: against the sandbox over real HTTP, and a fake OpenAI-style server.
+
+No browser: the panel's widgets are driven from Python, and what they would send to a browser is
+read from their state or caught at the comm layer (``benchmarks.bench_chat.recording``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import html
+import io
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ipywidgets as widgets
+import pytest
+from PIL import Image
+
+from benchmarks.bench_chat import FakeChatServer, markdown_reply, recording
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
+from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget
+
+WAIT = 30
+NOW = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick."""
+    return sandbox_factory(stream_tokens_per_second=500)
+
+
+@pytest.fixture
+def client(sandbox: Sandbox) -> Iterator[InferenceClient]:
+    with InferenceClient(sandbox.inference_url, sandbox.inference_secret) as inference:
+        yield inference
+
+
+@pytest.fixture
+def chat_factory() -> Iterator[Callable[..., ChatWidget]]:
+    made: list[ChatWidget] = []
+
+    def make(*args: Any, **kwargs: Any) -> ChatWidget:
+        chat = ChatWidget(*args, **kwargs)
+        made.append(chat)
+        return chat
+
+    yield make
+    for chat in made:
+        chat.close()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[..., FakeChatServer]]:
+    started: list[FakeChatServer] = []
+
+    def start(*args: Any, **kwargs: Any) -> FakeChatServer:
+        server = FakeChatServer(*args, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+class CountingTransport(httpx.AsyncHTTPTransport):
+    """Counts every request the async client sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(f"{request.method} {request.url.path}")
+        return await super().handle_async_request(request)
+
+
+def png(colour: tuple[int, int, int] = (255, 0, 0), size: tuple[int, int] = (64, 64)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def html_text(value: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", value))
+
+
+def assistant_boxes(chat: ChatWidget) -> list[widgets.Widget]:
+    return [w for w in chat.message_widgets if CSS_CLASSES["assistant"] in w._dom_classes]
+
+
+def shown_reply(box: widgets.Widget) -> str:
+    """The reply's text as the browser would show it (block HTML joined, tags removed)."""
+    parts = [w.value for w in iter_widgets(box) if isinstance(w, widgets.HTML)]
+    return html_text("".join(parts))
+
+
+def all_state(chat: ChatWidget) -> str:
+    """Every synced trait of every widget in the panel, as JSON (bytes decoded loosely)."""
+    states = []
+    for widget in iter_widgets(chat):
+        state = widget.get_state()
+        states.append(json.dumps(state, default=lambda b: bytes(b).decode("latin-1")))
+    return "\n".join(states)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+# -- the panel ------------------------------------------------------------------------------
+
+
+def test_panel_parts_and_css_classes(client: InferenceClient,
+                                     chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client, system_prompt="Be brief.", temperature=0.3, max_tokens=50)
+    assert isinstance(chat, widgets.VBox)
+    assert CSS_CLASSES["root"] in chat._dom_classes
+    classes = {c for w in iter_widgets(chat) for c in getattr(w, "_dom_classes", ())}
+    for name in ("model", "temperature", "max_tokens", "system", "clear", "messages", "input",
+                 "multiline", "send", "stop", "attachments", "upload_image", "upload_audio",
+                 "audio_send", "upload_hint", "status", "style"):
+        assert CSS_CLASSES[name] in classes, name
+    assert chat.model == "sandbox-vision-1"
+    assert "sandbox-vision-1" in chat._model.options
+    assert (chat.system_prompt, chat.temperature, chat.max_tokens) == ("Be brief.", 0.3, 50)
+    assert chat._image_upload.accept == "image/*" and chat._image_upload.multiple
+    assert chat._audio_upload.accept == "audio/*"
+    assert "10 MB" in chat._hint.value and "10 MB" in UPLOAD_HINT
+    assert "10 MB" in (ChatWidget.__doc__ or "")
+    assert chat._stop_button.disabled
+
+
+def test_url_and_secret_arguments(sandbox: Sandbox, chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(sandbox.inference_url, secret=sandbox.inference_secret)
+    assert chat.model == "sandbox-vision-1"
+    assert sandbox.inference_secret not in repr(chat)
+
+
+# -- streaming ------------------------------------------------------------------------------
+
+
+def test_streamed_reply_arrives_whole(client: InferenceClient,
+                                      chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    started = time.monotonic()
+    turn = chat.send("Hello there, what is 6*7?")
+    assert time.monotonic() - started < 1.0  # send() returns while the reply streams
+    assert isinstance(turn, ChatTurn)
+    assert turn.wait(WAIT) is turn
+    assert turn.status == "done" and turn.error is None
+    expected = client.chat([{"role": "user", "content": "Hello there, what is 6*7?"}],
+                           model="sandbox-vision-1", temperature=0.7).text
+    assert turn.text == expected
+    assert chat.history == [{"role": "user", "content": "Hello there, what is 6*7?"},
+                            {"role": "assistant", "content": expected}]
+    box = assistant_boxes(chat)[-1]
+    assert CSS_CLASSES["streaming"] not in box._dom_classes
+    assert " ".join(shown_reply(box).split()) == " ".join(expected.split())
+    assert chat._stop_button.disabled
+
+
+def test_updates_are_throttled_and_finished_messages_frozen(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    tokens = markdown_reply(400, seed=3)
+    server = fake_server(tokens, tokens_per_second=400)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    with recording() as recorder:
+        first = chat.send("first").wait(WAIT)
+        first_ids = {w.model_id for w in iter_widgets(assistant_boxes(chat)[0])}
+        mark = time.monotonic()
+        second = chat.send("second").wait(WAIT)
+        end = time.monotonic()
+    assert first.status == second.status == "done"
+    assert first.text == second.text == "".join(tokens)
+    # the finished first reply is never touched again
+    assert not [m for m in recorder.since(mark) if m[2] in first_ids and m[1] == "comm_msg"]
+    # the second reply: bounded updates, and each block frozen once the next one opens
+    box = assistant_boxes(chat)[1]
+    blocks = [w for w in iter_widgets(box) if isinstance(w, widgets.HTML)]
+    ids = {w.model_id for w in blocks}
+    updates = recorder.value_updates(ids, mark, end)
+    seconds = end - mark
+    assert seconds > 0.8  # 400 tokens at 400/s
+    assert len(updates) / seconds <= 12
+    assert len(updates) >= 3  # it did stream
+    opened = {m[2]: m[0] for m in recorder.since(mark) if m[1] == "comm_open"}
+    order = sorted((opened.get(w.model_id, mark), w.model_id) for w in blocks)
+    for (_, block), (next_open, _) in itertools.pairwise(order):
+        assert all(m[0] <= next_open for m in updates if m[2] == block)
+    assert " ".join(shown_reply(box).split()) != ""
+    # an observer on the streaming widgets sees the same bound
+    assert recorder.value_updates(ids) == updates
+
+
+def test_observer_counts_value_changes_while_streaming(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    server = fake_server(markdown_reply(400, seed=5), tokens_per_second=400)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    changes: list[float] = []
+    watched: set[int] = set()
+
+    def watch(widget: widgets.Widget) -> None:
+        for child in iter_widgets(widget):
+            if id(child) in watched:
+                continue
+            watched.add(id(child))
+            if isinstance(child, widgets.HTML):
+                child.observe(lambda change: changes.append(time.monotonic()), names="value")
+            if isinstance(child, widgets.Box):
+                child.observe(lambda change: [watch(c) for c in change["new"]], names="children")
+
+    chat._messages.observe(lambda change: [watch(c) for c in change["new"]], names="children")
+    start = time.monotonic()
+    turn = chat.send("go").wait(WAIT)
+    seconds = time.monotonic() - start
+    assert turn.status == "done"
+    assert 3 <= len(changes) <= 12 * seconds + 1
+
+
+def test_stop_keeps_what_arrived(sandbox_factory: Callable[..., Sandbox],
+                                 chat_factory: Callable[..., ChatWidget]) -> None:
+    sandbox = sandbox_factory(stream_tokens_per_second=25)
+    chat = chat_factory(InferenceClient(sandbox.inference_url, sandbox.inference_secret))
+    turn = chat.send("Tell me about the sandbox")
+    wait_for(lambda: len(turn.text.split()) >= 3)
+    assert not chat._stop_button.disabled
+    chat._stop_button.click()
+    turn.wait(WAIT)
+    assert turn.status == "stopped" and turn.stopped
+    kept = turn.text
+    assert len(kept.split()) >= 3
+    assert chat.history[-1] == {"role": "assistant", "content": kept}
+    box = assistant_boxes(chat)[-1]
+    shown = shown_reply(box)
+    assert shown.rstrip().endswith("[stopped]")
+    assert " ".join(kept.split()) in " ".join(shown.split())
+    assert CSS_CLASSES["streaming"] not in box._dom_classes
+    assert "[stopped]" in chat.to_markdown()
+    assert chat._stop_button.disabled
+    time.sleep(0.3)
+    assert turn.text == kept  # nothing more arrives after Stop
+
+
+def test_stop_before_any_reply_leaves_no_history(sandbox_factory: Callable[..., Sandbox],
+                                                 chat_factory: Callable[..., ChatWidget]) -> None:
+    sandbox = sandbox_factory(stream_tokens_per_second=2)
+    chat = chat_factory(InferenceClient(sandbox.inference_url, sandbox.inference_secret))
+    turn = chat.send("Hello")
+    time.sleep(0.2)
+    turn.stop()
+    turn.wait(WAIT)
+    assert turn.status == "stopped" and turn.text == ""
+    assert chat.history == []
+
+
+def test_clear_while_streaming_leaves_nothing_behind(sandbox_factory: Callable[..., Sandbox],
+                                                     chat_factory: Callable[..., ChatWidget]) -> None:
+    sandbox = sandbox_factory(stream_tokens_per_second=25)
+    chat = chat_factory(InferenceClient(sandbox.inference_url, sandbox.inference_secret))
+    turn = chat.send("Hello")
+    wait_for(lambda: len(turn.text.split()) >= 2)
+    chat.clear()
+    turn.wait(WAIT)
+    assert turn.status == "stopped"
+    time.sleep(0.2)
+    assert chat.history == [] and chat.message_widgets == () and chat.errors == []
+    assert not chat.status.is_error
+    chat.max_tokens = 3
+    assert chat.send("Again").wait(WAIT).status == "done"
+    assert [m["role"] for m in chat.history] == ["user", "assistant"]
+
+
+def test_sends_queue_one_after_another(client: InferenceClient,
+                                       chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    first, second = chat.send("one"), chat.send("two")
+    assert second.wait(WAIT).status == "done" and first.done()
+    roles = [m["role"] for m in chat.history]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert "2 from you and 1 from the assistant" in chat.history[-1]["content"]
+
+
+def test_await_on_a_running_loop(client: InferenceClient) -> None:
+    async def main() -> ChatTurn:
+        chat = ChatWidget(client)
+        try:
+            turn = chat.send("Hello from a loop")
+            with pytest.raises(RuntimeError, match="await"):
+                turn.wait(0.01)
+            return await turn
+        finally:
+            chat.close()
+
+    turn = asyncio.run(main())
+    assert turn.status == "done" and "Hello from a loop" in turn.text
+
+
+# -- input: Enter, Send, multi-line ---------------------------------------------------------
+
+
+def test_enter_in_the_text_box_sends(client: InferenceClient,
+                                     chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    chat._input.value = "Sent with Enter"
+    # what the browser sends when Enter is pressed in an ipywidgets Text
+    chat._input._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}},
+                             "buffers": []})
+    turn = chat.last_turn
+    assert turn is not None
+    turn.wait(WAIT)
+    assert chat._input.value == ""
+    assert chat.history[0] == {"role": "user", "content": "Sent with Enter"}
+
+
+def test_multiline_box_and_send_button(client: InferenceClient,
+                                       chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    chat._input.value = "first line"
+    chat._multiline.value = True
+    assert chat._input_multi in chat._input_row.children
+    assert chat._input not in chat._input_row.children
+    assert chat._input_multi.value == "first line"
+    chat._input_multi.value = "first line\nsecond line"
+    chat._send_button.click()
+    chat.last_turn.wait(WAIT)
+    assert chat.history[0]["content"] == "first line\nsecond line"
+    assert chat.input_text == ""
+    chat._send_button.click()  # nothing typed: nothing sent
+    assert chat.last_turn.status == "refused" or len(chat.history) == 2
+
+
+# -- images ---------------------------------------------------------------------------------
+
+
+def test_image_is_described_and_exported_without_base64(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget], tmp_path: Path) -> None:
+    chat = chat_factory(client)
+    path = tmp_path / "red.png"
+    path.write_bytes(png())
+    assert chat.attach(path)
+    assert chat.attachments == ["64×64 PNG"]
+    thumbs = [w for w in iter_widgets(chat._attachments) if isinstance(w, widgets.Image)]
+    assert len(thumbs) == 1
+    with Image.open(io.BytesIO(thumbs[0].value)) as thumb:
+        assert max(thumb.size) <= 96 and thumb.format in ("PNG", "JPEG")
+    turn = chat.send("What colour is this image?").wait(WAIT)
+    assert turn.status == "done"
+    assert "PNG" in turn.text and "red" in turn.text.lower()
+    user = chat.history[0]
+    assert user["content"][0] == {"type": "text", "text": "What colour is this image?"}
+    assert user["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert chat.attachments == []
+    exported = chat.to_markdown()
+    assert "[image: 64×64 PNG]" in exported
+    assert "base64" not in exported
+    assert "## User" in exported and "## Assistant" in exported
+
+
+def test_images_from_code_bytes_and_pil(client: InferenceClient,
+                                        chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    blue = Image.new("RGB", (32, 16), (0, 0, 255))
+    turn = chat.send("Two images", images=[png((255, 0, 0), (20, 20)), blue]).wait(WAIT)
+    assert turn.status == "done"
+    assert "Image 2" in turn.text and "blue" in turn.text.lower()
+
+
+def test_upload_attaches_checked_images(client: InferenceClient,
+                                        chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    chat._image_upload.value = ({"name": "red.png", "type": "image/png", "size": 100,
+                                 "content": memoryview(png()), "last_modified": NOW},)
+    assert chat.attachments == ["64×64 PNG"]
+    assert chat._image_upload.value == ()
+    chat._image_upload.value = ({"name": "notes.png", "type": "image/png", "size": 5,
+                                 "content": memoryview(b"hello, not an image"), "last_modified": NOW},)
+    assert chat.attachments == ["64×64 PNG"]
+    assert chat.status.is_error and "notes.png" in chat.status.text
+    chat.clear_attachments()
+    assert chat.attachments == []
+
+
+def test_refused_images_send_nothing(sandbox: Sandbox, client: InferenceClient,
+                                     chat_factory: Callable[..., ChatWidget], tmp_path: Path) -> None:
+    transport = CountingTransport()
+    async_client = AsyncInferenceClient(sandbox.inference_url, sandbox.inference_secret,
+                                        transport=transport)
+    chat = chat_factory(client, async_client=async_client)
+    text_file = tmp_path / "notes.png"
+    text_file.write_text("this is text, not a picture\n")
+    jpeg = io.BytesIO()
+    Image.new("RGB", (200, 200), (0, 128, 0)).save(jpeg, format="JPEG")
+    truncated = tmp_path / "cut.jpg"
+    truncated.write_bytes(jpeg.getvalue()[: len(jpeg.getvalue()) // 2])
+    for bad in (text_file, truncated):
+        assert chat.attach(bad) is False
+        assert chat.status.is_error
+        sentence = chat.status.text
+        assert bad.name in sentence and sentence.endswith(".") and "\n" not in sentence
+        turn = chat.send("Describe it", images=[bad])
+        assert turn.status == "refused" and turn.done() and turn.error == sentence
+    time.sleep(0.2)
+    assert transport.requests == []
+    assert chat.history == [] and chat.attachments == [] and chat.message_widgets == ()
+
+
+# -- untrusted output -----------------------------------------------------------------------
+
+
+EVIL = ("Here you go <script>alert('x')</script> and <img src=x onerror=alert(1)> and "
+        "[click me](javascript:alert(document.cookie)) and [fine](https://example.com).\n\n"
+        "```html\n<script>still text</script>\n```\n")
+
+
+def test_malicious_reply_renders_inert(fake_server: Callable[..., FakeChatServer],
+                                       chat_factory: Callable[..., ChatWidget]) -> None:
+    tokens = re.findall(r"\s*\S+", EVIL)
+    server = fake_server(tokens, tokens_per_second=300)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Say something nasty").wait(WAIT)
+    assert turn.status == "done" and turn.text == "".join(tokens)
+    shown = "".join(w.value for w in iter_widgets(assistant_boxes(chat)[0]) if isinstance(w, widgets.HTML))
+    lowered = shown.lower()
+    assert "<script" not in lowered and "<img" not in lowered
+    assert not re.search(r"<[^>]*\son\w+\s*=", lowered)
+    for href in re.findall(r'<a\s[^>]*href="([^"]*)"', shown):
+        assert href.startswith("https://")
+    assert "&lt;script&gt;alert('x')&lt;/script&gt;" in shown or "&lt;script&gt;alert(&#x27;x&#x27;)" in shown
+    assert "<pre><code>&lt;script&gt;still text&lt;/script&gt;" in shown
+    assert 'href="https://example.com"' in shown
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_wrong_secret_shows_an_error_line(sandbox: Sandbox,
+                                          chat_factory: Callable[..., ChatWidget]) -> None:
+    wrong = "sk-wrong-secret-0123456789abcdef"
+    chat = chat_factory(InferenceClient(sandbox.inference_url, wrong))
+    assert chat.errors  # the model list could not be read
+    turn = chat.send("Hello").wait(WAIT)
+    assert turn.status == "error"
+    assert "401" in turn.error or "secret" in turn.error.lower() or "key" in turn.error.lower()
+    lines = [w for w in chat.message_widgets if CSS_CLASSES["error"] in w._dom_classes]
+    assert len(lines) == 2
+    assert "Traceback" not in turn.error and wrong not in turn.error
+    assert chat.history == []
+    assert chat.input_text == "Hello"  # the failed message comes back to the text box
+    for text in (all_state(chat), repr(chat), chat.to_markdown(), *chat.errors):
+        assert wrong not in text
+
+
+def test_unknown_model_shows_an_error_line(client: InferenceClient,
+                                           chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client, model="no-such-model")
+    assert chat.model == "no-such-model"
+    turn = chat.send("Hello").wait(WAIT)
+    assert turn.status == "error"
+    assert "no-such-model" in turn.error and "not found" in turn.error.lower()
+    assert chat.errors == [turn.error]
+
+
+def test_rate_limit_says_when_to_try_again(sandbox_factory: Callable[..., Sandbox],
+                                           chat_factory: Callable[..., ChatWidget]) -> None:
+    sandbox = sandbox_factory(inference_rate_limit=0.2)  # one request per 5 s
+    chat = chat_factory(InferenceClient(sandbox.inference_url, sandbox.inference_secret))
+    turn = chat.send("Hello").wait(WAIT)  # the model list took this second's request
+    assert turn.status == "error"
+    assert re.search(r"try again in \d+ s", turn.error, re.IGNORECASE), turn.error
+    assert chat.errors[-1] == turn.error
+
+
+def test_server_error_shows_an_error_line(fake_server: Callable[..., FakeChatServer],
+                                          chat_factory: Callable[..., ChatWidget]) -> None:
+    server = fake_server(["never"], status=500)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Hello").wait(WAIT)
+    assert turn.status == "error" and turn.error
+    assert "\n" not in turn.error and "Traceback" not in turn.error
+    assert chat.errors == [turn.error]
+    assert CSS_CLASSES["error"] in chat.message_widgets[-1]._dom_classes
+
+
+# -- conversation state ---------------------------------------------------------------------
+
+
+def test_history_system_prompt_clear_and_markdown(client: InferenceClient,
+                                                  chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client, system_prompt="You are terse.", temperature=0.2, max_tokens=200)
+    first = chat.send("First question").wait(WAIT)
+    assert "1 message" not in first.text
+    assert "plus 1 other (system or tool)" in first.text  # the system prompt was sent
+    second = chat.send("Second question").wait(WAIT)
+    assert "3 from you" not in second.text
+    assert "2 from you and 1 from the assistant" in second.text  # the history was sent
+    assert chat.request_messages()[0] == {"role": "system", "content": "You are terse."}
+    assert [m["role"] for m in chat.history] == ["user", "assistant", "user", "assistant"]
+    exported = chat.to_markdown()
+    assert exported.index("## System") < exported.index("## User") < exported.index("## Assistant")
+    assert "You are terse." in exported and "Second question" in exported
+    chat.max_tokens = 5
+    short = chat.send("Third").wait(WAIT)
+    assert len(short.text.split()) <= 5
+    chat._clear_button.click()
+    assert chat.history == [] and chat.message_widgets == ()
+    assert chat.system_prompt == "You are terse."
+    chat.max_tokens = None
+    again = chat.send("After clearing").wait(WAIT)
+    assert "2 messages: 1 from you and 0 from the assistant" in again.text
+
+
+# -- audio ----------------------------------------------------------------------------------
+
+
+def speech_wav(tmp_path: Path, words: str) -> Path:
+    if not (shutil.which("espeak-ng") and shutil.which("sox")):
+        if os.environ.get("CI") == "true":
+            pytest.fail("espeak-ng and sox are needed for the audio tests on CI")
+        pytest.skip("espeak-ng or sox is missing")
+    raw, wav = tmp_path / "raw.wav", tmp_path / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(raw), words], check=True, capture_output=True)
+    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True,
+                   capture_output=True)
+    return wav
+
+
+def test_audio_upload_transcribes_into_the_text_box(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget], tmp_path: Path) -> None:
+    wav = speech_wav(tmp_path, "hello world")
+    chat = chat_factory(client)
+    chat._audio_upload.value = ({"name": "speech.wav", "type": "audio/wav", "size": wav.stat().st_size,
+                                 "content": memoryview(wav.read_bytes()), "last_modified": NOW},)
+    turn = chat.last_turn
+    assert turn is not None and turn.kind == "transcribe"
+    turn.wait(60)
+    assert turn.status == "done", turn.error
+    assert turn.text and turn.text.strip() == turn.text
+    assert chat.input_text == turn.text
+    assert chat.history == []  # nothing sent yet
+
+
+def test_audio_sent_as_a_message(client: InferenceClient, chat_factory: Callable[..., ChatWidget],
+                                 tmp_path: Path) -> None:
+    wav = speech_wav(tmp_path, "yes")
+    chat = chat_factory(client)
+    turn = chat.send("Transcript follows:", audio=wav).wait(60)
+    assert turn.status == "done", turn.error
+    said = chat.history[0]["content"]
+    assert said.startswith("Transcript follows:\n\n") and len(said) > len("Transcript follows:\n\n")
+    assert chat.history[1]["role"] == "assistant"
+
+
+def test_refused_audio_sends_nothing(client: InferenceClient, chat_factory: Callable[..., ChatWidget],
+                                     tmp_path: Path) -> None:
+    chat = chat_factory(client)
+    notes = tmp_path / "notes.wav"
+    notes.write_text("not audio")
+    turn = chat.transcribe(notes)
+    assert turn.status == "refused" and chat.status.is_error and "notes.wav" in turn.error
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+
+def test_no_widget_state_holds_the_secret(sandbox_factory: Callable[..., Sandbox],
+                                          chat_factory: Callable[..., ChatWidget]) -> None:
+    secret = "sk-live-0123456789abcdef-very-secret"
+    sandbox = sandbox_factory(inference_secret=secret)
+    chat = chat_factory(InferenceClient(sandbox.inference_url, secret))
+    chat.attach(png())
+    chat.send(f"Please repeat {secret[:6]} only").wait(WAIT)
+    chat.send("x", images=[b"not an image"])  # a refusal on the status line
+    bad = ChatWidget(InferenceClient(sandbox.inference_url, secret + "-wrong"))
+    try:
+        bad.send("hi").wait(WAIT)
+        for panel in (chat, bad):
+            assert secret not in all_state(panel)
+            assert secret not in repr(panel) and secret not in panel.to_markdown()
+            assert all(secret not in error for error in panel.errors)
+            assert all(secret not in repr(w) for w in iter_widgets(panel))
+    finally:
+        bad.close()
+
+
+def test_close_leaves_no_live_widget_behind(sandbox: Sandbox, client: InferenceClient) -> None:
+    from ipywidgets.widgets import widget as widget_module
+
+    before = set(widget_module._instances)
+    chat = ChatWidget(client)
+    chat.attach(png())
+    chat.send("one").wait(WAIT)
+    chat.send("x", images=[b"not an image"])
+    chat.clear()
+    chat.send("two").wait(WAIT)
+    bad = ChatWidget(InferenceClient(sandbox.inference_url, "wrong-secret-0123456789"))
+    bad.send("hi").wait(WAIT)  # fails before any reply: no orphan reply widgets
+    chat.close()
+    bad.close()
+    assert set(widget_module._instances) - before == set()
