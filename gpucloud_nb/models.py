@@ -204,6 +204,11 @@ class InstanceOffer:
         """True when the offer can be launched in at least one region."""
         return any(a.available for a in self.availability)
 
+    def __repr__(self) -> str:
+        return (f"InstanceOffer(instance_id={self.instance_id!r}, gpu='{self.gpu_name} ×{self.gpu_count}', "
+                f"deployment_type={self.deployment_type!r}, hourly_price={self.hourly_price:g}, "
+                f"provider={self.cloud.id!r}, available_regions={self.available_regions!r})")
+
 
 def _instance_common(data: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -238,6 +243,13 @@ class _InstanceHelpers:
     """Conveniences shared by :class:`Instance` and :class:`InstanceDetails`."""
 
     __slots__ = ()
+    id: str
+    name: str
+    status: str
+    gpu_model: str
+    gpu_count: int
+    hourly_price: float
+    volumes: list[Any]
     region: Any
     ip: str
     ssh_user: str
@@ -285,8 +297,13 @@ class _InstanceHelpers:
         port = f"-p {self.ssh_port} " if self.ssh_port and self.ssh_port != 22 else ""
         return f"ssh {port}{user}{self.ip}"
 
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, "
+                f"status={self.status!r}, gpu='{self.gpu_model} ×{self.gpu_count}', "
+                f"region={self.region_id!r}, hourly_price={self.hourly_price:g}, ip={self.ip!r})")
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Instance(_InstanceHelpers):
     """A GPU instance as returned by create and list."""
 
@@ -322,7 +339,7 @@ class Instance(_InstanceHelpers):
         return cls(**_instance_common(data), updated_at=parse_datetime(data.get("updatedAt")))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class InstanceDetails(_InstanceHelpers):
     """One instance in full, from ``GET /gpu-cloud/instances/{id}``."""
 
@@ -434,3 +451,8 @@ class Volume:
             cloud_provider=None if provider is None else VolumeProvider.from_json(provider),
             raw=data,
         )
+
+    def __repr__(self) -> str:
+        provider = self.cloud_provider.id if self.cloud_provider else None
+        return (f"Volume(id={self.id!r}, name={self.name!r}, size_in_gb={self.size_in_gb:g}, "
+                f"region={self.region!r}, provider={provider!r})")

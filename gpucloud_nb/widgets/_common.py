@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import ipywidgets as widgets
 
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.frames import format_price
 
 __all__ = [
@@ -342,11 +342,35 @@ def set_options(dropdown: widgets.Dropdown, options: Sequence[tuple[str, Any]], 
     values = [v for _, v in options]
     dropdown.options = options
     if keep and previous in values:
-        dropdown.value = previous
+        _select(dropdown, values.index(previous))
     elif value in values:
-        dropdown.value = value
+        _select(dropdown, values.index(value))
     elif options:
-        dropdown.index = 0
+        _select(dropdown, 0)
+
+
+def _select(dropdown: widgets.Dropdown, position: int) -> None:
+    dropdown.index = position
+    if dropdown.index != position:  # ipywidgets 8 clears the index when the value becomes None
+        dropdown.index = position
+
+
+def choose(dropdown: widgets.Dropdown, value: Any, unknown_label: str | None = None) -> None:
+    """Select ``value``, adding it (labelled ``unknown_label``) when the dropdown lacks it.
+
+    Selects by index: ipywidgets 8 shows a blank dropdown for ``value = None`` even when an
+    option ("any", "none") has that value.
+
+        >>> choose(region_dropdown, None)            # shows "any"
+        >>> choose(region_dropdown, "mars-1", "{} (no offers)")
+    """
+    values = [v for _, v in dropdown.options]
+    if value not in values:
+        if unknown_label is None:
+            raise InvalidInputError(f"{value!r} is not one of the choices for {dropdown.description}.")
+        dropdown.options = [*dropdown.options, (unknown_label.format(value), value)]
+        values.append(value)
+    _select(dropdown, values.index(value))
 
 
 def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
@@ -438,7 +462,8 @@ def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
         f'class="{escape(table_class)}" style="border-collapse:collapse;font-size:0.9em"'
     )
     styler = styler.set_table_styles([
-        {"selector": "th", "props": "text-align:left;padding:2px 8px;border-bottom:1px solid #ccc"},
-        {"selector": "td", "props": "padding:2px 8px"},
+        {"selector": "th", "props": "text-align:left;padding:2px 8px;border-bottom:1px solid #ccc;"
+                                    "line-height:1.4;white-space:nowrap"},
+        {"selector": "td", "props": "padding:2px 8px;line-height:1.4;white-space:nowrap"},
     ])
     return styler.to_html()

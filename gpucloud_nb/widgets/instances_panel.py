@@ -145,7 +145,7 @@ class InstancesPanel(widgets.VBox):
         self.table.layout.max_height = "24em"
         self.table.layout.overflow = "auto"
         self.instance_select = css(widgets.Dropdown(description="Instance", style=STYLE,
-                                                    options=[("—", None)],
+                                                    options=[("—", None)], index=0,
                                                     layout=widgets.Layout(width="36em")),
                                    "gpucloud-instances-select")
         self.details_button = css(widgets.Button(description="Details", icon="info-circle",

@@ -48,6 +48,7 @@ from gpucloud_nb.widgets._common import (
     STYLE,
     StatusLine,
     WaitStopped,
+    choose,
     duration,
     escape,
     guarded,
@@ -128,14 +129,6 @@ def _as_offer(offer: Any) -> InstanceOffer:
     )
 
 
-def _choose(dropdown: widgets.Dropdown, value: Any, unknown_label: str) -> None:
-    """Select ``value``, adding it (labelled ``unknown_label``) when the dropdown lacks it."""
-    values = [v for _, v in dropdown.options]
-    if value not in values:
-        dropdown.options = [*dropdown.options, (unknown_label.format(value), value)]
-    dropdown.value = value
-
-
 def _expected_launch_seconds(cloud: Any) -> float:
     sandbox = getattr(cloud, "sandbox", None)
     seconds = getattr(getattr(sandbox, "config", None), "launch_seconds", None)
@@ -208,7 +201,7 @@ class LaunchForm(widgets.VBox):
         self._sync()
         if region is not None and self.offer.value is not None:
             with self._quietly():
-                _choose(self.region, region, "{} (not available for this offer)")
+                choose(self.region, region, "{} (not available for this offer)")
             self._sync()
 
     # ------------------------------------------------------------------ construction
@@ -391,7 +384,7 @@ class LaunchForm(widgets.VBox):
         else:
             listed = [_as_offer(o) for o in offers]
         self.offer.options = [("— choose an offer —", None)] + [(offer_label(o), o) for o in listed]
-        self.offer.value = None
+        choose(self.offer, None)
 
     def _load_account(self) -> None:
         """Volumes, volume offers and (with a cost cap) the hourly price already running."""
@@ -662,16 +655,16 @@ class LaunchForm(widgets.VBox):
             if "name" in values:
                 self.name.value = values["name"] or ""
             if "region" in values:
-                _choose(self.region, values["region"], "{} (not available for this offer)")
+                choose(self.region, values["region"], "{} (not available for this offer)")
                 self._sync()  # the volumes of that region
             if "os" in values:
-                _choose(self.os, values["os"], "{} (not offered)")
+                choose(self.os, values["os"], "{} (not offered)")
             if "image" in values:
                 self.image.value = values["image"] or ""
             if "cloud_init" in values:
                 self.cloud_init.value = self._script_text(values["cloud_init"])
             if "volume_id" in values:
-                _choose(self.volume, values["volume_id"], "{} (not found here)")
+                choose(self.volume, values["volume_id"], "{} (not found here)")
             if "ssh_key" in values:
                 self.ssh_key.value = values["ssh_key"] or ""
             if "ssh_key_id" in values:

@@ -39,6 +39,7 @@ from gpucloud_nb.widgets._common import (
     STYLE,
     Debouncer,
     StatusLine,
+    choose,
     escape,
     frame_html,
     guarded,
@@ -124,7 +125,7 @@ class OffersBrowser(widgets.VBox):
             return widget
 
         self.gpu = styled(widgets.Dropdown(description="GPU model", options=[("any", None)],
-                                           style=STYLE), "gpucloud-filter-gpu", "22em")
+                                           index=0, style=STYLE), "gpucloud-filter-gpu", "22em")
         self.min_gpus = styled(widgets.BoundedIntText(description="Min GPUs", value=1, min=1,
                                                       max=4096, style=STYLE),
                                "gpucloud-filter-min-gpus", "10em")
@@ -136,17 +137,17 @@ class OffersBrowser(widgets.VBox):
             tooltips=["Memory of one GPU (vRamGB)", "Memory of all GPUs (totalVRamGB)"],
             style={"button_width": "6em"}), "gpucloud-filter-vram-basis")
         self.region = styled(widgets.Dropdown(description="Region", options=[("any", None)],
-                                              style=STYLE), "gpucloud-filter-region", "24em")
+                                              index=0, style=STYLE), "gpucloud-filter-region", "24em")
         self.deployment = styled(widgets.Dropdown(
             description="Deployment", options=[("any", None)] + [(d, d) for d in DEPLOYMENT_TYPES],
-            style=STYLE), "gpucloud-filter-deployment", "14em")
+            index=0, style=STYLE), "gpucloud-filter-deployment", "14em")
         self.available_only = styled(widgets.Checkbox(description="Available only", value=True,
                                                       indent=False), "gpucloud-filter-available",
                                      "10em")
         self.max_price = styled(widgets.BoundedFloatText(description="Max price ($/h, 0 = any)",
                                                          value=0.0, min=0.0, max=1e6, step=0.5,
                                                          style=STYLE),
-                                "gpucloud-filter-max-price", "15em")
+                                "gpucloud-filter-max-price", "20em")
         self.refresh_button = styled(widgets.Button(description="Refresh", icon="refresh",
                                                     tooltip="Fetch the offers again"),
                                      "gpucloud-offers-refresh", "8em")
@@ -155,7 +156,7 @@ class OffersBrowser(widgets.VBox):
         self.table.layout.max_height = "26em"
         self.table.layout.overflow = "auto"
         self.offer_select = styled(widgets.Dropdown(description="Launch", style=STYLE,
-                                                    options=[(_SELECT_PROMPT, None)]),
+                                                    options=[(_SELECT_PROMPT, None)], index=0),
                                    "gpucloud-offers-select", "52em")
         self.form_box = styled(widgets.VBox(), "gpucloud-offers-form")
 
@@ -269,9 +270,9 @@ class OffersBrowser(widgets.VBox):
                 if "vram" in values:
                     self.vram_basis.value = values["vram"]
                 if "region" in values:
-                    self._set_choice(self.region, values["region"], "{} (no offers)")
+                    choose(self.region, values["region"], "{} (no offers)")
                 if "deployment_type" in values:
-                    self.deployment.value = values["deployment_type"]
+                    choose(self.deployment, values["deployment_type"])
                 if "available_only" in values:
                     self.available_only.value = bool(values["available_only"])
                 if "max_price" in values:
@@ -282,20 +283,14 @@ class OffersBrowser(widgets.VBox):
 
     def _set_gpu(self, gpu: str | None) -> None:
         if gpu is None:
-            self.gpu.value = None
+            choose(self.gpu, None)
             return
         gpu = str(gpu)
         for _, value in self.gpu.options:  # a listed name or family, in any case
             if value is not None and value.casefold() == gpu.casefold():
-                self.gpu.value = value
+                choose(self.gpu, value)
                 return
-        self._set_choice(self.gpu, gpu, '"{}" (name contains)')
-
-    @staticmethod
-    def _set_choice(dropdown: widgets.Dropdown, value: Any, label: str) -> None:
-        if value not in [v for _, v in dropdown.options]:
-            dropdown.options = [*dropdown.options, (label.format(value), value)]
-        dropdown.value = value
+        choose(self.gpu, gpu, '"{}" (name contains)')
 
     def _filter_changed(self, change: Mapping[str, Any]) -> None:
         if not self._quiet:
