@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb._connect import connect
+from gpucloud_nb._notebook import install_error_display
 from gpucloud_nb.client import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient
 from gpucloud_nb.errors import (
     APIError,
@@ -47,4 +48,8 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext gpucloud_nb``: register the ``%gpucloud`` magics."""
     from gpucloud_nb.magics import load_ipython_extension as load
 
+    install_error_display(ipython)
     load(ipython)
+
+
+install_error_display()
