@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="inference requests per second per secret before 429")
     sandbox.add_argument("--synthetic-offers", type=_count, default=None, metavar="N",
                          help="serve N generated offers instead of the default catalogue")
+    sandbox.add_argument("--faults", metavar="SPEC", default=None,
+                         help="inject faults into the management API, e.g. "
+                              "'error_every=3,rate_limit_every=5,slow_every=2,drop_create_every=4,"
+                              "extra_fields' (see gpucloud_nb.sandbox.faults)")
     sandbox.set_defaults(handler=_run_sandbox)
     return parser
 
@@ -103,6 +107,15 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         from gpucloud_nb.sandbox.catalogue import synthetic_offers
 
         offers = synthetic_offers(args.synthetic_offers)
+    faults = None
+    if args.faults is not None:
+        from gpucloud_nb.sandbox.faults import Faults
+
+        try:
+            faults = Faults.parse(args.faults)
+        except ValueError as error:
+            print(f"gpucloud-nb sandbox: error: --faults: {error}", file=sys.stderr)
+            return 2
     try:
         config = SandboxConfig(
             host=args.host,
@@ -117,6 +130,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             upstream=args.upstream,
             inference_rate_limit=args.inference_rate_limit,
             offers=offers,
+            faults=faults,
         )
     except ValueError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)

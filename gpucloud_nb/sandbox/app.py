@@ -479,4 +479,8 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     app.state.store = store
     app.state.config = config
+    if config.faults is not None and config.faults.active:
+        from gpucloud_nb.sandbox.faults import FaultInjector
+
+        return FaultInjector(app, config.faults)  # type: ignore[return-value]  # passes .state on
     return app

@@ -30,6 +30,8 @@ from gpucloud_nb._secrets import mask
 if TYPE_CHECKING:
     import uvicorn
 
+    from gpucloud_nb.sandbox.faults import Faults
+
 __all__ = [
     "DEFAULT_API_KEY",
     "DEFAULT_INFERENCE_SECRET",
@@ -54,6 +56,8 @@ class SandboxConfig:
     ``volume_offers`` replace the default catalogue (see
     :func:`gpucloud_nb.sandbox.catalogue.synthetic_offers`). The ``inference_*``,
     ``stream_tokens_per_second`` and ``upstream`` fields configure the inference endpoint.
+    ``faults`` injects errors, 429s, slowness, dropped creates and unknown fields into the
+    management API (see :mod:`gpucloud_nb.sandbox.faults`).
     """
 
     host: str = "127.0.0.1"
@@ -69,6 +73,7 @@ class SandboxConfig:
     upstream: str | None = None
     offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
     volume_offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
+    faults: Faults | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
@@ -87,6 +92,8 @@ class SandboxConfig:
 
     def __repr__(self) -> str:
         custom = " offers=custom" if self.offers is not None else ""
+        if self.faults is not None:
+            custom += f" faults={str(self.faults)!r}"
         return (
             f"SandboxConfig(host={self.host!r}, port={self.port}, api_key={mask(self.api_key)!r}, "
             f"inference_secret={mask(self.inference_secret)!r}, state={self.state!r}, "
