@@ -1,0 +1,151 @@
+"""Run every benchmark and print one aligned line per figure.
+
+    $ python -m benchmarks              # every benchmarks/bench_*.py, full sizes
+    $ python -m benchmarks --quick      # smaller sizes: a smoke test, not a measurement
+    $ python -m benchmarks --only client,import
+
+Each ``benchmarks/bench_*.py`` module has ``run(...) -> list[(name, ours, baseline, ratio,
+target)]``; ``ours`` and ``baseline`` are measured in the same run, so the ratio holds on a noisy
+machine where the absolute times do not. With ``--quick`` a module is run with its ``QUICK``
+keyword arguments (a module-level dict; this file knows those of modules that have none).
+
+Each line shows the figure's name, ours, the baseline, the ratio, the target and a mark:
+``PASS`` or ``MISS`` against the target, ``INFO`` for a figure without one, and ``ERROR`` when
+the module failed (its traceback goes to stderr). Targets are read as:
+
+- ``<= 1.5x``, ``>= 10x``: the ratio;
+- ``<= +150 ms``: ours minus the baseline;
+- ``<= 12 per second``, ``<= 200 ms``: ours itself.
+
+Values are printed in the row's unit: a module may give a sixth element (``"s"`` for seconds,
+shown in ms; ``"req/s"``; ...); rows of ``bench_frames`` are in seconds. The exit status is 0
+even when targets are missed; it is 1 only when a benchmark module failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import math
+import pkgutil
+import re
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# Quick sizes of modules that define no QUICK themselves.
+KNOWN_QUICK: dict[str, dict[str, Any]] = {
+    "bench_frames": {"n": 1_000, "repeat": 2},
+    "bench_chat": {"tokens": 400, "worst_case": False},
+}
+# Units of modules whose rows have five elements.
+KNOWN_UNITS: dict[str, str] = {"bench_frames": "s"}
+
+_TARGET = re.compile(r"\s*(<=|>=|<|>|≤|≥)\s*(\+)?\s*([0-9]*\.?[0-9]+)\s*(.*?)\s*")
+
+
+def discover(only: Sequence[str] = ()) -> list[str]:
+    """Names of the benchmark modules (``bench_*``), sorted; ``only`` keeps those matching."""
+    names = sorted(m.name for m in pkgutil.iter_modules([str(HERE)]) if m.name.startswith("bench_"))
+    if only:
+        names = [n for n in names if any(word in n for word in only)]
+    return names
+
+
+def _value(value: float, unit: str) -> str:
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "n/a"
+    if unit == "s":
+        if abs(value) >= 1:
+            return f"{value:.3f} s"
+        return f"{value * 1e3:.2f} ms" if abs(value) >= 1e-3 else f"{value * 1e6:.1f} µs"
+    text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return f"{text} {unit}".rstrip()
+
+
+def verdict(ours: float, baseline: float, ratio: float, target: str, unit: str = "") -> str:
+    """``PASS``, ``MISS`` or ``INFO`` (no target, or one this reader does not understand)."""
+    match = _TARGET.fullmatch(target or "")
+    if not match:
+        return "INFO"
+    op, plus, number, target_unit = match.groups()
+    limit = float(number)
+    target_unit = target_unit.strip().lower()
+    scale = {"ms": 1e3, "µs": 1e6, "us": 1e6}.get(target_unit, 1.0) if unit == "s" else 1.0
+    if target_unit in ("x", "×"):
+        value = ratio
+    elif plus:
+        value = (ours - baseline) * scale
+    else:
+        value = ours * scale
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "MISS"
+    ok = {"<=": value <= limit, "≤": value <= limit, "<": value < limit,
+          ">=": value >= limit, "≥": value >= limit, ">": value > limit}[op]
+    return "PASS" if ok else "MISS"
+
+
+def _run_module(name: str, quick: bool) -> list[tuple[Any, ...]]:
+    module = importlib.import_module(f"benchmarks.{name}")
+    kwargs: dict[str, Any] = {}
+    if quick:
+        kwargs = dict(getattr(module, "QUICK", KNOWN_QUICK.get(name, {})))
+        if not kwargs and "quick" in inspect.signature(module.run).parameters:
+            kwargs = {"quick": True}
+    rows = module.run(**kwargs)
+    unit = getattr(module, "UNIT", KNOWN_UNITS.get(name, ""))
+    return [(*row, unit) if len(row) == 5 else tuple(row) for row in rows]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    parser.add_argument("--only", default="", metavar="NAMES",
+                        help="comma-separated parts of module names to run, e.g. client,import")
+    args = parser.parse_args(argv)
+    only = [word.strip() for word in args.only.split(",") if word.strip()]
+    names = discover(only)
+    if not names:
+        print("no benchmark modules matched", file=sys.stderr)
+        return 1
+
+    lines: list[tuple[str, str, str, str, str, str]] = []
+    failed = False
+    started = time.perf_counter()
+    for name in names:
+        module_start = time.perf_counter()
+        try:
+            rows = _run_module(name, args.quick)
+        except Exception:
+            failed = True
+            traceback.print_exc()
+            lines.append((f"{name}: failed (see stderr)", "-", "-", "-", "-", "ERROR"))
+            continue
+        for figure, ours, baseline, ratio, target, unit in rows:
+            lines.append((str(figure), _value(ours, unit), _value(baseline, unit),
+                          f"{ratio:.3g}x" if isinstance(ratio, int | float) else str(ratio),
+                          str(target or "-"), verdict(ours, baseline, ratio, str(target or ""), unit)))
+        print(f"# {name}: {time.perf_counter() - module_start:.1f} s", file=sys.stderr, flush=True)
+
+    header = ("figure", "ours", "baseline", "ratio", "target", "mark")
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(6)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for line in lines:
+        cells = [line[0].ljust(widths[0]), line[1].rjust(widths[1]), line[2].rjust(widths[2]),
+                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5]]
+        print("  ".join(cells).rstrip())
+    marks = [line[5] for line in lines]
+    print(f"\n{marks.count('PASS')} pass, {marks.count('MISS')} miss, {marks.count('INFO')} info, "
+          f"{marks.count('ERROR')} error; {time.perf_counter() - started:.0f} s"
+          f"{' (quick sizes)' if args.quick else ''}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The benchmarks run (``python -m benchmarks --quick``), and importing the package stays light.
+
+No timing is asserted here: the machine is shared and noisy. The smoke test checks that every
+benchmark module runs and prints one marked line per figure; the import test checks, in a fresh
+interpreter, which modules the package's imports load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MARKS = ("PASS", "MISS", "INFO")
+# the server stack and the speech model load only when a sandbox starts
+NEVER_ON_IMPORT = ("starlette", "uvicorn", "pocketsphinx", "gpucloud_nb.sandbox")
+
+
+def _modules_after(*imports: str) -> set[str]:
+    code = "import json, sys\n" + "".join(f"import {m}\n" for m in imports) + \
+        "print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=REPO, check=True, timeout=120)
+    return set(json.loads(result.stdout))
+
+
+def _present(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_importing_the_package_loads_no_server_stack() -> None:
+    imports = ["gpucloud_nb"] + [m for m in ("gpucloud_nb.widgets", "gpucloud_nb.magics")
+                                 if _present(m)]
+    loaded = _modules_after(*imports)
+    assert "gpucloud_nb" in loaded
+    found = sorted(m for m in loaded
+                   if any(m == bad or m.startswith(bad + ".") for bad in NEVER_ON_IMPORT))
+    assert not found, f"import {', '.join(imports)} loaded {found}"
+
+
+def test_the_bare_package_loads_no_notebook_stack() -> None:
+    loaded = _modules_after("gpucloud_nb")
+    found = sorted(m for m in ("pandas", "ipywidgets", "IPython", *NEVER_ON_IMPORT) if m in loaded)
+    assert not found, f"import gpucloud_nb loaded {found}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_benchmarks_print_one_marked_line_per_figure() -> None:
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick"], capture_output=True,
+                            text=True, cwd=REPO, timeout=230)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:6] == ["figure", "ours", "baseline", "ratio", "target", "mark"]
+    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error")
+    figures = [line for line in lines[1:] if line.strip() and not summary.match(line)]
+    assert figures, result.stdout
+    for line in figures:
+        assert line.rstrip().endswith(MARKS), line
+        assert re.search(r"\d", line), line
+    text = "\n".join(figures)
+    expected = ["offers_frame", "instances.list()", "launches", "import gpucloud_nb",
+                "image_data_url", "sandbox GET /gpu-cloud/instances"]
+    if (REPO / "benchmarks" / "bench_chat.py").exists():
+        expected.append("chat")
+    for name in expected:
+        assert name in text, f"no figure for {name!r}:\n{result.stdout}"
+    modules = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
+    assert len(figures) >= len(modules)
+    assert re.search(r"^\d+ pass, \d+ miss, \d+ info, 0 error", result.stdout, re.M), result.stdout
