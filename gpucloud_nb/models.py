@@ -20,6 +20,7 @@ Choices where the spec says "not shown":
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -95,6 +96,12 @@ def parse_datetime(value: Any) -> datetime | None:
     """
     if not isinstance(value, str) or not value:
         return None
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> datetime | None:
+    """Timestamps repeat from one poll to the next, so parsing is cached."""
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

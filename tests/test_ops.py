@@ -232,3 +232,22 @@ def test_the_key_never_appears_in_errors_or_reprs() -> None:
              str(vars(cloud._core)), repr(cloud._http.headers)]
     assert all(KEY not in text for text in texts)
     assert "WXYZ" in repr(cloud)  # the masked hint is still useful
+
+
+def test_lost_create_whose_lookup_also_fails_says_to_look_first() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/gpu-cloud/volumes/offers":
+            return httpx.Response(200, json=[{"cloudProvider": {"_id": "p1", "displayName": "P"},
+                                              "minSizeInGb": 10, "pricePerGbPerHour": "0.0001",
+                                              "regions": ["eu-1"]}])
+        if request.method == "POST":
+            raise httpx.ReadTimeout("lost", request=request)
+        return httpx.Response(503, json={"message": "listing is down"})
+
+    with pytest.raises(ConnectionFailedError) as info:
+        make_cloud(handler).volumes.create(name="data", cloud_provider="p1", region="eu-1",
+                                           size_in_gb=10)
+    message = str(info.value)
+    assert message.startswith("Creating volume 'data': the answer was lost")
+    assert "checking whether it was created failed too" in message
+    assert "look at the list of volumes before trying again" in message

@@ -308,7 +308,7 @@ class SyncDriver:
                 continue
             try:
                 value = self.http.request(
-                    step.method, step.path, params=step.params, json=step.json,
+                    step.method, step.path, params=step.params or None, json=step.json,
                     data=step.data, files=step.files,
                 )
             except httpx.TransportError as exc:
@@ -335,7 +335,7 @@ class AsyncDriver:
                 continue
             try:
                 value = await self.http.request(
-                    step.method, step.path, params=step.params, json=step.json,
+                    step.method, step.path, params=step.params or None, json=step.json,
                     data=step.data, files=step.files,
                 )
             except httpx.TransportError as exc:

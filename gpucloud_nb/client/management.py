@@ -50,6 +50,7 @@ from gpucloud_nb.client.autodelete import AutoDelete, seconds
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.errors import (
     ConnectionFailedError,
+    GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
     WaitTimeoutError,
@@ -116,6 +117,34 @@ class _Core(Generic[D]):
         offers = _json_list(data)
         self._volume_catalogue = (now, offers)
         return offers
+
+    def create_once(self, path: str, body: dict[str, Any], what: str,
+                    made: str) -> Op[dict[str, Any]]:
+        """POST a create; when its outcome is unknown, adopt what it made before trying again."""
+        name = body["name"]
+        started = _now()
+        attempt = 0
+        while True:
+            try:
+                return (yield from self.send(Call("POST", path, json=body, idempotent=False)))
+            except OutcomeUnknown as lost:
+                yield Sleep(self.policy.delay(attempt))
+                try:
+                    found = yield from self.find_created(path, name, started)
+                except GPUCloudError as error:
+                    raise ConnectionFailedError(
+                        f"Creating {what} '{name}': the answer was lost ({lost.message}) and "
+                        f"checking whether it was {made} failed too ({error.message}); look at "
+                        f"the list of {what}s before trying again."
+                    ) from None
+                if found is not None:
+                    return found
+                if attempt >= self.policy.max_retries:
+                    raise ConnectionFailedError(
+                        f"Creating {what} '{name}' failed ({lost.message}) and no {what} of that "
+                        f"name exists, so nothing was {made}; try again."
+                    ) from None
+                attempt += 1
 
     def find_created(self, path: str, name: str, started: datetime) -> Op[dict[str, Any] | None]:
         """Look for what a create with an unknown outcome may have made."""
@@ -283,29 +312,12 @@ class _InstancesOps(_Resource[D]):
             raise InvalidInputError(problem)
         yield from self._check_cost_cap(rules.find_offer(offers, instance_id, cloud_provider) or {})
 
-        started = _now()
-        attempt = 0
-        while True:
-            try:
-                data = yield from self._core.send(
-                    Call("POST", "/gpu-cloud/instances", json=body, idempotent=False)
-                )
-            except OutcomeUnknown as lost:
-                yield Sleep(self._core.policy.delay(attempt))
-                data = yield from self._core.find_created("/gpu-cloud/instances", name, started)
-                if data is None:
-                    if attempt >= self._core.policy.max_retries:
-                        raise ConnectionFailedError(
-                            f"Creating instance '{name}' failed ({lost.message}) and no instance "
-                            f"of that name exists, so nothing was launched; try again."
-                        ) from None
-                    attempt += 1
-                    continue
-            instance = Instance.from_json(data)
-            self._core.created_instance_ids.append(instance.id)
-            if delay is not None:
-                self._core.auto_delete.schedule(instance.id, delay)
-            return instance
+        data = yield from self._core.create_once("/gpu-cloud/instances", body, "instance", "launched")
+        instance = Instance.from_json(data)
+        self._core.created_instance_ids.append(instance.id)
+        if delay is not None:
+            self._core.auto_delete.schedule(instance.id, delay)
+        return instance
 
     def _check_cost_cap(self, offer: Mapping[str, Any]) -> Op[None]:
         cap = self._core.max_hourly_cost
@@ -440,25 +452,8 @@ class _VolumesOps(_Resource[D]):
         problem = rules.volume_create_problem(body, offers)
         if problem:
             raise InvalidInputError(problem)
-        started = _now()
-        attempt = 0
-        while True:
-            try:
-                data = yield from self._core.send(
-                    Call("POST", "/gpu-cloud/volumes", json=body, idempotent=False)
-                )
-            except OutcomeUnknown as lost:
-                yield Sleep(self._core.policy.delay(attempt))
-                data = yield from self._core.find_created("/gpu-cloud/volumes", name, started)
-                if data is None:
-                    if attempt >= self._core.policy.max_retries:
-                        raise ConnectionFailedError(
-                            f"Creating volume '{name}' failed ({lost.message}) and no volume of "
-                            "that name exists, so nothing was created; try again."
-                        ) from None
-                    attempt += 1
-                    continue
-            return Volume.from_json(data)
+        data = yield from self._core.create_once("/gpu-cloud/volumes", body, "volume", "created")
+        return Volume.from_json(data)
 
     def list(self) -> Op[builtins.list[Volume]]:
         """List the volumes.
