@@ -73,3 +73,8 @@ def sandbox_api(sandbox: Sandbox,
                 management_client_factory: Callable[..., httpx.Client]) -> httpx.Client:
     """An httpx client for the ``sandbox`` fixture's management API, with its key set."""
     return management_client_factory(sandbox)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the browser tests last: they are the slowest, and they start Playwright."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

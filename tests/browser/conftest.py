@@ -63,9 +63,14 @@ def _require_chromium() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chromium() -> Iterator[Browser]:
-    """Debian's Chromium, headless, shared by the session (each test gets its own context)."""
+    """Debian's Chromium, headless, shared by the browser tests (each gets its own context).
+
+    Package-scoped on purpose: while Playwright's sync API is alive it marks its event loop as
+    running in the main thread, which breaks every later ``asyncio.run()``; it must stop when
+    the browser tests end, not at the end of the session.
+    """
     _require_chromium()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
@@ -74,7 +79,7 @@ def chromium() -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """One JupyterLab for the session, on a free loopback port, its log in test-artifacts/."""
     _require_chromium()
