@@ -1,4 +1,4 @@
-"""Binder builds from binder/ alone, and what it installs runs the quickstart.
+"""Binder builds from binder/ alone, and what it installs runs every notebook.
 
 Both tests work on a copy of the repository holding only the files git tracks (or would track:
 untracked files that are not ignored count, so the test also passes before a commit), which is
@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BINDER_NOTEBOOKS = ["01-quickstart.ipynb"]  # what Binder opens; run with the Binder install
+BINDER_NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 PYTHON_VERSION = "3.11"
 
 
@@ -80,7 +80,7 @@ def test_repo2docker_renders_the_binder_build(repo_copy: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_fresh_venv_from_binder_requirements_runs_the_quickstart(repo_copy: Path, tmp_path: Path) -> None:
+def test_a_fresh_venv_from_binder_requirements_runs_every_notebook(repo_copy: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -114,5 +114,6 @@ def test_a_fresh_venv_from_binder_requirements_runs_the_quickstart(repo_copy: Pa
             cwd=repo_copy / "notebooks", timeout=180)
         executed = nbformat.read(out / name, as_version=4)
         outputs = [o for cell in executed.cells for o in cell.get("outputs", [])]
-        assert not [o for o in outputs if o.output_type == "error"]
-        assert any("gpucloud-nb: SANDBOX" in o.get("text", "") for o in outputs)
+        assert not [o for o in outputs if o.output_type == "error"], name
+        if any("connect(" in cell.source for cell in executed.cells):
+            assert any("gpucloud-nb: SANDBOX" in o.get("text", "") for o in outputs), name

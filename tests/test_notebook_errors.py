@@ -39,6 +39,7 @@ def test_someone_elses_handler_is_left_alone(shell) -> None:
 
 
 def test_load_ext_installs_it(shell, capsys) -> None:
+    shell.extension_manager.loaded.discard("gpucloud_nb")  # other tests share this shell
     shell.run_line_magic("load_ext", "gpucloud_nb")
     shell.run_cell("from gpucloud_nb.errors import NotFoundError\n"
                    "raise NotFoundError('Volume v1 not found.', status_code=404)")
