@@ -1,0 +1,63 @@
+"""The README's two commands: ``./scripts/lab`` serves notebooks/, ``.ci/run`` runs ``./scripts/test``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    return re.findall(r"```bash\n(.+?)\n```", (REPO / "README.md").read_text())
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    assert readme_commands()[:2] == ["./scripts/lab", "./scripts/test"]
+    lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert lines == ["exec ./scripts/test"]
+
+
+def test_the_test_script_fails_when_pytest_collects_nothing() -> None:
+    script = (REPO / "scripts" / "test").read_text()
+    assert '"$status" = 5' in script and "exit 1" in script
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_lab_command_serves_the_notebooks(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCLOUD_", "JUPYTER"))}
+    env |= {"HOME": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "IPYTHONDIR": str(tmp_path / "ipy")}
+    lab = subprocess.Popen(
+        ["./scripts/lab", "--no-browser", f"--port={port}", "--IdentityProvider.token=t0k"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/api/contents", params={"token": "t0k"})
+                break
+            except httpx.TransportError:
+                assert lab.poll() is None, "scripts/lab exited early"
+                assert time.monotonic() < deadline, "JupyterLab did not start"
+                time.sleep(0.5)
+        names = {item["name"] for item in answer.json()["content"]}
+        assert "01-quickstart.ipynb" in names and "data" in names
+        assert httpx.get(f"http://127.0.0.1:{port}/lab", params={"token": "t0k"}).status_code == 200
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)
+        lab.wait(timeout=30)
