@@ -97,6 +97,12 @@ def test_refreshes_itself_while_something_is_pending(cloud, observer, panels) ->
     assert status_in_panel(panel, instance.id) == "pending" and panel.auto_refreshing
     assert "refreshing every" in panel.updated.value
     wait_for(lambda: status_in_panel(panel, instance.id) == "active")
+    # active: spend keeps moving, so the panel keeps refreshing, slowly
+    wait_for(lambda: "while instances bill" in panel.updated.value)
+    assert panel.auto_refreshing and panel._poller.interval == 10
+    observer.instances.delete(instance.id)
+    panel.refresh()
+    assert panel._poller.interval == 0.05
     wait_for(lambda: not panel.auto_refreshing)
     assert "refreshing every" not in panel.updated.value
 

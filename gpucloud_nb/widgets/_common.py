@@ -253,9 +253,14 @@ class Repeater:
         """True between :meth:`start` and :meth:`stop`."""
         return self._stop is not None and not self._stop.is_set()
 
-    def start(self) -> None:
-        """Start calling, unless already running."""
+    def start(self, interval: float | None = None) -> None:
+        """Start calling, unless already running; a shorter ``interval`` cuts the current wait."""
         with self._lock:
+            if interval is not None:
+                shorter = interval < self.interval
+                self.interval = interval
+                if shorter and self._stop is not None:
+                    self._stop.set()  # the old thread ends; a new one waits the new interval
             if self.running:
                 return
             stop = threading.Event()

@@ -13,8 +13,9 @@ Choices, written down once:
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
   ``cloud.auto_delete``); for the selected instance, "Auto-delete in N min" sets or extends it
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
-- The list refreshes every ``interval`` seconds (2 by default) in a daemon thread *while* any
-  instance is pending or deleting or has an auto-delete timer, and stops by itself otherwise, or
+- The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
+  instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
+  auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
   after three failed refreshes in a row. ``refresh()`` works from code at any time.
 - Deleted instances are hidden unless "show deleted" is ticked (the cloud keeps listing them).
 - Deleting always asks first; only :meth:`InstancesPanel.confirm_delete` (or its button) sends
@@ -55,6 +56,8 @@ __all__ = ["BASE_COLUMNS", "InstancesPanel"]
 BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
                                  "autoDelete", "_id")
 _BUSY = ("pending", "deleting")
+#: Seconds between refreshes while nothing is changing state but spend and countdowns move.
+LIVE_INTERVAL = 10.0
 _MAX_FAILURES = 3
 
 
@@ -121,6 +124,7 @@ class InstancesPanel(widgets.VBox):
         self._failures = 0
         self._refresh_failed = False
         self.status = StatusLine("gpucloud-instances-status")
+        self._fast = interval
         self._poller = Repeater(interval, self._tick, name="gpucloud-nb-instances-refresh")
         self._build_widgets(show_deleted)
         self._wire()
@@ -271,15 +275,25 @@ class InstancesPanel(widgets.VBox):
             self._render()
             self._sync_details()
             busy = [i for i in listed if i.status in _BUSY]
-            timed = self._cloud.auto_delete.deadlines()
-            if busy or timed:
-                self._poller.start()
+            timers = [r for r in map(self._cloud.auto_delete.remaining,
+                                     [i.id for i in listed]) if r is not None]
+            live = [i for i in listed if i.status == "active"] or timers
+            interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
+            if busy or live:
+                self._poller.start(self._fast if busy else max(self._fast, interval))
             else:
                 self._poller.stop()
             stamp = now.astimezone().strftime("%H:%M:%S")
-            auto = (f" · refreshing every {self._poller.interval:g} s while "
-                    f"{len(busy)} instance{'s' if len(busy) != 1 else ''} "
-                    f"{'are' if len(busy) != 1 else 'is'} pending or deleting") if busy else ""
+            if busy:
+                n = len(busy)
+                auto = (f" · refreshing every {self._poller.interval:g} s while {n} "
+                        f"instance{'s' if n != 1 else ''} {'are' if n != 1 else 'is'} "
+                        "pending or deleting")
+            elif live:
+                auto = (f" · refreshing every {self._poller.interval:g} s while instances bill "
+                        "or auto-delete timers run")
+            else:
+                auto = ""
             self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
             if self._refresh_failed:
                 self._refresh_failed = False
