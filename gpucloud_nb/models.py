@@ -246,21 +246,33 @@ def _instance_common(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _InstanceHelpers:
-    """Conveniences shared by :class:`Instance` and :class:`InstanceDetails`."""
+@dataclass(frozen=True, slots=True, repr=False)
+class _InstanceBase:
+    """Fields and conveniences shared by :class:`Instance` and :class:`InstanceDetails`."""
 
-    __slots__ = ()
     id: str
     name: str
+    provider: str
     status: str
-    gpu_model: str
-    gpu_count: int
-    hourly_price: float
-    volumes: list[Any]
     region: Any
+    volumes: list[Any]
+    gpu_count: int
+    gpu_model: str
+    ram: float
+    storage: float
+    vram_per_gpu: float
+    vcpus: float
+    interconnect: str
+    nvlink: bool
+    os: str
     ip: str
     ssh_user: str
     ssh_port: int
+    docker_image: str
+    docker_command: str
+    hourly_price: float
+    created_at: datetime | None
+    deleted_at: datetime | None
 
     @property
     def region_id(self) -> str:
@@ -311,32 +323,9 @@ class _InstanceHelpers:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class Instance(_InstanceHelpers):
+class Instance(_InstanceBase):
     """A GPU instance as returned by create and list."""
 
-    id: str
-    name: str
-    provider: str
-    status: str
-    region: Any
-    volumes: list[Any]
-    gpu_count: int
-    gpu_model: str
-    ram: float
-    storage: float
-    vram_per_gpu: float
-    vcpus: float
-    interconnect: str
-    nvlink: bool
-    os: str
-    ip: str
-    ssh_user: str
-    ssh_port: int
-    docker_image: str
-    docker_command: str
-    hourly_price: float
-    created_at: datetime | None
-    deleted_at: datetime | None
     updated_at: datetime | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -347,32 +336,9 @@ class Instance(_InstanceHelpers):
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class InstanceDetails(_InstanceHelpers):
+class InstanceDetails(_InstanceBase):
     """One instance in full, from ``GET /gpu-cloud/instances/{id}``."""
 
-    id: str
-    name: str
-    provider: str
-    status: str
-    region: Any
-    volumes: list[Any]
-    gpu_count: int
-    gpu_model: str
-    ram: float
-    storage: float
-    vram_per_gpu: float
-    vcpus: float
-    interconnect: str
-    nvlink: bool
-    os: str
-    ip: str
-    ssh_user: str
-    ssh_port: int
-    docker_image: str
-    docker_command: str
-    hourly_price: float
-    created_at: datetime | None
-    deleted_at: datetime | None
     is_pending: bool
     ssh_key: dict[str, Any]
     port_forwards: tuple[str, ...]
