@@ -557,7 +557,8 @@ class _CloudBase:
 
     @property
     def auto_delete(self) -> AutoDelete:
-        """This client's auto-delete timers: ``remaining(id)``, ``extend(id, s)``, ``cancel(id)``."""
+        """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
+        ``extend(id, s)``, ``cancel(id)``, ``deadlines()``."""
         return self._core.auto_delete
 
     @property
