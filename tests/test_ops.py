@@ -251,3 +251,13 @@ def test_lost_create_whose_lookup_also_fails_says_to_look_first() -> None:
     assert message.startswith("Creating volume 'data': the answer was lost")
     assert "checking whether it was created failed too" in message
     assert "look at the list of volumes before trying again" in message
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [({"Retry-After": "3"}, 3.0), ({"Retry-After": "3", "retry-after-ms": "250"}, 0.25),
+     ({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0), ({"Retry-After": "soon"}, None)],
+)
+def test_retry_after_forms(headers: dict[str, str], seconds: float | None) -> None:
+    error = error_from_response(httpx.Response(429, headers=headers))
+    assert error.retry_after == seconds

@@ -106,6 +106,11 @@ class OutcomeUnknown(errors.ConnectionFailedError):
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server asks us to wait: ``retry-after-ms`` (OpenAI style) or ``Retry-After``."""
+    try:
+        return max(0.0, float(response.headers["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
     value = response.headers.get("retry-after")
     if not value:
         return None
