@@ -103,7 +103,8 @@ class AutoDelete:
             entry = self._timers.get(instance_id)
             if entry is None or entry[0] is not threading.current_thread():
                 return  # cancelled or replaced while waiting
-            del self._timers[instance_id]
+        # The timer stays listed (remaining 0) until the delete has reached the cloud, so nobody
+        # sees the instance as running with no timer in between.
         try:
             self._delete(instance_id)
         except NotFoundError:
@@ -111,6 +112,10 @@ class AutoDelete:
         except GPUCloudError as error:
             self.failures[instance_id] = str(error)
             log.warning("Auto-delete of instance %s failed: %s", instance_id, error)
-            return
-        self.deleted[instance_id] = datetime.now(timezone.utc)
-        log.info("Auto-deleted instance %s.", instance_id)
+        else:
+            self.deleted[instance_id] = datetime.now(timezone.utc)
+            log.info("Auto-deleted instance %s.", instance_id)
+        finally:
+            with self._lock:
+                if self._timers.get(instance_id, (None,))[0] is threading.current_thread():
+                    del self._timers[instance_id]
