@@ -906,13 +906,8 @@ class ChatWidget(widgets.VBox):
     def _open_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         if self._async_client is not None:
             return contextlib.nullcontext(self._async_client)  # type: ignore[return-value]
-        to_async = getattr(self._client, "to_async", None)
-        if callable(to_async):
-            return to_async()  # type: ignore[no-any-return]
-        from gpucloud_nb.client.inference import AsyncInferenceClient
-
-        # The client's Secret object is handed over as it is: never a str in a widget.
-        return AsyncInferenceClient(self._client.endpoint_url, self._client._secret)
+        # The async twin shares the client's Secret object: the secret never sits in a widget.
+        return self._client.to_async()  # type: ignore[no-any-return]
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": float(self._temperature.value)}
