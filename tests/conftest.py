@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox import Sandbox
 
 FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
@@ -73,6 +74,20 @@ def sandbox_api(sandbox: Sandbox,
                 management_client_factory: Callable[..., httpx.Client]) -> httpx.Client:
     """An httpx client for the ``sandbox`` fixture's management API, with its key set."""
     return management_client_factory(sandbox)
+
+
+@pytest.fixture
+def cloud(sandbox: Sandbox) -> Iterator[GPUCloud]:
+    """A management client for this test's sandbox."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
+
+
+@pytest.fixture
+def observer(sandbox: Sandbox) -> Iterator[GPUCloud]:
+    """A second client, to check what really happened on the sandbox."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
+        yield client
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -12,12 +12,6 @@ from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 
 
-@pytest.fixture
-def cloud(sandbox):
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
-
-
 def launch(cloud: GPUCloud, name: str, **extra: object):
     offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
     return cloud.instances.create(

@@ -21,18 +21,6 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture
-def cloud(sandbox) -> Iterator[GPUCloud]:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
-
-
-@pytest.fixture
-def observer(sandbox) -> Iterator[GPUCloud]:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
-
-
-@pytest.fixture
 def panels() -> Iterator[list[InstancesPanel]]:
     made: list[InstancesPanel] = []
     yield made

@@ -6,7 +6,6 @@ import base64
 import html
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
@@ -20,19 +19,6 @@ from gpucloud_nb.widgets._common import iter_widgets
 SECRET = "sk-widget-secret-0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample me@laptop"
-
-
-@pytest.fixture
-def cloud(sandbox) -> Iterator[GPUCloud]:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
-
-
-@pytest.fixture
-def observer(sandbox) -> Iterator[GPUCloud]:
-    """A separate client, to check what really happened on the sandbox."""
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
 
 
 def pick(cloud: GPUCloud, deployment_type: str, *, cloud_init: bool | None = None,

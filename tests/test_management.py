@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,12 +17,6 @@ from gpucloud_nb.errors import (
     WaitTimeoutError,
 )
 from gpucloud_nb.models import InstanceOffer
-
-
-@pytest.fixture
-def cloud(sandbox) -> Iterator[GPUCloud]:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
 
 
 def first_offer(cloud: GPUCloud, deployment_type: str = "vm", **filters: object) -> InstanceOffer:

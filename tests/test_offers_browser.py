@@ -19,12 +19,6 @@ SECRET = "sk-widget-secret-0123456789abcdef"
 
 
 @pytest.fixture
-def cloud(sandbox) -> Iterator[GPUCloud]:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
-        yield client
-
-
-@pytest.fixture
 def browser(cloud: GPUCloud) -> Iterator[OffersBrowser]:
     widget = OffersBrowser(cloud, debounce=0)
     yield widget
