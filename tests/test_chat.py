@@ -29,6 +29,7 @@ from PIL import Image
 from benchmarks.bench_chat import FakeChatServer, markdown_reply, recording
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import iter_widgets
 from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget
 
@@ -138,7 +139,7 @@ def test_panel_parts_and_css_classes(client: InferenceClient,
     assert CSS_CLASSES["root"] in chat._dom_classes
     classes = {c for w in iter_widgets(chat) for c in getattr(w, "_dom_classes", ())}
     for name in ("model", "temperature", "max_tokens", "system", "clear", "messages", "input",
-                 "multiline", "send", "stop", "attachments", "upload_image", "upload_audio",
+                 "send", "stop", "attachments", "upload_image", "upload_audio",
                  "audio_send", "upload_hint", "status", "style"):
         assert CSS_CLASSES[name] in classes, name
     assert chat.model == "sandbox-vision-1"
@@ -323,7 +324,7 @@ def test_enter_in_the_text_box_sends(client: InferenceClient,
                                      chat_factory: Callable[..., ChatWidget]) -> None:
     chat = chat_factory(client)
     chat._input.value = "Sent with Enter"
-    # what the browser sends when Enter is pressed in an ipywidgets Text
+    # what the box's view sends when Enter (without Shift) is pressed
     chat._input._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}},
                              "buffers": []})
     turn = chat.last_turn
@@ -333,15 +334,11 @@ def test_enter_in_the_text_box_sends(client: InferenceClient,
     assert chat.history[0] == {"role": "user", "content": "Sent with Enter"}
 
 
-def test_multiline_box_and_send_button(client: InferenceClient,
-                                       chat_factory: Callable[..., ChatWidget]) -> None:
+def test_several_lines_and_the_send_button(client: InferenceClient,
+                                           chat_factory: Callable[..., ChatWidget]) -> None:
     chat = chat_factory(client)
-    chat._input.value = "first line"
-    chat._multiline.value = True
-    assert chat._input_multi in chat._input_row.children
-    assert chat._input not in chat._input_row.children
-    assert chat._input_multi.value == "first line"
-    chat._input_multi.value = "first line\nsecond line"
+    assert isinstance(chat._input, ChatInput) and chat._input in chat._input_row.children
+    chat._input.value = "first line\nsecond line"  # Shift+Enter in the browser adds the newline
     chat._send_button.click()
     chat.last_turn.wait(WAIT)
     assert chat.history[0]["content"] == "first line\nsecond line"

@@ -32,6 +32,7 @@ from traitlets import Bool, Unicode
 from gpucloud_nb import media
 from gpucloud_nb._secrets import scrub
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
+from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
 from gpucloud_nb.widgets._markdown import MarkdownStream, render_markdown
 from gpucloud_nb.widgets._throttle import Throttle
@@ -56,8 +57,6 @@ CSS_CLASSES = {
     "stopped": "gpucloud-chat-stopped",
     "error": "gpucloud-chat-error",
     "input": "gpucloud-chat-input",
-    "multiline_input": "gpucloud-chat-input-multiline",
-    "multiline": "gpucloud-chat-multiline",
     "send": "gpucloud-chat-send",
     "stop": "gpucloud-chat-stop",
     "attachments": "gpucloud-chat-attachments",
@@ -390,11 +389,10 @@ class ChatWidget(widgets.VBox):
         chat.transcribe("question.wav")            # transcript into the text box
         chat.stop(); chat.clear(); chat.history; chat.to_markdown()
 
-    **Enter to send.** ipywidgets has no key events and its ``Textarea`` sends nothing on Enter,
-    and trusted JavaScript is not an option. The input is therefore a one-line ``Text``, whose
-    front end sends a ``submit`` message when Enter is pressed: Enter sends. For several lines,
-    the ``¶`` toggle swaps in a ``Textarea`` where Enter makes a new line (there, Shift+Enter is
-    a new line too) and the Send button sends. The Send button always works.
+    **Enter to send.** The kernel cannot tell Enter from Shift+Enter, so the text box is a tiny
+    anywidget (:class:`~gpucloud_nb.widgets._chat_input.ChatInput`) whose view sends a ``submit``
+    message on Enter and lets Shift+Enter start a new line; no HTML or script is injected into
+    the page. The Send button always works too.
 
     **Streaming without freezing the kernel.** ``send()`` schedules the request as an asyncio
     task and returns a :class:`ChatTurn` at once. In a kernel that task runs on the kernel's own
@@ -443,8 +441,8 @@ class ChatWidget(widgets.VBox):
     ``gpucloud-chat-message-assistant`` (each message; its text is in the ``HTML`` widgets inside),
     ``gpucloud-chat-streaming`` (the reply still streaming),
     ``gpucloud-chat-stopped`` (the ``[stopped]`` mark), ``gpucloud-chat-error`` (an error line),
-    ``gpucloud-chat-input`` (the text box; plus ``gpucloud-chat-input-multiline`` on the
-    Textarea), ``gpucloud-chat-multiline``, ``gpucloud-chat-send``, ``gpucloud-chat-stop``,
+    ``gpucloud-chat-input`` (the text box; its ``<textarea>`` is inside), ``gpucloud-chat-send``,
+    ``gpucloud-chat-stop``,
     ``gpucloud-chat-attachments`` / ``gpucloud-chat-attachment``,
     ``gpucloud-chat-upload-image``, ``gpucloud-chat-upload-audio``, ``gpucloud-chat-audio-send``,
     ``gpucloud-chat-upload-hint``, ``gpucloud-chat-status``, ``gpucloud-chat-style``.
@@ -496,16 +494,9 @@ class ChatWidget(widgets.VBox):
                                         layout=widgets.Layout(width="100%"))
         self._messages = widgets.VBox([], _dom_classes=(CSS_CLASSES["messages"],))
         self._attachments = widgets.HBox([], _dom_classes=(CSS_CLASSES["attachments"],))
-        self._input = widgets.Text(placeholder="Message — Enter sends", continuous_update=True,
-                                   _dom_classes=(CSS_CLASSES["input"],),
-                                   layout=widgets.Layout(flex="1 1 auto", width="auto"))
-        self._input_multi = widgets.Textarea(
-            placeholder="Message — Enter adds a line; press Send", rows=4, continuous_update=True,
-            _dom_classes=(CSS_CLASSES["input"], CSS_CLASSES["multiline_input"]),
-            layout=widgets.Layout(flex="1 1 auto", width="auto"))
-        self._multiline = widgets.ToggleButton(description="¶", tooltip="Several lines",
-                                               _dom_classes=(CSS_CLASSES["multiline"],),
-                                               layout=widgets.Layout(width="36px"))
+        self._input = ChatInput(placeholder="Message — Enter sends, Shift+Enter adds a line",
+                                _dom_classes=(CSS_CLASSES["input"],),
+                                layout=widgets.Layout(flex="1 1 auto", width="auto"))
         self._send_button = widgets.Button(description="Send", button_style="primary", icon="paper-plane",
                                            _dom_classes=(CSS_CLASSES["send"],),
                                            layout=widgets.Layout(width="auto"))
@@ -523,8 +514,7 @@ class ChatWidget(widgets.VBox):
                                   _dom_classes=(CSS_CLASSES["upload_hint"],))
         self.status = StatusLine(CSS_CLASSES["status"])
 
-        self._input_row = widgets.HBox([self._input, self._multiline, self._send_button,
-                                        self._stop_button])
+        self._input_row = widgets.HBox([self._input, self._send_button, self._stop_button])
         settings = widgets.HBox([self._model, self._temperature, self._max_tokens,
                                  self._clear_button], layout=widgets.Layout(flex_flow="row wrap"))
         uploads = widgets.HBox([self._image_upload, self._audio_upload, self._audio_sends],
@@ -537,7 +527,6 @@ class ChatWidget(widgets.VBox):
         self._send_button.on_click(lambda _: self._send_from_ui())
         self._stop_button.on_click(lambda _: self.stop())
         self._clear_button.on_click(lambda _: self.clear())
-        self._multiline.observe(self._on_multiline, names="value")
         self._image_upload.observe(self._on_image_upload, names="value")
         self._audio_upload.observe(self._on_audio_upload, names="value")
         self._load_models(model)
@@ -737,7 +726,7 @@ class ChatWidget(widgets.VBox):
         """Stop requests and close the panel and every widget in it."""
         for turn in list(self._turns):
             turn.stop()
-        roots = [self, self._input, self._input_multi, *self._shared()]
+        roots = [self, self._input, *self._shared()]
         found: dict[int, widgets.Widget] = {}
         for root in roots:
             for widget in iter_widgets(root):
@@ -774,19 +763,12 @@ class ChatWidget(widgets.VBox):
 
     # ------------------------------------------------------------------ UI handlers
 
-    def _current_input(self) -> widgets.Text | widgets.Textarea:
-        return self._input_multi if self._multiline.value else self._input
+    def _current_input(self) -> ChatInput:
+        return self._input
 
     def _on_input_message(self, _widget: Any, content: Mapping[str, Any], _buffers: Any) -> None:
         if isinstance(content, Mapping) and content.get("event") == "submit":
             self._send_from_ui()
-
-    def _on_multiline(self, change: Mapping[str, Any]) -> None:
-        source, target = (self._input, self._input_multi) if change["new"] else \
-            (self._input_multi, self._input)
-        target.value = source.value
-        source.value = ""
-        self._input_row.children = (target, self._multiline, self._send_button, self._stop_button)
 
     def _send_from_ui(self) -> ChatTurn | None:
         try:

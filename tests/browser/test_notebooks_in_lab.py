@@ -111,7 +111,7 @@ def test_chat_and_vision(lab, run_all, cell_errors, screenshot) -> None:
     screenshot(page, suffix="from-code")
 
     # Type a message and click Send, as a person would.
-    box = chat.locator(".gpucloud-chat-input textarea:visible, .gpucloud-chat-input input:visible").first
+    box = chat.locator(".gpucloud-chat-input textarea").first
     box.fill("What did I just show you?")
     chat.locator(".gpucloud-chat-send").click()
     expect(replies).to_have_count(2, timeout=WIDGET_TIMEOUT)
@@ -120,6 +120,20 @@ def test_chat_and_vision(lab, run_all, cell_errors, screenshot) -> None:
     expect(chat.locator(".gpucloud-chat-error")).to_have_count(0)
     show(replies.nth(1))
     screenshot(page, suffix="typed")
+
+    # Keys: Shift+Enter starts a new line, Enter sends.
+    asked = chat.locator(".gpucloud-chat-message-user")
+    box.click()
+    box.press_sequentially("Two lines")
+    box.press("Shift+Enter")
+    box.press_sequentially("second line")
+    expect(asked).to_have_count(2)  # Shift+Enter sent nothing
+    box.press("Enter")
+    expect(asked).to_have_count(3, timeout=WIDGET_TIMEOUT)
+    expect(asked.nth(2)).to_contain_text("Two lines")
+    expect(asked.nth(2)).to_contain_text("second line")
+    expect(replies).to_have_count(3, timeout=WIDGET_TIMEOUT)
+    expect(box).to_have_value("")
     assert cell_errors(page) == []
 
 

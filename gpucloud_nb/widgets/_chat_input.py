@@ -1,0 +1,63 @@
+"""The chat's message box: Enter sends, Shift+Enter starts a new line.
+
+The kernel cannot tell Enter from Shift+Enter (both put a newline in a Textarea), so the box is a
+tiny anywidget whose front-end view handles the key and sends ``{"event": "submit"}``. It is a
+proper widget module, not HTML injected into the page, and its value syncs like any widget's.
+Enter keys stop at the box, so JupyterLab's Shift+Enter (run cell) does not fire while typing.
+
+    >>> box = ChatInput(placeholder="Message")
+    >>> box.on_msg(lambda widget, content, buffers: print(content))   # {'event': 'submit'}
+"""
+
+from __future__ import annotations
+
+import anywidget
+import traitlets
+
+__all__ = ["ChatInput"]
+
+_ESM = """
+function render({ model, el }) {
+  const box = document.createElement("textarea");
+  box.className = "gpucloud-chat-textarea";
+  box.rows = 2;
+  box.placeholder = model.get("placeholder");
+  box.value = model.get("value");
+  const push = () => { model.set("value", box.value); model.save_changes(); };
+  box.addEventListener("input", push);
+  box.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    // JupyterLab handles shortcuts as keydown bubbles up: keep Shift+Enter from running the cell.
+    event.stopPropagation();
+    if (!event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      push();
+      model.send({ event: "submit" });
+    }
+  });
+  model.on("change:value", () => {
+    if (box.value !== model.get("value")) box.value = model.get("value");
+  });
+  model.on("change:placeholder", () => { box.placeholder = model.get("placeholder"); });
+  model.on("msg:custom", (message) => { if (message && message.do === "focus") box.focus(); });
+  el.appendChild(box);
+}
+export default { render };
+"""
+
+_CSS = """
+.gpucloud-chat-textarea {
+  width: 100%; min-height: 2.6em; box-sizing: border-box; resize: vertical;
+  font: inherit; padding: 4px 6px; border: 1px solid var(--jp-border-color1, #bbb);
+  border-radius: 2px; background: var(--jp-layout-color1, white); color: inherit;
+}
+"""
+
+
+class ChatInput(anywidget.AnyWidget):
+    """A text box for chat messages: Enter sends (a ``submit`` message), Shift+Enter adds a line."""
+
+    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    _css = traitlets.Unicode(_CSS).tag(sync=True)
+    value = traitlets.Unicode("").tag(sync=True)
+    placeholder = traitlets.Unicode("").tag(sync=True)
