@@ -255,7 +255,7 @@ def test_a_create_that_keeps_failing_raises_and_names_the_status(sandbox_factory
     box = sandbox_factory()
     offer = vm_offer(client_for(box))
     failing = client_for(sandbox_factory(faults=Faults(error_every=1)), max_retries=1)
-    failing._core._catalogue = (float("inf"), [offer.raw], [])  # skip the offers read
+    failing._core._catalogues["/gpu-cloud/instances/offers"] = (float("inf"), [offer.raw])  # no offers read
     with pytest.raises(GPUCloudError) as error:
         failing.instances.create(**create_args(offer, "never"))
     assert "500" in str(error.value)

@@ -89,8 +89,7 @@ class _Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
-        self._catalogue: tuple[float, list[dict[str, Any]], list[dict[str, Any]]] | None = None
-        self._volume_catalogue: tuple[float, list[dict[str, Any]]] | None = None
+        self._catalogues: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def send(self, call: Call) -> Op[Any]:
         return send(call, self.policy, secrets=(self.key.reveal(),))
@@ -100,22 +99,14 @@ class _Core(Generic[D]):
             raise ConnectionFailedError("This client cannot delete from a timer.")
         self.delete_now(instance_id)
 
-    def instance_offers_json(self) -> Op[list[dict[str, Any]]]:
+    def catalogue(self, path: str) -> Op[list[dict[str, Any]]]:
+        """The offers at ``path``, fetched at most once per ``offers_ttl`` seconds."""
         now = time.monotonic()
-        if self._catalogue and now - self._catalogue[0] < self.offers_ttl:
-            return self._catalogue[1]
-        data = yield from self.send(Call("GET", "/gpu-cloud/instances/offers"))
-        offers = _json_list(data)
-        self._catalogue = (now, offers, [])
-        return offers
-
-    def volume_offers_json(self) -> Op[list[dict[str, Any]]]:
-        now = time.monotonic()
-        if self._volume_catalogue and now - self._volume_catalogue[0] < self.offers_ttl:
-            return self._volume_catalogue[1]
-        data = yield from self.send(Call("GET", "/gpu-cloud/volumes/offers"))
-        offers = _json_list(data)
-        self._volume_catalogue = (now, offers)
+        cached = self._catalogues.get(path)
+        if cached and now - cached[0] < self.offers_ttl:
+            return cached[1]
+        offers = _json_list((yield from self.send(Call("GET", path))))
+        self._catalogues[path] = (now, offers)
         return offers
 
     def create_once(self, path: str, body: dict[str, Any], what: str,
@@ -306,7 +297,7 @@ class _InstancesOps(_Resource[D]):
         delay = None if delete_after is None else seconds(delete_after)
         body = _instance_body(name, cloud_provider, instance_id, region, volume_id, vm,
                               docker_container, ssh_key_id, ssh_key)
-        offers = yield from self._core.instance_offers_json()
+        offers = yield from self._core.catalogue("/gpu-cloud/instances/offers")
         problem = rules.instance_create_problem(body, offers)
         if problem:
             raise InvalidInputError(problem)
@@ -448,7 +439,7 @@ class _VolumesOps(_Resource[D]):
         """
         body = {"cloudProvider": cloud_provider, "region": region, "name": name,
                 "sizeInGb": size_in_gb}
-        offers = yield from self._core.volume_offers_json()
+        offers = yield from self._core.catalogue("/gpu-cloud/volumes/offers")
         problem = rules.volume_create_problem(body, offers)
         if problem:
             raise InvalidInputError(problem)
