@@ -198,6 +198,30 @@ def test_auto_delete_from_the_panel_deletes(cloud, observer, panels) -> None:
     wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"))
 
 
+def test_a_timer_firing_while_the_list_is_in_flight_is_seen_quickly(cloud, observer, panels,
+                                                                    monkeypatch) -> None:
+    # The interleaving from a CI failure: the panel lists the instance as active, then (before the
+    # panel looks at the timers) the timer deletes it and disappears. The panel must not settle
+    # into the 10 s "billing" pace with a stale "active" row.
+    instance = launch(observer, "raced")
+    cloud.instances.wait_until_active(instance.id, timeout=10, poll_interval=0.05)
+    cloud.auto_delete.schedule(instance.id, 60)
+    real_list, armed = cloud.instances.list, [True]
+
+    def list_then_timer_fires(*args, **kwargs):
+        listed = real_list(*args, **kwargs)
+        if armed and any(i.id == instance.id and i.status == "active" for i in listed):
+            armed.clear()
+            cloud.auto_delete.schedule(instance.id, 0.01)
+            wait_for(lambda: cloud.auto_delete.remaining(instance.id) is None)
+        return listed
+
+    monkeypatch.setattr(cloud.instances, "list", list_then_timer_fires)
+    panel = make_panel(panels, cloud, interval=0.05)
+    assert not armed and instance.id in cloud.auto_delete.deleted
+    wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"), timeout=3)
+
+
 def test_delete_names_the_volume_that_keeps_the_data(cloud, observer, panels) -> None:
     offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
     volume_offer = next(v for v in observer.volumes.offers() if v.cloud_provider.id == offer.cloud.id)

@@ -274,9 +274,13 @@ class InstancesPanel(widgets.VBox):
             self.frame = self._build_frame(self.instances, spend, now)
             self._render()
             self._sync_details()
-            busy = [i for i in listed if i.status in _BUSY]
             timers = [r for r in map(self._cloud.auto_delete.remaining,
                                      [i.id for i in listed]) if r is not None]
+            # A timer may fire between the list and the line above: its delete has landed and it
+            # is gone, but the listing still says active. Count it as deleting, not as billing.
+            fired = self._cloud.auto_delete.deleted
+            busy = [i for i in listed
+                    if i.status in _BUSY or (i.status == "active" and i.id in fired)]
             live = [i for i in listed if i.status == "active"] or timers
             interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
             if busy or live:
