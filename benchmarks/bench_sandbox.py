@@ -1,8 +1,7 @@
 """Benchmark: sandbox throughput for ``GET /gpu-cloud/instances`` with 8 concurrent clients.
 
-Each server runs in its own subprocess (so it does not share a GIL with the load), served the
-same way: uvicorn on a loopback socket, no access log. Requests per second over ``seconds``, best
-of ``rounds`` alternating rounds, with two kinds of load:
+Each server runs in its own subprocess (see ``benchmarks._servers``). Requests per second over
+``seconds``, best of ``rounds`` alternating rounds, with two kinds of load:
 
 - ``httpx`` threads: ``clients`` threads here, each with its own ``httpx.Client`` (keep-alive),
   what Python clients see; on a small machine the clients' own CPU time caps this figure;
@@ -21,88 +20,18 @@ Run standalone with ``python -m benchmarks.bench_sandbox``.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
 import httpx
+
+from benchmarks._servers import KEY, ServerProcess
 
 __all__ = ["QUICK", "UNIT", "load", "raw_load", "run"]
 
 Row = tuple[str, float, float, float, str, str]
 UNIT = "req/s"
 QUICK = {"seconds": 0.3, "rounds": 1}
-ROOT = Path(__file__).resolve().parents[1]
-KEY = "bench-sandbox-key-0123456789"
-
-
-def _serve(kind: str) -> None:
-    """Subprocess side: serve ``kind`` ("sandbox" or "hello"), print its URL, run until stdin ends."""
-    if kind == "sandbox":
-        from gpucloud_nb.sandbox import Sandbox
-
-        server: Any = Sandbox(api_key=KEY, launch_seconds=600).start()
-        print(f"url {server.management_url}", flush=True)
-        sys.stdin.read()
-        server.stop()
-        return
-
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
-    from gpucloud_nb.sandbox.server import _bind
-
-    async def hello(request: Request) -> Response:
-        return Response(b'"hello"', media_type="application/json")
-
-    sock = _bind("127.0.0.1", 0)
-    config = uvicorn.Config(Starlette(routes=[Route("/hello", hello)]), lifespan="off",
-                            log_config=None, log_level="warning", access_log=False)
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not uv.started:
-        time.sleep(0.005)
-    print(f"url http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    sys.stdin.read()
-    uv.should_exit = True
-    thread.join(5)
-
-
-class _Server:
-    """A server subprocess; ``url`` waits until it serves."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._url = ""
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.bench_sandbox", "--serve", kind], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    @property
-    def url(self) -> str:
-        if not self._url:
-            assert self.process.stdout is not None
-            line = self.process.stdout.readline()
-            if not line.startswith("url "):
-                raise RuntimeError(f"the {self.kind} server did not start")
-            self._url = line.split()[1]
-        return self._url
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 def load(url: str, path: str, headers: dict[str, str], clients: int = 8,
@@ -187,7 +116,7 @@ def run(clients: int = 8, seconds: float = 2.0, rounds: int = 2) -> list[Row]:
     """One row (name, ours req/s, baseline req/s, ratio, target, unit)."""
     from gpucloud_nb import GPUCloud
 
-    sandbox, hello = _Server("sandbox"), _Server("hello")
+    sandbox, hello = ServerProcess("sandbox"), ServerProcess("hello")
     try:
         with GPUCloud(api_key=KEY, base_url=sandbox.url) as cloud:
             offer = next(o for o in cloud.instances.offers(deployment_type="vm", available=True)
@@ -219,9 +148,6 @@ def run(clients: int = 8, seconds: float = 2.0, rounds: int = 2) -> list[Row]:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        _serve(sys.argv[2])
-        return
     for name, ours, baseline, ratio, _, unit in run():
         print(f"{name}: ours {ours:.0f} {unit}, baseline {baseline:.0f} {unit}, ratio {ratio:.2f}x")
 

@@ -14,6 +14,9 @@ Choices where the spec says "not shown":
   epoch there; both the epoch and an empty or null value parse to ``deleted_at=None``.
 - ``region`` (an object), the items of ``volumes`` and ``sshKey`` have no documented structure:
   they are kept as sent. ``Instance.region_id`` reads the usual keys (``id``, ``region``, ``name``).
+- Records are frozen, except :class:`Instance` and :class:`InstanceDetails`: panels re-read them
+  every few seconds, and a frozen dataclass's ``__init__`` costs about ten times a plain one's.
+  Assigning to one changes only that snapshot, never the cloud.
 - ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour`` is its float value and
   ``price_per_gb_per_hour_text`` the text as sent.
 """
@@ -217,36 +220,29 @@ class InstanceOffer:
                 f"provider={self.cloud.id!r}, available_regions={self.available_regions!r})")
 
 
-def _instance_common(data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": _str(data.get("_id")),
-        "name": _str(data.get("name")),
-        "provider": _str(data.get("provider")),
-        "status": _str(data.get("status")),
-        "region": data.get("region") if data.get("region") is not None else {},
-        "volumes": _list(data.get("volumes")),
-        "gpu_count": _int(data.get("gpuCount")),
-        "gpu_model": _str(data.get("gpuModel")),
-        "ram": _float(data.get("ram")),
-        "storage": _float(data.get("storage")),
-        "vram_per_gpu": _float(data.get("vramPerGpu")),
-        "vcpus": _float(data.get("vcpus")),
-        "interconnect": _str(data.get("interconnect")),
-        "nvlink": _bool(data.get("nvlink")),
-        "os": _str(data.get("os")),
-        "ip": _str(data.get("ip")),
-        "ssh_user": _str(data.get("sshUser")),
-        "ssh_port": _int(data.get("sshPort")),
-        "docker_image": _str(data.get("dockerImage")),
-        "docker_command": _str(data.get("dockerCommand")),
-        "hourly_price": _float(data.get("hourlyPrice")),
-        "created_at": parse_datetime(data.get("createdAt")),
-        "deleted_at": parse_datetime(data.get("deletedAt")),
-        "raw": data,
-    }
+def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
+    """The fields of :class:`_InstanceBase`, in declaration order.
+
+    Positional, because ``cls(**fields)`` with two dozen keywords costs more than the rest of the
+    parsing together, and ``instances.list()`` parses every instance on every poll (the reason
+    the instance records are not frozen either); ``tests/test_models.py`` checks every field
+    lands where it belongs.
+    """
+    get = data.get
+    region = get("region")
+    return (
+        _str(get("_id")), _str(get("name")), _str(get("provider")), _str(get("status")),
+        {} if region is None else region, _list(get("volumes")),
+        _int(get("gpuCount")), _str(get("gpuModel")),
+        _float(get("ram")), _float(get("storage")), _float(get("vramPerGpu")), _float(get("vcpus")),
+        _str(get("interconnect")), _bool(get("nvlink")), _str(get("os")), _str(get("ip")),
+        _str(get("sshUser")), _int(get("sshPort")),
+        _str(get("dockerImage")), _str(get("dockerCommand")), _float(get("hourlyPrice")),
+        parse_datetime(get("createdAt")), parse_datetime(get("deletedAt")),
+    )
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(slots=True, repr=False)
 class _InstanceBase:
     """Fields and conveniences shared by :class:`Instance` and :class:`InstanceDetails`."""
 
@@ -322,7 +318,7 @@ class _InstanceBase:
                 f"region={self.region_id!r}, hourly_price={self.hourly_price:g}, ip={self.ip!r})")
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(slots=True, repr=False)
 class Instance(_InstanceBase):
     """A GPU instance as returned by create and list."""
 
@@ -332,10 +328,10 @@ class Instance(_InstanceBase):
     @classmethod
     def from_json(cls, data: Any) -> Instance:
         data = _dict(data)
-        return cls(**_instance_common(data), updated_at=parse_datetime(data.get("updatedAt")))
+        return cls(*_instance_common(data), parse_datetime(data.get("updatedAt")), data)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(slots=True, repr=False)
 class InstanceDetails(_InstanceBase):
     """One instance in full, from ``GET /gpu-cloud/instances/{id}``."""
 
@@ -347,12 +343,8 @@ class InstanceDetails(_InstanceBase):
     @classmethod
     def from_json(cls, data: Any) -> InstanceDetails:
         data = _dict(data)
-        return cls(
-            **_instance_common(data),
-            is_pending=_bool(data.get("isPending")),
-            ssh_key=_dict(data.get("sshKey")),
-            port_forwards=tuple(_str(p) for p in _list(data.get("portForwards"))),
-        )
+        return cls(*_instance_common(data), _bool(data.get("isPending")), _dict(data.get("sshKey")),
+                   tuple(_str(p) for p in _list(data.get("portForwards"))), data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -329,7 +329,8 @@ class _InstancesOps(_Resource[D]):
 
             >>> [i.status for i in cloud.instances.list()]
         """
-        params = _offer_params(None, None, None, None, None, deployment_type)
+        params = (None if deployment_type is None
+                  else _offer_params(None, None, None, None, None, deployment_type))
         data = yield from self._core.send(Call("GET", "/gpu-cloud/instances", params=params))
         items = _json_list(data)
         for item in items:
