@@ -5,8 +5,7 @@ Both figures run against a sandbox served over loopback HTTP.
 - ``instances.list()`` against ``httpx.Client.get(...).json()`` on the same sandbox holding a
   handful of instances, served from its own process as a real cloud would be: ``calls`` calls
   each, taking turns call by call, compared by their medians (see :func:`_paired`).
-  Target ≤ 1.10×. :func:`breakdown` shows where
-  our extra time goes, without the network.
+  Target ≤ 1.10×. :func:`breakdown` shows where our extra time goes, without the network.
 - ``launches`` instance creates with ``AsyncGPUCloud`` and ``asyncio.gather`` against the same
   number of sequential ``GPUCloud`` creates, the sandbox adding ``latency`` seconds to every
   request. Both clients launch once before timing, so both have the offers catalogue cached.
