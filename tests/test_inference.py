@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from PIL import Image
+from samples import silent_wav
 
 from gpucloud_nb import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.inference import ChatChunk, ChatCompletion, ChatStream, normalize_messages
@@ -60,19 +61,6 @@ def red_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("images") / "red.png"
     Image.new("RGB", (64, 48), (255, 0, 0)).save(path, format="PNG")
     return path
-
-
-def wav_bytes(seconds: float = 0.5) -> bytes:
-    """A silent 16 kHz mono WAV, enough for the client's checks."""
-    import wave
-
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"\0\0" * int(16000 * seconds))
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="session")
@@ -304,13 +292,13 @@ def test_transcription_sends_file_and_model_parts() -> None:
         return httpx.Response(200, json={"text": "hi there"})
 
     chat = mock_client(handler)
-    assert chat.transcribe(wav_bytes(), language="en") == "hi there"
+    assert chat.transcribe(silent_wav(0.5), language="en") == "hi there"
     body = seen[-1].read()
     assert seen[-1].headers["content-type"].startswith("multipart/form-data")
     assert b'name="file"; filename="audio.wav"' in body and b"whisper-large" in body
     assert b'name="language"' in body
     assert seen[-1].headers["x-api-key"] == SECRET
-    assert chat.transcribe(io.BytesIO(wav_bytes()), filename="q.wav").text == "hi there"
+    assert chat.transcribe(io.BytesIO(silent_wav(0.5)), filename="q.wav").text == "hi there"
     assert b'filename="q.wav"' in seen[-1].read()
 
 
@@ -333,7 +321,7 @@ def test_unknown_model_is_not_found(client: InferenceClient) -> None:
     with pytest.raises(NotFoundError):
         client.chat("hi", model="no-such-model", stream=True)
     with pytest.raises(NotFoundError) as caught:
-        client.transcribe(wav_bytes(), model="no-such-model")
+        client.transcribe(silent_wav(0.5), model="no-such-model")
     assert "no-such-model" in str(caught.value)
 
 
@@ -416,7 +404,7 @@ def test_upload_refusals_are_mapped(status: int, message: str, error: type[Excep
         return httpx.Response(status, json={"error": {"message": message, "type": "invalid_request_error"}})
 
     with pytest.raises(error) as caught:
-        mock_client(handler).transcribe(wav_bytes(), model="whisper-1")
+        mock_client(handler).transcribe(silent_wav(0.5), model="whisper-1")
     assert str(caught.value).rstrip(".") == message.rstrip(".")
 
 
@@ -470,7 +458,7 @@ def test_text_file_as_audio_is_refused_before_sending(tmp_path: Path) -> None:
 
 def test_audio_over_25_mb_is_refused_before_sending(tmp_path: Path) -> None:
     big = tmp_path / "long.wav"
-    header = wav_bytes(0.1)
+    header = silent_wav(0.1)
     with big.open("wb") as out:
         out.write(header)
         out.truncate(26_000_000)

@@ -6,13 +6,13 @@ import base64
 import io
 import json
 import time
-import wave
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 from PIL import Image
+from samples import silent_wav
 
 from gpucloud_nb import InferenceClient
 from gpucloud_nb.client._ops import error_from_response
@@ -23,17 +23,6 @@ from gpucloud_nb.sandbox.inference.upstream import UPSTREAM_KEY_VARIABLE, upstre
 
 MODEL = "sandbox-vision-1"
 PROMPT = "Please tell me about the okapi"
-
-
-def wav_bytes(seconds: float = 0.2) -> bytes:
-    """A silent 16 kHz mono WAV."""
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"\0\0" * int(16000 * seconds))
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -239,11 +228,11 @@ def post_audio(api: httpx.Client, data: bytes, name: str = "a.wav", **fields: st
 
 
 def test_transcription_answers_text(api: httpx.Client) -> None:
-    response = post_audio(api, wav_bytes())
+    response = post_audio(api, silent_wav())
     assert response.status_code == 200 and isinstance(response.json()["text"], str)
-    plain = post_audio(api, wav_bytes(), response_format="text")
+    plain = post_audio(api, silent_wav(), response_format="text")
     assert plain.headers["content-type"].startswith("text/plain")
-    verbose = post_audio(api, wav_bytes(), response_format="verbose_json").json()
+    verbose = post_audio(api, silent_wav(), response_format="verbose_json").json()
     assert verbose["duration"] == pytest.approx(0.2)
 
 
@@ -263,9 +252,9 @@ def test_a_text_file_is_an_unsupported_type(api: httpx.Client) -> None:
 
 @pytest.mark.parametrize(("kwargs", "status"), [
     ({"files": None, "data": {"model": MODEL}}, 400),
-    ({"files": {"file": ("a.wav", wav_bytes())}, "data": {}}, 400),
-    ({"files": {"file": ("a.wav", wav_bytes())}, "data": {"model": "nope"}}, 404),
-    ({"files": {"file": ("a.wav", wav_bytes())},
+    ({"files": {"file": ("a.wav", silent_wav())}, "data": {}}, 400),
+    ({"files": {"file": ("a.wav", silent_wav())}, "data": {"model": "nope"}}, 404),
+    ({"files": {"file": ("a.wav", silent_wav())},
       "data": {"model": MODEL, "response_format": "xml"}}, 400),
 ])
 def test_bad_transcription_requests(api: httpx.Client, kwargs: dict[str, object], status: int) -> None:
@@ -302,7 +291,7 @@ def test_upstream_forwards_models_chat_streams_and_transcriptions(sandbox_factor
         assert forwarded.chat(PROMPT).text == direct.chat(PROMPT).text
         stream = forwarded.chat(PROMPT, stream=True)
         assert stream.read() == direct.chat(PROMPT).text and stream.finish_reason == "stop"
-        assert forwarded.transcribe(wav_bytes()) == direct.transcribe(wav_bytes())
+        assert forwarded.transcribe(silent_wav()) == direct.transcribe(silent_wav())
         with pytest.raises(Exception) as caught:
             forwarded.chat("hi", model="nope")
         assert "nope" in str(caught.value)
