@@ -28,6 +28,7 @@ Choices where the spec says "not shown" or leaves room:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from datetime import datetime
 from itertools import count, repeat
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -356,22 +358,90 @@ def _provider(values: list[Any]) -> tuple[list[Any], list[Any]]:
 
 # --------------------------------------------------------------------------- offers
 
+class _Provider(msgspec.Struct, gc=False):
+    """``InstanceOffer.cloud``: leaves typed ``Any`` so loose values (numbers as text) still
+    decode; the column builders read them like the records do."""
+
+    id: Any = msgspec.field(default=None, name="_id")
+    name: Any = None
+
+
+class _Configuration(msgspec.Struct, gc=False):
+    ramGB: Any = None
+    storageGB: Any = None
+    vCpu: Any = None
+    vRamGB: Any = None
+    os: Any = None
+    interconnect: Any = None
+
+
+class _Region(msgspec.Struct, gc=False):
+    region: Any = None
+    name: Any = None
+    countryCode: Any = None
+    available: Any = None
+
+
+class _Offer(msgspec.Struct, gc=False):
+    """One offer as :func:`offers_frame` reads it; unknown fields are skipped, missing ones None."""
+
+    gpuName: Any = None
+    gpuCount: Any = None
+    nvlink: Any = None
+    deploymentType: Any = None
+    instanceId: Any = None
+    cloudInitAvailable: Any = None
+    cloud: _Provider | None = None
+    configuration: _Configuration | None = None
+    hourlyPrice: Any = None
+    availability: list[_Region] | None = None
+
+
+_OFFERS_JSON = msgspec.json.Decoder(list[_Offer])
+_JSON_BODY = bytes | bytearray | memoryview | str
+
+
+def _typed_offers(offers: Any) -> list[_Offer]:
+    """Offers as :class:`_Offer` rows: a JSON body decoded straight into them (no dicts made on
+    the way), a list of wire dicts converted. Raises ``msgspec.ValidationError`` for offers not shaped
+    like the spec (a null or odd object), which :func:`_loose_offers` then reads instead."""
+    if isinstance(offers, _JSON_BODY):
+        try:
+            return _OFFERS_JSON.decode(offers)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            raise ValueError("The offers are not valid JSON.") from None
+    return msgspec.convert(offers, list[_Offer])
+
+
+def _loose_offers(offers: Any) -> list[Any]:
+    """Offers as wire dicts for :func:`_gather_offers_safe`; a body must hold a JSON array."""
+    if not isinstance(offers, _JSON_BODY):
+        return offers
+    data = json.loads(bytes(offers) if isinstance(offers, memoryview) else offers)
+    if not isinstance(data, list):
+        raise ValueError("The offers are not a JSON array.")
+    return data
+
+
 def _coder() -> defaultdict[Any, int]:
     """A dict that gives each new key the next code: ``codes[value]`` is a C-speed factorize."""
     return defaultdict(count().__next__)
 
 
-def _gather_offers_fast(data: list[Any]) -> tuple[list[Any], list[int]]:
-    """Every field of well-formed offers in one pass (plain subscripts: the spec's shape).
+def _gather_offers_fast(data: list[_Offer]) -> tuple[list[Any], list[int]]:
+    """Every field of typed offers in one pass.
 
-    This loop is most of the cost of :func:`offers_frame`, so it does the least per value: dict
-    subscripts and list appends only, with names coded right here through :func:`_coder` dicts
-    (while each string is hot in cache) rather than factorized in later passes. Raises
-    ``KeyError``/``TypeError`` on the first offer not shaped like the spec (a missing field, a
-    null object, a record); :func:`_gather_offers_safe` then redoes the work tolerantly. Returns
-    the columns in the order :func:`offers_frame` unpacks them (coded names as ``(codes, coder)``
-    pairs; availability fields one entry per row, a placeholder row for an empty
-    ``availability``) and the row count per offer.
+    This loop is most of the cost of :func:`offers_frame` after decoding, so it does the least
+    per value: attribute reads and list appends only, with names coded right here through
+    :func:`_coder` dicts (while each string is hot in cache) rather than factorized in later
+    passes. Raises ``AttributeError``/``TypeError`` on the first offer it cannot read plainly (a
+    missing ``cloud``, an ``os`` that is not a list of names, an unhashable name);
+    :func:`_gather_offers_safe` then redoes the work tolerantly. Returns the columns in the order
+    :func:`offers_frame` unpacks them (coded names as ``(codes, coder)`` pairs; availability
+    fields one entry per row, a placeholder row for an empty ``availability``) and the row count
+    per offer.
     """
     names, deployments, providers, provider_names, interconnects = (
         _coder(), _coder(), _coder(), _coder(), _coder()
@@ -399,31 +469,31 @@ def _gather_offers_fast(data: list[Any]) -> tuple[list[Any], list[int]]:
     available: list[Any] = []
     counts: list[int] = []
     for offer in data:
-        gpu_name.append(names[offer["gpuName"]])
-        gpu_count.append(offer["gpuCount"])
-        nvlink.append(offer["nvlink"])
-        deployment.append(deployments[offer["deploymentType"]])
-        instance_id.append(offer["instanceId"])
-        cloud_init.append(offer["cloudInitAvailable"])
-        hourly.append(offer["hourlyPrice"])
-        cloud = offer["cloud"]
-        provider_id.append(providers[cloud["_id"]])
-        provider_name.append(provider_names[cloud["name"]])
-        config = offer["configuration"]
-        ram.append(config["ramGB"])
-        storage.append(config["storageGB"])
-        vcpu.append(config["vCpu"])
-        vram.append(config["vRamGB"])
-        os_names.append(oses[join(config["os"])])
-        interconnect.append(interconnects[config["interconnect"]])
-        entries = offer["availability"]  # not a list (or tuple) of dicts: TypeError below
+        gpu_name.append(names[offer.gpuName])
+        gpu_count.append(offer.gpuCount)
+        nvlink.append(offer.nvlink)
+        deployment.append(deployments[offer.deploymentType])
+        instance_id.append(offer.instanceId)
+        cloud_init.append(offer.cloudInitAvailable)
+        hourly.append(offer.hourlyPrice)
+        cloud = offer.cloud
+        provider_id.append(providers[cloud.id])
+        provider_name.append(provider_names[cloud.name])
+        config = offer.configuration
+        ram.append(config.ramGB)
+        storage.append(config.storageGB)
+        vcpu.append(config.vCpu)
+        vram.append(config.vRamGB)
+        os_names.append(oses[join(config.os)])
+        interconnect.append(interconnects[config.interconnect])
+        entries = offer.availability
         if entries:
             counts.append(len(entries))
             for entry in entries:
-                region.append(regions_coder[entry["region"]])
-                region_name.append(region_names[entry["name"]])
-                country.append(countries[entry["countryCode"]])
-                available.append(entry["available"])
+                region.append(regions_coder[entry.region])
+                region_name.append(region_names[entry.name])
+                country.append(countries[entry.countryCode])
+                available.append(entry.available)
         else:
             counts.append(1)
             region.append(regions_coder[None])
@@ -534,30 +604,36 @@ def _row_order(
     return rows[available_first], offer_of_row[available_first]
 
 
-def offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
+def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
     """One row per offer and region of its ``availability``, available first, then cheapest.
 
-    Takes :class:`~gpucloud_nb.models.InstanceOffer` records or the raw JSON list of
-    ``GET /gpu-cloud/instances/offers``. Columns are :data:`OFFER_COLUMNS`: the spec's names, with
-    ``cloud._id``/``cloud.name`` as ``providerId``/``providerName``, the ``configuration`` fields
-    flattened, the ``availability`` fields as ``region``/``regionName``/``countryCode``/
-    ``available``, and two derived columns: ``pricePerGpuHour = hourlyPrice / gpuCount`` and
+    Takes :class:`~gpucloud_nb.models.InstanceOffer` records, the parsed JSON list of
+    ``GET /gpu-cloud/instances/offers``, or its body as bytes or text: a body is decoded straight
+    into typed rows with msgspec, without building a dict per offer, which is what makes
+    ``cloud.instances.offers_frame()`` cheaper than ``json.loads`` of the same body alone. A body
+    that is not JSON, or not a JSON array, raises :class:`ValueError`.
+
+    Columns are :data:`OFFER_COLUMNS`: the spec's names, with ``cloud._id``/``cloud.name`` as
+    ``providerId``/``providerName``, the ``configuration`` fields flattened, the
+    ``availability`` fields as ``region``/``regionName``/``countryCode``/``available``, and two
+    derived columns: ``pricePerGpuHour = hourlyPrice / gpuCount`` and
     ``totalVRamGB = vRamGB × gpuCount`` (``vRamGB`` is per GPU). Flags are ``bool``, ``gpuCount``
     ``int64``, prices and sizes ``float64`` (``vCpu`` too, like the records), ``instanceId``
     text, the other names ``category``. Rows are sorted by ``available`` (True first),
     ``hourlyPrice``, ``instanceId`` and ``region``, stably; the index is ``0..n-1``.
 
-        >>> df = offers_frame(json.loads(body))
+        >>> df = offers_frame(body)   # or offers_frame(json.loads(body)), or records
         >>> df.loc[df.available, ["gpuName", "gpuCount", "hourlyPrice", "region"]].head(2)
             gpuName  gpuCount  hourlyPrice     region
         0  RTX 4090         1         0.44  eu-west-1
         1  RTX 4090         1         0.44  us-east-1
     """
-    data = _dicts(offers)
+    if not isinstance(offers, _JSON_BODY):
+        offers = _dicts(offers)  # once: an iterator cannot be read twice
     try:
-        columns, count_list = _gather_offers_fast(data)
-    except (KeyError, TypeError, AttributeError, IndexError):
-        columns, count_list = _gather_offers_safe(data)
+        columns, count_list = _gather_offers_fast(_typed_offers(offers))
+    except (msgspec.ValidationError, KeyError, TypeError, AttributeError):
+        columns, count_list = _gather_offers_safe(_loose_offers(offers))
     (
         gpu_name, gpu_count, nvlink, deployment, instance_id, cloud_init, hourly,
         provider_id, provider_name, ram, storage, vcpu, vram, os_names, interconnect,

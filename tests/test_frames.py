@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -229,6 +230,38 @@ def test_records_and_raw_json_give_equal_frames() -> None:
     # A record built by hand (no raw JSON) is rebuilt from its attributes.
     bare = [dataclasses.replace(r, raw={}) for r in records[:3]]
     assert_frame_equal(offers_frame(bare), offers_frame(data[:3]))
+
+
+@pytest.mark.parametrize("encode", [
+    lambda text: text.encode(), str, lambda text: bytearray(text.encode()),
+    lambda text: memoryview(text.encode()),
+])
+def test_a_json_body_gives_the_same_frame_as_its_parsed_list(encode: Any) -> None:
+    for data in (catalogue(), [*well_formed(), {"instanceId": "odd", "configuration": "?"}], []):
+        assert_frame_equal(offers_frame(encode(json.dumps(data))), offers_frame(data))
+
+
+def test_a_body_read_by_the_tolerant_path_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = json.dumps(well_formed()).encode()
+    fast = offers_frame(body)
+
+    def refuse(_: Any) -> Any:
+        raise KeyError("forced")
+
+    monkeypatch.setattr(frames, "_gather_offers_fast", refuse)
+    assert_frame_equal(offers_frame(body), fast)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'[{"instanceId": "a"', "The offers are not valid JSON."),
+    (b"<html>busy</html>", "The offers are not valid JSON."),
+    (b'{"offers": []}', "The offers are not a JSON array."),
+])
+def test_a_body_that_is_not_a_json_array_is_refused_in_one_sentence(body: bytes,
+                                                                     message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        offers_frame(body)
+    assert str(caught.value) == message
 
 
 def test_input_is_not_modified() -> None:

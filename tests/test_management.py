@@ -7,6 +7,7 @@ import base64
 import threading
 
 import pytest
+from pandas.testing import assert_frame_equal
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import (
@@ -16,6 +17,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
     WaitTimeoutError,
 )
+from gpucloud_nb.frames import offers_frame
 from gpucloud_nb.models import InstanceOffer
 
 
@@ -70,6 +72,13 @@ def test_offers_frame_is_a_dataframe(cloud: GPUCloud) -> None:
     frame = cloud.instances.offers_frame(gpu_type="H100")
     assert len(frame) >= 1
     assert {"instanceId", "gpuName", "hourlyPrice", "region", "available"} <= set(frame.columns)
+
+
+@pytest.mark.parametrize("filters", [{}, {"gpu_type": "A100", "available": True}])
+def test_offers_frame_reads_the_body_like_the_records(cloud: GPUCloud, filters: dict) -> None:
+    # The frame decodes the body itself (msgspec); the records go through json.loads.
+    assert_frame_equal(cloud.instances.offers_frame(**filters),
+                       offers_frame(cloud.instances.offers(**filters)))
 
 
 @pytest.mark.parametrize(

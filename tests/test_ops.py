@@ -234,6 +234,28 @@ def test_the_key_never_appears_in_errors_or_reprs() -> None:
     assert "WXYZ" in repr(cloud)  # the masked hint is still useful
 
 
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"<html>maintenance</html>", "offers are not valid JSON"),
+    (b'{"offers": []}', "offers are not a JSON array"),
+])
+def test_an_unreadable_offers_body_is_one_sentence(body: bytes, reason: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    with pytest.raises(ConnectionFailedError) as info:
+        make_cloud(handler).instances.offers_frame()
+    assert str(info.value) == ("The server's answer to GET /gpu-cloud/instances/offers was "
+                               f"unreadable: {reason}.")
+
+
+def test_an_empty_offers_body_is_an_empty_frame() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"")
+
+    frame = make_cloud(handler).instances.offers_frame()
+    assert frame.empty and "hourlyPrice" in frame.columns
+
+
 def test_lost_create_whose_lookup_also_fails_says_to_look_first() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/gpu-cloud/volumes/offers":

@@ -51,7 +51,11 @@ Flavor = Literal["management", "inference"]
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One HTTP request; ``what`` names the resource for 404 sentences ("Volume vol-1")."""
+    """One HTTP request; ``what`` names the resource for 404 sentences ("Volume vol-1").
+
+    A successful answer is its parsed JSON, or with ``decode=False`` its body as bytes (for a
+    reader that decodes it faster itself).
+    """
 
     method: str
     path: str
@@ -61,6 +65,7 @@ class Call:
     files: Mapping[str, Any] | None = None
     idempotent: bool = True
     what: str | None = None
+    decode: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +275,8 @@ def send(
         if response.status_code < 400:
             if response.status_code == 204 or not response.content:
                 return None
+            if not call.decode:
+                return response.content
             try:
                 return response.json()
             except ValueError:

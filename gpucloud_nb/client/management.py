@@ -271,10 +271,17 @@ class _InstancesOps(_Resource[D]):
             >>> cloud.instances.offers_frame(gpu_type="H100").head()
         """
         params = _offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)
-        data = yield from self._core.send(Call("GET", "/gpu-cloud/instances/offers", params=params))
+        body = yield from self._core.send(
+            Call("GET", "/gpu-cloud/instances/offers", params=params, decode=False))
         from gpucloud_nb import frames
 
-        return frames.offers_frame(_json_list(data))
+        try:
+            return frames.offers_frame(body or b"[]")
+        except ValueError as error:  # not JSON, or not a JSON array
+            reason = str(error).removeprefix("The ").rstrip(".")
+            raise ConnectionFailedError(
+                f"The server's answer to GET /gpu-cloud/instances/offers was unreadable: {reason}."
+            ) from None
 
     def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
