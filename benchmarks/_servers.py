@@ -3,8 +3,10 @@
 A real cloud is another machine; a server thread in the benchmark's own process would make the
 client pay for the server's CPU time too. ``ServerProcess("sandbox")`` serves the sandbox (key
 :data:`KEY`, instances pending for 10 minutes); ``ServerProcess("hello")`` a bare
-Starlette app answering ``GET /hello``, both the same way: uvicorn on a loopback socket, no
-access log.
+Starlette app answering ``GET /hello``; ``ServerProcess("offers", "10000", "3")`` one answering
+``GET /gpu-cloud/instances/offers`` with :func:`benchmarks.bench_frames.make_offers` of those
+sizes, as one ready body. All are served the same way: uvicorn on a loopback socket, no access
+log.
 
     >>> server = ServerProcess("sandbox")
     >>> httpx.get(server.url + "/gpu-cloud/instances", headers={"x-api-key": KEY})
@@ -26,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KEY = "bench-sandbox-key-0123456789"
 
 
-def _serve(kind: str) -> None:
-    """Subprocess side: serve ``kind`` ("sandbox" or "hello"), print its URL, run until stdin ends."""
+def _serve(kind: str, *args: str) -> None:
+    """Subprocess side: serve ``kind`` (see above), print its URL, run until stdin ends."""
     if kind == "sandbox":
         from gpucloud_nb.sandbox import Sandbox
 
@@ -45,11 +47,21 @@ def _serve(kind: str) -> None:
 
     from gpucloud_nb.sandbox.server import _bind
 
-    async def hello(request: Request) -> Response:
-        return Response(b'"hello"', media_type="application/json")
+    if kind == "offers":
+        import json
+
+        from benchmarks.bench_frames import make_offers
+
+        body = json.dumps(make_offers(*map(int, args))).encode()
+        path = "/gpu-cloud/instances/offers"
+    else:
+        body, path = b'"hello"', "/hello"
+
+    async def answer(request: Request) -> Response:
+        return Response(body, media_type="application/json")
 
     sock = _bind("127.0.0.1", 0)
-    config = uvicorn.Config(Starlette(routes=[Route("/hello", hello)]), lifespan="off",
+    config = uvicorn.Config(Starlette(routes=[Route(path, answer)]), lifespan="off",
                             log_config=None, log_level="warning", access_log=False)
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -65,11 +77,11 @@ def _serve(kind: str) -> None:
 class ServerProcess:
     """A server subprocess; ``url`` waits until it serves."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *args: str) -> None:
         self.kind = kind
         self._url = ""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._servers", "--serve", kind], cwd=ROOT,
+            [sys.executable, "-m", "benchmarks._servers", "--serve", kind, *args], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     @property
@@ -92,5 +104,5 @@ class ServerProcess:
             self.process.wait(5)
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--serve":
-    _serve(sys.argv[2])
+if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "--serve":
+    _serve(*sys.argv[2:])
