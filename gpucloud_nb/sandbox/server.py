@@ -57,7 +57,9 @@ class SandboxConfig:
     :func:`gpucloud_nb.sandbox.catalogue.synthetic_offers`). The ``inference_*``,
     ``stream_tokens_per_second`` and ``upstream`` fields configure the inference endpoint.
     ``faults`` injects errors, 429s, slowness, dropped creates and unknown fields into the
-    management API (see :mod:`gpucloud_nb.sandbox.faults`).
+    management API (see :mod:`gpucloud_nb.sandbox.faults`). ``home`` is the directory for the
+    files the sandbox keeps besides its state (instance and volume directories, SSH keys, logs;
+    see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept.
     """
 
     host: str = "127.0.0.1"
@@ -74,6 +76,7 @@ class SandboxConfig:
     offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
     volume_offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
     faults: Faults | None = None
+    home: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
