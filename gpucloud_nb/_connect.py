@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from typing import Any
 
+from gpucloud_nb._secrets import scrub
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.errors import GPUCloudError, NotFoundError
 
 __all__ = ["connect", "shared_sandbox"]
 
@@ -84,10 +86,25 @@ def connect(
 
 
 def _cleanup(cloud: GPUCloud) -> None:
-    """Delete every instance ``cloud`` launched that is not already gone."""
-    for instance_id in cloud.created_instance_ids:
-        try:
-            if cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
-                cloud.instances.delete(instance_id)
-        except GPUCloudError:
-            continue
+    """Delete every instance ``cloud`` launched that is not already gone.
+
+    Runs at exit, also after ``cloud.close()`` (it uses a client of its own). Each instance it
+    could not delete gets one line on stderr saying which and why: it may still be billing.
+    """
+    names = cloud._core.created_names
+    with cloud._detached() as own:
+        for instance_id in cloud.created_instance_ids:
+            try:
+                if own.instances.get(instance_id).status not in ("deleting", "deleted"):
+                    own.instances.delete(instance_id)
+            except NotFoundError:
+                continue
+            except Exception as error:  # at exit nobody can catch it: say it instead
+                name = names.get(instance_id)
+                label = f"{name} ({instance_id})" if name and name != instance_id else instance_id
+                reason = str(error) if isinstance(error, GPUCloudError) else \
+                    f"{type(error).__name__}: {error}"
+                line = (f"gpucloud-nb: instance {label} was not deleted at exit and may still "
+                        f"be billing: {reason}")
+                print(scrub(" ".join(line.split()), cloud._core.key.reveal()), file=sys.stderr,
+                      flush=True)

@@ -40,7 +40,8 @@ class AutoDelete:
     """The auto-delete timers of one client.
 
     ``deleted`` maps each instance the timers deleted to when; ``failures`` maps an instance
-    whose timed delete failed to the sentence saying why.
+    whose timed delete failed, for any reason, to the sentence saying why (also logged as a
+    warning, and shown by ``InstancesPanel``).
     """
 
     def __init__(self, delete: Callable[[str], None]) -> None:
@@ -109,9 +110,11 @@ class AutoDelete:
             self._delete(instance_id)
         except NotFoundError:
             pass
-        except GPUCloudError as error:
-            self.failures[instance_id] = str(error)
-            log.warning("Auto-delete of instance %s failed: %s", instance_id, error)
+        except Exception as error:  # whatever it is, it must not die unseen: the instance bills on
+            reason = str(error) if isinstance(error, GPUCloudError) else \
+                f"{type(error).__name__}: {error}".rstrip(": ")
+            self.failures[instance_id] = reason
+            log.warning("Auto-delete of instance %s failed: %s", instance_id, reason)
         else:
             self.deleted[instance_id] = datetime.now(timezone.utc)
             log.info("Auto-deleted instance %s.", instance_id)

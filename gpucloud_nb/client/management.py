@@ -86,6 +86,7 @@ class _Core(Generic[D]):
         self.max_hourly_cost = max_hourly_cost
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
+        self.created_names: dict[str, str] = {}
         self.ledger = Ledger()
         self.auto_delete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
@@ -313,6 +314,7 @@ class _InstancesOps(_Resource[D]):
         data = yield from self._core.create_once("/gpu-cloud/instances", body, "instance", "launched")
         instance = Instance.from_json(data)
         self._core.created_instance_ids.append(instance.id)
+        self._core.created_names[instance.id] = instance.name
         if delay is not None:
             self._core.auto_delete.schedule(instance.id, delay)
         return instance
@@ -612,7 +614,20 @@ class GPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
-        self._core.delete_now = self.instances.delete
+        self._own = {"timeout": timeout, "max_retries": max_retries, "transport": transport}
+        self._core.delete_now = self._delete_from_timer
+
+    def _delete_from_timer(self, instance_id: str) -> None:
+        """A timer deletes with this client, or with one of its own once this one is closed."""
+        if not self._http.is_closed:
+            self.instances.delete(instance_id)
+            return
+        with self._detached() as own:
+            own.instances.delete(instance_id)
+
+    def _detached(self) -> GPUCloud:
+        """A new client with this one's key and settings, for work that outlives ``close()``."""
+        return GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url, **self._own)
 
     def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -622,7 +637,11 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections.
+
+        Pending auto-delete timers keep running: each deletes with a short-lived connection of
+        its own (stop them with ``cloud.auto_delete.cancel_all()``).
+        """
         self._http.close()
 
     def __enter__(self) -> GPUCloud:
@@ -654,14 +673,15 @@ class AsyncGPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
+        self._timeout = timeout
         self._core.delete_now = self._delete_from_timer
-        self._twin: GPUCloud | None = None
 
     def _delete_from_timer(self, instance_id: str) -> None:
-        """Timers run in threads, away from the event loop: they delete with a sync twin."""
-        if self._twin is None:
-            self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
-        self._twin.instances.delete(instance_id)
+        """Timers run in threads, away from the event loop: each delete opens and closes a sync
+        client of its own, so nothing is left open, before or after ``aclose()``."""
+        with GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url,
+                      timeout=self._timeout, max_retries=self._core.policy.max_retries) as own:
+            own.instances.delete(instance_id)
 
     async def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
