@@ -137,7 +137,6 @@ SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--
 HOLDING_STATUSES = ("pending", "active", "error")
 
 _session: dict[str, Any] = {"cloud": None, "owned": False}
-_secrets: set[str] = set()
 
 
 # --------------------------------------------------------------------------- session client
@@ -169,27 +168,33 @@ def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
     if old is not None and old is not cloud and old_owned and hasattr(old, "close"):
         old.close()
     _session["cloud"], _session["owned"] = cloud, owned
-    if cloud is not None:
-        _remember_secrets(cloud)
 
 
-def _remember_secrets(cloud: Any) -> None:
+def _held_secrets(cloud: Any) -> list[str]:
+    """The secrets ``cloud`` holds (its key; a sandbox's key and inference secret), read now.
+
+    Nothing is remembered between calls: a secret lives only as long as the client holding it.
+    """
+    held = []
     key = getattr(getattr(cloud, "_core", None), "key", None)
     if isinstance(key, Secret):
-        _secrets.add(key.reveal())
+        held.append(key.reveal())
     box = getattr(cloud, "sandbox", None)
     for name in ("api_key", "inference_secret"):
         value = getattr(box, name, None)
         if isinstance(value, str):
-            _secrets.add(value)
+            held.append(value)
+    return held
 
 
 # --------------------------------------------------------------------------- output
 
 
-def _clean(text: str) -> str:
+def _clean(text: str, *secrets: str) -> str:
+    """``text`` with the current client's secrets and ``secrets`` masked."""
+    held = {*_held_secrets(_session["cloud"]), *secrets}
     # Long secrets first, so that one contained in another is still masked whole.
-    return scrub(text, *sorted(_secrets, key=len, reverse=True))
+    return scrub(text, *sorted(held, key=len, reverse=True))
 
 
 def _say(text: str) -> None:
@@ -431,10 +436,7 @@ def _ask_secret(prompt: str) -> str:
         value = getpass.getpass(prompt)
     except (EOFError, NotImplementedError):
         raise _Stop("No secret could be asked for here (no input is possible in this run).") from None
-    value = (value or "").strip()
-    if value:
-        _secrets.add(value)
-    return value
+    return (value or "").strip()
 
 
 def _label(name: str, id: str) -> str:
@@ -499,13 +501,13 @@ class GPUCloudMagics(Magics):
                 f"API key for {args.base_url} (hidden): ")
             if not key:
                 raise _Stop("No API key was given; the session's cloud is unchanged.")
-            _secrets.add(key)
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
         try:
             cloud.volumes.list()  # one cheap request: a wrong key or URL is reported now
         except GPUCloudError as error:
             cloud.close()
-            raise _Stop(f"{error} The session's cloud is unchanged.") from None
+            raise _Stop(_clean(f"{error} The session's cloud is unchanged.",
+                               *_held_secrets(cloud))) from None
         _replace(cloud, owned=True)
         _say(f"Connected to the GPU cloud at {cloud.base_url} with key {cloud.api_key_hint}.")
         return None
@@ -597,7 +599,10 @@ class GPUCloudMagics(Magics):
                 raise _Stop("No secret was given; the chat was not opened.")
             from gpucloud_nb.client.inference import InferenceClient
 
-            client = InferenceClient(args.endpoint, secret)
+            try:
+                client = InferenceClient(args.endpoint, secret)
+            except GPUCloudError as error:
+                raise _Stop(_clean(str(error), secret)) from None
         return ChatWidget(client, model=args.model)
 
     # ------------------------------------------------------------------ volumes
