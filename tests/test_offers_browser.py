@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 
@@ -176,3 +177,24 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory) -> None:
         assert len(states) > 30
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(browser)
+
+
+def without_jinja2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python a bare install may have: pandas' Styler cannot load (it needs jinja2)."""
+    for name in [n for n in sys.modules if n.startswith("pandas.io.formats.style")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+
+
+def test_a_table_that_cannot_be_drawn_says_why(cloud: GPUCloud,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    without_jinja2(monkeypatch)
+    browser = OffersBrowser(cloud, debounce=0)  # builds: the error is shown, not raised
+    try:
+        assert browser.status.is_error
+        assert browser.status.text.startswith("Something went wrong: ")
+        assert "jinja2" in browser.status.text and "\n" not in browser.status.text
+        with pytest.raises(Exception, match="jinja2"):
+            browser.refresh()
+    finally:
+        browser.close()

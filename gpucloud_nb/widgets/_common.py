@@ -27,7 +27,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
 import ipywidgets as widgets
@@ -160,7 +160,7 @@ def settle(future: Future[Any], result: Any = None, error: BaseException | None 
             future.set_exception(error)
         else:
             future.set_result(result)
-    except Exception:  # InvalidStateError: already settled (a stop won the race)
+    except InvalidStateError:  # already settled: a stop won the race
         return False
     return True
 

@@ -24,7 +24,6 @@ Choices, written down once:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -43,7 +42,6 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
-    log,
     per_day,
     per_hour,
     set_options,
@@ -128,8 +126,7 @@ class InstancesPanel(widgets.VBox):
         self._poller = Repeater(interval, self._tick, name="gpucloud-nb-instances-refresh")
         self._build_widgets(show_deleted)
         self._wire()
-        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
-            self.refresh()
+        guarded(self.status, self.refresh)()  # an error shows in the status line, as one sentence
 
     # ------------------------------------------------------------------ construction
 
@@ -203,8 +200,11 @@ class InstancesPanel(widgets.VBox):
     # ------------------------------------------------------------------ auto-delete
 
     def _auto_delete_text(self, instance: Instance) -> str:
-        remaining = self._cloud.auto_delete.remaining(instance.id)
-        return "" if remaining is None else f"in {duration(remaining)}"
+        timers = self._cloud.auto_delete
+        remaining = timers.remaining(instance.id)
+        if remaining is None:
+            return "failed" if instance.id in timers.failures else ""
+        return f"in {duration(remaining)}"
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
         """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
@@ -257,52 +257,70 @@ class InstancesPanel(widgets.VBox):
             self._failures = 0
 
     def refresh(self) -> pd.DataFrame:
-        """List the instances again and redraw; returns :attr:`frame`."""
+        """List the instances again and redraw; returns :attr:`frame`.
+
+        Any error, in fetching or in drawing, shows in the status line and is raised.
+        """
         with self._lock:
             try:
-                listed = list(self._cloud.instances.list())
-                now = datetime.now(timezone.utc)
-                spend = _spend_by_id(self._cloud)
+                return self._refresh()
             except Exception as error:
                 self.status.error(error)
                 self._refresh_failed = True
                 raise
-            listed.sort(key=lambda i: i.created_at or now, reverse=True)
-            self.all_instances = listed
-            self.instances = [i for i in listed
-                              if self.show_deleted.value or i.status != "deleted"]
-            self.frame = self._build_frame(self.instances, spend, now)
-            self._render()
-            self._sync_details()
-            timers = [r for r in map(self._cloud.auto_delete.remaining,
-                                     [i.id for i in listed]) if r is not None]
-            # A timer may fire between the list and the line above: its delete has landed and it
-            # is gone, but the listing still says active. Count it as deleting, not as billing.
-            fired = self._cloud.auto_delete.deleted
-            busy = [i for i in listed
-                    if i.status in _BUSY or (i.status == "active" and i.id in fired)]
-            live = [i for i in listed if i.status == "active"] or timers
-            interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
-            if busy or live:
-                self._poller.start(self._fast if busy else max(self._fast, interval))
-            else:
-                self._poller.stop()
-            stamp = now.astimezone().strftime("%H:%M:%S")
-            if busy:
-                n = len(busy)
-                auto = (f" · refreshing every {self._poller.interval:g} s while {n} "
-                        f"instance{'s' if n != 1 else ''} {'are' if n != 1 else 'is'} "
-                        "pending or deleting")
-            elif live:
-                auto = (f" · refreshing every {self._poller.interval:g} s while instances bill "
-                        "or auto-delete timers run")
-            else:
-                auto = ""
-            self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
-            if self._refresh_failed:
-                self._refresh_failed = False
-                self.status.clear()
-            return self.frame
+
+    def _refresh(self) -> pd.DataFrame:
+        listed = list(self._cloud.instances.list())
+        now = datetime.now(timezone.utc)
+        spend = _spend_by_id(self._cloud)
+        listed.sort(key=lambda i: i.created_at or now, reverse=True)
+        self.all_instances = listed
+        self.instances = [i for i in listed
+                          if self.show_deleted.value or i.status != "deleted"]
+        self.frame = self._build_frame(self.instances, spend, now)
+        self._render()
+        self._sync_details()
+        timers = [r for r in map(self._cloud.auto_delete.remaining,
+                                 [i.id for i in listed]) if r is not None]
+        # A timer may fire between the list and the line above: its delete has landed and it
+        # is gone, but the listing still says active. Count it as deleting, not as billing.
+        fired = self._cloud.auto_delete.deleted
+        busy = [i for i in listed
+                if i.status in _BUSY or (i.status == "active" and i.id in fired)]
+        live = [i for i in listed if i.status == "active"] or timers
+        interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
+        if busy or live:
+            self._poller.start(self._fast if busy else max(self._fast, interval))
+        else:
+            self._poller.stop()
+        stamp = now.astimezone().strftime("%H:%M:%S")
+        if busy:
+            n = len(busy)
+            auto = (f" · refreshing every {self._poller.interval:g} s while {n} "
+                    f"instance{'s' if n != 1 else ''} {'are' if n != 1 else 'is'} "
+                    "pending or deleting")
+        elif live:
+            auto = (f" · refreshing every {self._poller.interval:g} s while instances bill "
+                    "or auto-delete timers run")
+        else:
+            auto = ""
+        self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
+        if self._refresh_failed:
+            self._refresh_failed = False
+            self.status.clear()
+        self._show_auto_delete_failures(listed)
+        return self.frame
+
+    def _show_auto_delete_failures(self, listed: Sequence[Instance]) -> None:
+        """A timed delete that failed is an error the user must see: the instance still bills."""
+        failures = self._cloud.auto_delete.failures
+        failed = [(i, failures[i.id]) for i in listed
+                  if i.id in failures and i.status not in ("deleting", "deleted")]
+        if failed:
+            instance, reason = failed[0]
+            others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            self.status.error(f"Auto-delete of {instance.name}{others} failed, so it is still "
+                              f"running and billing: {reason.rstrip('.')}; delete it by hand.")
 
     def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
                      now: datetime) -> pd.DataFrame:
@@ -345,8 +363,8 @@ class InstancesPanel(widgets.VBox):
         if now is not None and now.status != shown.status:
             try:
                 self.details(shown.id)
-            except Exception:
-                log.debug("Could not refresh the instance details", exc_info=True)
+            except Exception as error:
+                self.status.error(error)
 
     # ------------------------------------------------------------------ selection and details
 

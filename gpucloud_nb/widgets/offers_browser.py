@@ -24,7 +24,6 @@ Choices, written down once:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -112,8 +111,7 @@ class OffersBrowser(widgets.VBox):
         self._build_widgets()
         self._debouncer = Debouncer(debounce, guarded(self.status, self.apply_filters))
         self._wire()
-        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
-            self.refresh()
+        guarded(self.status, self.refresh)()  # an error shows in the status line, as one sentence
 
     # ------------------------------------------------------------------ construction
 
@@ -181,21 +179,22 @@ class OffersBrowser(widgets.VBox):
         """Fetch the offers again, keep the filters, and redraw; returns :attr:`frame`."""
         try:
             offers = self._cloud.instances.offers()
-        except Exception as error:
+            with self._lock:
+                self.fetch_count += 1
+                self.offers = list(offers)
+                self.all_frame = offers_frame(self.offers)
+                self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
+                self._quiet += 1
+                try:
+                    self._rebuild_filter_options()
+                finally:
+                    self._quiet -= 1
+                frame = self.apply_filters()
+        except Exception as error:  # fetching or drawing: either way the status line says so
             self.status.error(error)
             raise
-        with self._lock:
-            self.fetch_count += 1
-            self.offers = list(offers)
-            self.all_frame = offers_frame(self.offers)
-            self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
-            self._quiet += 1
-            try:
-                self._rebuild_filter_options()
-            finally:
-                self._quiet -= 1
-            self.status.clear()
-            return self.apply_filters()
+        self.status.clear()
+        return frame
 
     def _rebuild_filter_options(self) -> None:
         names = sorted(self._names)
