@@ -16,16 +16,22 @@ Choices, written down once:
   the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
 - Background work runs in daemon threads (:func:`run_in_thread`), so a kernel can always exit
   and headless tests need no event loop. ipykernel accepts widget updates from any thread.
+- Every widget stops its threads and timers on ``close()``, once garbage-collected (threads hold
+  the widget through a weak reference) and when the kernel shuts down (:func:`stop_at_exit`).
 - Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import html
+import inspect
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
@@ -53,6 +59,7 @@ __all__ = [
     "set_options",
     "settle",
     "show",
+    "stop_at_exit",
 ]
 
 log = logging.getLogger("gpucloud_nb.widgets")
@@ -195,6 +202,7 @@ class Debouncer:
         self._function = function
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
+        stop_at_exit(self)
 
     @property
     def pending(self) -> bool:
@@ -234,19 +242,52 @@ class Debouncer:
             self.cancel()
             self._function()
 
+    close = cancel
+
+
+_at_exit: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def stop_at_exit(worker: Any) -> None:
+    """Call ``worker.close()`` when the kernel (the Python process) shuts down, if it still exists.
+
+    Registered workers are held weakly: this keeps nothing alive.
+    """
+    _at_exit.add(worker)
+
+
+@atexit.register
+def _stop_workers() -> None:
+    for worker in list(_at_exit):
+        with contextlib.suppress(Exception):  # at exit, one failure must not stop the others
+            worker.close()
+
+
+def _held_weakly(function: Callable[[], Any]) -> Callable[[], Callable[[], Any] | None]:
+    """A getter for ``function`` that does not keep its object (a bound method's) alive."""
+    if inspect.ismethod(function):
+        return weakref.WeakMethod(function)
+    return lambda: function
+
 
 class Repeater:
     """Call ``function`` every ``interval`` seconds in a daemon thread, between start and stop.
 
-    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread.
+    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread. A
+    bound method is held through a weak reference: once its object is garbage-collected the
+    thread ends, and it ends too when the Python process shuts down.
     """
 
     def __init__(self, interval: float, function: Callable[[], Any], name: str = "gpucloud-nb-timer"):
         self.interval = interval
-        self._function = function
+        self._function = _held_weakly(function)
+        if inspect.ismethod(function):
+            weakref.finalize(function.__self__, self.close)
         self._name = name
         self._stop: threading.Event | None = None
+        self._closed = False
         self._lock = threading.Lock()
+        stop_at_exit(self)
 
     @property
     def running(self) -> bool:
@@ -261,7 +302,7 @@ class Repeater:
                 self.interval = interval
                 if shorter and self._stop is not None:
                     self._stop.set()  # the old thread ends; a new one waits the new interval
-            if self.running:
+            if self.running or self._closed:
                 return
             stop = threading.Event()
             self._stop = stop
@@ -269,16 +310,26 @@ class Repeater:
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval):
+            function = self._function()
+            if function is None:  # its widget was garbage-collected
+                return
             try:
-                self._function()
+                function()
             except Exception:
                 log.debug("A periodic widget refresh failed", exc_info=True)
+            del function  # hold the widget only while calling it
 
     def stop(self) -> None:
         """Stop calling (a call in progress finishes)."""
         with self._lock:
             if self._stop is not None:
                 self._stop.set()
+
+    def close(self) -> None:
+        """Stop calling for good: a later :meth:`start` (say, from a call in progress) does nothing."""
+        with self._lock:
+            self._closed = True
+        self.stop()
 
 
 # --------------------------------------------------------------------------- formatting

@@ -504,7 +504,7 @@ class InstancesPanel(widgets.VBox):
 
     def close(self) -> None:
         """Stop refreshing and close the panel."""
-        self._poller.stop()
+        self._poller.close()
         super().close()
 
     def __repr__(self) -> str:

@@ -392,8 +392,10 @@ class OffersBrowser(widgets.VBox):
         return form
 
     def close(self) -> None:
-        """Close the browser (and stop a pending debounced redraw)."""
+        """Close the browser, its launch form, and a pending debounced redraw."""
         self._debouncer.cancel()
+        if self.form is not None:
+            self.form.close()
         super().close()
 
     def __repr__(self) -> str:
