@@ -2,7 +2,8 @@
 
 A timer lives in a background thread of the kernel that set it. What it cannot do, plainly: a
 kernel that is killed, restarted or loses its network cannot delete anything, and the cloud keeps
-billing; keep ``cloud.spend()`` in view and delete by hand when in doubt.
+billing; keep ``cloud.spend()`` in view and delete by hand when in doubt. ``cloud.close()`` does
+not cancel them: a timer that fires after it deletes with a connection of its own.
 
     >>> instance = cloud.instances.create(..., delete_after=3600)
     >>> cloud.auto_delete.remaining(instance.id)
