@@ -88,11 +88,11 @@ def connect(
 def _cleanup(cloud: GPUCloud) -> None:
     """Delete every instance ``cloud`` launched that is not already gone.
 
-    Runs at exit, also after ``cloud.close()`` (it uses a client of its own). Each instance it
+    Runs at exit, also after ``cloud.close()`` (then with a client of its own). Each instance it
     could not delete gets one line on stderr saying which and why: it may still be billing.
     """
     names = cloud._core.created_names
-    with cloud._detached() as own:
+    with cloud._usable() as own:
         for instance_id in cloud.created_instance_ids:
             try:
                 if own.instances.get(instance_id).status not in ("deleting", "deleted"):

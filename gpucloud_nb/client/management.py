@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -619,15 +620,18 @@ class GPUCloud(_CloudBase):
 
     def _delete_from_timer(self, instance_id: str) -> None:
         """A timer deletes with this client, or with one of its own once this one is closed."""
-        if not self._http.is_closed:
-            self.instances.delete(instance_id)
-            return
-        with self._detached() as own:
-            own.instances.delete(instance_id)
+        with self._usable() as client:
+            client.instances.delete(instance_id)
 
-    def _detached(self) -> GPUCloud:
-        """A new client with this one's key and settings, for work that outlives ``close()``."""
-        return GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url, **self._own)
+    @contextlib.contextmanager
+    def _usable(self) -> Iterator[GPUCloud]:
+        """This client while it is open; after ``close()``, a new one with its key and settings
+        (closed again after use), for work that outlives the client: timers, cleanup at exit."""
+        if not self._http.is_closed:
+            yield self
+            return
+        with GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url, **self._own) as own:
+            yield own
 
     def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
