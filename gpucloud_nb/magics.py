@@ -116,7 +116,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpucloud_nb._secrets import Secret, scrub
+from gpucloud_nb._secrets import scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -137,7 +137,6 @@ SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--
 HOLDING_STATUSES = ("pending", "active", "error")
 
 _session: dict[str, Any] = {"cloud": None, "owned": False}
-_secrets: set[str] = set()
 
 
 # --------------------------------------------------------------------------- session client
@@ -169,27 +168,16 @@ def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
     if old is not None and old is not cloud and old_owned and hasattr(old, "close"):
         old.close()
     _session["cloud"], _session["owned"] = cloud, owned
-    if cloud is not None:
-        _remember_secrets(cloud)
-
-
-def _remember_secrets(cloud: Any) -> None:
-    key = getattr(getattr(cloud, "_core", None), "key", None)
-    if isinstance(key, Secret):
-        _secrets.add(key.reveal())
-    box = getattr(cloud, "sandbox", None)
-    for name in ("api_key", "inference_secret"):
-        value = getattr(box, name, None)
-        if isinstance(value, str):
-            _secrets.add(value)
 
 
 # --------------------------------------------------------------------------- output
 
 
-def _clean(text: str) -> str:
-    # Long secrets first, so that one contained in another is still masked whole.
-    return scrub(text, *sorted(_secrets, key=len, reverse=True))
+def _clean(text: str, *secrets: str) -> str:
+    """Mask the secrets the session's client holds, and ``secrets`` (asked for in this call)."""
+    cloud = _session["cloud"]
+    text = cloud.scrub(text) if cloud is not None else text
+    return scrub(text, *secrets)
 
 
 def _say(text: str) -> None:
@@ -431,10 +419,7 @@ def _ask_secret(prompt: str) -> str:
         value = getpass.getpass(prompt)
     except (EOFError, NotImplementedError):
         raise _Stop("No secret could be asked for here (no input is possible in this run).") from None
-    value = (value or "").strip()
-    if value:
-        _secrets.add(value)
-    return value
+    return (value or "").strip()
 
 
 def _label(name: str, id: str) -> str:
@@ -499,7 +484,6 @@ class GPUCloudMagics(Magics):
                 f"API key for {args.base_url} (hidden): ")
             if not key:
                 raise _Stop("No API key was given; the session's cloud is unchanged.")
-            _secrets.add(key)
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
         try:
             cloud.volumes.list()  # one cheap request: a wrong key or URL is reported now

@@ -21,13 +21,16 @@ Choices, written down once:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import html
+import inspect
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
 import ipywidgets as widgets
@@ -160,7 +163,7 @@ def settle(future: Future[Any], result: Any = None, error: BaseException | None 
             future.set_exception(error)
         else:
             future.set_result(result)
-    except Exception:  # InvalidStateError: already settled (a stop won the race)
+    except InvalidStateError:  # already settled: a stop won the race
         return False
     return True
 
@@ -235,18 +238,34 @@ class Debouncer:
             self._function()
 
 
+#: Every Repeater that may be running, so that Python's exit (a kernel shutting down) stops them.
+_REPEATERS: weakref.WeakSet[Repeater] = weakref.WeakSet()
+
+
+@atexit.register
+def stop_all_repeaters() -> None:
+    """Stop every periodic refresh (run at interpreter exit)."""
+    for repeater in list(_REPEATERS):
+        repeater.close()
+
+
 class Repeater:
     """Call ``function`` every ``interval`` seconds in a daemon thread, between start and stop.
 
-    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread.
+    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread. A
+    bound method is held weakly: once its widget is garbage-collected the thread ends by itself,
+    so a dropped widget never polls on. Every repeater stops when Python exits.
     """
 
     def __init__(self, interval: float, function: Callable[[], Any], name: str = "gpucloud-nb-timer"):
         self.interval = interval
-        self._function = function
+        self._function: Callable[[], Callable[[], Any] | None] = (
+            weakref.WeakMethod(function) if inspect.ismethod(function) else lambda: function)
         self._name = name
         self._stop: threading.Event | None = None
+        self._closed = False
         self._lock = threading.Lock()
+        _REPEATERS.add(self)
 
     @property
     def running(self) -> bool:
@@ -261,7 +280,7 @@ class Repeater:
                 self.interval = interval
                 if shorter and self._stop is not None:
                     self._stop.set()  # the old thread ends; a new one waits the new interval
-            if self.running:
+            if self.running or self._closed:
                 return
             stop = threading.Event()
             self._stop = stop
@@ -269,16 +288,27 @@ class Repeater:
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval):
+            function = self._function()
+            if function is None:  # its widget was garbage-collected
+                stop.set()
+                return
             try:
-                self._function()
+                function()
             except Exception:
                 log.debug("A periodic widget refresh failed", exc_info=True)
+            del function  # hold the widget only while calling it
 
     def stop(self) -> None:
         """Stop calling (a call in progress finishes)."""
         with self._lock:
             if self._stop is not None:
                 self._stop.set()
+
+    def close(self) -> None:
+        """Stop for good: a later :meth:`start` (say, from a refresh still running) does nothing."""
+        with self._lock:
+            self._closed = True
+        self.stop()
 
 
 # --------------------------------------------------------------------------- formatting
