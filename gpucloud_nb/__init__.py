@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb._connect import connect
-from gpucloud_nb._notebook import install_error_display
+from gpucloud_nb._notebook import can_prompt, install_error_display
 from gpucloud_nb.client import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient
 from gpucloud_nb.errors import (
     APIError,
@@ -39,6 +39,7 @@ __all__ = [
     "RateLimitError",
     "ServerError",
     "__version__",
+    "can_prompt",
     "connect",
     "load_ipython_extension",
 ]

@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import os
 import shlex
 import sys
@@ -598,11 +599,20 @@ class GPUCloudMagics(Magics):
 
     def _volumes_create(self, args: argparse.Namespace) -> Volume:
         cloud = self.cloud
-        provider = self._volume_provider(cloud.volumes.offers(), args.region, args.provider)
+        offers = cloud.volumes.offers()
+        provider = self._volume_provider(offers, args.region, args.provider)
         volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
                                       region=args.region, size_in_gb=args.size)
-        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}, "
-             f"{_gb(volume.size_in_gb)}.")
+        chosen = ""
+        if args.provider is None:
+            here = [o for o in offers if not o.regions or args.region in o.regions]
+            if len(here) > 1:
+                offer = next(o for o in here if o.cloud_provider.id == provider)
+                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of "
+                          f"{len(here)} providers there (${offer.price_per_gb_per_hour:g}/GB/h; "
+                          "choose another with --provider)")
+        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
+             f"{chosen}, {_gb(volume.size_in_gb)}.")
         return volume
 
     @staticmethod
@@ -610,6 +620,7 @@ class GPUCloudMagics(Magics):
         """The provider ``_id`` to create a volume with in ``region``.
 
         ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
+        Without it, the cheapest provider (``pricePerGbPerHour``) that offers ``region``.
         """
         here = [o for o in offers if not o.regions or region in o.regions]
 
@@ -628,14 +639,13 @@ class GPUCloudMagics(Magics):
                                         f"{choices(match)}; give one's _id with --provider.")
             raise InvalidInputError(f"No volume provider is called '{given}'; choose one of: "
                                     f"{choices(here or offers)}.")
-        if len(here) == 1:
-            return here[0].cloud_provider.id
         if not here:
             regions = sorted({r for o in offers for r in o.regions})
             raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
                                     f"choose one of: {_names(regions)}.")
-        raise InvalidInputError(f"Several providers offer volumes in region '{region}'; choose one "
-                                f"with --provider: {choices(here)}.")
+        cheapest = min(here, key=lambda o: (not math.isfinite(o.price_per_gb_per_hour),
+                                            o.price_per_gb_per_hour))
+        return cheapest.cloud_provider.id
 
     def _volumes_get(self, args: argparse.Namespace) -> Volume:
         return self.cloud.volumes.get(args.id)

@@ -279,15 +279,19 @@ def test_volume_life_cycle(magic: Magic, cloud: GPUCloud, monkeypatch: pytest.Mo
     assert _one_sentence(magic(f"volumes get {volume.id}")) == f"Volume {volume.id} not found."
 
 
-def test_create_needs_a_provider_where_several_sell_volumes(magic: Magic, cloud: GPUCloud) -> None:
+def test_create_picks_the_cheapest_provider_where_several_sell_volumes(magic: Magic,
+                                                                      cloud: GPUCloud) -> None:
     _, _, crowded = _regions(cloud)
     here = [o for o in cloud.volumes.offers() if crowded in o.regions]
-    sentence = _one_sentence(magic(f"volumes create data --size 100 --region {crowded}"))
-    assert sentence.startswith(f"Several providers offer volumes in region '{crowded}'")
-    assert "--provider" in sentence
-    for offer in here:
-        assert f"{offer.cloud_provider.id} ({offer.cloud_provider.display_name})" in sentence
-    assert cloud.volumes.list() == []
+    assert len(here) > 1
+    cheapest = min(here, key=lambda o: o.price_per_gb_per_hour)
+    run = magic(f"volumes create cheap --size 100 --region {crowded}")
+    assert isinstance(run.value, Volume)
+    assert run.value.cloud_provider.id == cheapest.cloud_provider.id
+    assert f"with {cheapest.cloud_provider.display_name}, the cheapest of {len(here)}" in run.out
+    assert "--provider" in run.out
+    magics.use(None)
+    cloud.volumes.delete(run.value.id)
 
     chosen = here[0].cloud_provider
     run = magic(f"volumes create data --size 100 --region {crowded} --provider {chosen.id}")
