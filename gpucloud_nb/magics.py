@@ -496,11 +496,7 @@ class GPUCloudMagics(Magics):
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
-        spend = getattr(self.cloud, "spend", None)
-        if not callable(spend):
-            raise _Stop("Spend tracking is not available in this version of gpucloud-nb "
-                        "(the client has no spend()).")
-        return spend()
+        return self.cloud.spend()
 
     # ------------------------------------------------------------------ offers, instances
 
@@ -559,13 +555,8 @@ class GPUCloudMagics(Magics):
         return LaunchForm(cloud, offer=offer)
 
     def _chat(self, args: argparse.Namespace) -> Any:
-        try:
-            from gpucloud_nb.widgets.chat import ChatWidget
-        except ModuleNotFoundError as error:
-            if error.name not in ("gpucloud_nb.widgets.chat", "gpucloud_nb.widgets"):
-                raise
-            raise _Stop("The chat widget is not available in this version of gpucloud-nb.") \
-                from None
+        from gpucloud_nb.widgets.chat import ChatWidget
+
         if args.endpoint is None:
             cloud = self.cloud
             if not cloud.is_sandbox:

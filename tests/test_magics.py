@@ -510,13 +510,6 @@ def test_spend_against_the_sandbox(magic: Magic, cloud: GPUCloud) -> None:
     assert isinstance(spend, pd.DataFrame) and spend["_id"].tolist() == [instance.id]
 
 
-def test_spend_says_plainly_when_unavailable(magic: Magic, cloud: GPUCloud,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(GPUCloud, "spend", raising=False)
-    sentence = _one_sentence(magic("spend"))
-    assert sentence.startswith("Spend tracking is not available")
-
-
 # --------------------------------------------------------------------------- connect
 
 

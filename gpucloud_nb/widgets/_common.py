@@ -14,7 +14,7 @@ Choices, written down once:
 - A user error is the ``str`` of a :class:`~gpucloud_nb.errors.GPUCloudError` (one sentence);
   anything else is "Something went wrong: <ExceptionType>: <message>", and its traceback goes to
   the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
-- Background work runs in daemon threads (:func:`run_in_thread`), so a kernel can always exit
+- Background work runs in daemon threads, so a kernel can always exit
   and headless tests need no event loop. ipykernel accepts widget updates from any thread.
 - Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
 """
@@ -47,12 +47,10 @@ __all__ = [
     "describe_error",
     "duration",
     "guarded",
-    "hide",
     "iter_widgets",
     "money",
     "per_day",
     "per_hour",
-    "run_in_thread",
     "set_options",
     "settle",
     "show",
@@ -168,22 +166,6 @@ def settle(future: Future[Any], result: Any = None, error: BaseException | None 
     return True
 
 
-def run_in_thread(function: Callable[..., T], *args: Any, name: str = "gpucloud-nb-widget",
-                  **kwargs: Any) -> Future[T]:
-    """Run ``function`` in a daemon thread; its outcome lands in the returned Future."""
-    future: Future[T] = Future()
-    future.set_running_or_notify_cancel()
-
-    def target() -> None:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as error:
-            settle(future, error=error)
-        else:
-            settle(future, result)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
 
 
 class Debouncer:
@@ -360,9 +342,6 @@ def show(widget: widgets.Widget, visible: bool = True) -> None:
     widget.layout.display = None if visible else "none"
 
 
-def hide(widget: widgets.Widget) -> None:
-    """Hide a widget."""
-    show(widget, False)
 
 
 def set_options(dropdown: widgets.Dropdown, options: Sequence[tuple[str, Any]], value: Any = None,
@@ -426,19 +405,8 @@ def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
                 stack.extend(v for v in value if isinstance(v, widgets.Widget))
 
 
-def labelled(text: str, css_class: str | None = None) -> widgets.HTML:
-    """A small bold section heading."""
-    label = widgets.HTML(f"<b>{html.escape(text)}</b>")
-    if css_class:
-        label.add_class(css_class)
-    return label
 
 
-def with_classes(widget: widgets.Widget, *classes: str) -> widgets.Widget:
-    """Add CSS classes to a widget and return it (for building layouts inline)."""
-    for css_class in classes:
-        widget.add_class(css_class)
-    return widget
 
 
 def escape(value: Any) -> str:
