@@ -13,7 +13,6 @@ import sys
 import threading
 from typing import Any
 
-from gpucloud_nb._secrets import scrub
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, NotFoundError
 
@@ -88,23 +87,19 @@ def connect(
 def _cleanup(cloud: GPUCloud) -> None:
     """Delete every instance ``cloud`` launched that is not already gone.
 
-    Runs at exit, also after ``cloud.close()`` (then with a client of its own). Each instance it
-    could not delete gets one line on stderr saying which and why: it may still be billing.
+    It uses a connection of its own (``cloud`` may be closed by now) and prints one line to
+    stderr for each instance it could not delete, so nothing keeps billing without a word.
     """
-    names = cloud._core.created_names
-    with cloud._usable() as own:
+    if not cloud.created_instance_ids:
+        return
+    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
         for instance_id in cloud.created_instance_ids:
             try:
                 if own.instances.get(instance_id).status not in ("deleting", "deleted"):
                     own.instances.delete(instance_id)
             except NotFoundError:
                 continue
-            except Exception as error:  # at exit nobody can catch it: say it instead
-                name = names.get(instance_id)
-                label = f"{name} ({instance_id})" if name and name != instance_id else instance_id
-                reason = str(error) if isinstance(error, GPUCloudError) else \
-                    f"{type(error).__name__}: {error}"
-                line = (f"gpucloud-nb: instance {label} was not deleted at exit and may still "
-                        f"be billing: {reason}")
-                print(scrub(" ".join(line.split()), cloud._core.key.reveal()), file=sys.stderr,
-                      flush=True)
+            except Exception as error:  # at exit nobody else will say it
+                reason = str(error) if isinstance(error, GPUCloudError) else type(error).__name__
+                print(f"gpucloud-nb: could not delete instance {instance_id} at exit; it may "
+                      f"still be billing: {reason}", file=sys.stderr, flush=True)

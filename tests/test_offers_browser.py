@@ -198,3 +198,16 @@ def test_a_table_that_cannot_be_drawn_says_why(cloud: GPUCloud,
             browser.refresh()
     finally:
         browser.close()
+
+
+def test_closing_leaves_no_open_widget_pointing_at_a_closed_one(cloud: GPUCloud) -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    browser = OffersBrowser(cloud, debounce=0)
+    browser.set_filters(deployment_type="vm")
+    row = browser.frame.iloc[0]
+    form = browser.select(str(row["instanceId"]), region=str(row["region"]))
+    browser.close()
+    assert form.comm is None  # the form closed with the browser
+    for widget in list(_instances.values()):
+        widget.get_state()  # a reference to a closed widget cannot be serialized

@@ -1,9 +1,10 @@
 """Auto-delete timers: instances deleted when their time is up, from this Python process.
 
-A timer lives in a background thread of the kernel that set it. What it cannot do, plainly: a
+A timer lives in a background thread of the kernel that set it, and keeps working after
+``cloud.close()`` (it then deletes through a short-lived connection of its own). Every failure of
+a timed delete is kept in ``failures`` and shown by the instances panel. What it cannot do, plainly: a
 kernel that is killed, restarted or loses its network cannot delete anything, and the cloud keeps
-billing; keep ``cloud.spend()`` in view and delete by hand when in doubt. ``cloud.close()`` does
-not cancel them: a timer that fires after it deletes with a connection of its own.
+billing; keep ``cloud.spend()`` in view and delete by hand when in doubt.
 
     >>> instance = cloud.instances.create(..., delete_after=3600)
     >>> cloud.auto_delete.remaining(instance.id)
@@ -37,12 +38,19 @@ def seconds(value: float | timedelta) -> float:
     return float(delay)
 
 
+def _sentence(error: Exception) -> str:
+    """One sentence for a failed timed delete; our errors already are one."""
+    if isinstance(error, GPUCloudError):
+        return str(error)
+    return (f"The delete could not be sent ({type(error).__name__}: {error}); "
+            "the instance may still be billing.")
+
+
 class AutoDelete:
     """The auto-delete timers of one client.
 
     ``deleted`` maps each instance the timers deleted to when; ``failures`` maps an instance
-    whose timed delete failed, for any reason, to the sentence saying why (also logged as a
-    warning, and shown by ``InstancesPanel``).
+    whose timed delete failed to the sentence saying why.
     """
 
     def __init__(self, delete: Callable[[str], None]) -> None:
@@ -111,11 +119,10 @@ class AutoDelete:
             self._delete(instance_id)
         except NotFoundError:
             pass
-        except Exception as error:  # whatever it is, it must not die unseen: the instance bills on
-            reason = str(error) if isinstance(error, GPUCloudError) else \
-                f"{type(error).__name__}: {error}".rstrip(": ")
-            self.failures[instance_id] = reason
-            log.warning("Auto-delete of instance %s failed: %s", instance_id, reason)
+        except Exception as error:  # a timer thread has nobody above it: record every failure
+            self.failures[instance_id] = _sentence(error)
+            log.warning("Auto-delete of instance %s failed: %s", instance_id,
+                        self.failures[instance_id])
         else:
             self.deleted[instance_id] = datetime.now(timezone.utc)
             log.info("Auto-deleted instance %s.", instance_id)

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import base64
 import builtins
-import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from gpucloud_nb import rules
-from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb._secrets import Secret, mask, scrub
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -87,7 +86,6 @@ class _Core(Generic[D]):
         self.max_hourly_cost = max_hourly_cost
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
-        self.created_names: dict[str, str] = {}
         self.ledger = Ledger()
         self.auto_delete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
@@ -315,7 +313,6 @@ class _InstancesOps(_Resource[D]):
         data = yield from self._core.create_once("/gpu-cloud/instances", body, "instance", "launched")
         instance = Instance.from_json(data)
         self._core.created_instance_ids.append(instance.id)
-        self._core.created_names[instance.id] = instance.name
         if delay is not None:
             self._core.auto_delete.schedule(instance.id, delay)
         return instance
@@ -486,8 +483,13 @@ class _VolumesOps(_Resource[D]):
 
 
 def _path_id(id: str) -> str:
-    if not isinstance(id, str) or not id.strip() or "/" in id or id in (".", ".."):
-        raise InvalidInputError(f"{id!r} is not a valid id.")
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
     return id
 
 
@@ -547,6 +549,17 @@ class _CloudBase:
         """The API key, masked: at most its first 3 and last 4 characters."""
         return mask(self._core.key.reveal())
 
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret this client holds masked (its key; the sandbox's secret).
+
+            >>> cloud.scrub(f"echoed {key}")
+            'echoed sk-…a1b2'
+        """
+        held = [self._core.key.reveal()]
+        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        # Long secrets first, so that one contained in another is still masked whole.
+        return scrub(text, *sorted((s for s in held if isinstance(s, str)), key=len, reverse=True))
+
     @property
     def max_hourly_cost(self) -> float | None:
         """The cap on the summed hourly price of pending and active instances, if any."""
@@ -592,6 +605,12 @@ class _CloudBase:
                 f"api_key={self.api_key_hint!r}>")
 
 
+def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
+    """A timer that fires after close() deletes through a short-lived client of its own."""
+    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
+        own.instances.delete(instance_id)
+
+
 class GPUCloud(_CloudBase):
     """A client for the GPU cloud's management API.
 
@@ -615,23 +634,7 @@ class GPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
-        self._own = {"timeout": timeout, "max_retries": max_retries, "transport": transport}
-        self._core.delete_now = self._delete_from_timer
-
-    def _delete_from_timer(self, instance_id: str) -> None:
-        """A timer deletes with this client, or with one of its own once this one is closed."""
-        with self._usable() as client:
-            client.instances.delete(instance_id)
-
-    @contextlib.contextmanager
-    def _usable(self) -> Iterator[GPUCloud]:
-        """This client while it is open; after ``close()``, a new one with its key and settings
-        (closed again after use), for work that outlives the client: timers, cleanup at exit."""
-        if not self._http.is_closed:
-            yield self
-            return
-        with GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url, **self._own) as own:
-            yield own
+        self._core.delete_now = self.instances.delete
 
     def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -641,11 +644,8 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP connections.
-
-        Pending auto-delete timers keep running: each deletes with a short-lived connection of
-        its own (stop them with ``cloud.auto_delete.cancel_all()``).
-        """
+        """Close the HTTP connections; auto-delete timers keep working on their own connections."""
+        self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._http.close()
 
     def __enter__(self) -> GPUCloud:
@@ -677,23 +677,30 @@ class AsyncGPUCloud(_CloudBase):
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
-        self._timeout = timeout
         self._core.delete_now = self._delete_from_timer
+        self._twin: GPUCloud | None = None
+        self._closed = False
 
     def _delete_from_timer(self, instance_id: str) -> None:
-        """Timers run in threads, away from the event loop: each delete opens and closes a sync
-        client of its own, so nothing is left open, before or after ``aclose()``."""
-        with GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url,
-                      timeout=self._timeout, max_retries=self._core.policy.max_retries) as own:
-            own.instances.delete(instance_id)
+        """Timers run in threads, away from the event loop: they delete with a sync twin."""
+        if self._closed:
+            _delete_with_own_client(self, instance_id)
+            return
+        if self._twin is None:
+            self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
+        self._twin.instances.delete(instance_id)
 
     async def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
         return await self.instances.spend()
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections, the timers' sync twin's too; timers keep working."""
+        self._closed = True
         await self._http.aclose()
+        if self._twin is not None:
+            self._twin.close()
+            self._twin = None
 
     async def __aenter__(self) -> AsyncGPUCloud:
         return self

@@ -14,17 +14,14 @@ Choices, written down once:
 - A user error is the ``str`` of a :class:`~gpucloud_nb.errors.GPUCloudError` (one sentence);
   anything else is "Something went wrong: <ExceptionType>: <message>", and its traceback goes to
   the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
-- Background work runs in daemon threads (:func:`run_in_thread`), so a kernel can always exit
+- Background work runs in daemon threads, so a kernel can always exit
   and headless tests need no event loop. ipykernel accepts widget updates from any thread.
-- Every widget stops its threads and timers on ``close()``, once garbage-collected (threads hold
-  the widget through a weak reference) and when the kernel shuts down (:func:`stop_at_exit`).
 - Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import html
 import inspect
@@ -50,16 +47,13 @@ __all__ = [
     "describe_error",
     "duration",
     "guarded",
-    "hide",
     "iter_widgets",
     "money",
     "per_day",
     "per_hour",
-    "run_in_thread",
     "set_options",
     "settle",
     "show",
-    "stop_at_exit",
 ]
 
 log = logging.getLogger("gpucloud_nb.widgets")
@@ -172,22 +166,6 @@ def settle(future: Future[Any], result: Any = None, error: BaseException | None 
     return True
 
 
-def run_in_thread(function: Callable[..., T], *args: Any, name: str = "gpucloud-nb-widget",
-                  **kwargs: Any) -> Future[T]:
-    """Run ``function`` in a daemon thread; its outcome lands in the returned Future."""
-    future: Future[T] = Future()
-    future.set_running_or_notify_cancel()
-
-    def target() -> None:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as error:
-            settle(future, error=error)
-        else:
-            settle(future, result)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
 
 
 class Debouncer:
@@ -202,7 +180,6 @@ class Debouncer:
         self._function = function
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
-        stop_at_exit(self)
 
     @property
     def pending(self) -> bool:
@@ -242,52 +219,35 @@ class Debouncer:
             self.cancel()
             self._function()
 
-    close = cancel
 
-
-_at_exit: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def stop_at_exit(worker: Any) -> None:
-    """Call ``worker.close()`` when the kernel (the Python process) shuts down, if it still exists.
-
-    Registered workers are held weakly: this keeps nothing alive.
-    """
-    _at_exit.add(worker)
+#: Every Repeater that may be running, so that Python's exit (a kernel shutting down) stops them.
+_REPEATERS: weakref.WeakSet[Repeater] = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_workers() -> None:
-    for worker in list(_at_exit):
-        with contextlib.suppress(Exception):  # at exit, one failure must not stop the others
-            worker.close()
-
-
-def _held_weakly(function: Callable[[], Any]) -> Callable[[], Callable[[], Any] | None]:
-    """A getter for ``function`` that does not keep its object (a bound method's) alive."""
-    if inspect.ismethod(function):
-        return weakref.WeakMethod(function)
-    return lambda: function
+def stop_all_repeaters() -> None:
+    """Stop every periodic refresh (run at interpreter exit)."""
+    for repeater in list(_REPEATERS):
+        repeater.close()
 
 
 class Repeater:
     """Call ``function`` every ``interval`` seconds in a daemon thread, between start and stop.
 
     ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread. A
-    bound method is held through a weak reference: once its object is garbage-collected the
-    thread ends, and it ends too when the Python process shuts down.
+    bound method is held weakly: once its widget is garbage-collected the thread ends by itself,
+    so a dropped widget never polls on. Every repeater stops when Python exits.
     """
 
     def __init__(self, interval: float, function: Callable[[], Any], name: str = "gpucloud-nb-timer"):
         self.interval = interval
-        self._function = _held_weakly(function)
-        if inspect.ismethod(function):
-            weakref.finalize(function.__self__, self.close)
+        self._function: Callable[[], Callable[[], Any] | None] = (
+            weakref.WeakMethod(function) if inspect.ismethod(function) else lambda: function)
         self._name = name
         self._stop: threading.Event | None = None
         self._closed = False
         self._lock = threading.Lock()
-        stop_at_exit(self)
+        _REPEATERS.add(self)
 
     @property
     def running(self) -> bool:
@@ -312,6 +272,7 @@ class Repeater:
         while not stop.wait(self.interval):
             function = self._function()
             if function is None:  # its widget was garbage-collected
+                stop.set()
                 return
             try:
                 function()
@@ -326,7 +287,7 @@ class Repeater:
                 self._stop.set()
 
     def close(self) -> None:
-        """Stop calling for good: a later :meth:`start` (say, from a call in progress) does nothing."""
+        """Stop for good: a later :meth:`start` (say, from a refresh still running) does nothing."""
         with self._lock:
             self._closed = True
         self.stop()
@@ -381,9 +342,6 @@ def show(widget: widgets.Widget, visible: bool = True) -> None:
     widget.layout.display = None if visible else "none"
 
 
-def hide(widget: widgets.Widget) -> None:
-    """Hide a widget."""
-    show(widget, False)
 
 
 def set_options(dropdown: widgets.Dropdown, options: Sequence[tuple[str, Any]], value: Any = None,
@@ -447,19 +405,8 @@ def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
                 stack.extend(v for v in value if isinstance(v, widgets.Widget))
 
 
-def labelled(text: str, css_class: str | None = None) -> widgets.HTML:
-    """A small bold section heading."""
-    label = widgets.HTML(f"<b>{html.escape(text)}</b>")
-    if css_class:
-        label.add_class(css_class)
-    return label
 
 
-def with_classes(widget: widgets.Widget, *classes: str) -> widgets.Widget:
-    """Add CSS classes to a widget and return it (for building layouts inline)."""
-    for css_class in classes:
-        widget.add_class(css_class)
-    return widget
 
 
 def escape(value: Any) -> str:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import copy
@@ -34,7 +35,7 @@ from gpucloud_nb import media
 from gpucloud_nb._secrets import scrub
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_input import ChatInput
-from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets, stop_at_exit
+from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
 from gpucloud_nb.widgets._markdown import MarkdownStream, render_markdown
 from gpucloud_nb.widgets._throttle import Throttle
 
@@ -122,75 +123,61 @@ _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECA
 class _LoopThread:
     """One asyncio loop in a daemon thread, for when ``send()`` is called with no running loop.
 
-    Each chat using it holds a lease (:meth:`lease`); when the last lease ends (the chat is
-    closed or garbage-collected) or the process shuts down, the loop cancels what still runs,
-    stops, and its thread ends. A later ``send()`` starts a new one.
+    It lives while any chat widget does: the last one to close (or be garbage-collected) stops
+    it, and so does Python's exit.
     """
 
     _lock = threading.Lock()
     _instance: _LoopThread | None = None
-    _leases: ClassVar[set[int]] = set()
-    _next_lease = 0
+    _users: ClassVar[weakref.WeakSet[Any]] = weakref.WeakSet()
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.stopping = False
-        self.thread = threading.Thread(target=self._run, name="gpucloud-chat-loop", daemon=True)
+        self.thread = threading.Thread(target=self.loop.run_forever, name="gpucloud-chat-loop",
+                                       daemon=True)
         self.thread.start()
-        stop_at_exit(self)
-
-    def _run(self) -> None:
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
         with cls._lock:
-            running = cls._instance
-            if running is None or running.stopping or not running.thread.is_alive():
+            if cls._instance is None or not cls._instance.thread.is_alive():
                 cls._instance = cls()
             return cls._instance.loop
 
     @classmethod
-    def lease(cls, owner: object) -> weakref.finalize:
-        """Keep the loop running while ``owner`` lives; call the result to end the lease early."""
+    def use(cls, user: Any) -> None:
+        """Count ``user`` (a chat widget) until :meth:`release` or its garbage collection."""
         with cls._lock:
-            cls._next_lease += 1
-            token = cls._next_lease
-            cls._leases.add(token)
-        return weakref.finalize(owner, cls._release, token)
+            cls._users.add(user)
+        weakref.finalize(user, cls.release, None)
 
     @classmethod
-    def _release(cls, token: int) -> None:
+    def release(cls, user: Any) -> None:
+        """Forget ``user``; stop the loop when no chat widget is left."""
         with cls._lock:
-            cls._leases.discard(token)
-            running = cls._instance if not cls._leases else None
-            if running is not None:
-                cls._instance = None
-        if running is not None:
-            running.close()
+            if user is not None:
+                cls._users.discard(user)
+            if len(cls._users) or cls._instance is None:
+                return
+            instance, cls._instance = cls._instance, None
+        instance.shutdown()
 
-    def close(self) -> None:
-        """Cancel the tasks still running, stop the loop and let the thread end (waits briefly)."""
-        self.stopping = True
-        loop = self.loop
+    def shutdown(self) -> None:
+        """Stop the loop and wait (briefly) for its thread to end."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not threading.current_thread():
+            self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
 
-        async def drain() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=2)
-            loop.stop()
 
-        try:
-            asyncio.run_coroutine_threadsafe(drain(), loop)
-        except RuntimeError:  # the loop is already closed
-            return
-        if threading.current_thread() is not self.thread:
-            self.thread.join(timeout=3)
+@atexit.register
+def _stop_loop_thread() -> None:
+    with _LoopThread._lock:
+        instance, _LoopThread._instance = _LoopThread._instance, None
+    if instance is not None:
+        instance.shutdown()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -523,7 +510,7 @@ class ChatWidget(widgets.VBox):
         self._turns: list[ChatTurn] = []
         self._last_future: concurrent.futures.Future[Any] | None = None
         self._generation = 0    # bumped by clear(): a turn from before it leaves no trace
-        self._loop_lease: weakref.finalize | None = None  # on the shared loop thread, if used
+        _LoopThread.use(self)
 
         self._block_layout = widgets.Layout()
         self._block_style = HTMLStyle()
@@ -782,6 +769,7 @@ class ChatWidget(widgets.VBox):
         """Stop requests and close the panel and every widget in it."""
         for turn in list(self._turns):
             turn.stop()
+        _LoopThread.release(self)
         roots = [self, self._input, *self._shared()]
         found: dict[int, widgets.Widget] = {}
         for root in roots:
@@ -791,8 +779,6 @@ class ChatWidget(widgets.VBox):
             if widget is not self:
                 widget.close()
         super().close()
-        if self._loop_lease is not None:
-            self._loop_lease()  # the last chat closed stops the shared loop thread
 
     def __repr__(self) -> str:
         url = getattr(self._client, "endpoint_url", "?")
@@ -900,8 +886,6 @@ class ChatWidget(widgets.VBox):
         loop = _running_loop()
         on_running_loop = loop is not None
         if loop is None:
-            if self._loop_lease is None:
-                self._loop_lease = _LoopThread.lease(self)
             loop = _LoopThread.get()
         turn = ChatTurn(kind, loop)
         with self._lock:

@@ -42,6 +42,7 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    log,
     per_day,
     per_hour,
     set_options,
@@ -126,7 +127,10 @@ class InstancesPanel(widgets.VBox):
         self._poller = Repeater(interval, self._tick, name="gpucloud-nb-instances-refresh")
         self._build_widgets(show_deleted)
         self._wire()
-        guarded(self.status, self.refresh)()  # an error shows in the status line, as one sentence
+        try:
+            self.refresh()
+        except Exception:
+            log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     # ------------------------------------------------------------------ construction
 
@@ -200,10 +204,10 @@ class InstancesPanel(widgets.VBox):
     # ------------------------------------------------------------------ auto-delete
 
     def _auto_delete_text(self, instance: Instance) -> str:
-        timers = self._cloud.auto_delete
-        remaining = timers.remaining(instance.id)
+        remaining = self._cloud.auto_delete.remaining(instance.id)
         if remaining is None:
-            return "failed" if instance.id in timers.failures else ""
+            failed = instance.id in self._cloud.auto_delete.failures
+            return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
         return f"in {duration(remaining)}"
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
@@ -257,70 +261,71 @@ class InstancesPanel(widgets.VBox):
             self._failures = 0
 
     def refresh(self) -> pd.DataFrame:
-        """List the instances again and redraw; returns :attr:`frame`.
-
-        Any error, in fetching or in drawing, shows in the status line and is raised.
-        """
+        """List the instances again and redraw; returns :attr:`frame`."""
         with self._lock:
             try:
                 return self._refresh()
-            except Exception as error:
+            except Exception as error:  # whatever failed, the status line says so
                 self.status.error(error)
                 self._refresh_failed = True
                 raise
 
     def _refresh(self) -> pd.DataFrame:
-        listed = list(self._cloud.instances.list())
-        now = datetime.now(timezone.utc)
-        spend = _spend_by_id(self._cloud)
-        listed.sort(key=lambda i: i.created_at or now, reverse=True)
-        self.all_instances = listed
-        self.instances = [i for i in listed
-                          if self.show_deleted.value or i.status != "deleted"]
-        self.frame = self._build_frame(self.instances, spend, now)
-        self._render()
-        self._sync_details()
-        timers = [r for r in map(self._cloud.auto_delete.remaining,
-                                 [i.id for i in listed]) if r is not None]
-        # A timer may fire between the list and the line above: its delete has landed and it
-        # is gone, but the listing still says active. Count it as deleting, not as billing.
-        fired = self._cloud.auto_delete.deleted
-        busy = [i for i in listed
-                if i.status in _BUSY or (i.status == "active" and i.id in fired)]
-        live = [i for i in listed if i.status == "active"] or timers
-        interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
-        if busy or live:
-            self._poller.start(self._fast if busy else max(self._fast, interval))
-        else:
-            self._poller.stop()
-        stamp = now.astimezone().strftime("%H:%M:%S")
-        if busy:
-            n = len(busy)
-            auto = (f" · refreshing every {self._poller.interval:g} s while {n} "
-                    f"instance{'s' if n != 1 else ''} {'are' if n != 1 else 'is'} "
-                    "pending or deleting")
-        elif live:
-            auto = (f" · refreshing every {self._poller.interval:g} s while instances bill "
-                    "or auto-delete timers run")
-        else:
-            auto = ""
-        self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
-        if self._refresh_failed:
-            self._refresh_failed = False
-            self.status.clear()
-        self._show_auto_delete_failures(listed)
-        return self.frame
+        with self._lock:
+            listed = list(self._cloud.instances.list())
+            now = datetime.now(timezone.utc)
+            spend = _spend_by_id(self._cloud)
+            listed.sort(key=lambda i: i.created_at or now, reverse=True)
+            self.all_instances = listed
+            self.instances = [i for i in listed
+                              if self.show_deleted.value or i.status != "deleted"]
+            self.frame = self._build_frame(self.instances, spend, now)
+            self._render()
+            self._sync_details()
+            timers = [r for r in map(self._cloud.auto_delete.remaining,
+                                     [i.id for i in listed]) if r is not None]
+            # A timer may fire between the list and the line above: its delete has landed and it
+            # is gone, but the listing still says active. Count it as deleting, not as billing.
+            fired = self._cloud.auto_delete.deleted
+            busy = [i for i in listed
+                    if i.status in _BUSY or (i.status == "active" and i.id in fired)]
+            live = [i for i in listed if i.status == "active"] or timers
+            interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
+            if busy or live:
+                self._poller.start(self._fast if busy else max(self._fast, interval))
+            else:
+                self._poller.stop()
+            stamp = now.astimezone().strftime("%H:%M:%S")
+            if busy:
+                n = len(busy)
+                auto = (f" · refreshing every {self._poller.interval:g} s while {n} "
+                        f"instance{'s' if n != 1 else ''} {'are' if n != 1 else 'is'} "
+                        "pending or deleting")
+            elif live:
+                auto = (f" · refreshing every {self._poller.interval:g} s while instances bill "
+                        "or auto-delete timers run")
+            else:
+                auto = ""
+            self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
+            failed = self._timer_failures(listed)
+            if failed:
+                self.status.error(failed)
+                self._refresh_failed = True
+            elif self._refresh_failed:
+                self._refresh_failed = False
+                self.status.clear()
+            return self.frame
 
-    def _show_auto_delete_failures(self, listed: Sequence[Instance]) -> None:
-        """A timed delete that failed is an error the user must see: the instance still bills."""
+    def _timer_failures(self, listed: Sequence[Instance]) -> str:
+        """One sentence about auto-deletes that failed for instances still not deleted."""
         failures = self._cloud.auto_delete.failures
-        failed = [(i, failures[i.id]) for i in listed
-                  if i.id in failures and i.status not in ("deleting", "deleted")]
-        if failed:
-            instance, reason = failed[0]
-            others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-            self.status.error(f"Auto-delete of {instance.name}{others} failed, so it is still "
-                              f"running and billing: {reason.rstrip('.')}; delete it by hand.")
+        failed = [i for i in listed if i.id in failures and i.status not in ("deleting", "deleted")]
+        if not failed:
+            return ""
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return (f"Auto-delete of {first.name}{more} failed; it is still billing: "
+                f"{failures[first.id]}")
 
     def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
                      now: datetime) -> pd.DataFrame:
@@ -363,8 +368,8 @@ class InstancesPanel(widgets.VBox):
         if now is not None and now.status != shown.status:
             try:
                 self.details(shown.id)
-            except Exception as error:
-                self.status.error(error)
+            except Exception:
+                log.debug("Could not refresh the instance details", exc_info=True)
 
     # ------------------------------------------------------------------ selection and details
 
@@ -440,7 +445,7 @@ class InstancesPanel(widgets.VBox):
             ("Price", f"{per_hour(d.hourly_price)} ({per_day(d.hourly_price)})"),
             ("IP", d.ip or "none yet"),
             ("SSH", ssh or "available once active"),
-            ("Port forwards", ", ".join(d.port_forwards) or "none"),
+            ("Port forwards", ", ".join(map(str, d.port_forwards)) or "none"),
             ("Volumes", "; ".join(_volume_text(v) for v in d.volumes) or "none"),
             ("SSH key", str(key or "none")),
             ("Created", d.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")

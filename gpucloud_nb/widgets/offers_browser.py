@@ -42,6 +42,7 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    log,
     per_hour,
     set_options,
 )
@@ -111,7 +112,10 @@ class OffersBrowser(widgets.VBox):
         self._build_widgets()
         self._debouncer = Debouncer(debounce, guarded(self.status, self.apply_filters))
         self._wire()
-        guarded(self.status, self.refresh)()  # an error shows in the status line, as one sentence
+        try:
+            self.refresh()
+        except Exception:
+            log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     # ------------------------------------------------------------------ construction
 
@@ -189,12 +193,11 @@ class OffersBrowser(widgets.VBox):
                     self._rebuild_filter_options()
                 finally:
                     self._quiet -= 1
-                frame = self.apply_filters()
-        except Exception as error:  # fetching or drawing: either way the status line says so
+                self.status.clear()
+                return self.apply_filters()
+        except Exception as error:  # whatever failed, the status line says so
             self.status.error(error)
             raise
-        self.status.clear()
-        return frame
 
     def _rebuild_filter_options(self) -> None:
         names = sorted(self._names)
@@ -395,6 +398,7 @@ class OffersBrowser(widgets.VBox):
         """Close the browser, its launch form, and a pending debounced redraw."""
         self._debouncer.cancel()
         if self.form is not None:
+            self.form_box.children = ()  # no open widget may refer to a closed one
             self.form.close()
         super().close()
 
