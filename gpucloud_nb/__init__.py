@@ -20,6 +20,7 @@ from gpucloud_nb.errors import (
     InvalidInputError,
     NotFoundError,
     RateLimitError,
+    RedirectError,
     ServerError,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "RateLimitError",
+    "RedirectError",
     "ServerError",
     "__version__",
     "connect",
