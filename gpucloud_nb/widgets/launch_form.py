@@ -42,6 +42,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from gpucloud_nb import rules
+from gpucloud_nb.client import costcap
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.widgets._common import (
@@ -179,6 +180,7 @@ class LaunchForm(widgets.VBox):
         self._volumes: list[Volume] = []
         self._volume_offers: list[VolumeOffer] = []
         self._used_hourly: float | None = None
+        self._running: list[dict[str, Any]] = []
         self._launching = False
         self._waited = 0.0
         self._built = False
@@ -393,13 +395,12 @@ class LaunchForm(widgets.VBox):
         self._load_used_hourly()
 
     def _load_used_hourly(self) -> None:
-        if self._cloud.max_hourly_cost is None:
+        cap = self._cloud.max_hourly_cost
+        if cap is None:
             self._used_hourly = None
             return
-        self._used_hourly = sum(
-            i.hourly_price for i in self._cloud.instances.list()
-            if i.status in ("pending", "active") and i.hourly_price == i.hourly_price
-        )
+        self._running = [i.raw for i in self._cloud.instances.list()]
+        self._used_hourly, _ = costcap.running_hourly(cap, self._running)
 
     def refresh(self) -> None:
         """Reload volumes, volume offers and the running hourly cost, then re-check the form."""
@@ -545,15 +546,9 @@ class LaunchForm(widgets.VBox):
         return self._cap_problem(offer)
 
     def _cap_problem(self, offer: InstanceOffer) -> str | None:
-        cap = self._cloud.max_hourly_cost
-        if cap is None or self._used_hourly is None:
+        if self._used_hourly is None:
             return None
-        total = self._used_hourly + offer.hourly_price
-        if total > cap + 1e-9:
-            return (f"Launching this {per_hour(offer.hourly_price)} offer would bring pending and "
-                    f"active instances to {per_hour(total)}, above the cap of {per_hour(cap)} "
-                    "(max_hourly_cost).")
-        return None
+        return costcap.cap_problem(self._cloud.max_hourly_cost, self._running, _offer_json(offer))
 
     @property
     def volume_problem(self) -> str | None:
@@ -611,7 +606,7 @@ class LaunchForm(widgets.VBox):
         cap = self._cloud.max_hourly_cost
         if cap is not None and self._used_hourly is not None:
             after = self._used_hourly + offer.hourly_price
-            colour = "#b00020" if after > cap + 1e-9 else "#555"
+            colour = "#b00020" if self._cap_problem(offer) else "#555"
             parts.append(
                 f'<br><span style="color:{colour}">Cap {escape(per_hour(cap))} (max_hourly_cost): '
                 f"{escape(per_hour(self._used_hourly))} already used by pending and active "
