@@ -655,3 +655,59 @@ def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box
     magics.use(GPUCloud(api_key="sk-bad-key-0000000000000000", base_url=sandbox_box.management_url))
     sentence = _one_sentence(magic("volumes"))
     assert "sk-bad-key-0000000000000000" not in sentence and sentence.endswith(".")
+
+
+# hostile or odd input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("volumes create data --size 1_000 --region us-east-1",
+     "%gpucloud volumes create: argument --size: '1_000' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size ١٠٠ --region us-east-1",
+     "%gpucloud volumes create: argument --size: '١٠٠' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size nan --region us-east-1",
+     "%gpucloud volumes create: argument --size: 'nan' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("offers --gpus ٨", "%gpucloud offers: argument --gpus: '٨' is not a whole number of GPUs; "
+                        "try %gpucloud offers --help"),
+    ("offers --gpus 1_0", "%gpucloud offers: argument --gpus: '1_0' is not a whole number of "
+                          "GPUs; try %gpucloud offers --help"),
+])  # fmt: skip
+def test_numbers_are_plain_ascii_digits(magic: Magic, no_cloud: None, line: str,
+                                        expected: str) -> None:
+    assert _one_sentence(magic(line)) == expected
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("offers --token=tok-0123456789abcdef", "unrecognized arguments: --token=…;"),
+    ("offers --token tok-0123456789abcdef", "unrecognized arguments: --token …;"),
+    ("volumes list --Pass=tok-0123456789abcdef extra", "unrecognized arguments: --Pass=… extra;"),
+    ("tok-0123456789abcdef-long-pasted-key", "unknown subcommand 'tok-0123…'"),
+])  # fmt: skip
+def test_unknown_options_are_not_echoed(magic: Magic, no_cloud: None, line: str,
+                                        shown: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert shown in sentence and "0123456789abcdef" not in sentence
+
+
+@pytest.mark.parametrize("line", [f"connect --API-KEY={API_KEY}", f"volumes --Api_Key {API_KEY}"])
+def test_a_key_option_in_any_case_is_refused(magic: Magic, no_cloud: None, line: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert "is refused: a key typed into a cell" in sentence and API_KEY not in sentence
+
+
+def test_names_with_bidi_or_control_characters_print_escaped(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    region, size, _ = _regions(cloud)
+    name = "invoice\u202etxt.exe\x1b[2J"
+    run = magic(f"volumes create '{name}' --size {size} --region {region}")
+    assert run.value.name == name  # the name itself is kept as given
+    assert "invoice\\u202etxt.exe\\x1b[2J" in run.out
+    assert "\u202e" not in run.out and "\x1b" not in run.out
+    prompts = _answers(monkeypatch, "n")
+    run = magic(f"volumes delete {run.value.id}")
+    assert "\u202e" not in prompts[0] and "\\u202e" in prompts[0]
+    assert "\u202e" not in run.out and "\\u202e" in run.out
+    assert _one_sentence(magic("volumes get 'a\u2066b'")) == "Volume a\\u2066b not found."
