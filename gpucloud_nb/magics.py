@@ -39,8 +39,10 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud delete 6650f0c2a1b2c3d4e5f60718 --yes
 
-``%gpucloud launch [OFFER_ID]``
-    The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID::
+``%gpucloud launch [OFFER_ID] [--provider ID]``
+    The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID. Two providers
+    may sell the same ``instanceId``: then ``--provider`` (a provider ``_id`` or name) says
+    which, and without it the magic lists them::
 
         %gpucloud launch nimbus-h100-sxm5-1x-vm
 
@@ -285,7 +287,7 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance ID
   %gpucloud delete ID [--yes]
-  %gpucloud launch [OFFER_ID]
+  %gpucloud launch [OFFER_ID] [--provider ID]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend
   %gpucloud volumes [list]
@@ -354,6 +356,8 @@ def _parser() -> _Parser:
     p = _sub(commands, "launch", "The launch form, prefilled with an offer when given.",
              "%gpucloud launch nimbus-h100-sxm5-1x-vm")
     p.add_argument("offer", metavar="OFFER_ID", nargs="?", help="an offer's instanceId")
+    p.add_argument("--provider", metavar="ID", help="provider _id or name; needed when several "
+                   "providers sell offers with this instanceId")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "
@@ -617,14 +621,19 @@ class GPUCloudMagics(Magics):
 
     def _launch(self, args: argparse.Namespace) -> Any:
         from gpucloud_nb.widgets import LaunchForm
+        from gpucloud_nb.widgets.launch_form import find_offer
 
         cloud = self.cloud
         offer: InstanceOffer | None = None
+        if args.offer is None and args.provider is not None:
+            raise _Stop(f"{PROG} launch: --provider needs an OFFER_ID; "
+                        f"try {PROG} launch --help")
         if args.offer is not None:
-            offer = next((o for o in cloud.instances.offers() if o.instance_id == args.offer), None)
-            if offer is None:
+            offers = cloud.instances.offers()
+            if not any(o.instance_id == args.offer for o in offers):
                 raise _Stop(f"There is no offer with instanceId {args.offer!r}; "
                             "see %gpucloud offers --all.")
+            offer = find_offer(offers, args.offer, args.provider, choose="--provider ID")
         return LaunchForm(cloud, offer=offer)
 
     def _chat(self, args: argparse.Namespace) -> Any:

@@ -374,3 +374,31 @@ def test_cost_cap_fails_closed_in_the_form(sandbox_factory) -> None:
         with pytest.raises(InvalidInputError, match="odd-one"):
             form.launch().result(timeout=10)
         assert [i.name for i in capped.instances.list()] == ["odd-one"]
+
+
+def test_launch_form_keys_offers_by_provider_and_instance_id(sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    sandbox = sandbox_factory(offers=same_id_two_providers())
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        ambiguous = LaunchForm(cloud, "gpu-1x", name="x")
+        assert ambiguous.offer.value is None and ambiguous.launch_button.disabled
+        assert ambiguous.status.is_error
+        assert ambiguous.status.text.startswith("Offer 'gpu-1x' is sold by 2 providers: Cheap Cloud")
+        assert "Pricey Cloud" in ambiguous.status.text and "provider=" in ambiguous.status.text
+
+        for provider in ("Cheap Cloud", "0123456789abcdef01234567"):
+            form = LaunchForm(cloud, "gpu-1x", provider=provider, name="x")
+            assert (form.offer.value.cloud.name, form.offer.value.hourly_price) == \
+                ("Cheap Cloud", 1.0)
+        wrong = LaunchForm(cloud, "gpu-1x", provider="Nobody", name="x")
+        assert "Provider 'Nobody' sells no offer 'gpu-1x'" in wrong.status.text
+
+        pricey = next(o for o in cloud.instances.offers() if o.cloud.name == "Pricey Cloud")
+        form = LaunchForm(cloud, pricey, name="big")
+        details = form.launch().result(timeout=10)
+        assert (details.provider, details.hourly_price) == ("Pricey Cloud", 50.0)
+
+        chooser = LaunchForm(cloud)  # both listed; fill() by id alone is ambiguous
+        with pytest.raises(InvalidInputError, match="sold by 2 providers"):
+            chooser.fill(offer="gpu-1x")

@@ -711,3 +711,21 @@ def test_names_with_bidi_or_control_characters_print_escaped(
     assert "\u202e" not in prompts[0] and "\\u202e" in prompts[0]
     assert "\u202e" not in run.out and "\\u202e" in run.out
     assert _one_sentence(magic("volumes get 'a\u2066b'")) == "Volume a\\u2066b not found."
+
+
+def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    box = sandbox_factory(offers=same_id_two_providers(), api_key=API_KEY)
+    with GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
+        magics.use(cloud)
+        sentence = _one_sentence(magic("launch gpu-1x"))
+        assert sentence.startswith("Offer 'gpu-1x' is sold by 2 providers: Cheap Cloud")
+        assert sentence.endswith("choose one with --provider ID.")
+        form = magic("launch gpu-1x --provider 'Cheap Cloud'").value
+        assert (form.offer.value.cloud.name, form.offer.value.hourly_price) == ("Cheap Cloud", 1.0)
+        form = magic("launch gpu-1x --provider fedcba9876543210fedcba98").value
+        assert form.offer.value.hourly_price == 50.0
+        assert "sells no offer" in _one_sentence(magic("launch gpu-1x --provider nobody"))
+        assert "--provider needs an OFFER_ID" in _one_sentence(magic("launch --provider x"))
+        magics.use(None)
