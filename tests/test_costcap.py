@@ -91,3 +91,26 @@ def test_hourly_price(value: Any, price: float | None) -> None:
 
 def test_cap_problem_without_a_cap_is_none() -> None:
     assert cap_problem(None, [{"status": "active", "hourlyPrice": "NaN"}], {}) is None
+
+
+def test_an_instance_with_no_hourly_price_field_refuses(priced) -> None:
+    """The sandbox always sends hourlyPrice; a server leaving it out is stood in for here."""
+    import httpx
+
+    upstream = httpx.Client(base_url=priced.management_url,
+                            headers={"x-api-key": priced.api_key})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path == "/gpu-cloud/instances":
+            return httpx.Response(200, json=[{"_id": "i1", "name": "ghost", "status": "active"}])
+        answer = upstream.request(request.method, request.url.path, content=request.content,
+                                  params=request.url.params)
+        return httpx.Response(answer.status_code, content=answer.content)
+
+    with GPUCloud(api_key=priced.api_key, base_url=priced.management_url, max_hourly_cost=500.0,
+                  transport=httpx.MockTransport(handler)) as cloud, pytest.raises(InvalidInputError,
+                       match=r"^Instance 'ghost' \(i1\) reports no hourlyPrice, so the cap"):
+        launch(cloud, "cheap", "x")
+    upstream.close()
+    with GPUCloud(api_key=priced.api_key, base_url=priced.management_url) as observer:
+        assert observer.instances.list() == []
