@@ -6,6 +6,7 @@ import asyncio
 import base64
 import threading
 
+import httpx
 import pytest
 from pandas.testing import assert_frame_equal
 
@@ -318,3 +319,44 @@ def test_repr_masks_the_key(sandbox) -> None:
     cloud = GPUCloud(api_key=key, base_url=sandbox.management_url)
     assert key not in repr(cloud) and "UVWX" in repr(cloud)
     assert cloud.api_key_hint == "sk-…UVWX"
+
+
+class _CountingTransport(httpx.HTTPTransport):
+    """A real HTTP transport that records every request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[httpx.Request] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        return super().handle_request(request)
+
+
+@pytest.mark.parametrize("odd", ["", "  ", "/", "a/b", "a?b", "?", "a#b", "#", ".", ".."])
+def test_odd_ids_are_refused_before_sending(sandbox, odd: str) -> None:
+    transport = _CountingTransport()
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=transport) as cloud:
+        calls = [cloud.instances.get, cloud.instances.delete, cloud.volumes.get,
+                 cloud.volumes.delete, cloud.instances.wait_until_active]
+        for call in calls:
+            with pytest.raises(InvalidInputError, match="is not a valid id") as info:
+                call(odd)
+            message = str(info.value)
+            assert message.endswith(".") and message.count(". ") == 0, message
+        assert transport.sent == []
+        cloud.instances.list()  # the transport does send: the check above can fail
+        assert len(transport.sent) == 1
+
+
+def test_create_accepts_the_cli_and_docs_shapes(cloud: GPUCloud) -> None:
+    # The official CLI sends vm with dockerContainer; the docs' example sends sshKeyId and sshKey.
+    vm_offer, box_offer = first_offer(cloud), first_offer(cloud, "container")
+    key = "ssh-ed25519 AAAAC3Nza me@laptop"
+    a = cloud.instances.create(**launch_args(vm_offer, "a") | {"docker_container": "ubuntu"},
+                               ssh_key_id="k1", ssh_key=key)  # type: ignore[arg-type]
+    b = cloud.instances.create(**launch_args(box_offer, "b") | {"vm": {"os": "ubuntu-22.04"}})  # type: ignore[arg-type]
+    details = cloud.instances.get(a.id)
+    assert details.ssh_key["name"] == "me@laptop" and details.docker_image == ""
+    assert cloud.instances.get(b.id).docker_image == "vllm/vllm-openai:latest"

@@ -294,7 +294,9 @@ class _InstancesOps(_Resource[D]):
 
         ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
         script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
-        image name, for container offers. ``delete_after`` (seconds or a ``timedelta``) deletes
+        image name, for container offers; both may be given, as the official CLI does, and the
+        one the offer does not use is ignored. ``ssh_key`` (the public key text) wins over
+        ``ssh_key_id`` when both are given. ``delete_after`` (seconds or a ``timedelta``) deletes
         the instance when the time is up, from a timer in this Python process (see
         ``cloud.auto_delete``; a killed kernel cannot delete).
 
@@ -483,8 +485,15 @@ class _VolumesOps(_Resource[D]):
 
 
 def _path_id(id: str) -> str:
-    if not isinstance(id, str) or not id.strip() or "/" in id or id in (".", ".."):
-        raise InvalidInputError(f"{id!r} is not a valid id.")
+    """``id`` as one path segment, or one sentence before anything is sent.
+
+    An id that is empty or holds ``/``, ``?`` or ``#`` would address another URL (the list, a
+    query, a fragment), so it is refused rather than sent.
+    """
+    if not isinstance(id, str) or not id.strip() or id in (".", "..") \
+            or any(c in id for c in "/?#"):
+        raise InvalidInputError(
+            f"{id!r} is not a valid id: an id is not empty and holds no /, ? or #.")
     return id
 
 

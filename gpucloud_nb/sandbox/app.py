@@ -9,14 +9,19 @@ says "not shown":
 
 - 403 for a missing or wrong ``x-api-key`` on every management endpoint; 404 for an unknown id
   ("Instance <id> not found.") and, with the same body, for an unknown path; 405 for a wrong
-  method (with ``Allow``).
+  method (with ``Allow``). An id that is not one path segment (``%2F``, an empty id, a trailing
+  slash) is the same 404 for an unknown path: slash redirects are off, so no path answers 3xx.
 - 400 for every validation failure, with the messages of :mod:`gpucloud_nb.rules`, for a body
   that is not a JSON object, and for bad query values (``available`` true|false, ``sort`` price,
   ``deploymentType`` vm|container|baremetal, ``numGpus`` a whole number). Empty query values
   count as absent; unknown query parameters are ignored. 413 for a body over 1 MB.
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
-  becomes ``dockerCommand``; ``sshKeyId`` and ``sshKey`` are exclusive.
+  becomes ``dockerCommand``.
+- ``sshKeyId`` and ``sshKey`` together are accepted (the cloud's docs' example sends both):
+  ``sshKey``, the key itself, wins and ``sshKeyId`` is ignored. ``vm`` together with
+  ``dockerContainer`` (an object or null, as the official CLI sends) is accepted: the part the
+  offer's deployment type uses is kept, the other ignored (see :mod:`gpucloud_nb.rules`).
 - DELETE of an instance that is already deleting or deleted answers 204 again (idempotent); a
   deleted volume is gone, so deleting it again is 404.
 - A volume may be attached to several instances (a network volume). Deleting a volume while an
@@ -216,8 +221,6 @@ def _extra_instance_problem(body: Mapping[str, Any]) -> str | None:
     if isinstance(container, Mapping) and container.get("command") is not None \
             and not isinstance(container["command"], str):
         return "dockerContainer.command must be a string."
-    if body.get("sshKeyId") and body.get("sshKey"):
-        return "Give sshKeyId or sshKey, not both."
     return None
 
 
@@ -230,11 +233,11 @@ def _extra_volume_problem(body: Mapping[str, Any]) -> str | None:
 
 
 def _ssh_key(body: Mapping[str, Any]) -> dict[str, str]:
-    if body.get("sshKeyId"):
-        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]}
+    """The key installed: ``sshKey`` when given (it wins over ``sshKeyId``), else ``sshKeyId``."""
     key = body.get("sshKey")
     if not key:
-        return {}
+        key_id = body.get("sshKeyId")
+        return {"_id": key_id, "name": key_id} if key_id else {}
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     parts = key.split()
     return {"_id": digest, "name": parts[2] if len(parts) >= 3 else f"ssh-key-{digest[:6]}"}
@@ -318,8 +321,10 @@ class _Management:
         region = body["region"]
         here = next(a for a in offer["availability"] if a.get("region") == region)
         configuration = offer["configuration"]
-        container = body.get("dockerContainer")
-        vm = body.get("vm")
+        # The CLI sends vm and dockerContainer together: keep the part this offer uses.
+        is_container = offer["deploymentType"] == "container"
+        container = body.get("dockerContainer") if is_container else None
+        vm = None if is_container else body.get("vm")
         doc = {
             "name": body["name"],
             "provider": offer["cloud"]["name"],
@@ -477,6 +482,7 @@ def create_app(config: SandboxConfig) -> Starlette:
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
+    app.router.redirect_slashes = False  # "/instances/%2F" must be a 404, never a 307 to the list
     app.state.store = store
     app.state.config = config
     if config.faults is not None and config.faults.active:
