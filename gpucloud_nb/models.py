@@ -17,6 +17,11 @@ Choices where the spec says "not shown":
 - Records are frozen, except :class:`Instance` and :class:`InstanceDetails`: panels re-read them
   every few seconds, and a frozen dataclass's ``__init__`` costs about ten times a plain one's.
   Assigning to one changes only that snapshot, never the cloud.
+- ``portForwards`` items are strings in the spec; the cloud also sends objects
+  ``{internalPort, externalPort}``. Both parse into a :class:`PortForward`. A string reads as
+  ``"external:internal"`` (as the sandbox sends ``"2222:22"``); a lone number forwards a port to
+  itself; a part that is not a port number is ``0``.
+- ``updatedAt`` is kept on :class:`InstanceDetails` too when the cloud sends it (``None`` if not).
 - ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour`` is its float value and
   ``price_per_gb_per_hour_text`` the text as sent.
 """
@@ -24,6 +29,7 @@ Choices where the spec says "not shown":
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,6 +43,7 @@ __all__ = [
     "Instance",
     "InstanceDetails",
     "InstanceOffer",
+    "PortForward",
     "Volume",
     "VolumeOffer",
     "VolumeProvider",
@@ -220,6 +227,39 @@ class InstanceOffer:
                 f"provider={self.cloud.id!r}, available_regions={self.available_regions!r})")
 
 
+_PORTS = re.compile(r"\s*(\d{1,5})\s*(?::\s*(\d{1,5})\s*)?(?:/\w+)?\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class PortForward:
+    """One port forward of an instance: ``external_port`` on its address reaches ``internal_port``.
+
+        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 18000})
+        PortForward(internal_port=8000, external_port=18000)
+        >>> str(PortForward.from_json("2222:22"))
+        '2222→22'
+    """
+
+    internal_port: int
+    external_port: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> PortForward:
+        if isinstance(data, Mapping):
+            return cls(internal_port=_int(data.get("internalPort")),
+                       external_port=_int(data.get("externalPort")))
+        if isinstance(data, int | float) and not isinstance(data, bool):
+            return cls(internal_port=_int(data), external_port=_int(data))
+        match = _PORTS.fullmatch(_str(data))
+        if match is None:
+            return cls(internal_port=0, external_port=0)
+        external = int(match[1])
+        return cls(internal_port=int(match[2] or external), external_port=external)
+
+    def __str__(self) -> str:
+        return f"{self.external_port}→{self.internal_port}"
+
+
 def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
     """The fields of :class:`_InstanceBase`, in declaration order.
 
@@ -239,6 +279,7 @@ def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
         _str(get("sshUser")), _int(get("sshPort")),
         _str(get("dockerImage")), _str(get("dockerCommand")), _float(get("hourlyPrice")),
         parse_datetime(get("createdAt")), parse_datetime(get("deletedAt")),
+        parse_datetime(get("updatedAt")),
     )
 
 
@@ -269,6 +310,7 @@ class _InstanceBase:
     hourly_price: float
     created_at: datetime | None
     deleted_at: datetime | None
+    updated_at: datetime | None
 
     @property
     def region_id(self) -> str:
@@ -322,13 +364,12 @@ class _InstanceBase:
 class Instance(_InstanceBase):
     """A GPU instance as returned by create and list."""
 
-    updated_at: datetime | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Any) -> Instance:
         data = _dict(data)
-        return cls(*_instance_common(data), parse_datetime(data.get("updatedAt")), data)
+        return cls(*_instance_common(data), data)
 
 
 @dataclass(slots=True, repr=False)
@@ -337,14 +378,14 @@ class InstanceDetails(_InstanceBase):
 
     is_pending: bool
     ssh_key: dict[str, Any]
-    port_forwards: tuple[str, ...]
+    port_forwards: tuple[PortForward, ...]
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Any) -> InstanceDetails:
         data = _dict(data)
         return cls(*_instance_common(data), _bool(data.get("isPending")), _dict(data.get("sshKey")),
-                   tuple(_str(p) for p in _list(data.get("portForwards"))), data)
+                   tuple(PortForward.from_json(p) for p in _list(data.get("portForwards"))), data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance
+from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
 
@@ -152,7 +152,7 @@ def test_details_view(cloud, observer, panels) -> None:
     assert details.status == "active" and panel.shown_details == details
     view = panel.details_view.value
     assert details.ip in view and details.ssh_command in view
-    assert all(port in view for port in details.port_forwards)
+    assert details.port_forwards and all(str(port) in view for port in details.port_forwards)
     assert "detailed" in view and "$" in view
     if volume_id:
         assert volume_id in view
@@ -161,6 +161,16 @@ def test_details_view(cloud, observer, panels) -> None:
     with pytest.raises(GPUCloudError):
         panel.details("no-such-instance")
     assert panel.status.is_error and "no-such-instance" in panel.status.text
+
+
+def test_details_view_shows_port_forward_objects_as_ports() -> None:
+    # The cloud may send {internalPort, externalPort} objects where the spec shows strings.
+    details = InstanceDetails.from_json({
+        "_id": "i1", "name": "n", "status": "active",
+        "portForwards": [{"internalPort": 8000, "externalPort": 18000}, "2222:22"]})
+    view = InstancesPanel._details_html(details)
+    assert "18000→8000, 2222→22" in view
+    assert "internalPort" not in view and "{" not in view
 
 
 def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:

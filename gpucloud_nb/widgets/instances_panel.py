@@ -422,7 +422,7 @@ class InstancesPanel(widgets.VBox):
             ("Price", f"{per_hour(d.hourly_price)} ({per_day(d.hourly_price)})"),
             ("IP", d.ip or "none yet"),
             ("SSH", ssh or "available once active"),
-            ("Port forwards", ", ".join(d.port_forwards) or "none"),
+            ("Port forwards", ", ".join(map(str, d.port_forwards)) or "none"),
             ("Volumes", "; ".join(_volume_text(v) for v in d.volumes) or "none"),
             ("SSH key", str(key or "none")),
             ("Created", d.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")

@@ -872,7 +872,7 @@ class LaunchForm(widgets.VBox):
             f"IP {escape(details.ip)}" if details.ip else "",
             escape(details.region_id),
             f"{escape(per_hour(details.hourly_price))} ({escape(per_day(details.hourly_price))})",
-            f"ports {escape(', '.join(details.port_forwards))}" if details.port_forwards else "",
+            f"ports {escape(', '.join(map(str, details.port_forwards)))}" if details.port_forwards else "",
             f"id <code>{escape(details.id)}</code>",
         ])
         volumes = ", ".join(escape(" at ".join(map(str, v)) if isinstance(v, list | tuple) else v)
