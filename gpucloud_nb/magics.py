@@ -66,9 +66,11 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
         %gpucloud volumes offers
 
 ``%gpucloud volumes create NAME --size GB --region R [--provider ID]``
-    Create a volume. ``--provider`` (a provider ``_id`` or display name) may be left out when one
-    provider alone sells volumes in R::
+    Create a volume. ``--provider`` (a provider ``_id`` or display name) may be left out: then
+    the cheapest provider selling volumes of that size in R (by ``pricePerGbPerHour``) is chosen
+    and named::
 
+        %gpucloud volumes create "my data" --size 100 --region us-east-1
         %gpucloud volumes create "my data" --size 100 --region us-east-1 --provider Nimbus
 
 ``%gpucloud volumes get ID``
@@ -357,8 +359,8 @@ def _parser() -> _Parser:
     p.add_argument("name", metavar="NAME", help="the volume's name (quote it if it has spaces)")
     p.add_argument("--size", metavar="GB", type=_size, required=True, help="size in GB")
     p.add_argument("--region", metavar="R", required=True, help="region id, e.g. us-east-1")
-    p.add_argument("--provider", metavar="ID", help="provider _id or display name; optional "
-                   "when one provider alone sells volumes in the region")
+    p.add_argument("--provider", metavar="ID", help="provider _id or display name; left out, "
+                   "the cheapest provider in the region is chosen")
     p.set_defaults(handler="volumes_create")
 
     p = _sub(actions, "get", "One volume.", "%gpucloud volumes get ID")
@@ -614,7 +616,8 @@ class GPUCloudMagics(Magics):
 
     def _volumes_create(self, args: argparse.Namespace) -> Volume:
         cloud = self.cloud
-        provider = self._volume_provider(cloud.volumes.offers(), args.region, args.provider)
+        offers = cloud.volumes.offers()
+        provider = self._volume_provider(offers, args.region, args.provider, args.size)
         volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
                                       region=args.region, size_in_gb=args.size)
         _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}, "
@@ -622,10 +625,12 @@ class GPUCloudMagics(Magics):
         return volume
 
     @staticmethod
-    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None) -> str:
+    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None,
+                         size: float = 0.0) -> str:
         """The provider ``_id`` to create a volume with in ``region``.
 
         ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
+        Without it, the cheapest provider whose minimum size allows ``size`` is chosen and named.
         """
         here = [o for o in offers if not o.regions or region in o.regions]
 
@@ -650,8 +655,15 @@ class GPUCloudMagics(Magics):
             regions = sorted({r for o in offers for r in o.regions})
             raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
                                     f"choose one of: {_names(regions)}.")
-        raise InvalidInputError(f"Several providers offer volumes in region '{region}'; choose one "
-                                f"with --provider: {choices(here)}.")
+        fitting = [o for o in here if not o.min_size_in_gb > size] or here
+        cheapest = min(fitting, key=lambda o: (
+            o.price_per_gb_per_hour if o.price_per_gb_per_hour == o.price_per_gb_per_hour
+            else float("inf"), o.cloud_provider.id))
+        chosen = cheapest.cloud_provider
+        _say(f"Chose provider {chosen.display_name or chosen.id} ({chosen.id}), the cheapest of "
+             f"{len(here)} in {region} at ${cheapest.price_per_gb_per_hour_text}/GB-hour; "
+             "pass --provider to choose another.")
+        return chosen.id
 
     def _volumes_get(self, args: argparse.Namespace) -> Volume:
         return self.cloud.volumes.get(args.id)
