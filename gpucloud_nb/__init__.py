@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb._connect import connect
-from gpucloud_nb._notebook import install_error_display
+from gpucloud_nb._notebook import install_error_display, notebook_inference
 from gpucloud_nb.client import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient
 from gpucloud_nb.errors import (
     APIError,
@@ -41,6 +41,7 @@ __all__ = [
     "__version__",
     "connect",
     "load_ipython_extension",
+    "notebook_inference",
 ]
 
 
