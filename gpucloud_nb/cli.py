@@ -4,9 +4,14 @@
     management: http://127.0.0.1:8765
     inference: http://127.0.0.1:8765/inference
 
-The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
-``--port 0`` picks a free port. No key or secret value is ever printed: without ``--api-key`` the
-sandbox uses the public default key (``gpucloud_nb.sandbox.DEFAULT_API_KEY``), and says so by name.
+    try: curl -H 'x-api-key: sandbox-key' http://127.0.0.1:8765/gpu-cloud/instances/offers
+    try: curl -H 'x-api-key: sandbox-secret' http://127.0.0.1:8765/inference/v1/models
+
+The two URL lines come first, each flushed, so a script can read them; then a ready ``curl`` line
+for each API, then uvicorn logs to stderr. ``--port 0`` picks a free port. Without ``--api-key``
+the sandbox uses the public default key (``gpucloud_nb.sandbox.DEFAULT_API_KEY``), which the curl
+line shows as it is; a key or secret of your own is never printed, only a masked hint
+(``<your key sk-…cdef>``).
 Ctrl-C or SIGTERM stops the server and exits with status 0.
 """
 
@@ -98,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _curl(given: str | None, default: str, what: str, url: str) -> str:
+    """A ready curl line: the public default shown as it is, a value of your own masked."""
+    from gpucloud_nb._secrets import mask
+
+    value = default if given is None else f"<your {what} {mask(given)}>"
+    return f"try: curl -H 'x-api-key: {value}' {url}"
+
+
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
@@ -139,6 +152,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
+        print(_curl(args.api_key, DEFAULT_API_KEY, "key", f"{management}/gpu-cloud/instances/offers"))
+        print(_curl(args.inference_secret, DEFAULT_INFERENCE_SECRET, "secret",
+                    f"{inference}/v1/models"), flush=True)
         defaults = [name for name, given in (("API key", args.api_key),
                                              ("inference secret", args.inference_secret))
                     if given is None]
