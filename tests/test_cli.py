@@ -124,6 +124,7 @@ def test_default_keys_are_named_not_printed_and_ctrl_c_exits(launch) -> None:
     assert httpx.get(f"{base}/gpu-cloud/volumes",
                      headers={"x-api-key": "sandbox-key"}).json() == []
     out, err = _stop(process, lines, signal.SIGINT)
+    assert "Traceback" not in out
     assert "public default API key" in err
 
 
