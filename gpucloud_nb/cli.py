@@ -4,14 +4,11 @@
     management: http://127.0.0.1:8765
     inference: http://127.0.0.1:8765/inference
 
-    try: curl -H 'x-api-key: sandbox-key' http://127.0.0.1:8765/gpu-cloud/instances/offers
-    try: curl -H 'x-api-key: sandbox-secret' http://127.0.0.1:8765/inference/v1/models
-
-The two URL lines come first, each flushed, so a script can read them; then a ready ``curl`` line
-for each API, then uvicorn logs to stderr. ``--port 0`` picks a free port. Without ``--api-key``
-the sandbox uses the public default key (``gpucloud_nb.sandbox.DEFAULT_API_KEY``), which the curl
-line shows as it is; a key or secret of your own is never printed, only a masked hint
-(``<your key sk-…cdef>``).
+The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
+``--port 0`` picks a free port. Without ``--api-key`` the sandbox uses the public default key
+(``gpucloud_nb.sandbox.DEFAULT_API_KEY``, no secret) and prints a ready ``curl`` line with it and
+its header (``x-api-key``); a custom key or secret is never printed (the line then reads
+``$GPUCLOUD_API_KEY``).
 Ctrl-C or SIGTERM stops the server and exits with status 0.
 """
 
@@ -103,14 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _curl(given: str | None, default: str, what: str, url: str) -> str:
-    """A ready curl line: the public default shown as it is, a value of your own masked."""
-    from gpucloud_nb._secrets import mask
-
-    value = default if given is None else f"<your {what} {mask(given)}>"
-    return f"try: curl -H 'x-api-key: {value}' {url}"
-
-
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
@@ -152,9 +141,6 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
-        print(_curl(args.api_key, DEFAULT_API_KEY, "key", f"{management}/gpu-cloud/instances/offers"))
-        print(_curl(args.inference_secret, DEFAULT_INFERENCE_SECRET, "secret",
-                    f"{inference}/v1/models"), flush=True)
         defaults = [name for name, given in (("API key", args.api_key),
                                              ("inference secret", args.inference_secret))
                     if given is None]
@@ -162,6 +148,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             print(f"gpucloud-nb sandbox: using the public default {' and '.join(defaults)} "
                   "(gpucloud_nb.sandbox.DEFAULT_API_KEY / DEFAULT_INFERENCE_SECRET).",
                   file=sys.stderr, flush=True)
+        # A ready request to try: the public default key is no secret; a custom one is masked.
+        key = config.api_key if args.api_key is None else "$GPUCLOUD_API_KEY"
+        print(f"try: curl -H 'x-api-key: {key}' {management}/gpu-cloud/instances/offers",
+              file=sys.stderr, flush=True)
 
     try:
         serve(config, ready)

@@ -17,11 +17,6 @@ Choices where the spec says "not shown":
 - Records are frozen, except :class:`Instance` and :class:`InstanceDetails`: panels re-read them
   every few seconds, and a frozen dataclass's ``__init__`` costs about ten times a plain one's.
   Assigning to one changes only that snapshot, never the cloud.
-- ``portForwards`` items are strings in the spec; the cloud also sends objects
-  ``{internalPort, externalPort}``. Both parse into a :class:`PortForward`. A string reads as
-  ``"external:internal"`` (as the sandbox sends ``"2222:22"``); a lone number forwards a port to
-  itself; a part that is not a port number is ``0``.
-- ``updatedAt`` is kept on :class:`InstanceDetails` too when the cloud sends it (``None`` if not).
 - ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour`` is its float value and
   ``price_per_gb_per_hour_text`` the text as sent.
 """
@@ -29,7 +24,6 @@ Choices where the spec says "not shown":
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -227,39 +221,6 @@ class InstanceOffer:
                 f"provider={self.cloud.id!r}, available_regions={self.available_regions!r})")
 
 
-_PORTS = re.compile(r"\s*(\d{1,5})\s*(?::\s*(\d{1,5})\s*)?(?:/\w+)?\s*")
-
-
-@dataclass(frozen=True, slots=True)
-class PortForward:
-    """One port forward of an instance: ``external_port`` on its address reaches ``internal_port``.
-
-        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 18000})
-        PortForward(internal_port=8000, external_port=18000)
-        >>> str(PortForward.from_json("2222:22"))
-        '2222→22'
-    """
-
-    internal_port: int
-    external_port: int
-
-    @classmethod
-    def from_json(cls, data: Any) -> PortForward:
-        if isinstance(data, Mapping):
-            return cls(internal_port=_int(data.get("internalPort")),
-                       external_port=_int(data.get("externalPort")))
-        if isinstance(data, int | float) and not isinstance(data, bool):
-            return cls(internal_port=_int(data), external_port=_int(data))
-        match = _PORTS.fullmatch(_str(data))
-        if match is None:
-            return cls(internal_port=0, external_port=0)
-        external = int(match[1])
-        return cls(internal_port=int(match[2] or external), external_port=external)
-
-    def __str__(self) -> str:
-        return f"{self.external_port}→{self.internal_port}"
-
-
 def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
     """The fields of :class:`_InstanceBase`, in declaration order.
 
@@ -386,6 +347,45 @@ class InstanceDetails(_InstanceBase):
         data = _dict(data)
         return cls(*_instance_common(data), _bool(data.get("isPending")), _dict(data.get("sshKey")),
                    tuple(PortForward.from_json(p) for p in _list(data.get("portForwards"))), data)
+
+
+@dataclass(frozen=True, slots=True)
+class PortForward:
+    """One item of an instance's ``portForwards``: a port of the instance and where it is reached.
+
+    The spec says only "array of string". Strings are read as ``"INTERNAL:EXTERNAL"`` (``"8000:
+    32768"``: the instance's port 8000 is reached on port 32768 of its address); the real cloud
+    also sends objects ``{internalPort, externalPort}``. Anything else keeps its text, with
+    ``None`` ports. ``str()`` gives ``"8000:32768"``.
+
+        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 32768})
+        PortForward(internal_port=8000, external_port=32768)
+    """
+
+    internal_port: int | None
+    external_port: int | None
+    text: str = field(default="", repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PortForward:
+        if isinstance(data, Mapping):
+            internal, external = _port(data.get("internalPort")), _port(data.get("externalPort"))
+            return cls(internal, external, f"{internal or '?'}:{external or '?'}")
+        text = _str(data)
+        head, sep, tail = text.partition(":")
+        if sep:
+            return cls(_port(head), _port(tail), text)
+        return cls(_port(text), None, text)
+
+    def __str__(self) -> str:
+        if self.internal_port is not None and self.external_port is not None:
+            return f"{self.internal_port}:{self.external_port}"
+        return self.text
+
+
+def _port(value: Any) -> int | None:
+    number = _int(value)
+    return number if 0 < number < 65536 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,25 +53,24 @@ def test_every_instance_field_lands_in_its_attribute() -> None:
 
 def test_every_instance_details_field_lands_in_its_attribute() -> None:
     payload = {**INSTANCE, "isPending": False, "sshKey": {"_id": "key-3", "name": "laptop"},
-               "portForwards": ["18888:8888", 22]}
+               "portForwards": ["8888:8888", 22]}
     details = InstanceDetails.from_json(payload)
     assert {name: getattr(details, name) for name in EXPECTED} == EXPECTED
     assert details.is_pending is False and details.ssh_key == {"_id": "key-3", "name": "laptop"}
-    assert details.port_forwards == (PortForward(8888, 18888), PortForward(22, 22))
     assert details.updated_at == datetime(2026, 11, 22, 11, tzinfo=timezone.utc)
+    assert details.port_forwards == (PortForward(8888, 8888), PortForward(22, None))
     assert details.raw == payload
-    assert InstanceDetails.from_json({**payload, "updatedAt": None}).updated_at is None
 
 
-def test_port_forwards_may_be_objects_or_strings() -> None:
-    payload = {**INSTANCE, "portForwards": [
-        {"internalPort": 8000, "externalPort": 18000}, {"internalPort": "22"}, "2222:22",
-        "8080/tcp", "nonsense", None]}
-    forwards = InstanceDetails.from_json(payload).port_forwards
-    assert forwards == (PortForward(8000, 18000), PortForward(22, 0), PortForward(22, 2222),
-                        PortForward(8080, 8080), PortForward(0, 0), PortForward(0, 0))
-    assert [str(f) for f in forwards[:3]] == ["18000→8000", "0→22", "2222→22"]
-    assert "internalPort" not in repr(forwards) + " ".join(map(str, forwards))
+def test_port_forwards_as_objects_become_typed_pairs() -> None:
+    details = InstanceDetails.from_json({**INSTANCE, "portForwards": [
+        {"internalPort": 8000, "externalPort": 32768}, "22:2201", {"internalPort": "8888"},
+        "weird"]})
+    forwards = details.port_forwards
+    assert forwards[0] == PortForward(internal_port=8000, external_port=32768)
+    assert forwards[1] == PortForward(22, 2201)
+    assert [str(f) for f in forwards] == ["8000:32768", "22:2201", "8888:?", "weird"]
+    assert not any("internalPort" in str(f) or "{" in str(f) for f in forwards)
 
 
 def test_instances_tolerate_drift_missing_fields_and_extra_fields() -> None:

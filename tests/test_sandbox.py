@@ -313,6 +313,21 @@ def test_unknown_ids_paths_and_methods(shared_api: httpx.Client) -> None:
     check_error(shared_api.delete("/gpu-cloud/volumes"), 405)
 
 
+@pytest.mark.parametrize("path", ["/gpu-cloud/instances/%2F", "/gpu-cloud/instances/",
+                                  "/gpu-cloud/volumes/%2F", "/gpu-cloud/volumes/",
+                                  "/gpu-cloud/instances/a%2Fb", "/gpu-cloud/instances/a/b"])
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_an_id_that_is_not_one_path_segment_is_a_404_never_a_redirect(
+        sandbox_api: httpx.Client, path: str, method: str) -> None:
+    offer, region = pick_offer(sandbox_api, "vm")
+    assert sandbox_api.post("/gpu-cloud/instances", json=instance_body(offer, region)).status_code == 201
+    answer = sandbox_api.request(method, path)
+    assert answer.status_code == 404, (answer.status_code, answer.headers.get("location"))
+    assert "location" not in answer.headers
+    check_error(answer, 404)
+    assert len(sandbox_api.get("/gpu-cloud/instances").json()) == 1  # nothing was deleted
+
+
 def test_empty_lists(sandbox_api: httpx.Client) -> None:
     assert sandbox_api.get("/gpu-cloud/instances").json() == []
     assert sandbox_api.get("/gpu-cloud/volumes").json() == []
@@ -385,7 +400,7 @@ def test_container_instance(sandbox_api: httpx.Client) -> None:
         "", "nginx:1.27", "nginx -g daemon")
     assert created["sshUser"] == "root"
     active = wait_for(sandbox_api, created["_id"], "active")
-    assert active["sshPort"] > 1024 and active["portForwards"] == [f"{active['sshPort']}:22"]
+    assert active["sshPort"] > 1024 and active["portForwards"] == [f"22:{active['sshPort']}"]
 
 
 def test_failed_launch(sandbox_api: httpx.Client) -> None:
@@ -451,10 +466,6 @@ def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:
         ({**instance_body(vm, vm_region), "vm": {"os": "windows-11"}}, None),
         ({**instance_body(vm, vm_region), "vm": None}, None),
         ({**instance_body(vm, vm_region), "vm": "ubuntu"}, "vm must be an object with os."),
-        ({**instance_body(vm, vm_region), "vm": None, "dockerContainer": {"image": "x"}},
-         None),
-        ({**instance_body(box, box_region), "vm": {"os": "ubuntu-22.04"},
-          "dockerContainer": None}, None),
         ({**instance_body(box, box_region), "dockerContainer": {}},
          "dockerContainer.image is required."),
         ({**instance_body(box, box_region), "dockerContainer": {"image": "x", "command": 3}},
@@ -469,43 +480,11 @@ def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:
          f"Volume {'0' * 24} not found."),
         ({**instance_body(vm, vm_region), "name": "n" * 256},
          "name must be at most 255 characters long."),
-        ({**instance_body(vm, vm_region), "dockerContainer": {"image": 3}},
-         "dockerContainer.image must be a string."),
     ]
     for body, message in cases:
         got = check_error(sandbox_api.post("/gpu-cloud/instances", json=body), 400, message)
         assert got.count(". ") == 0 or ";" in got, got  # one sentence
     assert sandbox_api.get("/gpu-cloud/instances").json() == []
-
-
-def test_ssh_key_id_and_key_together_key_wins(sandbox_api: httpx.Client) -> None:
-    # The cloud's docs' create example sends both.
-    offer, region = pick_offer(sandbox_api, "vm")
-    body = instance_body(offer, region, sshKeyId="k1", sshKey="ssh-ed25519 AAAAC3Nza me@laptop")
-    created = sandbox_api.post("/gpu-cloud/instances", json=body)
-    assert created.status_code == 201, created.text
-    key = sandbox_api.get(f"/gpu-cloud/instances/{created.json()['_id']}").json()["sshKey"]
-    assert key["name"] == "me@laptop" and OBJECT_ID.fullmatch(key["_id"])
-
-
-def test_vm_and_docker_container_together(sandbox_api: httpx.Client) -> None:
-    # The official CLI sends vm: {os} with dockerContainer: {image} or null, whatever the offer.
-    vm, vm_region = pick_offer(sandbox_api, "vm")
-    box, box_region = pick_offer(sandbox_api, "container")
-    os_image = vm["configuration"]["os"][0]
-    shapes = [
-        (vm, vm_region, {"vm": {"os": os_image}, "dockerContainer": None}),
-        (vm, vm_region, {"vm": {"os": os_image}, "dockerContainer": {"image": "ubuntu"}}),
-        (box, box_region, {"vm": {"os": "ubuntu-22.04"}, "dockerContainer": {"image": "nginx"}}),
-    ]
-    made = []
-    for offer, region, parts in shapes:
-        body = {**instance_body(offer, region), **parts}
-        response = sandbox_api.post("/gpu-cloud/instances", json=body)
-        assert response.status_code == 201, response.text
-        made.append(sandbox_api.get(f"/gpu-cloud/instances/{response.json()['_id']}").json())
-    assert [(m["os"], m["dockerImage"]) for m in made] == [
-        (os_image, ""), (os_image, ""), ("", "nginx")]
 
 
 # -- volumes --------------------------------------------------------------------------------
@@ -787,13 +766,3 @@ def test_unicode_names_round_trip(sandbox_api: httpx.Client) -> None:
         assert created.status_code == 201
         assert created.json()["name"] == name
         assert created.json()["volumes"] == [[volume["_id"], f"/mnt/{name}"]]
-
-
-@pytest.mark.parametrize("path", ["/gpu-cloud/instances", "/gpu-cloud/volumes"])
-@pytest.mark.parametrize("method", ["GET", "DELETE"])
-@pytest.mark.parametrize("odd", ["%2F", "a%2Fb", "", "%2F%2F", "x/"])
-def test_odd_ids_are_404_never_a_redirect(shared_api: httpx.Client, path: str, method: str,
-                                          odd: str) -> None:
-    response = shared_api.request(method, f"{path}/{odd}")
-    assert not response.is_redirect, response.headers.get("location")
-    check_error(response, 404)

@@ -396,23 +396,6 @@ def normalize_messages(messages: Any, images: Iterable[Any] | None = None) -> li
 # operations shared by the sync and async clients -------------------------------------------
 
 
-URL_VARIABLE = "GPUCLOUD_INFERENCE_URL"
-SECRET_VARIABLE = "GPUCLOUD_INFERENCE_SECRET"
-
-
-def _from_environment(endpoint_url: str | None,
-                      secret: str | Secret | None) -> tuple[str, str | Secret]:
-    """Fill what was not passed from ``GPUCLOUD_INFERENCE_URL`` and ``GPUCLOUD_INFERENCE_SECRET``."""
-    url = endpoint_url if endpoint_url is not None else os.environ.get(URL_VARIABLE, "").strip()
-    given = secret if secret is not None else os.environ.get(SECRET_VARIABLE, "").strip()
-    missing = [name for name, value in ((URL_VARIABLE, url), (SECRET_VARIABLE, given))
-               if not value and (endpoint_url if name == URL_VARIABLE else secret) is None]
-    if missing:
-        raise InvalidInputError(
-            f"No inference endpoint: pass endpoint_url and secret, or set {' and '.join(missing)}.")
-    return url, given
-
-
 def _endpoint(url: str) -> str:
     if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
         raise InvalidInputError(
@@ -443,6 +426,24 @@ def _reworded(error: APIError, message: str) -> APIError:
 class _ChatRequest:
     model: str
     body: dict[str, Any]
+
+
+#: Where ``InferenceClient()`` with no arguments finds its endpoint and secret.
+URL_VARIABLE, SECRET_VARIABLE = "GPUCLOUD_INFERENCE_URL", "GPUCLOUD_INFERENCE_SECRET"
+
+
+def _from_environment(endpoint_url: str | None,
+                      secret: str | Secret | None) -> tuple[str, str | Secret]:
+    """The endpoint and secret given, else ``GPUCLOUD_INFERENCE_URL`` / ``_SECRET``."""
+    endpoint_url = endpoint_url or os.environ.get(URL_VARIABLE)
+    secret = secret or os.environ.get(SECRET_VARIABLE)
+    missing = [name for name, value in ((URL_VARIABLE, endpoint_url), (SECRET_VARIABLE, secret))
+               if not value]
+    if missing:
+        raise InvalidInputError(
+            f"No inference endpoint: pass endpoint_url and secret, or set {' and '.join(missing)}.")
+    assert endpoint_url is not None and secret is not None
+    return endpoint_url, secret
 
 
 class _InferenceOps(Generic[D]):
@@ -843,18 +844,18 @@ class InferenceClient(_InferenceOps[SyncDriver]):
 
     ``endpoint_url`` is the instance's base address, before ``/v1`` (a trailing ``/`` or ``/v1``
     is tolerated); ``secret`` is the instance secret, sent as ``x-api-key`` and never shown.
-    Left out, they are read from ``GPUCLOUD_INFERENCE_URL`` and ``GPUCLOUD_INFERENCE_SECRET``
-    (as openai's client reads ``OPENAI_BASE_URL``).
+    Without them, ``GPUCLOUD_INFERENCE_URL`` and ``GPUCLOUD_INFERENCE_SECRET`` are read (as
+    openai's client reads ``OPENAI_BASE_URL``).
 
-        >>> chat = InferenceClient()                # from the two variables
         >>> chat = InferenceClient(instance_url, secret)
+        >>> chat = InferenceClient()        # from GPUCLOUD_INFERENCE_URL / _SECRET
         >>> chat.chat([{"role": "system", "content": "Be brief."},
         ...            {"role": "user", "content": ["What is this?", Path("cat.jpg")]}]).text
     """
 
     def __init__(self, endpoint_url: str | None = None, secret: str | Secret | None = None, *,
-                 timeout: float = 60.0, max_retries: int = 3,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 timeout: float = 60.0,
+                 max_retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
         self._timeout = timeout
         self._http = httpx.Client(base_url=self.endpoint_url, auth=auth, timeout=timeout,
@@ -914,8 +915,6 @@ class InferenceClient(_InferenceOps[SyncDriver]):
 class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
     """The asyncio twin of :class:`InferenceClient`: the same methods as coroutines.
 
-    With no arguments it reads ``GPUCLOUD_INFERENCE_URL`` and ``GPUCLOUD_INFERENCE_SECRET`` too.
-
         >>> async with AsyncInferenceClient(url, secret) as chat:
         ...     stream = await chat.chat("Hello", stream=True)
         ...     async for chunk in stream:
@@ -923,8 +922,8 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
     """
 
     def __init__(self, endpoint_url: str | None = None, secret: str | Secret | None = None, *,
-                 timeout: float = 60.0, max_retries: int = 3,
-                 transport: httpx.AsyncBaseTransport | None = None,
+                 timeout: float = 60.0,
+                 max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 100) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
         self._http = httpx.AsyncClient(base_url=self.endpoint_url, auth=auth, timeout=timeout,

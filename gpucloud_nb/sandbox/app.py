@@ -9,19 +9,15 @@ says "not shown":
 
 - 403 for a missing or wrong ``x-api-key`` on every management endpoint; 404 for an unknown id
   ("Instance <id> not found.") and, with the same body, for an unknown path; 405 for a wrong
-  method (with ``Allow``). An id that is not one path segment (``%2F``, an empty id, a trailing
-  slash) is the same 404 for an unknown path: slash redirects are off, so no path answers 3xx.
+  method (with ``Allow``).
 - 400 for every validation failure, with the messages of :mod:`gpucloud_nb.rules`, for a body
   that is not a JSON object, and for bad query values (``available`` true|false, ``sort`` price,
   ``deploymentType`` vm|container|baremetal, ``numGpus`` a whole number). Empty query values
   count as absent; unknown query parameters are ignored. 413 for a body over 1 MB.
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
-  becomes ``dockerCommand``.
-- ``sshKeyId`` and ``sshKey`` together are accepted (the cloud's docs' example sends both):
-  ``sshKey``, the key itself, wins and ``sshKeyId`` is ignored. ``vm`` together with
-  ``dockerContainer`` (an object or null, as the official CLI sends) is accepted: the part the
-  offer's deployment type uses is kept, the other ignored (see :mod:`gpucloud_nb.rules`).
+  becomes ``dockerCommand``. ``sshKeyId`` and ``sshKey`` may come together (the cloud's docs
+  send both): the key text in ``sshKey`` wins, since it is what the machine will accept.
 - DELETE of an instance that is already deleting or deleted answers 204 again (idempotent); a
   deleted volume is gone, so deleting it again is 404.
 - A volume may be attached to several instances (a network volume). Deleting a volume while an
@@ -233,11 +229,10 @@ def _extra_volume_problem(body: Mapping[str, Any]) -> str | None:
 
 
 def _ssh_key(body: Mapping[str, Any]) -> dict[str, str]:
-    """The key installed: ``sshKey`` when given (it wins over ``sshKeyId``), else ``sshKeyId``."""
+    """The instance's ``sshKey`` object: ``sshKey`` (the key text) wins over ``sshKeyId``."""
     key = body.get("sshKey")
     if not key:
-        key_id = body.get("sshKeyId")
-        return {"_id": key_id, "name": key_id} if key_id else {}
+        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]} if body.get("sshKeyId") else {}
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     parts = key.split()
     return {"_id": digest, "name": parts[2] if len(parts) >= 3 else f"ssh-key-{digest[:6]}"}
@@ -321,10 +316,8 @@ class _Management:
         region = body["region"]
         here = next(a for a in offer["availability"] if a.get("region") == region)
         configuration = offer["configuration"]
-        # The CLI sends vm and dockerContainer together: keep the part this offer uses.
-        is_container = offer["deploymentType"] == "container"
-        container = body.get("dockerContainer") if is_container else None
-        vm = None if is_container else body.get("vm")
+        container = body.get("dockerContainer")
+        vm = body.get("vm")
         doc = {
             "name": body["name"],
             "provider": offer["cloud"]["name"],
@@ -340,7 +333,7 @@ class _Management:
             "interconnect": configuration["interconnect"],
             "nvlink": offer["nvlink"],
             "os": vm["os"] if vm else "",
-            "sshUser": "root" if container else "ubuntu",
+            "sshUser": "root" if offer["deploymentType"] == "container" else "ubuntu",
             "dockerImage": container["image"] if container else "",
             "dockerCommand": (container.get("command") or "") if container else "",
             "hourlyPrice": offer["hourlyPrice"],
@@ -482,7 +475,8 @@ def create_app(config: SandboxConfig) -> Starlette:
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
-    app.router.redirect_slashes = False  # "/instances/%2F" must be a 404, never a 307 to the list
+    # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
+    app.router.redirect_slashes = False
     app.state.store = store
     app.state.config = config
     if config.faults is not None and config.faults.active:

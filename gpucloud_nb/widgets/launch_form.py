@@ -530,8 +530,6 @@ class LaunchForm(widgets.VBox):
                 return "Container offers run no cloud-init script; clear it or choose a vm offer."
         elif self.os.value is None:
             return f"Choose an OS image for this {offer.deployment_type} offer."
-        if self.ssh_key.value.strip() and self.ssh_key_id.value.strip():
-            return "Give an SSH public key or a saved key id, not both."
         body = self.body or {}
         offers = [_offer_json(offer)]
         if body.get("volumeId") is None:
@@ -902,7 +900,8 @@ class LaunchForm(widgets.VBox):
         settle(future, error=WaitStopped(message))
 
     def close(self) -> None:
-        """Close the widget; a launch being waited on is left to run (see :meth:`stop`)."""
+        """Stop waiting (the launch itself goes on in the cloud, see :meth:`stop`) and close."""
+        self.stop()
         super().close()
 
     def __repr__(self) -> str:
