@@ -309,7 +309,6 @@ def test_closing_panels_and_browsers_stops_their_threads(sandbox_factory) -> Non
 def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
     import gc
 
-    import comm
     from ipywidgets.widgets.widget import _instances as registry
 
     sandbox = sandbox_factory(launch_seconds=60)
@@ -321,11 +320,9 @@ def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
         assert panel.auto_refreshing
         # ipywidgets and the comm manager hold every open widget; forget the panel's there, as a
         # kernel does once its front end is gone, without ever calling panel.close().
-        manager = comm.get_comm_manager()
         for model_id in set(registry) - existing:
             widget = registry.pop(model_id)
-            manager.unregister_comm(widget.comm)
-            widget.comm = None  # already gone: nothing left for ipywidgets' __del__ to close
+            widget.comm.on_msg(None)  # the comm no longer calls back into the widget
         del panel, widget
         # The refresh thread holds the panel only while it calls it: a collection between two
         # calls frees the panel, and the thread then ends by itself.
