@@ -597,11 +597,15 @@ class GPUCloudMagics(Magics):
         chosen = ""
         if args.provider is None:
             here = [o for o in offers if not o.regions or args.region in o.regions]
+            selling = [o for o in here if not o.min_size_in_gb > args.size]
             if len(here) > 1:
                 offer = next(o for o in here if o.cloud_provider.id == provider)
-                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of "
-                          f"{len(here)} providers there (${offer.price_per_gb_per_hour:g}/GB/h; "
-                          "choose another with --provider)")
+                among = (f"{len(here)} providers there" if len(selling) == len(here) else
+                         f"the {len(selling)} of {len(here)} providers there selling "
+                         f"{_gb(args.size)}")
+                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
+                          f"(${offer.price_per_gb_per_hour:g}/GB/h; choose another with "
+                          "--provider)")
         _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
              f"{chosen}, {_gb(volume.size_in_gb)}.")
         return volume
