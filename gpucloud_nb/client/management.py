@@ -16,6 +16,12 @@ Choices where the spec says "not shown", documented here once:
   try again. A connection that was never made and a 429 are retried as usual.
 - The offers catalogue used to check a create is cached for ``offers_ttl`` seconds (60).
 - ``GPUCLOUD_BASE_URL`` has no default: the spec names none, so it must be given.
+- Redirects are not followed: any 3xx raises :class:`~gpucloud_nb.errors.RedirectError` naming
+  the ``Location`` (user:password masked), so a 301 is never taken for a done delete.
+- ``max_hourly_cost`` fails closed: a pending or active instance, or the offer, whose
+  ``hourlyPrice`` is missing, not finite or negative refuses the launch (see ``costcap``).
+- Two providers may sell offers with the same ``instanceId``: an offer is named by the pair
+  (provider ``_id``, ``instanceId``) everywhere.
 """
 
 from __future__ import annotations
