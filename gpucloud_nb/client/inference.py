@@ -590,12 +590,23 @@ class _StreamBase:
 
     def __init__(self, request: _ChatRequest, ops: _InferenceOps[Any]) -> None:
         self.model = request.model
-        self.text = ""
+        self._parts: list[str] = []          # the deltas, appended as they come
+        self._joined: tuple[int, str] = (0, "")  # how many parts ``text`` last joined, and it
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.id = ""
         self.closed = False
         self._ops = ops
+
+    @property
+    def text(self) -> str:
+        """The reply's text so far (joined when read, so a long reply streams in linear time)."""
+        count, joined = self._joined
+        end = len(self._parts)
+        if end > count:
+            joined += "".join(self._parts[count:end])
+            self._joined = (end, joined)
+        return joined
 
     def _error(self, response: httpx.Response) -> APIError:
         error = error_from_response(response, flavor="inference", secrets=self._ops._secrets())
@@ -642,7 +653,8 @@ class _StreamBase:
                 "The endpoint failed while streaming."
             raise ServerError(text.rstrip(".") + ".", status_code=500, path=CHAT_PATH)
         chunk = ChatChunk.from_json(payload)
-        self.text += chunk.delta
+        if chunk.delta:
+            self._parts.append(chunk.delta)
         self.id = self.id or chunk.id
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason

@@ -204,7 +204,8 @@ class ChatTurn:
     def __init__(self, kind: str = "chat", loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.kind = kind
         self.status = "queued"
-        self.text = ""
+        self._text = ""
+        self._live: Callable[[], str] | None = None  # the stream's text while it streams
         self.error: str | None = None
         self.future: concurrent.futures.Future[ChatTurn] = concurrent.futures.Future()
         self._loop = loop
@@ -217,6 +218,16 @@ class ChatTurn:
         turn = cls(kind)
         turn._finish("refused", error=sentence)
         return turn
+
+    @property
+    def text(self) -> str:
+        """The reply so far (or the transcript)."""
+        live = self._live
+        return live() if live is not None else self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text, self._live = value, None
 
     @property
     def stopped(self) -> bool:
@@ -355,6 +366,7 @@ class _ReplyView:
     def __init__(self, layout: widgets.Layout, style: HTMLStyle, box_layout: widgets.Layout) -> None:
         self._layout, self._style, self._box_layout = layout, style, box_layout
         self.markdown = MarkdownStream(min_chars=600, max_chars=1200)
+        self._ready: list[str] = []  # HTML of pieces frozen between two flushes
         self.blocks: list[widgets.HTML] = []
         self.tail = self._block("")
         self._group = _Group([self.tail], layout=box_layout)
@@ -373,25 +385,41 @@ class _ReplyView:
         return self.markdown.text
 
     def append(self, delta: str) -> None:
+        """Add text; past a few blocks' worth, freeze what can be frozen now (shown at the next
+        flush), so neither a flush nor the last update after Stop has a backlog to work off."""
         self.markdown.append(delta)
+        if self.markdown.tail_chars > 4 * self.markdown.max_chars:
+            self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
 
     def cost(self) -> float:
         """About what the next update sends: the open tail's length."""
-        return len(self.markdown.tail)
+        return self.markdown.tail_chars
+
+    def _frozen(self) -> str:
+        """The HTML of every piece that can no longer change (``""``: none), each rendered once."""
+        self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
+        ready, self._ready = "".join(self._ready), []
+        return ready
+
+    def _freeze(self, frozen: str) -> None:
+        self._set(self.tail, frozen)  # its last update, ever
+        self.tail = self._block("")
+        if len(self._group.children) >= _GROUP_SIZE:
+            self._group = _Group([self.tail], layout=self._box_layout)
+            self.box.children = (*self.box.children, self._group)
+        else:
+            self._group.children = (*self._group.children, self.tail)
 
     def flush(self) -> None:
-        """Show what arrived: freeze a finished segment, or re-render the open tail."""
-        frozen = self.markdown.settle()
+        """Show what arrived: freeze the finished pieces, re-render the open tail.
+
+        The tail is capped (see :class:`MarkdownStream`), so a flush costs the same at the
+        first kilobyte of a reply and at the last megabyte.
+        """
+        frozen = self._frozen()
         if frozen:
-            self._set(self.tail, render_markdown(frozen))  # its last update, ever
-            self.tail = self._block(render_markdown(self.markdown.tail))
-            if len(self._group.children) >= _GROUP_SIZE:
-                self._group = _Group([self.tail], layout=self._box_layout)
-                self.box.children = (*self.box.children, self._group)
-            else:
-                self._group.children = (*self._group.children, self.tail)
-        else:
-            self._set(self.tail, render_markdown(self.markdown.tail))
+            self._freeze(frozen)
+        self._set(self.tail, render_markdown(self.markdown.tail))
 
     def _set(self, block: widgets.HTML, value: str) -> None:
         if block.value != value:
@@ -401,6 +429,9 @@ class _ReplyView:
     def finish(self, marker: str | None = None) -> None:
         """The last update: the rest of the text (and ``[stopped]``); then nothing changes."""
         self.markdown.finish()
+        frozen = self._frozen()
+        if frozen:
+            self._freeze(frozen)
         value = render_markdown(self.markdown.tail)
         if marker:
             value += f'<p class="{CSS_CLASSES["stopped"]}">{html.escape(marker)}</p>'
@@ -979,10 +1010,10 @@ class ChatWidget(widgets.VBox):
                                     max_interval=FLUSH_MAX_INTERVAL)
                 self._append(reply.box, generation)
                 self.status.clear()
+                turn._live = lambda: stream.text  # joined when read, not once per chunk
                 async for chunk in stream:
                     if chunk.delta:
                         reply.append(chunk.delta)
-                        turn.text = stream.text
                         throttle.poke()
             except asyncio.CancelledError:
                 marker = "[stopped]"
