@@ -103,7 +103,8 @@ class FakeChatServer:
     ``GET /v1/models`` lists ``fake-chat-1``; ``POST /v1/chat/completions`` streams the tokens
     (or returns them whole without ``"stream": true``); ``requests`` counts chat requests and
     ``bodies`` keeps their JSON bodies. ``status`` other than 200 answers every chat request
-    with that status and an OpenAI-style error body.
+    with that status and an OpenAI-style error body. ``cut_off=True`` ends each stream after the
+    tokens, without the ``finish_reason`` chunk and ``[DONE]`` (as a proxy that cuts it would).
 
         >>> with FakeChatServer(["Hello", " world"]) as server:
         ...     InferenceClient(server.url, "any-secret").chat("Hi").text
@@ -113,8 +114,9 @@ class FakeChatServer:
     MODEL = "fake-chat-1"
 
     def __init__(self, tokens: Sequence[str] = ("Hello",), tokens_per_second: float = 0.0, *,
-                 status: int = 200, secret: str = "fake-secret") -> None:
+                 status: int = 200, secret: str = "fake-secret", cut_off: bool = False) -> None:
         self.tokens = list(tokens)
+        self.cut_off = cut_off
         self.tokens_per_second = tokens_per_second
         self.status = status
         self.secret = secret
@@ -168,8 +170,9 @@ class FakeChatServer:
                         delay = start + (index + 1) / self.tokens_per_second - time.monotonic()
                         await asyncio.sleep(max(0.0, delay))
                     yield event({"content": token})
-                yield event({}, "stop")
-                yield b"data: [DONE]\n\n"
+                if not self.cut_off:
+                    yield event({}, "stop")
+                    yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
 

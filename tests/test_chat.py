@@ -689,3 +689,16 @@ def test_a_long_reply_streams_whole_with_the_tail_capped(
     values = blocks_in_order(assistant_boxes(chat)[-1])
     assert " ".join(html_text("".join(values)).split()) == " ".join(turn.text.split())
     assert len(values) > 10  # cut into pieces, the stray star notwithstanding
+
+
+def test_a_reply_cut_off_before_its_end_is_marked_incomplete_in_one_line(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    server = fake_server(["Once", " upon", " a", " time"], cut_off=True)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Tell me a story").wait(WAIT)
+    assert turn.status == "error" and turn.text == "Once upon a time"
+    assert turn.error is not None and turn.error.startswith("The reply was cut off before it finished")
+    assert chat.errors == [turn.error]  # one line, under the reply
+    assert "Once upon a time" in html_text("".join(blocks_in_order(assistant_boxes(chat)[-1])))
+    assert chat.history[-1] == {"role": "assistant", "content": "Once upon a time"}
+    assert chat.to_markdown().rstrip().endswith("Once upon a time\n[incomplete]")

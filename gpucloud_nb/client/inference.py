@@ -24,7 +24,10 @@ The endpoint follows the widely used chat-completion interface (``/v1/models``,
   model (whisper, speech, transcribe, asr, stt, audio), else the first.
 - A non-streamed chat and a transcription are safe to repeat, so they are retried on 429
   (honouring ``Retry-After``), 5xx and connection errors like reads. A stream is never retried:
-  an error before it starts (such as a 429) raises at once.
+  an error before it starts (such as a 429) raises at once. A stream that ends without a
+  ``finish_reason`` or ``data: [DONE]`` was cut off (a proxy, a crashed server): iterating it
+  raises :class:`ConnectionFailedError` ("The reply was cut off before it finished...") after
+  the chunks that did arrive, rather than passing a truncated reply off as whole.
 - Images are checked and turned into ``data:`` URLs by :mod:`gpucloud_nb.media` before anything is
   sent, and audio is checked by ``media.check_audio``; ``http(s)://`` image URLs are passed
   through unchanged for the endpoint to fetch.
@@ -596,6 +599,7 @@ class _StreamBase:
         self.usage: Usage | None = None
         self.id = ""
         self.closed = False
+        self.complete = False  # a finish_reason or [DONE] came: the reply was not cut off
         self._ops = ops
 
     @property
@@ -629,6 +633,11 @@ class _StreamBase:
     def _is_event_stream(response: httpx.Response) -> bool:
         return "text/event-stream" in response.headers.get("content-type", "")
 
+    @staticmethod
+    def _cut_off() -> ConnectionFailedError:
+        return ConnectionFailedError("The reply was cut off before it finished: the stream ended "
+                                     "without a finish_reason or [DONE].")
+
     def _transport_error(self, exc: httpx.TransportError, started: bool) -> ConnectionFailedError:
         when = "while streaming the reply" if started else f"(POST {CHAT_PATH})"
         return ConnectionFailedError(f"The server {_describe(exc)} {when}.")
@@ -639,6 +648,7 @@ class _StreamBase:
         if not data:
             return None
         if data == "[DONE]":
+            self.complete = True
             return _DONE
         try:
             payload = json.loads(data)
@@ -658,6 +668,7 @@ class _StreamBase:
         self.id = self.id or chunk.id
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason
+            self.complete = True
         if chunk.usage is not None:
             self.usage = chunk.usage
         return chunk
@@ -671,7 +682,10 @@ class ChatStream(_StreamBase):
     """A streamed chat reply: iterate for :class:`ChatChunk` records; ``text`` accumulates.
 
     ``close()`` (or leaving the ``with`` block) stops reading and releases the connection; the
-    client stays usable. An error status before the stream starts raises from ``chat()``.
+    client stays usable. An error status before the stream starts raises from ``chat()``; a
+    stream cut off before its ``finish_reason`` or ``[DONE]`` raises
+    :class:`~gpucloud_nb.errors.ConnectionFailedError` at its end (``text`` keeps what came,
+    ``complete`` stays False).
 
         >>> with chat.chat("Count to ten", stream=True) as stream:
         ...     for chunk in stream:
@@ -726,6 +740,9 @@ class ChatStream(_StreamBase):
                 event = next(self._events)
                 chunk = self._parse(event)
             except StopIteration:
+                self.close()
+                if not self.complete:
+                    raise self._cut_off() from None
                 break
             except httpx.TransportError as exc:
                 self.close()
@@ -820,6 +837,9 @@ class AsyncChatStream(_StreamBase):
                     event = await self._events.__anext__()
                 chunk = self._parse(event)
             except (StopIteration, StopAsyncIteration):
+                await self.aclose()
+                if not self.complete:
+                    raise self._cut_off() from None
                 break
             except httpx.TransportError as exc:
                 await self.aclose()

@@ -501,7 +501,10 @@ class ChatWidget(widgets.VBox):
     default (Binder, JupyterLab): for larger images pass a path to :meth:`attach` or ``send``.
 
     **Errors** (401 wrong secret, 404 unknown model, 429 with "try again in N s", 500, no
-    connection) show as an error line in the panel, never a traceback. A request that failed
+    connection) show as an error line in the panel, never a traceback. A reply that breaks off
+    (the connection drops, or the stream ends without a ``finish_reason`` or ``[DONE]``) keeps
+    what arrived, with one line under it: "The reply was cut off before it finished..."; it is
+    kept in :attr:`history` and marked ``[incomplete]`` in :meth:`to_markdown`. A request that failed
     before any reply leaves no trace in :attr:`history` and its text goes back to the input box.
 
     **History.** :attr:`history` holds the OpenAI-style messages (images as ``data:`` URLs) that
@@ -786,6 +789,8 @@ class ChatWidget(widgets.VBox):
                         lines.append(f"[image: {self._notes.get(url) or _note_from_url(url)}]")
             if meta.get("stopped"):
                 lines.append("[stopped]")
+            elif meta.get("incomplete"):
+                lines.append("[incomplete]")
             lines.append("")
         return self._scrub("\n".join(lines).rstrip() + "\n")
 
@@ -1000,7 +1005,7 @@ class ChatWidget(widgets.VBox):
             self._append(self._user_widget(text, attachments), generation)
             self.status.info(f"Waiting for {model or 'the model'}…")
             stream = reply = throttle = None
-            marker = None
+            marker, failed = None, False
             try:
                 stream = await client.chat(self.request_messages(), model=model, stream=True,
                                            **self._params())
@@ -1018,7 +1023,8 @@ class ChatWidget(widgets.VBox):
             except asyncio.CancelledError:
                 marker = "[stopped]"
                 raise
-            except BaseException:
+            except BaseException:  # shown as an error line under what arrived (cut off, dropped)
+                failed = True
                 if reply is None or not reply.text:
                     self._forget_last_user(message, text if generation == self._generation else None)
                 raise
@@ -1035,7 +1041,8 @@ class ChatWidget(widgets.VBox):
                         with self._lock:
                             if generation == self._generation:
                                 self._history.append({"role": "assistant", "content": stream.text})
-                                self._meta.append({"stopped": marker is not None})
+                                self._meta.append({"stopped": marker is not None,
+                                                   "incomplete": failed})
                     elif marker:
                         self._forget_last_user(message, None)
                 elif marker:
