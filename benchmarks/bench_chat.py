@@ -105,6 +105,8 @@ class FakeChatServer:
     ``bodies`` keeps their JSON bodies. ``status`` other than 200 answers every chat request
     with that status and an OpenAI-style error body. ``cut_off=True`` ends each stream after the
     tokens, without the ``finish_reason`` chunk and ``[DONE]`` (as a proxy that cuts it would).
+    ``fail_with`` is an error message: sent as the error body's message when ``status`` is not
+    200, else as an ``{"error": ...}`` event after the tokens (an engine failing mid-stream).
 
         >>> with FakeChatServer(["Hello", " world"]) as server:
         ...     InferenceClient(server.url, "any-secret").chat("Hi").text
@@ -114,9 +116,11 @@ class FakeChatServer:
     MODEL = "fake-chat-1"
 
     def __init__(self, tokens: Sequence[str] = ("Hello",), tokens_per_second: float = 0.0, *,
-                 status: int = 200, secret: str = "fake-secret", cut_off: bool = False) -> None:
+                 status: int = 200, secret: str = "fake-secret", cut_off: bool = False,
+                 fail_with: str | None = None) -> None:
         self.tokens = list(tokens)
         self.cut_off = cut_off
+        self.fail_with = fail_with
         self.tokens_per_second = tokens_per_second
         self.status = status
         self.secret = secret
@@ -148,7 +152,7 @@ class FakeChatServer:
             if request.headers.get("x-api-key") != self.secret:
                 return error(401, "Invalid API secret.")
             if self.status != 200:
-                return error(self.status, f"Fake failure {self.status}.")
+                return error(self.status, self.fail_with or f"Fake failure {self.status}.")
             head = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": self.MODEL}
             if not body.get("stream"):
                 return JSONResponse({"id": "chatcmpl-fake", "object": "chat.completion",
@@ -170,7 +174,10 @@ class FakeChatServer:
                         delay = start + (index + 1) / self.tokens_per_second - time.monotonic()
                         await asyncio.sleep(max(0.0, delay))
                     yield event({"content": token})
-                if not self.cut_off:
+                if self.fail_with:
+                    failure = {"error": {"message": self.fail_with, "type": "fake", "code": None}}
+                    yield f"data: {json.dumps(failure)}\n\n".encode()
+                elif not self.cut_off:
                     yield event({}, "stop")
                     yield b"data: [DONE]\n\n"
 

@@ -117,7 +117,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -492,7 +492,8 @@ class GPUCloudMagics(Magics):
             cloud.close()
             raise _Stop(f"{error} The session's cloud is unchanged.") from None
         _replace(cloud, owned=True)
-        _say(f"Connected to the GPU cloud at {cloud.base_url} with key {cloud.api_key_hint}.")
+        _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
+             f"{cloud.api_key_hint}.")
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:

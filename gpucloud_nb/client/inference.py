@@ -28,6 +28,10 @@ The endpoint follows the widely used chat-completion interface (``/v1/models``,
   ``finish_reason`` or ``data: [DONE]`` was cut off (a proxy, a crashed server): iterating it
   raises :class:`ConnectionFailedError` ("The reply was cut off before it finished...") after
   the chunks that did arrive, rather than passing a truncated reply off as whole.
+- Secrets never show: every error text (HTTP errors and error events inside a stream alike) is
+  scrubbed of the secret with :func:`gpucloud_nb._secrets.scrub`. A user name and password in
+  the endpoint URL (``http://user:pass@host``) are not sent (the secret authenticates) and show
+  as ``http://***@host`` in reprs and errors; httpx never sees them, so its logs hold none.
 - Images are checked and turned into ``data:`` URLs by :mod:`gpucloud_nb.media` before anything is
   sent, and audio is checked by ``media.check_audio``; ``http(s)://`` image URLs are passed
   through unchanged for the endpoint to fetch.
@@ -48,7 +52,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
-from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb._secrets import Secret, mask, mask_url, scrub, without_userinfo
 from gpucloud_nb.client._auth import ApiKeyAuth
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -402,7 +406,7 @@ def normalize_messages(messages: Any, images: Iterable[Any] | None = None) -> li
 def _endpoint(url: str) -> str:
     if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
         raise InvalidInputError(
-            f"The endpoint URL must start with http:// or https://, not {str(url)[:80]!r}."
+            f"The endpoint URL must start with http:// or https://, not {mask_url(str(url))[:80]!r}."
         )
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
@@ -468,6 +472,11 @@ class _InferenceOps(Generic[D]):
         """The secret, masked: at most its first 3 and last 4 characters."""
         return mask(self._secret.reveal())
 
+    @property
+    def shown_url(self) -> str:
+        """``endpoint_url`` as it may be shown: a user name and password in it become ``***``."""
+        return mask_url(self.endpoint_url)
+
     def _secrets(self) -> tuple[str]:
         return (self._secret.reveal(),)
 
@@ -483,7 +492,7 @@ class _InferenceOps(Generic[D]):
             known = f" This endpoint serves: {', '.join(m.id for m in self._models)}." \
                 if self._models else ""
             return _reworded(error, f"Model {model} not found.{known}")
-        return _reworded(error, f"Nothing at {self.endpoint_url}{error.path or ''} (404); check "
+        return _reworded(error, f"Nothing at {self.shown_url}{error.path or ''} (404); check "
                                 "the endpoint URL (the instance's base address, before /v1).")
 
     def model_records(self) -> Op[list[ModelInfo]]:
@@ -494,7 +503,7 @@ class _InferenceOps(Generic[D]):
         try:
             data = yield from self._send(Call("GET", MODELS_PATH))
         except NotFoundError as error:
-            raise _reworded(error, f"No model list at {self.endpoint_url}{MODELS_PATH} (404); check "
+            raise _reworded(error, f"No model list at {self.shown_url}{MODELS_PATH} (404); check "
                                    "the endpoint URL (the instance's base address, before /v1).") from None
         items = data.get("data") if isinstance(data, Mapping) else data
         if not isinstance(items, list):
@@ -518,7 +527,7 @@ class _InferenceOps(Generic[D]):
             yield from _InferenceOps.model_records(self)
         models = self._models or []
         if not models:
-            raise InvalidInputError(f"The endpoint at {self.endpoint_url} lists no model; pass model=.")
+            raise InvalidInputError(f"The endpoint at {self.shown_url} lists no model; pass model=.")
         if speech:
             for record in models:
                 if _SPEECH_MODEL.search(record.id):
@@ -579,7 +588,7 @@ class _InferenceOps(Generic[D]):
         return Transcription(data["text"], data)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.endpoint_url!r} secret={self.secret_hint!r}>"
+        return f"<{type(self).__name__} {self.shown_url!r} secret={self.secret_hint!r}>"
 
 
 # streams ------------------------------------------------------------------------------------
@@ -661,7 +670,8 @@ class _StreamBase:
             detail = _mapping(payload.get("error")).get("message") or payload.get("message") or ""
             text = f"The endpoint failed while streaming: {detail}" if detail else \
                 "The endpoint failed while streaming."
-            raise ServerError(text.rstrip(".") + ".", status_code=500, path=CHAT_PATH)
+            raise ServerError(scrub(text.rstrip(".") + ".", *self._ops._secrets()), status_code=500,
+                              path=CHAT_PATH)
         chunk = ChatChunk.from_json(payload)
         if chunk.delta:
             self._parts.append(chunk.delta)
@@ -890,7 +900,8 @@ class InferenceClient(_InferenceOps[SyncDriver]):
                  max_retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
         self._timeout = timeout
-        self._http = httpx.Client(base_url=self.endpoint_url, auth=auth, timeout=timeout,
+        self._http = httpx.Client(base_url=without_userinfo(self.endpoint_url), auth=auth,
+                                  timeout=timeout,
                                   transport=transport)
         self._driver = SyncDriver(self._http)
 
@@ -958,7 +969,8 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 100) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
-        self._http = httpx.AsyncClient(base_url=self.endpoint_url, auth=auth, timeout=timeout,
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.endpoint_url), auth=auth,
+                                       timeout=timeout,
                                        transport=transport,
                                        limits=httpx.Limits(max_connections=max_connections))
         self._driver = AsyncDriver(self._http)

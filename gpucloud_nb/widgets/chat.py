@@ -32,7 +32,7 @@ from traitlets import Any as TraitAny
 from traitlets import Bool, Unicode
 
 from gpucloud_nb import media
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
@@ -692,7 +692,7 @@ class ChatWidget(widgets.VBox):
             self.status.error(error)
             return False
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return False
         with self._lock:
             self._pending.append(attachment)
@@ -817,7 +817,7 @@ class ChatWidget(widgets.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        url = getattr(self._client, "endpoint_url", "?")
+        url = mask_url(str(getattr(self._client, "endpoint_url", "?")))
         hint = getattr(self._client, "secret_hint", "…")
         return (f"<ChatWidget endpoint={url!r} secret={hint!r} model={self._model.value!r} "
                 f"messages={len(self._history)}>")
@@ -861,7 +861,7 @@ class ChatWidget(widgets.VBox):
                     box.send({"do": "focus"})
             return turn
         except Exception as error:  # a click handler never raises
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return None
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
@@ -883,7 +883,7 @@ class ChatWidget(widgets.VBox):
             self.transcribe(bytes(item["content"]), name=item.get("name") or None,
                             send=self._audio_sends.value)
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
         finally:
             self._audio_upload.value = ()
 
@@ -945,7 +945,7 @@ class ChatWidget(widgets.VBox):
             except asyncio.CancelledError:
                 outcome = "stopped"
             except BaseException as error:  # never a traceback in the notebook
-                log.debug("A chat request failed", exc_info=True)
+                log.debug("A chat request failed:\n%s", scrub_exception(error, self._secret()))
                 outcome, sentence = "error", self._sentence(error)
                 if generation == self._generation:
                     self._show_error(sentence)
@@ -1104,7 +1104,7 @@ class ChatWidget(widgets.VBox):
                             _dom_classes=(CSS_CLASSES["message"], CSS_CLASSES["assistant"]))
 
     def _sentence(self, error: BaseException) -> str:
-        sentence = describe_error(error)
+        sentence = describe_error(error, self._secret())
         if isinstance(error, RateLimitError) and "try again" not in sentence.lower():
             if error.retry_after is not None:
                 sentence = f"{sentence.rstrip('.')}. Try again in {max(1, math.ceil(error.retry_after))} s."
@@ -1112,10 +1112,13 @@ class ChatWidget(widgets.VBox):
                 sentence = f"{sentence.rstrip('.')}. Try again in a few seconds."
         return self._scrub(sentence)
 
-    def _scrub(self, text: str) -> str:
+    def _secret(self) -> str | None:
         secret = getattr(self._client, "_secret", None)
-        value = secret.reveal() if hasattr(secret, "reveal") else None
-        return scrub(text, value) if value else text
+        return secret.reveal() if hasattr(secret, "reveal") else None
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the client's secret and any URL's password masked."""
+        return scrub(text, self._secret())
 
     def _show_error(self, error: BaseException | str) -> None:
         sentence = error if isinstance(error, str) else self._sentence(error)
