@@ -355,10 +355,11 @@ class _Group(widgets.VBox):
 class _ReplyView:
     """The assistant message being streamed.
 
-    The reply's Markdown is cut into segments (:class:`MarkdownStream`): a segment that can no
-    longer change is rendered one last time into its own ``HTML`` widget and never touched again;
-    only the last widget (the open tail) is re-rendered, at most ``1 / FLUSH_INTERVAL`` times a
-    second. So each update sends the tail, not the whole reply, let alone the conversation.
+    The reply's Markdown is cut into segments (:class:`MarkdownStream`): the segments that can
+    no longer change by a flush are each rendered once, into that flush's own ``HTML`` widget,
+    which is never touched again; only the last widget (the open tail, capped in size) is
+    re-rendered, at most ``1 / FLUSH_INTERVAL`` times a second. So each update sends the tail,
+    not the whole reply, let alone the conversation, and costs the same however long the reply.
     Segment widgets sit in sub-boxes of ``_GROUP_SIZE`` so that adding one re-sends a short
     ``children`` list. All block widgets share one layout and one style model.
     """
