@@ -404,6 +404,7 @@ def stop_seconds(chars: int, tokens_per_second: float = 40_000) -> tuple[float, 
 
 def render_rows(render_chars: int = 1_600_000, stop_after: int = 1_000_000) -> list[Row]:
     """The flush-cost, whole-render and Stop figures (see the module docstring)."""
+    flush_costs(20_000)  # warm up (imports, first widgets), so the early figures are fair
     costs, total = flush_costs(render_chars)
     early, early_at = _mean_near(costs, 10_000)
     late, late_at = _mean_near(costs, render_chars)
