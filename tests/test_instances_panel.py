@@ -13,7 +13,7 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance
+from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
 
@@ -164,6 +164,16 @@ def test_details_view(cloud, observer, panels) -> None:
     with pytest.raises(GPUCloudError):
         panel.details("no-such-instance")
     assert panel.status.is_error and "no-such-instance" in panel.status.text
+
+
+def test_details_view_shows_port_forward_objects_as_ports() -> None:
+    # The cloud may send {internalPort, externalPort} objects where the spec shows strings.
+    details = InstanceDetails.from_json({
+        "_id": "i1", "name": "n", "status": "active",
+        "portForwards": [{"internalPort": 8000, "externalPort": 18000}, "22:2201"]})
+    view = InstancesPanel._details_html(details)
+    assert "8000:18000, 22:2201" in view
+    assert "internalPort" not in view and "{" not in view
 
 
 def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:

@@ -88,7 +88,8 @@ def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> Non
             browser.min_gpus.value = 2  # a debounced redraw waits in a timer thread
             if number < 3:  # a form that is waiting for its instance to become active
                 offer = browser.frame.iloc[0]
-                form = browser.select(str(offer["instanceId"]), region=str(offer["region"]))
+                form = browser.select(str(offer["instanceId"]), region=str(offer["region"]),
+                                      provider=str(offer["providerId"]))
                 form.fill(name=f"form-{number}")
                 form.launch()
         from gpucloud_nb.widgets.chat import ChatWidget
