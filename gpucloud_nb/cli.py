@@ -149,6 +149,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
     try:
         serve(config, ready)
+    except ValueError as error:  # the --state file is refused (StateFileError): one line
+        print(f"gpucloud-nb sandbox: error: --state: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{args.port}: "
               f"{error.strerror or error}", file=sys.stderr)
