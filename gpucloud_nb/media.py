@@ -24,6 +24,20 @@ Choices where the spec says only "20 MB" and "25 MB":
   to the longer base64 text or to the decoded pixels.
 - Audio "up to 4 hours" means at most 14,400 seconds, checked when the duration can be read from
   the file's header (WAV, MP3, MP4/M4A, WEBM); an MPEG program stream is checked by size only.
+
+Bounded work, decided here:
+
+- Size comes first, before any decoding, for a path, bytes, a file object and a ``data:`` URL
+  (estimated from its base64 length). A ``PIL.Image`` is checked once encoded; an ``http(s)``
+  address is passed through unchecked (the server fetches it).
+- An animated GIF may have at most :data:`MAX_FRAMES` frames (counted from its blocks, without
+  decoding) and :data:`MAX_DECODED_PIXELS` decoded pixels in all; :func:`thumbnail` decodes a
+  JPEG at reduced scale and gives no thumbnail for another image over :data:`THUMBNAIL_PIXELS`.
+- A polyglot PNG (bytes after its ``IEND`` chunk, e.g. a ZIP appended) is refused: the bytes sent
+  would not be only the picture. ``convert=True`` re-encodes the picture alone.
+- A WAV named ``.mp3`` is accepted by its content and uploaded as ``.wav`` with ``audio/wav``
+  (an extension that disagrees with the content is replaced; mp3/mpga and mp4/m4a agree).
+- A 0-second WAV is refused: there is nothing to transcribe.
 """
 
 from __future__ import annotations
