@@ -109,8 +109,11 @@ def reader(shared_box: Any) -> Iterator[GPUCloud]:
 class _Untouchable:
     """A stand-in client that fails the test if a command uses it."""
 
+    def scrub(self, text: str) -> str:  # masking output is not using the cloud
+        return text
+
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "sandbox":  # looked up by use() to learn the secrets
+        if name.startswith("_"):
             raise AttributeError(name)
         pytest.fail(f"the command used the client ({name}) although it should not")
 
@@ -276,15 +279,36 @@ def test_volume_life_cycle(magic: Magic, cloud: GPUCloud, monkeypatch: pytest.Mo
     assert _one_sentence(magic(f"volumes get {volume.id}")) == f"Volume {volume.id} not found."
 
 
-def test_create_needs_a_provider_where_several_sell_volumes(magic: Magic, cloud: GPUCloud) -> None:
+def test_the_cheapest_provider_chosen_is_one_that_sells_the_size_asked(magic: Magic,
+                                                                       cloud: GPUCloud) -> None:
+    # The cheapest provider in a region may have a larger minimum than the size asked for.
+    offers = cloud.volumes.offers()
+    region, size = next(
+        (r, s) for r in sorted({r for o in offers for r in o.regions})
+        for here in [[o for o in offers if r in o.regions]]
+        for s in sorted({o.min_size_in_gb for o in here})
+        if min(here, key=lambda o: o.price_per_gb_per_hour).min_size_in_gb > s)
+    fitting = [o for o in offers if region in o.regions and o.min_size_in_gb <= size]
+    cheapest = min(fitting, key=lambda o: o.price_per_gb_per_hour).cloud_provider
+    run = magic(f"volumes create small --size {size:g} --region {region}")
+    assert isinstance(run.value, Volume), run.err
+    assert run.value.cloud_provider.id == cheapest.id and run.value.size_in_gb == size
+    assert f"with {cheapest.display_name}, the cheapest of" in run.out
+
+
+def test_create_picks_the_cheapest_provider_where_several_sell_volumes(magic: Magic,
+                                                                      cloud: GPUCloud) -> None:
     _, _, crowded = _regions(cloud)
     here = [o for o in cloud.volumes.offers() if crowded in o.regions]
-    sentence = _one_sentence(magic(f"volumes create data --size 100 --region {crowded}"))
-    assert sentence.startswith(f"Several providers offer volumes in region '{crowded}'")
-    assert "--provider" in sentence
-    for offer in here:
-        assert f"{offer.cloud_provider.id} ({offer.cloud_provider.display_name})" in sentence
-    assert cloud.volumes.list() == []
+    assert len(here) > 1
+    cheapest = min(here, key=lambda o: o.price_per_gb_per_hour)
+    run = magic(f"volumes create cheap --size 100 --region {crowded}")
+    assert isinstance(run.value, Volume)
+    assert run.value.cloud_provider.id == cheapest.cloud_provider.id
+    assert f"with {cheapest.cloud_provider.display_name}, the cheapest of {len(here)}" in run.out
+    assert "--provider" in run.out
+    magics.use(None)
+    cloud.volumes.delete(run.value.id)
 
     chosen = here[0].cloud_provider
     run = magic(f"volumes create data --size 100 --region {crowded} --provider {chosen.id}")
@@ -503,13 +527,6 @@ def test_spend_against_the_sandbox(magic: Magic, cloud: GPUCloud) -> None:
     assert isinstance(spend, pd.DataFrame) and spend["_id"].tolist() == [instance.id]
 
 
-def test_spend_says_plainly_when_unavailable(magic: Magic, cloud: GPUCloud,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(GPUCloud, "spend", raising=False)
-    sentence = _one_sentence(magic("spend"))
-    assert sentence.startswith("Spend tracking is not available")
-
-
 # --------------------------------------------------------------------------- connect
 
 
@@ -655,3 +672,89 @@ def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box
     magics.use(GPUCloud(api_key="sk-bad-key-0000000000000000", base_url=sandbox_box.management_url))
     sentence = _one_sentence(magic("volumes"))
     assert "sk-bad-key-0000000000000000" not in sentence and sentence.endswith(".")
+
+
+def test_the_magics_keep_no_secret_in_module_state(magic: Magic, monkeypatch: pytest.MonkeyPatch,
+                                                    shared_box: Any) -> None:
+    """Secrets are masked with what the current client holds; nothing is collected globally."""
+    monkeypatch.setattr(magics.getpass, "getpass", lambda prompt="": "sk-infer-SECRET-9876543210")
+    magic("volumes")
+    magic(f"chat {shared_box.inference_url}")
+    magics.use(None)
+    for name, value in vars(magics).items():
+        if isinstance(value, set | list | tuple | dict) and not name.isupper():
+            assert not any(secret in repr(value) for secret in SECRETS), name
+
+
+# hostile or odd input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("volumes create data --size 1_000 --region us-east-1",
+     "%gpucloud volumes create: argument --size: '1_000' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size ١٠٠ --region us-east-1",
+     "%gpucloud volumes create: argument --size: '١٠٠' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size nan --region us-east-1",
+     "%gpucloud volumes create: argument --size: 'nan' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("offers --gpus ٨", "%gpucloud offers: argument --gpus: '٨' is not a whole number of GPUs; "
+                        "try %gpucloud offers --help"),
+    ("offers --gpus 1_0", "%gpucloud offers: argument --gpus: '1_0' is not a whole number of "
+                          "GPUs; try %gpucloud offers --help"),
+])  # fmt: skip
+def test_numbers_are_plain_ascii_digits(magic: Magic, no_cloud: None, line: str,
+                                        expected: str) -> None:
+    assert _one_sentence(magic(line)) == expected
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("offers --token=tok-0123456789abcdef", "unrecognized arguments: --token=…;"),
+    ("offers --token tok-0123456789abcdef", "unrecognized arguments: --token …;"),
+    ("volumes list --Pass=tok-0123456789abcdef extra", "unrecognized arguments: --Pass=… extra;"),
+    ("tok-0123456789abcdef-long-pasted-key", "unknown subcommand 'tok-0123…'"),
+])  # fmt: skip
+def test_unknown_options_are_not_echoed(magic: Magic, no_cloud: None, line: str,
+                                        shown: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert shown in sentence and "0123456789abcdef" not in sentence
+
+
+@pytest.mark.parametrize("line", [f"connect --API-KEY={API_KEY}", f"volumes --Api_Key {API_KEY}"])
+def test_a_key_option_in_any_case_is_refused(magic: Magic, no_cloud: None, line: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert "is refused: a key typed into a cell" in sentence and API_KEY not in sentence
+
+
+def test_names_with_bidi_or_control_characters_print_escaped(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    region, size, _ = _regions(cloud)
+    name = "invoice\u202etxt.exe\x1b[2J"
+    run = magic(f"volumes create '{name}' --size {size} --region {region}")
+    assert run.value.name == name  # the name itself is kept as given
+    assert "invoice\\u202etxt.exe\\x1b[2J" in run.out
+    assert "\u202e" not in run.out and "\x1b" not in run.out
+    prompts = _answers(monkeypatch, "n")
+    run = magic(f"volumes delete {run.value.id}")
+    assert "\u202e" not in prompts[0] and "\\u202e" in prompts[0]
+    assert "\u202e" not in run.out and "\\u202e" in run.out
+    assert _one_sentence(magic("volumes get 'a\u2066b'")) == "Volume a\\u2066b not found."
+
+
+def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    box = sandbox_factory(offers=same_id_two_providers(), api_key=API_KEY)
+    with GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
+        magics.use(cloud)
+        sentence = _one_sentence(magic("launch gpu-1x"))
+        assert sentence.startswith("Offer 'gpu-1x' is sold by 2 providers: Cheap Cloud")
+        assert sentence.endswith("choose one with --provider ID.")
+        form = magic("launch gpu-1x --provider 'Cheap Cloud'").value
+        assert (form.offer.value.cloud.name, form.offer.value.hourly_price) == ("Cheap Cloud", 1.0)
+        form = magic("launch gpu-1x --provider fedcba9876543210fedcba98").value
+        assert form.offer.value.hourly_price == 50.0
+        assert "sells no offer" in _one_sentence(magic("launch gpu-1x --provider nobody"))
+        assert "--provider needs an OFFER_ID" in _one_sentence(magic("launch --provider x"))
+        magics.use(None)

@@ -16,6 +16,12 @@ Choices where the spec says "not shown", documented here once:
   try again. A connection that was never made and a 429 are retried as usual.
 - The offers catalogue used to check a create is cached for ``offers_ttl`` seconds (60).
 - ``GPUCLOUD_BASE_URL`` has no default: the spec names none, so it must be given.
+- Redirects are not followed: any 3xx raises :class:`~gpucloud_nb.errors.RedirectError` naming
+  the ``Location`` (user:password masked), so a 301 is never taken for a done delete.
+- ``max_hourly_cost`` fails closed: a pending or active instance, or the offer, whose
+  ``hourlyPrice`` is missing, not finite or negative refuses the launch (see ``costcap``).
+- Two providers may sell offers with the same ``instanceId``: an offer is named by the pair
+  (provider ``_id``, ``instanceId``) everywhere.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from gpucloud_nb import rules
-from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb._secrets import Secret, mask, mask_url, scrub, without_userinfo
+from gpucloud_nb.client import costcap
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -318,18 +325,14 @@ class _InstancesOps(_Resource[D]):
         return instance
 
     def _check_cost_cap(self, offer: Mapping[str, Any]) -> Op[None]:
+        """Refuse a launch over ``max_hourly_cost``, or whose cost cannot be summed (see costcap)."""
         cap = self._core.max_hourly_cost
         if cap is None:
             return
         data = yield from self._core.send(Call("GET", "/gpu-cloud/instances"))
-        running = sum(float(item.get("hourlyPrice") or 0) for item in _json_list(data)
-                      if item.get("status") in ("pending", "active"))
-        price = float(offer.get("hourlyPrice") or 0)
-        if running + price > cap + 1e-9:
-            raise InvalidInputError(
-                f"Launching this ${price:.2f}/h offer would bring pending and active instances "
-                f"to ${running + price:.2f}/h, above the cap of ${cap:.2f}/h (max_hourly_cost)."
-            )
+        problem = costcap.cap_problem(cap, _json_list(data), offer)
+        if problem:
+            raise InvalidInputError(problem)
 
     def list(self, deployment_type: str | None = None) -> Op[builtins.list[Instance]]:
         """List the instances, optionally of one deployment type.
@@ -483,8 +486,13 @@ class _VolumesOps(_Resource[D]):
 
 
 def _path_id(id: str) -> str:
-    if not isinstance(id, str) or not id.strip() or "/" in id or id in (".", ".."):
-        raise InvalidInputError(f"{id!r} is not a valid id.")
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
     return id
 
 
@@ -544,6 +552,17 @@ class _CloudBase:
         """The API key, masked: at most its first 3 and last 4 characters."""
         return mask(self._core.key.reveal())
 
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret this client holds masked (its key; the sandbox's secret).
+
+            >>> cloud.scrub(f"echoed {key}")
+            'echoed sk-…a1b2'
+        """
+        held = [self._core.key.reveal()]
+        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        # Long secrets first, so that one contained in another is still masked whole.
+        return scrub(text, *sorted((s for s in held if isinstance(s, str)), key=len, reverse=True))
+
     @property
     def max_hourly_cost(self) -> float | None:
         """The cap on the summed hourly price of pending and active instances, if any."""
@@ -585,8 +604,14 @@ class _CloudBase:
 
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
-        return (f"<{type(self).__name__} {where} base_url={self.base_url!r} "
+        return (f"<{type(self).__name__} {where} base_url={mask_url(self.base_url)!r} "
                 f"api_key={self.api_key_hint!r}>")
+
+
+def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
+    """A timer that fires after close() deletes through a short-lived client of its own."""
+    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
+        own.instances.delete(instance_id)
 
 
 class GPUCloud(_CloudBase):
@@ -606,7 +631,7 @@ class GPUCloud(_CloudBase):
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
-        self._http = httpx.Client(base_url=self.base_url, auth=ApiKeyAuth(key),
+        self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
@@ -622,7 +647,8 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections; auto-delete timers keep working on their own connections."""
+        self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._http.close()
 
     def __enter__(self) -> GPUCloud:
@@ -648,17 +674,22 @@ class AsyncGPUCloud(_CloudBase):
         key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
         limits = httpx.Limits(max_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, auth=ApiKeyAuth(key),
-                                       timeout=timeout, transport=transport, limits=limits)
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.base_url),
+                                       auth=ApiKeyAuth(key), timeout=timeout,
+                                       transport=transport, limits=limits)
         self._core = _Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
         self._twin: GPUCloud | None = None
+        self._closed = False
 
     def _delete_from_timer(self, instance_id: str) -> None:
         """Timers run in threads, away from the event loop: they delete with a sync twin."""
+        if self._closed:
+            _delete_with_own_client(self, instance_id)
+            return
         if self._twin is None:
             self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
         self._twin.instances.delete(instance_id)
@@ -668,8 +699,12 @@ class AsyncGPUCloud(_CloudBase):
         return await self.instances.spend()
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections, the timers' sync twin's too; timers keep working."""
+        self._closed = True
         await self._http.aclose()
+        if self._twin is not None:
+            self._twin.close()
+            self._twin = None
 
     async def __aenter__(self) -> AsyncGPUCloud:
         return self

@@ -18,7 +18,8 @@ says "not shown":
   Host header that is not a loopback name or the bound host (see :mod:`.guards`).
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
-  becomes ``dockerCommand``; ``sshKeyId`` and ``sshKey`` are exclusive.
+  becomes ``dockerCommand``. ``sshKeyId`` and ``sshKey`` may come together (the cloud's docs
+  send both): the key text in ``sshKey`` wins, since it is what the machine will accept.
 - DELETE of an instance that is already deleting or deleted answers 204 again (idempotent); a
   deleted volume is gone, so deleting it again is 404.
 - A volume may be attached to several instances (a network volume). Deleting a volume while an
@@ -222,8 +223,6 @@ def _extra_instance_problem(body: Mapping[str, Any]) -> str | None:
     if isinstance(container, Mapping) and container.get("command") is not None \
             and not isinstance(container["command"], str):
         return "dockerContainer.command must be a string."
-    if body.get("sshKeyId") and body.get("sshKey"):
-        return "Give sshKeyId or sshKey, not both."
     return None
 
 
@@ -236,11 +235,10 @@ def _extra_volume_problem(body: Mapping[str, Any]) -> str | None:
 
 
 def _ssh_key(body: Mapping[str, Any]) -> dict[str, str]:
-    if body.get("sshKeyId"):
-        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]}
+    """The instance's ``sshKey`` object: ``sshKey`` (the key text) wins over ``sshKeyId``."""
     key = body.get("sshKey")
     if not key:
-        return {}
+        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]} if body.get("sshKeyId") else {}
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     parts = key.split()
     return {"_id": digest, "name": parts[2] if len(parts) >= 3 else f"ssh-key-{digest[:6]}"}
@@ -256,9 +254,11 @@ class _Catalogue:
                  volume_offers: Sequence[Mapping[str, Any]]) -> None:
         self.offers = [dict(offer) for offer in offers]
         self.encoded = [_dumps(offer) for offer in self.offers]
-        self.by_id: dict[str, Mapping[str, Any]] = {}
+        # Keyed by (provider _id, instanceId): two providers may sell the same instanceId.
+        self.by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
         for offer in self.offers:
-            self.by_id.setdefault(str(offer.get("instanceId")), offer)
+            provider = (offer.get("cloud") or {}).get("_id")
+            self.by_key.setdefault((str(provider), str(offer.get("instanceId"))), offer)
         self.volume_offers = [dict(offer) for offer in volume_offers]
         self.volume_offers_body = _dumps(self.volume_offers)
 
@@ -311,7 +311,12 @@ class _Management:
     async def create_instance(self, request: Request) -> Response:
         body = await _json_object(request)
         instance_id = body.get("instanceId")
-        offer = self.catalogue.by_id.get(instance_id) if isinstance(instance_id, str) else None
+        provider = body.get("cloudProvider")
+        offer = self.catalogue.by_key.get((provider, instance_id)) \
+            if isinstance(instance_id, str) and isinstance(provider, str) else None
+        if offer is None:  # for the 400's sentence: no such offer, or not from this provider
+            offer = next((o for o in self.catalogue.offers if o.get("instanceId") == instance_id),
+                         None)
         volume_id = body.get("volumeId")
         volume_record = self.store.volume(self.user, volume_id) \
             if isinstance(volume_id, str) else None
@@ -341,7 +346,7 @@ class _Management:
             "interconnect": configuration["interconnect"],
             "nvlink": offer["nvlink"],
             "os": vm["os"] if vm else "",
-            "sshUser": "root" if container else "ubuntu",
+            "sshUser": "root" if offer["deploymentType"] == "container" else "ubuntu",
             "dockerImage": container["image"] if container else "",
             "dockerCommand": (container.get("command") or "") if container else "",
             "hourlyPrice": offer["hourlyPrice"],
@@ -483,6 +488,8 @@ def create_app(config: SandboxConfig) -> Starlette:
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
+    # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
+    app.router.redirect_slashes = False
     app.state.store = store
     app.state.config = config
     guarded = _guarded(app, config)  # passes .state on

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import copy
@@ -19,9 +20,10 @@ import logging
 import math
 import re
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import ipywidgets as widgets
 from ipywidgets.widgets.widget_string import HTMLStyle
@@ -29,7 +31,7 @@ from traitlets import Any as TraitAny
 from traitlets import Bool, Unicode
 
 from gpucloud_nb import media
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
@@ -118,10 +120,15 @@ _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECA
 
 
 class _LoopThread:
-    """One asyncio loop in a daemon thread, for when ``send()`` is called with no running loop."""
+    """One asyncio loop in a daemon thread, for when ``send()`` is called with no running loop.
+
+    It lives while any chat widget does: the last one to close (or be garbage-collected) stops
+    it, and so does Python's exit.
+    """
 
     _lock = threading.Lock()
     _instance: _LoopThread | None = None
+    _users: ClassVar[weakref.WeakSet[Any]] = weakref.WeakSet()
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -135,6 +142,41 @@ class _LoopThread:
             if cls._instance is None or not cls._instance.thread.is_alive():
                 cls._instance = cls()
             return cls._instance.loop
+
+    @classmethod
+    def use(cls, user: Any) -> None:
+        """Count ``user`` (a chat widget) until :meth:`release` or its garbage collection."""
+        with cls._lock:
+            cls._users.add(user)
+        weakref.finalize(user, cls.release, None)
+
+    @classmethod
+    def release(cls, user: Any) -> None:
+        """Forget ``user``; stop the loop when no chat widget is left."""
+        with cls._lock:
+            if user is not None:
+                cls._users.discard(user)
+            if len(cls._users) or cls._instance is None:
+                return
+            instance, cls._instance = cls._instance, None
+        instance.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop the loop and wait (briefly) for its thread to end."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not threading.current_thread():
+            self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@atexit.register
+def _stop_loop_thread() -> None:
+    with _LoopThread._lock:
+        instance, _LoopThread._instance = _LoopThread._instance, None
+    if instance is not None:
+        instance.shutdown()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -161,7 +203,8 @@ class ChatTurn:
     def __init__(self, kind: str = "chat", loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.kind = kind
         self.status = "queued"
-        self.text = ""
+        self._text = ""
+        self._live: Callable[[], str] | None = None  # the stream's text while it streams
         self.error: str | None = None
         self.future: concurrent.futures.Future[ChatTurn] = concurrent.futures.Future()
         self._loop = loop
@@ -174,6 +217,16 @@ class ChatTurn:
         turn = cls(kind)
         turn._finish("refused", error=sentence)
         return turn
+
+    @property
+    def text(self) -> str:
+        """The reply so far (or the transcript)."""
+        live = self._live
+        return live() if live is not None else self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text, self._live = value, None
 
     @property
     def stopped(self) -> bool:
@@ -292,10 +345,11 @@ class _Group(widgets.VBox):
 class _ReplyView:
     """The assistant message being streamed.
 
-    The reply's Markdown is cut into segments (:class:`MarkdownStream`): a segment that can no
-    longer change is rendered one last time into its own ``HTML`` widget and never touched again;
-    only the last widget (the open tail) is re-rendered, at most ``1 / FLUSH_INTERVAL`` times a
-    second. So each update sends the tail, not the whole reply, let alone the conversation.
+    The reply's Markdown is cut into segments (:class:`MarkdownStream`): the segments that can
+    no longer change by a flush are each rendered once, into that flush's own ``HTML`` widget,
+    which is never touched again; only the last widget (the open tail, capped in size) is
+    re-rendered, at most ``1 / FLUSH_INTERVAL`` times a second. So each update sends the tail,
+    not the whole reply, let alone the conversation, and costs the same however long the reply.
     Segment widgets sit in sub-boxes of ``_GROUP_SIZE`` so that adding one re-sends a short
     ``children`` list. All block widgets share one layout and one style model.
     """
@@ -303,6 +357,7 @@ class _ReplyView:
     def __init__(self, layout: widgets.Layout, style: HTMLStyle, box_layout: widgets.Layout) -> None:
         self._layout, self._style, self._box_layout = layout, style, box_layout
         self.markdown = MarkdownStream(min_chars=600, max_chars=1200)
+        self._ready: list[str] = []  # HTML of pieces frozen between two flushes
         self.blocks: list[widgets.HTML] = []
         self.tail = self._block("")
         self._group = _Group([self.tail], layout=box_layout)
@@ -321,25 +376,41 @@ class _ReplyView:
         return self.markdown.text
 
     def append(self, delta: str) -> None:
+        """Add text; past a few blocks' worth, freeze what can be frozen now (shown at the next
+        flush), so neither a flush nor the last update after Stop has a backlog to work off."""
         self.markdown.append(delta)
+        if self.markdown.tail_chars > 4 * self.markdown.max_chars:
+            self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
 
     def cost(self) -> float:
         """About what the next update sends: the open tail's length."""
-        return len(self.markdown.tail)
+        return self.markdown.tail_chars
+
+    def _frozen(self) -> str:
+        """The HTML of every piece that can no longer change (``""``: none), each rendered once."""
+        self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
+        ready, self._ready = "".join(self._ready), []
+        return ready
+
+    def _freeze(self, frozen: str) -> None:
+        self._set(self.tail, frozen)  # its last update, ever
+        self.tail = self._block("")
+        if len(self._group.children) >= _GROUP_SIZE:
+            self._group = _Group([self.tail], layout=self._box_layout)
+            self.box.children = (*self.box.children, self._group)
+        else:
+            self._group.children = (*self._group.children, self.tail)
 
     def flush(self) -> None:
-        """Show what arrived: freeze a finished segment, or re-render the open tail."""
-        frozen = self.markdown.settle()
+        """Show what arrived: freeze the finished pieces, re-render the open tail.
+
+        The tail is capped (see :class:`MarkdownStream`), so a flush costs the same at the
+        first kilobyte of a reply and at the last megabyte.
+        """
+        frozen = self._frozen()
         if frozen:
-            self._set(self.tail, render_markdown(frozen))  # its last update, ever
-            self.tail = self._block(render_markdown(self.markdown.tail))
-            if len(self._group.children) >= _GROUP_SIZE:
-                self._group = _Group([self.tail], layout=self._box_layout)
-                self.box.children = (*self.box.children, self._group)
-            else:
-                self._group.children = (*self._group.children, self.tail)
-        else:
-            self._set(self.tail, render_markdown(self.markdown.tail))
+            self._freeze(frozen)
+        self._set(self.tail, render_markdown(self.markdown.tail))
 
     def _set(self, block: widgets.HTML, value: str) -> None:
         if block.value != value:
@@ -349,6 +420,9 @@ class _ReplyView:
     def finish(self, marker: str | None = None) -> None:
         """The last update: the rest of the text (and ``[stopped]``); then nothing changes."""
         self.markdown.finish()
+        frozen = self._frozen()
+        if frozen:
+            self._freeze(frozen)
         value = render_markdown(self.markdown.tail)
         if marker:
             value += f'<p class="{CSS_CLASSES["stopped"]}">{html.escape(marker)}</p>'
@@ -418,7 +492,10 @@ class ChatWidget(widgets.VBox):
     default (Binder, JupyterLab): for larger images pass a path to :meth:`attach` or ``send``.
 
     **Errors** (401 wrong secret, 404 unknown model, 429 with "try again in N s", 500, no
-    connection) show as an error line in the panel, never a traceback. A request that failed
+    connection) show as an error line in the panel, never a traceback. A reply that breaks off
+    (the connection drops, or the stream ends without a ``finish_reason`` or ``[DONE]``) keeps
+    what arrived, with one line under it: "The reply was cut off before it finished..."; it is
+    kept in :attr:`history` and marked ``[incomplete]`` in :meth:`to_markdown`. A request that failed
     before any reply leaves no trace in :attr:`history` and its text goes back to the input box.
 
     **History.** :attr:`history` holds the OpenAI-style messages (images as ``data:`` URLs) that
@@ -458,6 +535,7 @@ class ChatWidget(widgets.VBox):
         self._turns: list[ChatTurn] = []
         self._last_future: concurrent.futures.Future[Any] | None = None
         self._generation = 0    # bumped by clear(): a turn from before it leaves no trace
+        _LoopThread.use(self)
 
         self._block_layout = widgets.Layout()
         self._block_style = HTMLStyle()
@@ -605,7 +683,7 @@ class ChatWidget(widgets.VBox):
             self.status.error(error)
             return False
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return False
         with self._lock:
             self._pending.append(attachment)
@@ -702,6 +780,8 @@ class ChatWidget(widgets.VBox):
                         lines.append(f"[image: {self._notes.get(url) or _note_from_url(url)}]")
             if meta.get("stopped"):
                 lines.append("[stopped]")
+            elif meta.get("incomplete"):
+                lines.append("[incomplete]")
             lines.append("")
         return self._scrub("\n".join(lines).rstrip() + "\n")
 
@@ -716,6 +796,7 @@ class ChatWidget(widgets.VBox):
         """Stop requests and close the panel and every widget in it."""
         for turn in list(self._turns):
             turn.stop()
+        _LoopThread.release(self)
         roots = [self, self._input, *self._shared()]
         found: dict[int, widgets.Widget] = {}
         for root in roots:
@@ -727,7 +808,7 @@ class ChatWidget(widgets.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        url = getattr(self._client, "endpoint_url", "?")
+        url = mask_url(str(getattr(self._client, "endpoint_url", "?")))
         hint = getattr(self._client, "secret_hint", "…")
         return (f"<ChatWidget endpoint={url!r} secret={hint!r} model={self._model.value!r} "
                 f"messages={len(self._history)}>")
@@ -771,7 +852,7 @@ class ChatWidget(widgets.VBox):
                     box.send({"do": "focus"})
             return turn
         except Exception as error:  # a click handler never raises
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return None
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
@@ -793,7 +874,7 @@ class ChatWidget(widgets.VBox):
             self.transcribe(bytes(item["content"]), name=item.get("name") or None,
                             send=self._audio_sends.value)
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
         finally:
             self._audio_upload.value = ()
 
@@ -855,7 +936,7 @@ class ChatWidget(widgets.VBox):
             except asyncio.CancelledError:
                 outcome = "stopped"
             except BaseException as error:  # never a traceback in the notebook
-                log.debug("A chat request failed", exc_info=True)
+                log.debug("A chat request failed:\n%s", scrub_exception(error, self._secret()))
                 outcome, sentence = "error", self._sentence(error)
                 if generation == self._generation:
                     self._show_error(sentence)
@@ -915,7 +996,7 @@ class ChatWidget(widgets.VBox):
             self._append(self._user_widget(text, attachments), generation)
             self.status.info(f"Waiting for {model or 'the model'}…")
             stream = reply = throttle = None
-            marker = None
+            marker, failed = None, False
             try:
                 stream = await client.chat(self.request_messages(), model=model, stream=True,
                                            **self._params())
@@ -925,15 +1006,16 @@ class ChatWidget(widgets.VBox):
                                     max_interval=FLUSH_MAX_INTERVAL)
                 self._append(reply.box, generation)
                 self.status.clear()
+                turn._live = lambda: stream.text  # joined when read, not once per chunk
                 async for chunk in stream:
                     if chunk.delta:
                         reply.append(chunk.delta)
-                        turn.text = stream.text
                         throttle.poke()
             except asyncio.CancelledError:
                 marker = "[stopped]"
                 raise
-            except BaseException:
+            except BaseException:  # shown as an error line under what arrived (cut off, dropped)
+                failed = True
                 if reply is None or not reply.text:
                     self._forget_last_user(message, text if generation == self._generation else None)
                 raise
@@ -950,7 +1032,8 @@ class ChatWidget(widgets.VBox):
                         with self._lock:
                             if generation == self._generation:
                                 self._history.append({"role": "assistant", "content": stream.text})
-                                self._meta.append({"stopped": marker is not None})
+                                self._meta.append({"stopped": marker is not None,
+                                                   "incomplete": failed})
                     elif marker:
                         self._forget_last_user(message, None)
                 elif marker:
@@ -1012,7 +1095,7 @@ class ChatWidget(widgets.VBox):
                             _dom_classes=(CSS_CLASSES["message"], CSS_CLASSES["assistant"]))
 
     def _sentence(self, error: BaseException) -> str:
-        sentence = describe_error(error)
+        sentence = describe_error(error, self._secret())
         if isinstance(error, RateLimitError) and "try again" not in sentence.lower():
             if error.retry_after is not None:
                 sentence = f"{sentence.rstrip('.')}. Try again in {max(1, math.ceil(error.retry_after))} s."
@@ -1020,10 +1103,13 @@ class ChatWidget(widgets.VBox):
                 sentence = f"{sentence.rstrip('.')}. Try again in a few seconds."
         return self._scrub(sentence)
 
-    def _scrub(self, text: str) -> str:
+    def _secret(self) -> str | None:
         secret = getattr(self._client, "_secret", None)
-        value = secret.reveal() if hasattr(secret, "reveal") else None
-        return scrub(text, value) if value else text
+        return secret.reveal() if hasattr(secret, "reveal") else None
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the client's secret and any URL's password masked."""
+        return scrub(text, self._secret())
 
     def _show_error(self, error: BaseException | str) -> None:
         sentence = error if isinstance(error, str) else self._sentence(error)

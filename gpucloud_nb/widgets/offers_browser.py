@@ -24,7 +24,6 @@ Choices, written down once:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -43,10 +42,11 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    log,
     per_hour,
     set_options,
 )
-from gpucloud_nb.widgets.launch_form import LaunchForm
+from gpucloud_nb.widgets.launch_form import LaunchForm, find_offer
 
 __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
 
@@ -112,8 +112,10 @@ class OffersBrowser(widgets.VBox):
         self._build_widgets()
         self._debouncer = Debouncer(debounce, guarded(self.status, self.apply_filters))
         self._wire()
-        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
+        try:
             self.refresh()
+        except Exception:
+            log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     # ------------------------------------------------------------------ construction
 
@@ -181,21 +183,21 @@ class OffersBrowser(widgets.VBox):
         """Fetch the offers again, keep the filters, and redraw; returns :attr:`frame`."""
         try:
             offers = self._cloud.instances.offers()
-        except Exception as error:
+            with self._lock:
+                self.fetch_count += 1
+                self.offers = list(offers)
+                self.all_frame = offers_frame(self.offers)
+                self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
+                self._quiet += 1
+                try:
+                    self._rebuild_filter_options()
+                finally:
+                    self._quiet -= 1
+                self.status.clear()
+                return self.apply_filters()
+        except Exception as error:  # whatever failed, the status line says so
             self.status.error(error)
             raise
-        with self._lock:
-            self.fetch_count += 1
-            self.offers = list(offers)
-            self.all_frame = offers_frame(self.offers)
-            self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
-            self._quiet += 1
-            try:
-                self._rebuild_filter_options()
-            finally:
-                self._quiet -= 1
-            self.status.clear()
-            return self.apply_filters()
 
     def _rebuild_filter_options(self) -> None:
         names = sorted(self._names)
@@ -345,7 +347,8 @@ class OffersBrowser(widgets.VBox):
             sold_out = "" if row.available else " (sold out here)"
             label = (f"{row.gpuName} ×{row.gpuCount} · {row.deploymentType} · {row.providerName} · "
                      f"{row.region} · {per_hour(row.hourlyPrice)}{sold_out} ({row.instanceId})")
-            options.append((label, (str(row.instanceId), str(row.region))))
+            # Keyed by provider too: two providers may sell the same instanceId.
+            options.append((label, (str(row.instanceId), str(row.region), str(row.providerId))))
         self._quiet += 1
         try:
             set_options(self.offer_select, options, None)
@@ -357,20 +360,22 @@ class OffersBrowser(widgets.VBox):
     def _offer_picked(self, change: Mapping[str, Any]) -> None:
         if self._quiet or change.get("new") is None:
             return
-        instance_id, region = change["new"]
-        self.select(instance_id, region=region)
+        instance_id, region, provider = change["new"]
+        self.select(instance_id, region=region, provider=provider)
 
-    def select(self, instance_id: str, region: str | None = None) -> LaunchForm:
+    def select(self, instance_id: str, region: str | None = None,
+               provider: str | None = None) -> LaunchForm:
         """Open a :class:`LaunchForm` for this offer (in ``region``) below the table; return it.
 
-        Without ``region``: the first matching row's region where the offer is available.
+        ``provider`` (its ``_id`` or name) is needed only when several providers sell offers
+        with this ``instanceId``. Without ``region``: the first matching row's region where the
+        offer is available.
         """
         try:
-            offer = next((o for o in self.offers if o.instance_id == instance_id), None)
-            if offer is None:
-                raise InvalidInputError(f"There is no offer with instanceId '{instance_id}'.")
+            offer = find_offer(self.offers, instance_id, provider)
             if region is None:
                 rows = self.frame[(self.frame["instanceId"].astype(object) == instance_id)
+                                  & (self.frame["providerId"].astype(object) == offer.cloud.id)
                                   & self.frame["available"]]
                 region = str(rows["region"].iloc[0]) if len(rows) else \
                     next(iter(offer.available_regions), None)
@@ -381,7 +386,7 @@ class OffersBrowser(widgets.VBox):
             self.form_box.children = (form,)
             self._quiet += 1
             try:
-                key = (instance_id, region)
+                key = (instance_id, region, offer.cloud.id)
                 self.offer_select.value = key if key in [v for _, v in self.offer_select.options] \
                     else None
             finally:
@@ -393,8 +398,10 @@ class OffersBrowser(widgets.VBox):
         return form
 
     def close(self) -> None:
-        """Close the browser (and stop a pending debounced redraw)."""
+        """Close the browser, its launch form, and a pending debounced redraw."""
         self._debouncer.cancel()
+        if self.form is not None:
+            self.form.close()
         super().close()
 
     def __repr__(self) -> str:
