@@ -33,6 +33,9 @@ export class GpuCloudSidebar extends Widget {
     this._badge = el('span', 'gpucloud-Badge', 'SANDBOX');
     header.append(this._badge);
     this._totals = el('div', 'gpucloud-Totals');
+    this._rate = el('span', 'gpucloud-Totals-rate');
+    this._spent = el('span', 'gpucloud-Totals-spent');
+    this._totals.append(this._rate, this._spent);
     this._message = el('p', 'gpucloud-Message');
     this._list = el('ul', 'gpucloud-List');
     this.node.append(header, this._totals, this._message, this._list);
@@ -76,7 +79,8 @@ export class GpuCloudSidebar extends Widget {
         (sum, row) => sum + spendAt(row, snapshot.polledAt, now) - row.spend,
         snapshot.totals.spend
       );
-      this._totals.textContent = `${formatMoney(snapshot.totals.hourly)}/h now · ${formatMoney(spend)} spent so far`;
+      this._rate.textContent = `${formatMoney(snapshot.totals.hourly)}/h now`;
+      this._spent.textContent = `${formatMoney(spend)} spent so far`;
       this._totals.hidden = false;
     } else {
       this._totals.hidden = true;
@@ -161,7 +165,7 @@ export class GpuCloudSidebar extends Widget {
     }
     const body = el('p', 'gpucloud-Confirm');
     body.textContent =
-      `Delete ${name} (${id})? Its disks and whatever runs on it are lost; ${fate}. ` +
+      `Delete ${name} (${id})? Whatever runs on it stops, and ${fate}. ` +
       'Billing stops once the cloud has deleted it.';
     const result = await showDialog({
       title: `Delete ${name}?`,
@@ -184,6 +188,8 @@ export class GpuCloudSidebar extends Widget {
 
   private _badge: HTMLElement;
   private _totals: HTMLElement;
+  private _rate: HTMLElement;
+  private _spent: HTMLElement;
   private _message: HTMLElement;
   private _list: HTMLElement;
   private _rows = new Map<string, HTMLLIElement>();
