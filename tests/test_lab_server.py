@@ -75,18 +75,14 @@ def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
         box.stop()
 
 
-@pytest.fixture(scope="module")
-def server(counted_sandbox: tuple[Sandbox, ListCounter],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``jupyter server`` with a token on a free loopback port; its URL."""
-    box, _ = counted_sandbox
-    home = tmp_path_factory.mktemp("lab-server")
+@contextlib.contextmanager
+def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
+    """``jupyter server`` with a token on a free loopback port, tmp HOME and Jupyter dirs; its URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
     for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         (home / name).mkdir()
         env[name] = str(home / name)
-    env.update(GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url,
-               GPUCLOUD_MAX_HOURLY_COST=str(CAP), JUPYTER_PLATFORM_DIRS="1")
+    env.update(environment, JUPYTER_PLATFORM_DIRS="1")
     port = free_port()
     log = (home / "server.log").open("wb")
     process = subprocess.Popen(
@@ -115,7 +111,18 @@ def server(counted_sandbox: tuple[Sandbox, ListCounter],
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
         log.close()
-        assert "Traceback" not in (home / "server.log").read_text(errors="replace")
+    assert "Traceback" not in (home / "server.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def server(counted_sandbox: tuple[Sandbox, ListCounter],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server in real-cloud mode: its environment names the counted sandbox and a cap."""
+    box, _ = counted_sandbox
+    with jupyter_server(tmp_path_factory.mktemp("lab-server"), GPUCLOUD_API_KEY=API_KEY,
+                        GPUCLOUD_BASE_URL=box.management_url,
+                        GPUCLOUD_MAX_HOURLY_COST=str(CAP)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +180,34 @@ def test_jupyter_lists_both_extensions_enabled() -> None:
     server = listing("server", "extension", "list")
     assert any("gpucloud_nb.lab" in line and "enabled" in line for line in server.splitlines()), server
     assert any("gpucloud_nb.lab" in line and "OK" in line for line in server.splitlines()), server
+
+
+def test_without_a_key_the_server_uses_the_sandbox_like_a_kernel(tmp_path: Path) -> None:
+    with jupyter_server(tmp_path, GPUCLOUD_SANDBOX_HOME=str(tmp_path / "sandbox-home")) as url:
+        headers = {"Authorization": f"token {TOKEN}"}
+        info = httpx.get(f"{url}/gpucloud/info", headers=headers, timeout=60).json()
+        snapshot = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=60).json()
+    assert info["sandbox"] is True and info["url"].startswith("http://127.0.0.1:")
+    assert info["cap"] is None
+    assert snapshot["sandbox"] is True and snapshot["error"] is None
+
+
+def test_a_cloud_that_refuses_or_is_down_is_one_sentence_without_the_key(
+        tmp_path: Path, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    wrong_key = "sk-wrong-key-for-the-lab-test-99"
+    headers = {"Authorization": f"token {TOKEN}"}
+    closed = f"http://127.0.0.1:{free_port()}"
+    for base_url, home in ((counted_sandbox[0].management_url, tmp_path / "refused"),
+                           (closed, tmp_path / "down")):
+        home.mkdir()
+        with jupyter_server(home, GPUCLOUD_API_KEY=wrong_key, GPUCLOUD_BASE_URL=base_url) as url:
+            response = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=120)
+        assert response.status_code == 200
+        snapshot = response.json()
+        error = snapshot["error"]
+        assert error and "Traceback" not in error and error.count("\n") == 0, error
+        assert snapshot["instances"] == []
+        assert wrong_key not in response.text and wrong_key[-12:] not in response.text
 
 
 # -- auth ----------------------------------------------------------------------------------
@@ -277,7 +312,7 @@ def test_three_tabs_for_30_s_cost_at_most_one_list_per_interval(
     def tab() -> None:
         with httpx.Client(base_url=str(api.base_url), headers=dict(api.headers), timeout=30) as own:
             while time.monotonic() < stop:
-                response = own.get("/gpucloud/instances")
+                response = own.get("/gpucloud/instances", params={"fast": fast, "slow": 30})
                 assert response.status_code == 200
                 assert row_of(response.json(), instance_id) is not None
                 reads.append(1)
@@ -297,3 +332,25 @@ def test_three_tabs_for_30_s_cost_at_most_one_list_per_interval(
     gaps = [b - a for a, b in itertools.pairwise(lists)]
     assert min(gaps) >= fast - 0.5, gaps
     api.delete(f"/gpucloud/instances/{instance_id}")
+
+
+@pytest.mark.slow
+def test_with_nothing_busy_the_poller_waits_the_idle_interval(
+        api: httpx.Client, cloud: GPUCloud, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    _, counter = counted_sandbox
+    for instance in cloud.instances.list():
+        if instance.status in ("pending", "active"):
+            cloud.instances.delete(instance.id)
+    busy = ("pending", "active", "deleting")
+    wait_for(api, lambda s: not any(r["status"] in busy for r in s["instances"]), timeout=30)
+    fast, slow = 1.0, 4.0
+    start = time.monotonic()
+    while time.monotonic() < start + 9:
+        snapshot = api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()
+        assert snapshot["nextPollSeconds"] == slow
+        time.sleep(0.2)
+    lists = [t for t in counter.times if t >= start]
+    print(f"idle, 9 s at slow={slow:g} s: {len(lists)} list requests")
+    assert 1 <= len(lists) <= 9 / slow + 1
+    assert all(b - a >= slow - 0.5 for a, b in itertools.pairwise(lists))
+    api.get("/gpucloud/instances", params={"fast": 5, "slow": 30})

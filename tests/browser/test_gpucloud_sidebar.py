@@ -166,3 +166,17 @@ def test_the_status_bar_opens_the_sidebar(cloud_lab: Lab) -> None:
     assert page.locator("#gpucloud-sidebar").is_hidden()
     page.locator("#gpucloud-statusbar").click()
     page.locator("#gpucloud-sidebar").wait_for(state="visible")
+
+
+def test_on_the_sandbox_the_sidebar_shows_its_badge(lab: Lab) -> None:
+    """The shared Lab has no key: its server extension uses the sandbox, as a kernel would."""
+    notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                      "language": "python"}})
+    nbformat.write(notebook, lab.root / "empty.ipynb")
+    page = lab.open("empty.ipynb")
+    open_sidebar(page)
+    badge = page.locator("#gpucloud-sidebar .gpucloud-Badge")
+    badge.wait_for(state="visible", timeout=30_000)
+    assert badge.inner_text() == "SANDBOX"
+    assert "simulated" in (page.locator("#gpucloud-statusbar").get_attribute("title") or "")
+    shot(page.locator("#gpucloud-sidebar"), "gpucloud-sidebar-sandbox-light")
