@@ -277,6 +277,12 @@ def test_instances_come_with_spend_and_the_delete_reaches_the_cloud(
     wait_for(api, lambda s: row_of(s, instance_id) is None)  # deleted rows leave the list
 
 
+def test_the_settings_editor_knows_the_intervals_and_warning_hours(api: httpx.Client) -> None:
+    schema = api.get("/lab/api/settings/gpucloud-nb:plugin").json()["schema"]
+    defaults = {name: spec["default"] for name, spec in schema["properties"].items()}
+    assert defaults == {"busyInterval": 5, "idleInterval": 30, "warnAfterHours": 4}
+
+
 def test_an_unknown_instance_is_a_404_with_one_sentence(api: httpx.Client) -> None:
     response = api.delete("/gpucloud/instances/no-such-instance")
     assert response.status_code == 404

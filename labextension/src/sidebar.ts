@@ -2,7 +2,7 @@ import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { chipIcon } from './icon';
-import { formatMoney, formatRow, IInstanceRow, spendAt } from './format';
+import { formatMoney, formatRow, IInstanceRow, spendAt, warning } from './format';
 import { GpuCloudModel } from './model';
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -36,9 +36,10 @@ export class GpuCloudSidebar extends Widget {
     this._rate = el('span', 'gpucloud-Totals-rate');
     this._spent = el('span', 'gpucloud-Totals-spent');
     this._totals.append(this._rate, this._spent);
+    this._warning = el('p', 'gpucloud-Warning');
     this._message = el('p', 'gpucloud-Message');
     this._list = el('ul', 'gpucloud-List');
-    this.node.append(header, this._totals, this._message, this._list);
+    this.node.append(header, this._totals, this._warning, this._message, this._list);
     model.changed.connect(this._render, this);
     this._render();
   }
@@ -85,6 +86,9 @@ export class GpuCloudSidebar extends Widget {
     } else {
       this._totals.hidden = true;
     }
+    const warn = snapshot && !snapshot.error ? warning(snapshot, this.model.warnAfterHours, now) : null;
+    this._warning.textContent = warn ?? '';
+    this._warning.hidden = warn === null;
     this._renderRows(rows, now, snapshot?.polledAt);
   }
 
@@ -191,6 +195,7 @@ export class GpuCloudSidebar extends Widget {
   private _rate: HTMLElement;
   private _spent: HTMLElement;
   private _message: HTMLElement;
+  private _warning: HTMLElement;
   private _list: HTMLElement;
   private _rows = new Map<string, HTMLLIElement>();
 }

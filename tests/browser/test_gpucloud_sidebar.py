@@ -22,6 +22,8 @@ from .lab import ARTIFACTS, SCREENSHOTS, Lab, LabServer, save_screenshot
 
 pytestmark = pytest.mark.browser
 
+CAP = 0.01  # any instance reaches it: the status bar must warn
+
 LAUNCH = """\
 from gpucloud_nb import connect
 cloud = connect()
@@ -48,7 +50,8 @@ def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
     base = tmp_path_factory.mktemp("cloud-lab")
     server = LabServer(root=base / "root", home=base / "home",
                        log_path=ARTIFACTS / "lab-gpucloud.log",
-                       env={"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url})
+                       env={"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
+                            "GPUCLOUD_MAX_HOURLY_COST": str(CAP)})
     try:
         server.start()
         yield server
@@ -92,7 +95,12 @@ def shot(part: Locator, name: str) -> None:
 
 
 def status_text(page: Page) -> str:
-    return page.locator("#gpucloud-statusbar").inner_text().strip()
+    """The status bar's figures, without the warning sign."""
+    return page.locator("#gpucloud-statusbar").inner_text().removeprefix("⚠").strip()
+
+
+def warns(page: Page) -> bool:
+    return "gpucloud-mod-warning" in (page.locator("#gpucloud-statusbar").get_attribute("class") or "")
 
 
 def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
@@ -108,6 +116,7 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     page.wait_for_function("document.querySelector('#gpucloud-sidebar').dataset.state === 'empty'")
     assert "No instances" in sidebar.inner_text()
     assert status_text(page) == "$0.00/h · 0 running"
+    assert not warns(page)
     shot(sidebar, "gpucloud-sidebar-empty-light")
 
     run_all(page)
@@ -129,10 +138,13 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     active = [i for i in observer.instances.list() if i.status == "active"]
     expected = f"${sum(i.hourly_price for i in active):.2f}/h · {len(active)} running"
     page.wait_for_function(
-        "(text) => document.querySelector('#gpucloud-statusbar').textContent.trim() === text",
+        "(text) => document.querySelector('#gpucloud-statusbar').textContent.endsWith(text)",
         arg=expected, timeout=10_000)
     assert status_text(page) == expected
     assert re.fullmatch(r"\$\d+\.\d\d/h · 1 running", expected)
+    assert warns(page)  # pending plus active above the cap of $0.01/h
+    assert "cap of $0.01/h" in page.locator("#gpucloud-statusbar").get_attribute("title")
+    assert "cap of $0.01/h" in sidebar.locator(".gpucloud-Warning").inner_text()
     assert sidebar.locator(".gpucloud-Badge").is_hidden()  # the real cloud: no SANDBOX badge
 
     for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
@@ -156,6 +168,7 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     row.wait_for(state="detached", timeout=20_000)  # deleted instances leave the sidebar
     page.wait_for_function(
         "document.querySelector('#gpucloud-statusbar').textContent.trim() === '$0.00/h · 0 running'")
+    assert not warns(page)
 
 
 def test_the_status_bar_opens_the_sidebar(cloud_lab: Lab) -> None:
