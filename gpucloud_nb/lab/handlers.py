@@ -17,6 +17,7 @@ cookie must carry the XSRF token, as every Jupyter API call does. No answer hold
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import tornado.web
@@ -44,9 +45,12 @@ class _Handler(APIHandler):
         if raw is None:
             return None
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise tornado.web.HTTPError(400, reason=f"{name} must be a number of seconds") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise tornado.web.HTTPError(400, reason=f"{name} must be a number of seconds")
+        return value
 
 
 class InstancesHandler(_Handler):
