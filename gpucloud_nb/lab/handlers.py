@@ -68,18 +68,18 @@ class InstanceHandler(_Handler):
         try:
             self._answer({"fate": await self.poller.fate(instance_id)})
         except NotFoundError as error:
-            self._answer({"message": str(error)}, 404)
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
         except GPUCloudError as error:
-            self._answer({"message": str(error)}, 502)
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
 
     @tornado.web.authenticated
     async def delete(self, instance_id: str) -> None:
         try:
             await self.poller.delete(instance_id)
         except NotFoundError as error:
-            self._answer({"message": str(error)}, 404)
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
         except GPUCloudError as error:
-            self._answer({"message": str(error)}, 502)
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
         else:
             self.set_status(204)
             self.finish()

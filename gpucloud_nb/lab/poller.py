@@ -142,6 +142,10 @@ class Poller:
                     row["status"] = "deleting"
         self.nudge()
 
+    def scrub(self, text: str) -> str:
+        """``text`` with the client's key (and the sandbox's secret) masked."""
+        return text if self._cloud is None else self._cloud.scrub(text)
+
     # -- polling ----------------------------------------------------------------------------
     async def _client(self) -> GPUCloud:
         if self._cloud is None:
@@ -173,13 +177,12 @@ class Poller:
             self.list_requests += 1
             instances = await asyncio.get_running_loop().run_in_executor(None, cloud.instances.list)
             self._snapshot = self._build(cloud, instances, datetime.now(timezone.utc))
-        except GPUCloudError as error:
-            old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
-            self._snapshot = {**old, "error": str(error), "polledAt": _iso(datetime.now(timezone.utc))}
         except Exception as error:  # the sidebar shows one sentence, never a traceback
+            message = (str(error) if isinstance(error, GPUCloudError)
+                       else f"Could not read the instances ({type(error).__name__}: {error}).")
             old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
-            message = f"Could not read the instances ({type(error).__name__}: {error})."
-            self._snapshot = {**old, "error": message, "polledAt": _iso(datetime.now(timezone.utc))}
+            self._snapshot = {**old, "error": self.scrub(message),
+                              "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
 
     def _build(self, cloud: GPUCloud, instances: list[Instance], now: datetime) -> dict[str, Any]:
