@@ -351,6 +351,12 @@ def test_with_nothing_busy_the_poller_waits_the_idle_interval(
     busy = ("pending", "active", "deleting")
     wait_for(api, lambda s: not any(r["status"] in busy for r in s["instances"]), timeout=30)
     fast, slow = 1.0, 4.0
+    # wait_for's refresh nudges bring one poll forward; let it happen before counting.
+    settle = time.monotonic() + 10
+    while api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()[
+            "nextPollSeconds"] != slow:
+        assert time.monotonic() < settle
+        time.sleep(0.2)
     start = time.monotonic()
     while time.monotonic() < start + 9:
         snapshot = api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()
