@@ -133,6 +133,11 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
         f"""document.querySelector('[data-gpucloud-instance="{instance.id}"]')
               .dataset.status === 'active'""", timeout=20_000)
     assert "active" in row.locator(".gpucloud-Row-status").inner_text()
+    ssh = observer.instances.get(instance.id).ssh_command
+    assert ssh and row.locator(".gpucloud-Row-ssh").get_attribute("title") == f"Copy: {ssh}"
+    cloud_lab.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    row.locator(".gpucloud-Row-ssh").click()
+    assert page.evaluate("navigator.clipboard.readText()") == ssh
 
     # The status bar agrees with the cloud: $/h of the active instances, and how many.
     active = [i for i in observer.instances.list() if i.status == "active"]
