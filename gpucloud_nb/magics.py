@@ -591,27 +591,34 @@ class GPUCloudMagics(Magics):
     def _volumes_create(self, args: argparse.Namespace) -> Volume:
         cloud = self.cloud
         offers = cloud.volumes.offers()
-        provider = self._volume_provider(offers, args.region, args.provider)
+        provider = self._volume_provider(offers, args.region, args.provider, args.size)
         volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
                                       region=args.region, size_in_gb=args.size)
         chosen = ""
         if args.provider is None:
             here = [o for o in offers if not o.regions or args.region in o.regions]
+            selling = [o for o in here if not o.min_size_in_gb > args.size]
             if len(here) > 1:
                 offer = next(o for o in here if o.cloud_provider.id == provider)
-                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of "
-                          f"{len(here)} providers there (${offer.price_per_gb_per_hour:g}/GB/h; "
-                          "choose another with --provider)")
+                among = (f"{len(here)} providers there" if len(selling) == len(here) else
+                         f"the {len(selling)} of {len(here)} providers there selling "
+                         f"{_gb(args.size)}")
+                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
+                          f"(${offer.price_per_gb_per_hour:g}/GB/h; choose another with "
+                          "--provider)")
         _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
              f"{chosen}, {_gb(volume.size_in_gb)}.")
         return volume
 
     @staticmethod
-    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None) -> str:
+    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None,
+                         size: float = 0.0) -> str:
         """The provider ``_id`` to create a volume with in ``region``.
 
         ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
-        Without it, the cheapest provider (``pricePerGbPerHour``) that offers ``region``.
+        Without it, the cheapest provider (``pricePerGbPerHour``) that offers ``region`` and
+        whose ``minSizeInGb`` allows ``size`` (the cheapest in the region if none does, so the
+        refusal names its minimum).
         """
         here = [o for o in offers if not o.regions or region in o.regions]
 
@@ -634,8 +641,9 @@ class GPUCloudMagics(Magics):
             regions = sorted({r for o in offers for r in o.regions})
             raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
                                     f"choose one of: {_names(regions)}.")
-        cheapest = min(here, key=lambda o: (not math.isfinite(o.price_per_gb_per_hour),
-                                            o.price_per_gb_per_hour))
+        fitting = [o for o in here if not o.min_size_in_gb > size] or here
+        cheapest = min(fitting, key=lambda o: (not math.isfinite(o.price_per_gb_per_hour),
+                                               o.price_per_gb_per_hour))
         return cheapest.cloud_provider.id
 
     def _volumes_get(self, args: argparse.Namespace) -> Volume:

@@ -12,7 +12,7 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance
+from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
 
@@ -163,6 +163,16 @@ def test_details_view(cloud, observer, panels) -> None:
     assert panel.status.is_error and "no-such-instance" in panel.status.text
 
 
+def test_details_view_shows_port_forward_objects_as_ports() -> None:
+    # The cloud may send {internalPort, externalPort} objects where the spec shows strings.
+    details = InstanceDetails.from_json({
+        "_id": "i1", "name": "n", "status": "active",
+        "portForwards": [{"internalPort": 8000, "externalPort": 18000}, "22:2201"]})
+    view = InstancesPanel._details_html(details)
+    assert "8000:18000, 22:2201" in view
+    assert "internalPort" not in view and "{" not in view
+
+
 def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:
     instance = launch(observer, "timed")
     panel = make_panel(panels, cloud, interval=0.05)
@@ -299,7 +309,6 @@ def test_closing_panels_and_browsers_stops_their_threads(sandbox_factory) -> Non
 def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
     import gc
 
-    import comm
     from ipywidgets.widgets.widget import _instances as registry
 
     sandbox = sandbox_factory(launch_seconds=60)
@@ -311,11 +320,9 @@ def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
         assert panel.auto_refreshing
         # ipywidgets and the comm manager hold every open widget; forget the panel's there, as a
         # kernel does once its front end is gone, without ever calling panel.close().
-        manager = comm.get_comm_manager()
         for model_id in set(registry) - existing:
             widget = registry.pop(model_id)
-            manager.unregister_comm(widget.comm)
-            widget.comm = None  # already gone: nothing left for ipywidgets' __del__ to close
+            widget.comm.on_msg(None)  # the comm no longer calls back into the widget
         del panel, widget
         # The refresh thread holds the panel only while it calls it: a collection between two
         # calls frees the panel, and the thread then ends by itself.

@@ -279,6 +279,23 @@ def test_volume_life_cycle(magic: Magic, cloud: GPUCloud, monkeypatch: pytest.Mo
     assert _one_sentence(magic(f"volumes get {volume.id}")) == f"Volume {volume.id} not found."
 
 
+def test_the_cheapest_provider_chosen_is_one_that_sells_the_size_asked(magic: Magic,
+                                                                       cloud: GPUCloud) -> None:
+    # The cheapest provider in a region may have a larger minimum than the size asked for.
+    offers = cloud.volumes.offers()
+    region, size = next(
+        (r, s) for r in sorted({r for o in offers for r in o.regions})
+        for here in [[o for o in offers if r in o.regions]]
+        for s in sorted({o.min_size_in_gb for o in here})
+        if min(here, key=lambda o: o.price_per_gb_per_hour).min_size_in_gb > s)
+    fitting = [o for o in offers if region in o.regions and o.min_size_in_gb <= size]
+    cheapest = min(fitting, key=lambda o: o.price_per_gb_per_hour).cloud_provider
+    run = magic(f"volumes create small --size {size:g} --region {region}")
+    assert isinstance(run.value, Volume), run.err
+    assert run.value.cloud_provider.id == cheapest.id and run.value.size_in_gb == size
+    assert f"with {cheapest.display_name}, the cheapest of" in run.out
+
+
 def test_create_picks_the_cheapest_provider_where_several_sell_volumes(magic: Magic,
                                                                       cloud: GPUCloud) -> None:
     _, _, crowded = _regions(cloud)
