@@ -13,10 +13,17 @@ Ctrl-C or SIGTERM stops the server and exits with status 0.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+from gpucloud_nb.errors import GPUCloudError
 
 __all__ = ["build_parser", "main"]
+
+SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs")
 
 
 def _seconds(text: str) -> float:
@@ -69,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM.",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    sandbox.add_argument("--port", type=_port, default=8765,
-                         help="port to bind; 0 picks a free one (default: %(default)s)")
+    sandbox.add_argument("--port", type=_port, default=None,
+                         help="port to bind; 0 picks a free one (default: 8765; with --home, "
+                              "the home's last port if free, else any)")
     sandbox.add_argument("--api-key", metavar="KEY", default=None,
                          help="management key clients must send (default: the public sandbox key)")
     sandbox.add_argument("--inference-secret", metavar="SECRET", default=None,
@@ -94,13 +102,62 @@ def build_parser() -> argparse.ArgumentParser:
                          help="inject faults into the management API, e.g. "
                               "'error_every=3,rate_limit_every=5,slow_every=2,drop_create_every=4,"
                               "extra_fields' (see gpucloud_nb.sandbox.faults)")
+    sandbox.add_argument("action", nargs="?", choices=SERVICE_ACTIONS, metavar="ACTION",
+                         help="act on the background service of the sandbox home instead of "
+                              "serving: start, status, stop, reset (with --yes) or logs")
+    sandbox.add_argument("--home", metavar="DIR", default=None,
+                         help="the sandbox home (default: GPUCLOUD_SANDBOX_HOME or the user data "
+                              "dir); serving with --home makes this the home's service")
+    sandbox.add_argument("--keys", metavar="FILE", default=None,
+                         help="management keys, one per line, each its own account "
+                              "(blank lines and # comments ignored)")
+    sandbox.add_argument("--yes", action="store_true", help="confirm `reset`")
+    sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
+                         help="how many lines `logs` shows (default: %(default)s)")
     sandbox.set_defaults(handler=_run_sandbox)
     return parser
+
+
+def _read_keys(path: str) -> tuple[str, ...]:
+    """The keys of a ``--keys`` file: one per line; blank lines and ``#`` comments ignored."""
+    with open(path, encoding="utf-8") as file:
+        keys = tuple(line.strip() for line in file
+                     if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise ValueError(f"the file {path} holds no key")
+    return keys
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
+
+    if args.action is not None:
+        return _service_action(args)
+    if args.yes:
+        print("gpucloud-nb sandbox: error: --yes goes with `reset` only.", file=sys.stderr)
+        return 2
+    keys: tuple[str, ...] = ()
+    if args.keys is not None:
+        try:
+            keys = _read_keys(args.keys)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            print(f"gpucloud-nb sandbox: error: --keys: {reason}.", file=sys.stderr)
+            return 2
+    home = None
+    if args.home is not None:
+        from gpucloud_nb.sandbox.home import private_dir
+        from gpucloud_nb.sandbox.service import STATE_FILE, credentials
+
+        home = private_dir(args.home)
+        own_key, own_secret = credentials(home)
+        args.api_key = args.api_key or os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or own_key
+        args.inference_secret = (args.inference_secret
+                                 or os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
+                                 or own_secret)
+        args.state = args.state or str(home / STATE_FILE)
+    port = args.port if args.port is not None else (0 if home is not None else 8765)
 
     offers = None
     if args.synthetic_offers is not None:
@@ -119,8 +176,11 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     try:
         config = SandboxConfig(
             host=args.host,
-            port=args.port,
-            api_key=args.api_key if args.api_key is not None else DEFAULT_API_KEY,
+            port=port,
+            api_key=(args.api_key if args.api_key is not None
+                     else keys[0] if keys else DEFAULT_API_KEY),
+            keys=keys[1:] if keys and args.api_key is None else keys,
+            home=home,
             inference_secret=(args.inference_secret if args.inference_secret is not None
                               else DEFAULT_INFERENCE_SECRET),
             state=args.state,
@@ -139,7 +199,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
-        defaults = [name for name, given in (("API key", args.api_key),
+        defaults = [name for name, given in (("API key", args.api_key or args.keys),
                                              ("inference secret", args.inference_secret))
                     if given is None]
         if defaults:
@@ -148,11 +208,91 @@ def _run_sandbox(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
     try:
-        serve(config, ready)
+        if home is not None:
+            from gpucloud_nb.sandbox.service import serve_home
+
+            serve_home(config, home, ready)
+        else:
+            serve(config, ready)
     except OSError as error:
-        print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{args.port}: "
+        print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{port}: "
               f"{error.strerror or error}", file=sys.stderr)
         return 1
+    except GPUCloudError as error:
+        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _service_action(args: argparse.Namespace) -> int:
+    """``start``, ``status``, ``stop``, ``reset --yes`` and ``logs`` of the home's service."""
+    from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox.home import default_home, private_dir
+
+    home = private_dir(args.home) if args.home is not None else default_home()
+    if args.action == "reset" and not args.yes:
+        print(f"gpucloud-nb sandbox: reset deletes every instance, volume and timer in {home}; "
+              "run `gpucloud-nb sandbox reset --yes` to do it.", file=sys.stderr)
+        return 2
+    if args.action == "logs":
+        lines = service.log_tail(home, args.lines)
+        print("\n".join(lines) if lines else f"No sandbox log in {home} yet.")
+        return 0
+    try:
+        if args.action == "start":
+            runtime = service.find_or_start(home, launch_seconds=args.launch_seconds)
+            print(f"management: {runtime.management_url}")
+            print(f"inference: {runtime.inference_url}")
+            return 0
+        if args.action == "status":
+            return _status(home)
+        if args.action == "stop":
+            stopped = service.stop(home)
+            print(f"Stopped the sandbox service (pid {stopped.pid}); its state stays in {home}."
+                  if stopped else f"No sandbox service is running in {home}.")
+            return 0
+        stopped = service.stop(home)  # reset --yes
+        for suffix in ("", "-wal", "-shm"):
+            (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
+        if stopped is not None:
+            service.find_or_start(home, launch_seconds=stopped.launch_seconds,
+                                  api_key=stopped.api_key,
+                                  inference_secret=stopped.inference_secret)
+        print(f"Emptied the sandbox state in {home}"
+              + (f"; the service runs again at {stopped.management_url}." if stopped else "."))
+        return 0
+    except GPUCloudError as error:
+        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _status(home: Path) -> int:
+    import httpx
+
+    from gpucloud_nb.sandbox import service
+
+    runtime = service.find(home)
+    if runtime is None:
+        print(f"No sandbox service is running in {home}.")
+        return 3
+    try:
+        status = httpx.get(f"{runtime.management_url}/sandbox/status", timeout=10,
+                           headers={"x-api-key": runtime.api_key}, trust_env=False).json()
+    except (httpx.HTTPError, ValueError) as error:
+        print(f"gpucloud-nb sandbox: error: the service did not report its status ({error}).",
+              file=sys.stderr)
+        return 1
+    up = int(time.time() - runtime.started_at)
+    counts = status.get("instances") or {}
+    shown = ", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "none"
+    print(f"sandbox service: running at {runtime.management_url} (pid {runtime.pid}), "
+          f"up {up // 3600}:{up // 60 % 60:02d}:{up % 60:02d}")
+    print(f"inference: {runtime.inference_url}")
+    print(f"home: {home}")
+    print(f"instances: {shown}")
+    print(f"volumes: {status.get('volumes', 0)}")
+    print(f"auto-delete timers: {status.get('autoDeletes', 0)}")
+    print(f"spend so far: ${float(status.get('spend') or 0):.2f}")
     return 0
 
 
