@@ -351,21 +351,18 @@ def _is_our_service(pid: int, home: Path) -> bool:
 
 
 def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
-    """SIGTERM the service ``pid`` (SIGKILL after ``wait`` s); True once its lock is free."""
+    """SIGTERM the service ``pid`` (SIGKILL after ``wait`` s); True once it and its lock are gone."""
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not _lock_held(home):
-            return True
-        time.sleep(0.05)
-    with contextlib.suppress(OSError):
-        os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if not _lock_held(home):
-            return True
-        time.sleep(0.05)
+    for how, seconds in ((None, wait), (getattr(signal, "SIGKILL", signal.SIGTERM), 5.0)):
+        if how is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, how)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not _lock_held(home) and not pid_alive(pid):
+                return True
+            time.sleep(0.05)
     return False
 
 
