@@ -76,9 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM.",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    sandbox.add_argument("--port", type=_port, default=None,
-                         help="port to bind; 0 picks a free one (default: 8765; with --home, "
-                              "the home's last port if free, else any)")
+    sandbox.add_argument("--port", type=_port, default=8765,
+                         help="port to bind; 0 picks a free one (with --home: the home's last "
+                              "port if free, else any) (default: %(default)s)")
     sandbox.add_argument("--api-key", metavar="KEY", default=None,
                          help="management key clients must send (default: the public sandbox key)")
     sandbox.add_argument("--inference-secret", metavar="SECRET", default=None,
@@ -157,7 +157,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
                                  or os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
                                  or own_secret)
         args.state = args.state or str(home / STATE_FILE)
-    port = args.port if args.port is not None else (0 if home is not None else 8765)
+    port = args.port
 
     offers = None
     if args.synthetic_offers is not None:

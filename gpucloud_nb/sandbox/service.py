@@ -304,7 +304,7 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
         env["GPUCLOUD_SANDBOX_API_KEY"] = api_key
     if inference_secret:
         env["GPUCLOUD_SANDBOX_INFERENCE_SECRET"] = inference_secret
-    command = [sys.executable, "-m", "gpucloud_nb", "sandbox", "--home", str(home)]
+    command = [sys.executable, "-m", "gpucloud_nb", "sandbox", "--home", str(home), "--port", "0"]
     if launch_seconds is not None:
         command += ["--launch-seconds", repr(float(launch_seconds))]
     with _open_log(home) as log:
