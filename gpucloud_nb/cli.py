@@ -1,8 +1,16 @@
-"""The ``gpucloud-nb`` command: run the local sandbox cloud in the foreground.
+"""The ``gpucloud-nb`` command: run the local sandbox cloud, or manage your sandbox service.
 
     $ gpucloud-nb sandbox --port 8765 --launch-seconds 5
     management: http://127.0.0.1:8765
     inference: http://127.0.0.1:8765/inference
+    $ gpucloud-nb sandbox status          # or: start, stop, reset --yes, logs [-n N]
+
+The actions act on the background service of the sandbox home (``--home DIR``, else
+``GPUCLOUD_SANDBOX_HOME``, else the user data dir; see :mod:`gpucloud_nb.sandbox.service`), the one
+``connect()`` uses. ``status`` exits with 3 when no service runs; ``reset`` without ``--yes`` is
+refused. Serving with ``--home`` makes the foreground server that home's service (its state, its
+own key and secret, its runtime file). ``--keys FILE`` gives one account per key. Serving beyond
+loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
 ``--port 0`` picks a free port. No key or secret value is ever printed: without ``--api-key`` the

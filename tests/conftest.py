@@ -9,18 +9,13 @@
 Fixtures use quick life cycles (``launch_seconds=0.3``, ``delete_seconds=0.2``) unless a test
 passes other values to ``sandbox_factory``. Every sandbox is stopped when its test ends.
 
-The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set before anything runs,
-so notebook kernels and subprocesses inherit it): the user's real sandbox is never touched. At the
-end the run stops every sandbox service it started, and fails if one is still running.
+The temporary sandbox home of the whole run, and the check that no sandbox service outlives it,
+are in the repository's root ``conftest.py`` (so ``pytest notebooks/...`` has them too).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -96,61 +91,6 @@ def observer(sandbox: Sandbox) -> Iterator[GPUCloud]:
     """A second client, to check what really happened on the sandbox."""
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:
         yield client
-
-
-_HOMES_ROOT: Path | None = None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
-    global _HOMES_ROOT
-    _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
-    os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
-
-
-def service_processes(root: Path) -> list[Any]:
-    """Running sandbox services whose home is under ``root`` (their command line says it)."""
-    import psutil
-
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = process.info.get("cmdline") or []
-        if "gpucloud_nb" in command and "--home" in command:
-            at = command.index("--home") + 1
-            if at < len(command) and Path(command[at]).is_relative_to(root):
-                found.append(process)
-    return found
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Stop the services this run started; fail the run if any had to be killed."""
-    if _HOMES_ROOT is None:
-        return
-    from gpucloud_nb.sandbox import service
-
-    for home in _HOMES_ROOT.iterdir():
-        if home.is_dir():
-            service.stop(home)
-    left = service_processes(_HOMES_ROOT)
-    for process in left:
-        process.kill()
-    if left:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        print(f"\nFAILED: {len(left)} sandbox service(s) outlived the test run and were killed: "
-              f"{[(p.pid, p.info.get('cmdline')) for p in left]}")
-    shutil.rmtree(_HOMES_ROOT, ignore_errors=True)
-
-
-@pytest.fixture
-def sandbox_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh sandbox home of its own (``GPUCLOUD_SANDBOX_HOME``); its service stops at teardown."""
-    from gpucloud_nb.sandbox import service
-
-    assert _HOMES_ROOT is not None
-    home = Path(tempfile.mkdtemp(prefix="home-", dir=_HOMES_ROOT))
-    monkeypatch.setenv("GPUCLOUD_SANDBOX_HOME", str(home))
-    yield home
-    service.stop(home)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

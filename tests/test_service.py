@@ -22,7 +22,6 @@ import pytest
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.cli import main
 from gpucloud_nb.sandbox import SandboxConfig, service
-from tests.conftest import service_processes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,7 +72,7 @@ def fast(monkeypatch: pytest.MonkeyPatch, sandbox_home: Path) -> Path:
     return sandbox_home
 
 
-def test_two_processes_connecting_at_once_share_one_service(fast: Path) -> None:
+def test_two_processes_connecting_at_once_share_one_service(fast: Path, service_processes) -> None:
     start_at = time.time() + 2.0  # both processes are up by then, and call connect() together
     code = textwrap.dedent(f"""
         import time

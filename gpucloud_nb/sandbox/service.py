@@ -313,6 +313,8 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=home, close_fds=True, start_new_session=True,  # setsid: outlives the kernel
+            creationflags=(subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+                           if os.name == "nt" else 0),
         )
     _children.append(process)
     threading.Thread(target=_reap, args=(process,), name="gpucloud-nb-reap", daemon=True).start()
