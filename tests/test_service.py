@@ -277,3 +277,13 @@ def test_service_timers_fire_after_the_kernel_is_gone(fast: Path) -> None:
         assert time.monotonic() < deadline, "the service's timer did not fire"
         time.sleep(0.2)
     assert cloud.auto_delete.remaining(instance_id) is None
+
+
+def test_cleanup_on_exit_still_deletes_what_the_process_launched(fast: Path) -> None:
+    kept_id, _, _ = launch_in_a_process("kept")
+    code = LAUNCH.format(name="cleaned", extra={}).replace(
+        "connect(quiet=True)", "connect(quiet=True, cleanup_on_exit=True)")
+    cleaned_id = python(code).split()[0]
+    cloud = connect(quiet=True)
+    assert cloud.instances.get(cleaned_id).status in ("deleting", "deleted")
+    assert cloud.instances.get(kept_id).status in ("pending", "active")
