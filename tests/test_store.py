@@ -116,7 +116,7 @@ def test_rendered_instance_fields_follow_the_status() -> None:
     assert "isPending" not in listed and "updatedAt" not in active
     container = details_json(_instance(store, kind="container"), T0 + 3000)
     assert container["sshPort"] > 1024
-    assert container["portForwards"] == [f"{container['sshPort']}:22"]
+    assert container["portForwards"] == [f"22:{container['sshPort']}"]
     deleted = store.delete_instance("u1", record.id, delete_ms=T0 + 5000, gone_ms=T0 + 6000)
     assert deleted is not None
     gone = instance_json(deleted, T0 + 7000)

@@ -131,7 +131,7 @@ def details_json(record: InstanceRecord, now_ms: int) -> dict[str, Any]:
     reachable = status.name in ("active", "deleting")
     body["isPending"] = status.name == "pending"
     body["sshKey"] = record.doc["sshKey"]
-    body["portForwards"] = [f"{_ssh_port(record)}:22"] if reachable else []
+    body["portForwards"] = [f"22:{_ssh_port(record)}"] if reachable else []
     return body
 
 
