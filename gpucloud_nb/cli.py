@@ -217,7 +217,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
                   "(gpucloud_nb.sandbox.DEFAULT_API_KEY / DEFAULT_INFERENCE_SECRET).",
                   file=sys.stderr, flush=True)
         # A ready request to try: the public default key is no secret; a custom one is masked.
-        key = config.api_key if args.api_key is None else "$GPUCLOUD_API_KEY"
+        key = config.api_key if config.api_key == DEFAULT_API_KEY else "$GPUCLOUD_API_KEY"
         print(f"try: curl -H 'x-api-key: {key}' {management}/gpu-cloud/instances/offers",
               file=sys.stderr, flush=True)
 

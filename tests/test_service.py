@@ -234,7 +234,8 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
         assert other.status_code == 403  # the public default key is not one of the class's
     finally:
         process.terminate()
-        process.wait(10)
+        _, err = process.communicate(timeout=10)
+    assert "student-a-key" not in err and "student-b-key" not in err  # a --keys key is secret
 
 
 @pytest.mark.parametrize("options", [[], ["--api-key", "teacher-key-0123"],
