@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox = commands.add_parser(
         "sandbox",
         help="serve the local sandbox cloud (management and inference) over HTTP",
-        description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM.",
+        description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM; or, with "
+                    "an ACTION, manage the background sandbox service that connect() uses.",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     sandbox.add_argument("--port", type=_port, default=8765,
