@@ -28,7 +28,7 @@ from pathlib import Path
 __all__ = ["QUICK", "run"]
 
 Row = tuple[str, float, float, float, str, str]
-QUICK = {"clients": 4, "seconds": 3.0}
+QUICK = {"clients": 4, "seconds": 3.0, "launch_seconds": 1.0}
 
 WORKER = textwrap.dedent("""
     import json, sys, time

@@ -288,3 +288,15 @@ def test_cleanup_on_exit_still_deletes_what_the_process_launched(fast: Path) -> 
     cloud = connect(quiet=True)
     assert cloud.instances.get(cleaned_id).status in ("deleting", "deleted")
     assert cloud.instances.get(kept_id).status in ("pending", "active")
+
+
+def test_a_hung_service_is_replaced(fast: Path) -> None:
+    hung = connect(quiet=True).sandbox
+    os.kill(hung.pid, signal.SIGSTOP)  # holds its lock and port, answers nothing
+    try:
+        cloud = connect(quiet=True)
+        assert cloud.sandbox.pid != hung.pid and not service.pid_alive(hung.pid)
+        assert cloud.volumes.list() == []
+    finally:
+        if service.pid_alive(hung.pid):
+            os.kill(hung.pid, signal.SIGKILL)

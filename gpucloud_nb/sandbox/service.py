@@ -356,6 +356,8 @@ def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
     """SIGTERM the service ``pid`` (SIGKILL after ``wait`` s); True once it and its lock are gone."""
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
+        if hasattr(signal, "SIGCONT"):
+            os.kill(pid, signal.SIGCONT)  # a stopped (hung) service handles its SIGTERM too
     for how, seconds in ((None, wait), (getattr(signal, "SIGKILL", signal.SIGTERM), 5.0)):
         if how is not None:
             with contextlib.suppress(OSError):
