@@ -38,6 +38,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "RateLimitError",
+    "RedirectError",
     "ServerError",
     "UnsupportedFileTypeError",
     "WaitTimeoutError",
@@ -91,6 +92,14 @@ class APIError(GPUCloudError):
 
 class BadRequestError(APIError):
     """A 4xx the other classes do not cover, such as a 400 validation failure."""
+
+
+class RedirectError(APIError):
+    """The server answered with a redirect (3xx): nothing was done, the URL is probably wrong.
+
+    Redirects are never followed (a redirect could carry the key to another host); the message
+    names the ``Location``, with any user:password in it masked.
+    """
 
 
 class AuthenticationError(APIError):

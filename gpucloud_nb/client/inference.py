@@ -676,7 +676,7 @@ class ChatStream(_StreamBase):
             raise self._transport_error(exc, started=False) from None
         try:
             response = source.response
-            if response.status_code >= 400:
+            if response.status_code >= 300:  # a redirect is an error too
                 response.read()
                 raise self._error(response)
             if self._is_event_stream(response):
@@ -766,7 +766,7 @@ class AsyncChatStream(_StreamBase):
             raise self._transport_error(exc, started=False) from None
         try:
             response = source.response
-            if response.status_code >= 400:
+            if response.status_code >= 300:  # a redirect is an error too
                 await response.aread()
                 raise self._error(response)
             if self._is_event_stream(response):
