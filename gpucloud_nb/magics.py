@@ -121,7 +121,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -539,9 +539,9 @@ class GPUCloudMagics(Magics):
         else:
             if not args.base_url.startswith(("http://", "https://")):
                 raise _Stop(f"The base URL must start with http:// or https://, "
-                            f"not {args.base_url!r}.")
+                            f"not {mask_url(args.base_url)!r}.")
             key = os.environ.get("GPUCLOUD_API_KEY") or _ask_secret(
-                f"API key for {args.base_url} (hidden): ")
+                f"API key for {mask_url(args.base_url)} (hidden): ")
             if not key:
                 raise _Stop("No API key was given; the session's cloud is unchanged.")
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
@@ -551,7 +551,8 @@ class GPUCloudMagics(Magics):
             cloud.close()
             raise _Stop(f"{error} The session's cloud is unchanged.") from None
         _replace(cloud, owned=True)
-        _say(f"Connected to the GPU cloud at {cloud.base_url} with key {cloud.api_key_hint}.")
+        _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
+             f"{cloud.api_key_hint}.")
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from gpucloud_nb import rules
-from gpucloud_nb._secrets import Secret, mask, scrub
+from gpucloud_nb._secrets import Secret, mask, mask_url, scrub, without_userinfo
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
@@ -629,7 +629,7 @@ class _CloudBase:
 
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
-        return (f"<{type(self).__name__} {where} base_url={self.base_url!r} "
+        return (f"<{type(self).__name__} {where} base_url={mask_url(self.base_url)!r} "
                 f"api_key={self.api_key_hint!r}>")
 
 
@@ -656,7 +656,7 @@ class GPUCloud(_CloudBase):
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
-        self._http = httpx.Client(base_url=self.base_url, auth=ApiKeyAuth(key),
+        self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
@@ -699,8 +699,9 @@ class AsyncGPUCloud(_CloudBase):
         key, self.base_url = settings(api_key, base_url)
         self.sandbox = None
         limits = httpx.Limits(max_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, auth=ApiKeyAuth(key),
-                                       timeout=timeout, transport=transport, limits=limits)
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.base_url),
+                                       auth=ApiKeyAuth(key), timeout=timeout,
+                                       transport=transport, limits=limits)
         self._core = _Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb._secrets import mask
+from gpucloud_nb._secrets import mask, mask_url
 
 if TYPE_CHECKING:
     import uvicorn
@@ -104,6 +104,10 @@ class SandboxConfig:
             raise ValueError(
                 f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
                 "or secret: give --api-key or --keys, and --inference-secret.")
+        if self.upstream is not None:
+            from gpucloud_nb.sandbox.inference.upstream import upstream_base
+
+            upstream_base(self.upstream)  # a bad URL is one line now, its password masked
 
     def __repr__(self) -> str:
         custom = " offers=custom" if self.offers is not None else ""
@@ -113,7 +117,7 @@ class SandboxConfig:
             f"SandboxConfig(host={self.host!r}, port={self.port}, api_key={mask(self.api_key)!r}, "
             f"inference_secret={mask(self.inference_secret)!r}, state={self.state!r}, "
             f"launch_seconds={self.launch_seconds}, delete_seconds={self.delete_seconds}, "
-            f"latency={self.latency}, upstream={self.upstream!r}{custom})"
+            f"latency={self.latency}, upstream={mask_url(self.upstream or '') or None!r}{custom})"
         )
 
 
