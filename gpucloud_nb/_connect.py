@@ -19,33 +19,39 @@ from gpucloud_nb.errors import GPUCloudError, NotFoundError
 __all__ = ["connect", "shared_sandbox"]
 
 _lock = threading.Lock()
-_sandbox: Any = None
 
 
 def shared_sandbox(launch_seconds: float | None = None) -> Any:
-    """Start (once per process) and return the sandbox that ``connect()`` uses.
+    """Find the user's sandbox service, or start it in the background; return its runtime.
 
-    ``launch_seconds`` (or ``GPUCLOUD_SANDBOX_LAUNCH_SECONDS``) sets how long instances stay
-    pending; it only applies when this call starts the sandbox. ``GPUCLOUD_SANDBOX_API_KEY`` and
-    ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` replace the sandbox's public default key and secret
-    (the secret-leak tests use recognisable ones).
+    The service (see :mod:`gpucloud_nb.sandbox.service`) lives in the sandbox home
+    (``GPUCLOUD_SANDBOX_HOME``, else the user data dir) and outlives this kernel: every kernel of
+    the user shares it, and its instances keep running and billing after the kernel ends.
+    ``launch_seconds`` (or ``GPUCLOUD_SANDBOX_LAUNCH_SECONDS``), ``GPUCLOUD_SANDBOX_API_KEY`` and
+    ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` apply when this call starts the service; a running
+    service keeps its own settings (``gpucloud-nb sandbox stop`` first to change them).
     """
-    global _sandbox
-    with _lock:
-        if _sandbox is None:
-            from gpucloud_nb.sandbox import Sandbox  # the server stack loads only here
+    from gpucloud_nb.sandbox.service import find_or_start  # no web stack: the service has it
 
-            if launch_seconds is None:
-                launch_seconds = float(os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "3"))
-            keys = {
-                option: os.environ[variable]
-                for option, variable in (("api_key", "GPUCLOUD_SANDBOX_API_KEY"),
-                                         ("inference_secret", "GPUCLOUD_SANDBOX_INFERENCE_SECRET"))
-                if os.environ.get(variable)
-            }
-            _sandbox = Sandbox(launch_seconds=launch_seconds, **keys).start()
-            atexit.register(_sandbox.stop)
-        return _sandbox
+    if launch_seconds is None and os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS"):
+        launch_seconds = float(os.environ["GPUCLOUD_SANDBOX_LAUNCH_SECONDS"])
+    with _lock:
+        return find_or_start(launch_seconds=launch_seconds,
+                             api_key=os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or None,
+                             inference_secret=os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
+                             or None)
+
+
+def _differences(box: Any, launch_seconds: float | None) -> list[str]:
+    """The settings asked for that the running service does not have."""
+    if launch_seconds is None and os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS"):
+        launch_seconds = float(os.environ["GPUCLOUD_SANDBOX_LAUNCH_SECONDS"])
+    asked = [("launch_seconds", launch_seconds is not None
+              and float(launch_seconds) != box.launch_seconds),
+             ("API key", os.environ.get("GPUCLOUD_SANDBOX_API_KEY", box.api_key) != box.api_key),
+             ("inference secret", os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET",
+                                                 box.inference_secret) != box.inference_secret)]
+    return [name for name, differs in asked if differs]
 
 
 def connect(
@@ -58,7 +64,9 @@ def connect(
 ) -> GPUCloud:
     """Return a client: the real cloud if ``GPUCLOUD_API_KEY`` is set, else the local sandbox.
 
-    The sandbox is announced on stdout, so nobody mistakes it for the real cloud. Pass
+    The sandbox is the user's sandbox service, found or started in the background (see
+    :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
+    announced on stdout, so nobody mistakes it for the real cloud. Pass
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
 
@@ -77,6 +85,11 @@ def connect(
                 "GPUCLOUD_BASE_URL to use the real cloud.",
                 flush=True,
             )
+            differing = _differences(box, launch_seconds)
+            if differing:
+                print(f"gpucloud-nb: the sandbox service was already running and keeps its own "
+                      f"{', '.join(differing)}; `gpucloud-nb sandbox stop` first to apply yours.",
+                      flush=True)
     else:
         cloud = GPUCloud(max_hourly_cost=max_hourly_cost)
     if cleanup_on_exit:

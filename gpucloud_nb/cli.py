@@ -1,8 +1,16 @@
-"""The ``gpucloud-nb`` command: run the local sandbox cloud in the foreground.
+"""The ``gpucloud-nb`` command: run the local sandbox cloud, or manage your sandbox service.
 
     $ gpucloud-nb sandbox --port 8765 --launch-seconds 5
     management: http://127.0.0.1:8765
     inference: http://127.0.0.1:8765/inference
+    $ gpucloud-nb sandbox status          # or: start, stop, reset --yes, logs [-n N]
+
+The actions act on the background service of the sandbox home (``--home DIR``, else
+``GPUCLOUD_SANDBOX_HOME``, else the user data dir; see :mod:`gpucloud_nb.sandbox.service`), the one
+``connect()`` uses. ``status`` exits with 3 when no service runs; ``reset`` without ``--yes`` is
+refused. Serving with ``--home`` makes the foreground server that home's service (its state, its
+own key and secret, its runtime file). ``--keys FILE`` gives one account per key. Serving beyond
+loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
 ``--port 0`` picks a free port. Without ``--api-key`` the sandbox uses the public default key
@@ -15,10 +23,17 @@ Ctrl-C or SIGTERM stops the server and exits with status 0.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+from gpucloud_nb.errors import GPUCloudError
 
 __all__ = ["build_parser", "main"]
+
+SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs")
 
 
 def _seconds(text: str) -> float:
@@ -68,11 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox = commands.add_parser(
         "sandbox",
         help="serve the local sandbox cloud (management and inference) over HTTP",
-        description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM.",
+        description="Serve the sandbox cloud in the foreground until Ctrl-C or SIGTERM; or, with "
+                    "an ACTION, manage the background sandbox service that connect() uses.",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     sandbox.add_argument("--port", type=_port, default=8765,
-                         help="port to bind; 0 picks a free one (default: %(default)s)")
+                         help="port to bind; 0 picks a free one (with --home: the home's last "
+                              "port if free, else any) (default: %(default)s)")
     sandbox.add_argument("--api-key", metavar="KEY", default=None,
                          help="management key clients must send (default: the public sandbox key)")
     sandbox.add_argument("--inference-secret", metavar="SECRET", default=None,
@@ -99,13 +116,62 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--allow-url-fetch", action="store_true",
                          help="let the inference endpoint download http(s) image URLs "
                               "(public addresses only; default: refuse them)")
+    sandbox.add_argument("action", nargs="?", choices=SERVICE_ACTIONS, metavar="ACTION",
+                         help="act on the background service of the sandbox home instead of "
+                              "serving: start, status, stop, reset (with --yes) or logs")
+    sandbox.add_argument("--home", metavar="DIR", default=None,
+                         help="the sandbox home (default: GPUCLOUD_SANDBOX_HOME or the user data "
+                              "dir); serving with --home makes this the home's service")
+    sandbox.add_argument("--keys", metavar="FILE", default=None,
+                         help="management keys, one per line, each its own account "
+                              "(blank lines and # comments ignored)")
+    sandbox.add_argument("--yes", action="store_true", help="confirm `reset`")
+    sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
+                         help="how many lines `logs` shows (default: %(default)s)")
     sandbox.set_defaults(handler=_run_sandbox)
     return parser
+
+
+def _read_keys(path: str) -> tuple[str, ...]:
+    """The keys of a ``--keys`` file: one per line; blank lines and ``#`` comments ignored."""
+    with open(path, encoding="utf-8") as file:
+        keys = tuple(line.strip() for line in file
+                     if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise ValueError(f"the file {path} holds no key")
+    return keys
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
+
+    if args.action is not None:
+        return _service_action(args)
+    if args.yes:
+        print("gpucloud-nb sandbox: error: --yes goes with `reset` only.", file=sys.stderr)
+        return 2
+    keys: tuple[str, ...] = ()
+    if args.keys is not None:
+        try:
+            keys = _read_keys(args.keys)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            print(f"gpucloud-nb sandbox: error: --keys: {reason}.", file=sys.stderr)
+            return 2
+    home = None
+    if args.home is not None:
+        from gpucloud_nb.sandbox.home import private_dir
+        from gpucloud_nb.sandbox.service import STATE_FILE, credentials
+
+        home = private_dir(args.home)
+        own_key, own_secret = credentials(home)
+        args.api_key = args.api_key or os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or own_key
+        args.inference_secret = (args.inference_secret
+                                 or os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
+                                 or own_secret)
+        args.state = args.state or str(home / STATE_FILE)
+    port = args.port
 
     offers = None
     if args.synthetic_offers is not None:
@@ -124,8 +190,11 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     try:
         config = SandboxConfig(
             host=args.host,
-            port=args.port,
-            api_key=args.api_key if args.api_key is not None else DEFAULT_API_KEY,
+            port=port,
+            api_key=(args.api_key if args.api_key is not None
+                     else keys[0] if keys else DEFAULT_API_KEY),
+            keys=keys[1:] if keys and args.api_key is None else keys,
+            home=home,
             inference_secret=(args.inference_secret if args.inference_secret is not None
                               else DEFAULT_INFERENCE_SECRET),
             state=args.state,
@@ -145,7 +214,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
-        defaults = [name for name, given in (("API key", args.api_key),
+        defaults = [name for name, given in (("API key", args.api_key or args.keys),
                                              ("inference secret", args.inference_secret))
                     if given is None]
         if defaults:
@@ -153,19 +222,99 @@ def _run_sandbox(args: argparse.Namespace) -> int:
                   "(gpucloud_nb.sandbox.DEFAULT_API_KEY / DEFAULT_INFERENCE_SECRET).",
                   file=sys.stderr, flush=True)
         # A ready request to try: the public default key is no secret; a custom one is masked.
-        key = config.api_key if args.api_key is None else "$GPUCLOUD_API_KEY"
+        key = config.api_key if config.api_key == DEFAULT_API_KEY else "$GPUCLOUD_API_KEY"
         print(f"try: curl -H 'x-api-key: {key}' {management}/gpu-cloud/instances/offers",
               file=sys.stderr, flush=True)
 
     try:
-        serve(config, ready)
+        if home is not None:
+            from gpucloud_nb.sandbox.service import serve_home
+
+            serve_home(config, home, ready)
+        else:
+            serve(config, ready)
     except ValueError as error:  # the --state file is refused (StateFileError): one line
         print(f"gpucloud-nb sandbox: error: --state: {error}", file=sys.stderr)
         return 2
     except OSError as error:
-        print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{args.port}: "
+        print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{port}: "
               f"{error.strerror or error}", file=sys.stderr)
         return 1
+    except GPUCloudError as error:
+        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _service_action(args: argparse.Namespace) -> int:
+    """``start``, ``status``, ``stop``, ``reset --yes`` and ``logs`` of the home's service."""
+    from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox.home import default_home, private_dir
+
+    home = private_dir(args.home) if args.home is not None else default_home()
+    if args.action == "reset" and not args.yes:
+        print(f"gpucloud-nb sandbox: reset deletes every instance, volume and timer in {home}; "
+              "run `gpucloud-nb sandbox reset --yes` to do it.", file=sys.stderr)
+        return 2
+    if args.action == "logs":
+        lines = service.log_tail(home, args.lines)
+        print("\n".join(lines) if lines else f"No sandbox log in {home} yet.")
+        return 0
+    try:
+        if args.action == "start":
+            runtime = service.find_or_start(home, launch_seconds=args.launch_seconds)
+            print(f"management: {runtime.management_url}")
+            print(f"inference: {runtime.inference_url}")
+            return 0
+        if args.action == "status":
+            return _status(home)
+        if args.action == "stop":
+            stopped = service.stop(home)
+            print(f"Stopped the sandbox service (pid {stopped.pid}); its state stays in {home}."
+                  if stopped else f"No sandbox service is running in {home}.")
+            return 0
+        stopped = service.stop(home)  # reset --yes
+        for suffix in ("", "-wal", "-shm"):
+            (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
+        if stopped is not None:
+            service.find_or_start(home, launch_seconds=stopped.launch_seconds,
+                                  api_key=stopped.api_key,
+                                  inference_secret=stopped.inference_secret)
+        print(f"Emptied the sandbox state in {home}"
+              + (f"; the service runs again at {stopped.management_url}." if stopped else "."))
+        return 0
+    except GPUCloudError as error:
+        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _status(home: Path) -> int:
+    import httpx
+
+    from gpucloud_nb.sandbox import service
+
+    runtime = service.find(home)
+    if runtime is None:
+        print(f"No sandbox service is running in {home}.")
+        return 3
+    try:
+        status = httpx.get(f"{runtime.management_url}/sandbox/status", timeout=10,
+                           headers={"x-api-key": runtime.api_key}, trust_env=False).json()
+    except (httpx.HTTPError, ValueError) as error:
+        print(f"gpucloud-nb sandbox: error: the service did not report its status ({error}).",
+              file=sys.stderr)
+        return 1
+    up = int(time.time() - runtime.started_at)
+    counts = status.get("instances") or {}
+    shown = ", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "none"
+    print(f"sandbox service: running at {runtime.management_url} (pid {runtime.pid}), "
+          f"up {up // 3600}:{up // 60 % 60:02d}:{up % 60:02d}")
+    print(f"inference: {runtime.inference_url}")
+    print(f"home: {home}")
+    print(f"instances: {shown}")
+    print(f"volumes: {status.get('volumes', 0)}")
+    print(f"auto-delete timers: {status.get('autoDeletes', 0)}")
+    print(f"spend so far: ${float(status.get('spend') or 0):.2f}")
     return 0
 
 

@@ -8,6 +8,9 @@
 
 Fixtures use quick life cycles (``launch_seconds=0.3``, ``delete_seconds=0.2``) unless a test
 passes other values to ``sandbox_factory``. Every sandbox is stopped when its test ends.
+
+The temporary sandbox home of the whole run, and the check that no sandbox service outlives it,
+are in the repository's root ``conftest.py`` (so ``pytest notebooks/...`` has them too).
 """
 
 from __future__ import annotations

@@ -84,6 +84,41 @@ def test_async_client_auto_delete(sandbox) -> None:
     assert asyncio.run(main()) in ("deleting", "deleted")
 
 
+def test_sandbox_timers_are_kept_by_the_service_and_outlive_the_client(sandbox, observer) -> None:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox  # as connect() does
+    assert cloud.auto_delete.where == "sandbox service"
+    gone = launch(cloud, "service-timed", delete_after=0.4)
+    kept = launch(cloud, "service-kept", delete_after=0.3)
+    longer = launch(cloud, "service-extended", delete_after=0.3)
+    assert 0 < cloud.auto_delete.remaining(gone.id) <= 0.4
+    assert cloud.auto_delete.cancel(kept.id) and not cloud.auto_delete.cancel(kept.id)
+    cloud.auto_delete.extend(longer.id, 1.5)
+    assert set(cloud.auto_delete.deadlines()) == {gone.id, longer.id}
+    cloud.close()  # the client (the kernel, say) is gone: the service still deletes on time
+    observer.sandbox = sandbox
+    assert status_after(observer, gone.id, 1.6) in ("deleting", "deleted")
+    assert observer.instances.get(kept.id).status == "active"
+    assert observer.instances.get(longer.id).status == "active"
+    assert status_after(observer, longer.id, 1.2) in ("deleting", "deleted")
+    assert observer.auto_delete.deadlines() == {}
+    with pytest.raises(InvalidInputError, match="has no auto-delete timer to extend"):
+        observer.auto_delete.extend(kept.id, 10)
+
+
+def test_a_service_timer_outlives_a_restart_of_the_service(sandbox_factory, tmp_path) -> None:
+    state = tmp_path / "state.db"
+    first = sandbox_factory(state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    cloud.sandbox = first
+    instance = launch(cloud, "durable-timer", delete_after=1.5)
+    first.stop()
+    second = sandbox_factory(state=state)
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    again.sandbox = second
+    assert 0 < again.auto_delete.remaining(instance.id) <= 1.5
+    assert status_after(again, instance.id, 2.5) in ("deleting", "deleted")
+
 def test_a_timer_still_deletes_after_the_client_is_closed(sandbox, observer: GPUCloud) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     instance = launch(cloud, "outlives-close", delete_after=0.4)

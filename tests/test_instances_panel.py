@@ -203,6 +203,21 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
         panel.cancel_auto_delete(instance.id)
 
 
+@pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
+def test_the_panel_says_who_keeps_each_timer(cloud, observer, panels, sandbox, kept_by) -> None:
+    if kept_by == "sandbox service":
+        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: the service keeps them
+    instance = launch(observer, "timed")
+    panel = make_panel(panels, cloud, interval=0.05)
+    message = panel.set_auto_delete(instance.id, minutes=5)
+    assert panel.frame["autoDelete"].iloc[0].endswith(f"({kept_by})")
+    assert f"({kept_by})" in panel.table.value
+    assert message.endswith("if this kernel is still running." if kept_by == "this kernel"
+                            else "by the sandbox service, even if this kernel stops.")
+    # Another client of the account sees a service timer; a kernel's timer only that kernel sees.
+    assert (observer.auto_delete.remaining(instance.id) is None) == (kept_by == "this kernel")
+
+
 def test_auto_delete_from_the_panel_deletes(cloud, observer, panels) -> None:
     instance = launch(observer, "short-lived")
     panel = make_panel(panels, cloud, interval=0.05)

@@ -102,7 +102,9 @@ NOTEBOOKS_AT_ONCE = 4  # kernels run side by side: most of a notebook's time is 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           sandbox_home: Path) -> None:
+    # A home of its own: the notebooks start a service there with the recognisable key and secret.
     import asyncio
 
     import nbformat

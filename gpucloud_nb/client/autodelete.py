@@ -1,10 +1,13 @@
 """Auto-delete timers: instances deleted when their time is up, from this Python process.
 
-A timer lives in a background thread of the kernel that set it, and keeps working after
-``cloud.close()`` (it then deletes through a short-lived connection of its own). Every failure of
-a timed delete is kept in ``failures`` and shown by the instances panel. What it cannot do, plainly: a
-kernel that is killed, restarted or loses its network cannot delete anything, and the cloud keeps
-billing; keep ``cloud.spend()`` in view and delete by hand when in doubt.
+On the real cloud, a timer lives in a background thread of the kernel that set it
+(:class:`AutoDelete`), and keeps working after ``cloud.close()`` (it then deletes through a
+short-lived connection of its own). Every failure of a timed delete is kept in ``failures`` and
+shown by the instances panel. On the sandbox, the sandbox service keeps the timers
+(:class:`ServiceAutoDelete`), so they outlive the kernel, as a cloud-side timer would. What a
+kernel's timer cannot do, plainly: a kernel that is killed, restarted or loses its network cannot
+delete anything, and the cloud keeps billing; keep ``cloud.spend()`` in view and delete by hand
+when in doubt.
 
     >>> instance = cloud.instances.create(..., delete_after=3600)
     >>> cloud.auto_delete.remaining(instance.id)
@@ -23,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 
-__all__ = ["AutoDelete", "seconds"]
+__all__ = ["AutoDelete", "ServiceAutoDelete", "seconds"]
 
 log = logging.getLogger("gpucloud_nb.autodelete")
 
@@ -50,8 +53,10 @@ class AutoDelete:
     """The auto-delete timers of one client.
 
     ``deleted`` maps each instance the timers deleted to when; ``failures`` maps an instance
-    whose timed delete failed to the sentence saying why.
+    whose timed delete failed to the sentence saying why. ``where`` says who keeps the timers.
     """
+
+    where = "this kernel"
 
     def __init__(self, delete: Callable[[str], None]) -> None:
         self._delete = delete
@@ -130,3 +135,86 @@ class AutoDelete:
             with self._lock:
                 if self._timers.get(instance_id, (None,))[0] is threading.current_thread():
                     del self._timers[instance_id]
+
+
+class ServiceAutoDelete:
+    """Auto-delete timers kept by the sandbox service: they fire whether or not a kernel runs.
+
+    The same methods as :class:`AutoDelete`, over the sandbox-only endpoints
+    ``/sandbox/instances/{id}/auto-delete`` and ``/sandbox/auto-deletes``
+    (:mod:`gpucloud_nb.sandbox.service_api`). ``send(method, path, body)`` makes one request and
+    returns the decoded JSON (``None`` for an empty answer), raising :class:`GPUCloudError`.
+    The deadlines are read at most every ``refresh`` seconds. ``deleted`` and ``failures`` stay
+    empty: the service does the deleting (see ``gpucloud-nb sandbox logs``).
+    """
+
+    where = "sandbox service"
+
+    def __init__(self, send: Callable[[str, str, dict[str, str] | None], object], *,
+                 refresh: float = 0.25) -> None:
+        self._send = send
+        self._refresh = refresh
+        self._cached: tuple[float, dict[str, datetime]] | None = None
+        self._lock = threading.Lock()
+        self.deleted: dict[str, datetime] = {}
+        self.failures: dict[str, str] = {}
+
+    def _path(self, instance_id: str) -> str:
+        if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
+            raise InvalidInputError(f"{instance_id!r} is not a valid id.")
+        return f"/sandbox/instances/{instance_id}/auto-delete"
+
+    def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
+        """Have the service delete ``instance_id`` after ``after`` seconds; replaces an earlier
+        timer. Returns when."""
+        when = datetime.now(timezone.utc) + timedelta(seconds=seconds(after))
+        at = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self._send("PUT", self._path(instance_id), {"at": at})
+        self._cached = None
+        return when
+
+    def extend(self, instance_id: str, by: float | timedelta) -> datetime:
+        """Push the deletion of ``instance_id`` back by ``by`` seconds. Returns the new time."""
+        remaining = self.remaining(instance_id)
+        if remaining is None:
+            raise InvalidInputError(f"Instance {instance_id} has no auto-delete timer to extend.")
+        return self.schedule(instance_id, remaining + seconds(by))
+
+    def cancel(self, instance_id: str) -> bool:
+        """Stop the timer of ``instance_id``; the instance keeps running. True if there was one."""
+        try:
+            self._send("DELETE", self._path(instance_id), None)
+        except NotFoundError:
+            return False
+        finally:
+            self._cached = None
+        return True
+
+    def remaining(self, instance_id: str) -> float | None:
+        """Seconds until ``instance_id`` is deleted, or ``None`` without a timer."""
+        when = self.deadlines().get(instance_id)
+        if when is None:
+            return None
+        return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
+
+    def deadlines(self) -> dict[str, datetime]:
+        """When each timed instance of this account will be deleted."""
+        with self._lock:
+            cached = self._cached
+            if cached is not None and time.monotonic() - cached[0] < self._refresh:
+                return dict(cached[1])
+            listed = self._send("GET", "/sandbox/auto-deletes", None)
+            found: dict[str, datetime] = {}
+            for item in listed if isinstance(listed, list) else []:
+                try:
+                    found[str(item["instanceId"])] = datetime.fromisoformat(
+                        str(item["at"]).replace("Z", "+00:00"))
+                except (KeyError, TypeError, ValueError):
+                    continue
+            self._cached = (time.monotonic(), found)
+            return dict(found)
+
+    def cancel_all(self) -> None:
+        """Stop every timer of this account (the instances keep running)."""
+        for instance_id in self.deadlines():
+            self.cancel(instance_id)

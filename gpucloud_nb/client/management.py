@@ -53,7 +53,7 @@ from gpucloud_nb.client._ops import (
     run_sync,
     send,
 )
-from gpucloud_nb.client.autodelete import AutoDelete, seconds
+from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete, seconds
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.errors import (
     ConnectionFailedError,
@@ -94,7 +94,7 @@ class _Core(Generic[D]):
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
-        self.auto_delete = AutoDelete(self._delete_now)
+        self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
         self._catalogues: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
@@ -302,8 +302,9 @@ class _InstancesOps(_Resource[D]):
         ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
         script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
         image name, for container offers. ``delete_after`` (seconds or a ``timedelta``) deletes
-        the instance when the time is up, from a timer in this Python process (see
-        ``cloud.auto_delete``; a killed kernel cannot delete).
+        the instance when the time is up (see ``cloud.auto_delete``): on the sandbox the service
+        keeps the timer; on the real cloud it runs in this Python process, and a killed kernel
+        cannot delete.
 
             >>> cloud.instances.create(name="demo", cloud_provider="p1", instance_id="h100-1x",
             ...                        region="us-east-1", vm={"os": "ubuntu-22.04"})
@@ -544,8 +545,32 @@ class AsyncVolumes(_VolumesOps[AsyncDriver]):
 
 class _CloudBase:
     base_url: str
-    sandbox: Any
     _core: _Core[Any]
+
+    @property
+    def sandbox(self) -> Any:
+        """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
+
+        Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
+        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process.
+        """
+        return self.__dict__.get("_sandbox")
+
+    @sandbox.setter
+    def sandbox(self, box: Any) -> None:
+        self.__dict__["_sandbox"] = box
+        core = self.__dict__.get("_core")
+        if core is not None and (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
+            core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
+                                else AutoDelete(core._delete_now))
+
+    def _sync_core(self) -> _Core[Any]:
+        return self._core
+
+    def _service_send(self, method: str, path: str, body: dict[str, str] | None) -> Any:
+        """One request to a sandbox-only endpoint, blocking (timers are set from sync code)."""
+        core = self._sync_core()
+        return core.driver.run(core.send(Call(method, path, json=body)))
 
     @property
     def api_key_hint(self) -> str:
@@ -574,9 +599,9 @@ class _CloudBase:
         return tuple(self._core.created_instance_ids)
 
     @property
-    def auto_delete(self) -> AutoDelete:
+    def auto_delete(self) -> AutoDelete | ServiceAutoDelete:
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
-        ``extend(id, s)``, ``cancel(id)``, ``deadlines()``."""
+        ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
         return self._core.auto_delete
 
     @property
@@ -693,6 +718,11 @@ class AsyncGPUCloud(_CloudBase):
         if self._twin is None:
             self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
         self._twin.instances.delete(instance_id)
+
+    def _sync_core(self) -> _Core[Any]:
+        if self._twin is None:
+            self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
+        return self._twin._core
 
     async def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""

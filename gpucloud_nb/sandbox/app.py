@@ -274,8 +274,8 @@ class _Management:
         self.config = config
         self.store = store
         self.catalogue = offers
-        self.key = config.api_key.encode("utf-8")
-        self.user = user_id(config.api_key)
+        # Each key is one account: what a key creates only that key sees.
+        self.keys = [(key.encode("utf-8"), user_id(key)) for key in (config.api_key, *config.keys)]
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
@@ -299,8 +299,11 @@ class _Management:
         if given is None:
             raise _Problem(403, "The x-api-key header is missing; send your API key in it.")
         # Header values arrive decoded as Latin-1: encoding back gives the bytes that were sent.
-        if not hmac.compare_digest(given.encode("latin-1"), self.key):
+        sent = given.encode("latin-1")
+        users = [user for key, user in self.keys if hmac.compare_digest(sent, key)]
+        if not users:
             raise _Problem(403, "The API key is invalid.")
+        request.state.user = users[0]
 
     # instances
 
@@ -318,7 +321,7 @@ class _Management:
             offer = next((o for o in self.catalogue.offers if o.get("instanceId") == instance_id),
                          None)
         volume_id = body.get("volumeId")
-        volume_record = self.store.volume(self.user, volume_id) \
+        volume_record = self.store.volume(request.state.user, volume_id) \
             if isinstance(volume_id, str) else None
         volume = None if volume_record is None else volume_json(volume_record)
         problem = instance_create_problem(body, [offer] if offer else [], volume) \
@@ -355,7 +358,7 @@ class _Management:
         now = _now_ms()
         try:
             record = self.store.insert_instance(
-                user=self.user, deployment_type=offer["deploymentType"],
+                user=request.state.user, deployment_type=offer["deploymentType"],
                 volume_id=None if volume is None else volume["_id"],
                 created_ms=now, ready_ms=now + self.launch_ms,
                 fails=body["name"].endswith(FAIL_SUFFIX), doc=doc,
@@ -365,13 +368,13 @@ class _Management:
         return _json(instance_json(record, now), status=201)
 
     async def list_instances(self, request: Request) -> Response:
-        records = self.store.instances(self.user, _deployment_type(request))
+        records = self.store.instances(request.state.user, _deployment_type(request))
         now = _now_ms()
         return _json([instance_json(record, now) for record in records])
 
     async def get_instance(self, request: Request) -> Response:
         id_ = request.path_params["id"]
-        record = self.store.instance(self.user, id_)
+        record = self.store.instance(request.state.user, id_)
         if record is None:
             raise _Problem(404, f"Instance {id_} not found.")
         return _json(details_json(record, _now_ms()))
@@ -379,7 +382,7 @@ class _Management:
     async def delete_instance(self, request: Request) -> Response:
         id_ = request.path_params["id"]
         now = _now_ms()
-        record = self.store.delete_instance(self.user, id_, delete_ms=now,
+        record = self.store.delete_instance(request.state.user, id_, delete_ms=now,
                                             gone_ms=now + self.delete_ms)
         if record is None:
             raise _Problem(404, f"Instance {id_} not found.")
@@ -404,15 +407,15 @@ class _Management:
             "cloudProvider": {"_id": offer["cloudProvider"]["_id"],
                               "displayName": offer["cloudProvider"]["displayName"]},
         }
-        record = self.store.insert_volume(user=self.user, created_ms=_now_ms(), doc=doc)
+        record = self.store.insert_volume(user=request.state.user, created_ms=_now_ms(), doc=doc)
         return _json(volume_json(record), status=201)
 
     async def list_volumes(self, request: Request) -> Response:
-        return _json([volume_json(record) for record in self.store.volumes(self.user)])
+        return _json([volume_json(record) for record in self.store.volumes(request.state.user)])
 
     async def get_volume(self, request: Request) -> Response:
         id_ = request.path_params["id"]
-        record = self.store.volume(self.user, id_)
+        record = self.store.volume(request.state.user, id_)
         if record is None:
             raise _Problem(404, f"Volume {id_} not found.")
         return _json(volume_json(record))
@@ -420,7 +423,7 @@ class _Management:
     async def delete_volume(self, request: Request) -> Response:
         id_ = request.path_params["id"]
         try:
-            found = self.store.delete_volume(self.user, id_)
+            found = self.store.delete_volume(request.state.user, id_)
         except VolumeInUseError as error:
             raise _Problem(400, f"Volume {id_} is attached to instance {error.instance_id}; "
                                 "delete the instance first.") from None
@@ -477,7 +480,9 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     store = Store(config.state)
     management = _Management(config, store, offers)
-    routes = management.routes()
+    from gpucloud_nb.sandbox.service_api import lifespan, service_routes
+
+    routes = management.routes() + service_routes(management)
     try:
         from gpucloud_nb.sandbox.inference import create_inference_app
     except ImportError:
@@ -487,6 +492,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        lifespan=lifespan,
     )
     # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
     app.router.redirect_slashes = False

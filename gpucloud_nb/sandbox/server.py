@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_INFERENCE_SECRET",
     "Sandbox",
     "SandboxConfig",
+    "is_loopback",
     "serve",
     "url_host",
 ]
@@ -61,7 +62,9 @@ class SandboxConfig:
     files the sandbox keeps besides its state (instance and volume directories, SSH keys, logs;
     see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept. ``allow_url_fetch`` lets
     the inference endpoint download ``http(s)`` image URLs (public addresses only); off, they are
-    refused with a sentence saying to send a ``data:`` URL.
+    refused with a sentence saying to send a ``data:`` URL. ``keys`` are more management keys,
+    each its own account (``--keys FILE``). A ``host`` beyond loopback is refused with the public
+    default key or secret.
     """
 
     host: str = "127.0.0.1"
@@ -80,6 +83,7 @@ class SandboxConfig:
     faults: Faults | None = None
     home: str | os.PathLike[str] | None = None
     allow_url_fetch: bool = False
+    keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
@@ -95,6 +99,14 @@ class SandboxConfig:
             raise ValueError("inference_rate_limit must be a positive number of requests/second.")
         if not self.stream_tokens_per_second > 0:
             raise ValueError("stream_tokens_per_second must be positive.")
+        if not all(isinstance(key, str) and key for key in self.keys):
+            raise ValueError("keys must be non-empty strings.")
+        if not is_loopback(self.host) and (
+                DEFAULT_API_KEY in (self.api_key, *self.keys)
+                or self.inference_secret == DEFAULT_INFERENCE_SECRET):
+            raise ValueError(
+                f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
+                "or secret: give --api-key or --keys, and --inference-secret.")
         if self.upstream is not None:
             from gpucloud_nb.sandbox.inference.upstream import upstream_base
 
@@ -110,6 +122,18 @@ class SandboxConfig:
             f"launch_seconds={self.launch_seconds}, delete_seconds={self.delete_seconds}, "
             f"latency={self.latency}, upstream={mask_url(self.upstream or '') or None!r}{custom})"
         )
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1); no DNS."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def url_host(host: str) -> str:
@@ -145,7 +169,7 @@ def _server(config: SandboxConfig, sock: socket.socket, **options: Any) -> uvico
         app,
         host=config.host,
         port=sock.getsockname()[1],
-        lifespan="off",
+        lifespan="on",  # the app's background tasks (auto-delete timers) run in its lifespan
         timeout_graceful_shutdown=2,
         **options,
     )

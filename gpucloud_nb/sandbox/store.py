@@ -65,6 +65,11 @@ CREATE TABLE IF NOT EXISTS volumes (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS volumes_user ON volumes (user, seq);
+CREATE TABLE IF NOT EXISTS auto_deletes (
+    instance_id TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
 """
 _INSTANCE_COLUMNS = (
     "seq, id, user, deployment_type, volume_id, created_ms, ready_ms, fails, delete_ms, gone_ms, doc"
@@ -364,3 +369,50 @@ class Store:
                 raise VolumeInUseError(id_, holder[0])
             db.execute("DELETE FROM volumes WHERE id = ? AND user = ?", (id_, user))
         return True
+
+    # -- auto-delete timers (sandbox-only; kept here so they outlive every kernel) ----------------
+
+    def set_auto_delete(self, user: str, id_: str, at_ms: int) -> bool:
+        """Delete instance ``id_`` of ``user`` at ``at_ms``; replaces an earlier time.
+
+        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
+        """
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
+                          (id_, user)).fetchone() is None:
+                return False
+            db.execute("INSERT OR REPLACE INTO auto_deletes (instance_id, user, at_ms)"
+                       " VALUES (?, ?, ?)", (id_, user, at_ms))
+        return True
+
+    def cancel_auto_delete(self, user: str, id_: str) -> bool:
+        """Drop the timer of instance ``id_``; ``True`` if it had one that had not yet fired."""
+        with self._transaction() as db:
+            live = db.execute(
+                "SELECT 1 FROM auto_deletes JOIN instances ON id = instance_id"
+                " WHERE instance_id = ? AND auto_deletes.user = ? AND delete_ms IS NULL",
+                (id_, user)).fetchone() is not None
+            db.execute("DELETE FROM auto_deletes WHERE instance_id = ? AND user = ?", (id_, user))
+        return live
+
+    def auto_deletes(self, user: str) -> dict[str, int]:
+        """When each instance of ``user`` that is not being deleted is due, in Unix ms."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT instance_id, at_ms FROM auto_deletes JOIN instances ON id = instance_id"
+                " WHERE auto_deletes.user = ? AND delete_ms IS NULL ORDER BY at_ms", (user,),
+            ).fetchall()
+        return dict(rows)
+
+    def next_auto_delete(self) -> int | None:
+        """The earliest time any timer is due (Unix ms), or ``None``."""
+        with self._lock:
+            return self._db.execute("SELECT MIN(at_ms) FROM auto_deletes").fetchone()[0]
+
+    def due_auto_deletes(self, now_ms: int) -> list[tuple[str, str]]:
+        """Remove and return the ``(user, instance id)`` of every timer due at ``now_ms``."""
+        with self._transaction() as db:
+            rows = db.execute("SELECT user, instance_id FROM auto_deletes WHERE at_ms <= ?",
+                              (now_ms,)).fetchall()
+            db.execute("DELETE FROM auto_deletes WHERE at_ms <= ?", (now_ms,))
+        return [(user, id_) for user, id_ in rows]

@@ -208,7 +208,8 @@ class InstancesPanel(widgets.VBox):
         if remaining is None:
             failed = instance.id in self._cloud.auto_delete.failures
             return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
-        return f"in {duration(remaining)}"
+        where = getattr(self._cloud.auto_delete, "where", "this kernel")
+        return f"in {duration(remaining)} ({where})"
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
         """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
@@ -218,8 +219,10 @@ class InstancesPanel(widgets.VBox):
             raise InvalidInputError(f"{instance.name} is already {instance.status}.")
         when = self._cloud.auto_delete.schedule(instance.id, minutes * 60)
         self.refresh()
+        kept_by = getattr(self._cloud.auto_delete, "where", "this kernel")
         message = (f"{instance.name} will be deleted at {when.astimezone():%H:%M:%S} "
-                   "if this kernel is still running.")
+                   + ("if this kernel is still running." if kept_by == "this kernel"
+                      else f"by the {kept_by}, even if this kernel stops."))
         self.status.success(message)
         return message
 

@@ -1,0 +1,81 @@
+"""Run-wide isolation for every pytest run in this repository (tests/ and notebooks/ alike).
+
+The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set in
+``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it):
+the user's real sandbox home is never touched. At the end the run stops every sandbox service it
+started, then fails if a service whose home is under the run's directory is still running.
+
+    def test_something(sandbox_home):       # a fresh home of its own, its service stopped after
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_HOMES_ROOT: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
+    global _HOMES_ROOT
+    _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
+    os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
+
+
+def find_services(root: Path) -> list[Any]:
+    """Running sandbox services whose home is under ``root`` (their command line says it)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = process.info.get("cmdline") or []
+        if "gpucloud_nb" in command and "--home" in command:
+            at = command.index("--home") + 1
+            if at < len(command) and Path(command[at]).is_relative_to(root):
+                found.append(process)
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the services this run started; fail the run if any had to be killed."""
+    if _HOMES_ROOT is None:
+        return
+    from gpucloud_nb.sandbox import service
+
+    for home in _HOMES_ROOT.iterdir():
+        if home.is_dir():
+            service.stop(home)
+    left = find_services(_HOMES_ROOT)
+    for process in left:
+        process.kill()
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nFAILED: {len(left)} sandbox service(s) outlived the test run and were killed: "
+              f"{[(p.pid, p.info.get('cmdline')) for p in left]}")
+    shutil.rmtree(_HOMES_ROOT, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh sandbox home of its own (``GPUCLOUD_SANDBOX_HOME``); its service stops at teardown."""
+    from gpucloud_nb.sandbox import service
+
+    assert _HOMES_ROOT is not None
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=_HOMES_ROOT))
+    monkeypatch.setenv("GPUCLOUD_SANDBOX_HOME", str(home))
+    yield home
+    service.stop(home)
+
+
+@pytest.fixture
+def service_processes() -> Callable[[Path], list[Any]]:
+    """``service_processes(root)``: the running sandbox services whose home is under ``root``."""
+    return find_services

@@ -1,0 +1,181 @@
+"""Sandbox-only endpoints (not part of the cloud's interface) and the server's background timers.
+
+    $ curl -H "x-api-key: $KEY" -X PUT $BASE/sandbox/instances/$ID/auto-delete \\
+           -d '{"at": "2026-11-24T12:00:00Z"}'
+
+Every path needs ``x-api-key``, and each key sees only its own account:
+
+- ``GET /sandbox/service``: ``{"pid", "startedAt"}``; how ``connect()`` tells a live service
+  from a stale runtime file.
+- ``GET /sandbox/status``: ``pid``, ``startedAt``, ``instances`` (count by status), ``volumes``,
+  ``autoDeletes`` and ``spend`` (dollars so far: hourly price × time active or deleting; a launch
+  that ended in ``error`` costs nothing).
+- ``GET /sandbox/auto-deletes``: ``[{"instanceId", "at"}]``, soonest first.
+- ``PUT /sandbox/instances/{id}/auto-delete`` with ``{"at": ISO 8601}``: delete the instance at
+  that time (a time past means at once); 200 with ``{"instanceId", "at"}``, 404 for an unknown
+  instance, 400 for one already deleting or deleted or a bad ``at``. ``GET`` reads the timer
+  (404 without one); ``DELETE`` cancels it (204, 404 without one).
+
+Timers live in the SQLite state, so they outlive every kernel and a restart of the service; an
+asyncio task started by the app's lifespan deletes each instance when it is due (at most a
+second late). On the real cloud there is no such endpoint: timers stay in the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from gpucloud_nb.sandbox.lifecycle import iso, status_of
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from gpucloud_nb.sandbox.app import _Management
+
+__all__ = ["lifespan", "service_routes"]
+
+log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _at_ms(body: dict[str, Any]) -> int:
+    from gpucloud_nb.sandbox.app import _Problem
+
+    text = body.get("at")
+    try:
+        if not isinstance(text, str):
+            raise ValueError
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise _Problem(400, "at must be an ISO 8601 date-time, such as "
+                            "2026-11-24T12:00:00Z.") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def _spend(record: Any, now_ms: int) -> float:
+    """Dollars so far: hourly price × hours active or deleting (see the module docstring)."""
+    if record.fails:
+        return 0.0
+    status = status_of(record, now_ms)
+    if status.name == "pending":
+        return 0.0
+    start = record.ready_ms if record.delete_ms is None else min(record.ready_ms, record.delete_ms)
+    end = now_ms if status.deleted_ms is None else status.deleted_ms
+    return max(end - start, 0) / 3_600_000 * float(record.doc.get("hourlyPrice") or 0.0)
+
+
+def service_routes(management: _Management) -> list[BaseRoute]:
+    """The sandbox-only routes, checked by ``management``'s key check like every other."""
+    from gpucloud_nb.sandbox.app import _json, _json_object, _Problem
+
+    store = management.store
+    started = iso(_now_ms())
+
+    def wake(request: Request) -> None:
+        event = getattr(request.app.state, "auto_delete_wake", None)
+        if event is not None:
+            event.set()
+
+    async def service(request: Request) -> Response:
+        return _json({"pid": os.getpid(), "startedAt": started})
+
+    async def status(request: Request) -> Response:
+        user, now = request.state.user, _now_ms()
+        records = store.instances(user)
+        counts: dict[str, int] = {}
+        for record in records:
+            name = status_of(record, now).name
+            counts[name] = counts.get(name, 0) + 1
+        return _json({
+            "pid": os.getpid(), "startedAt": started, "instances": counts,
+            "volumes": len(store.volumes(user)), "autoDeletes": len(store.auto_deletes(user)),
+            "spend": round(sum(_spend(record, now) for record in records), 6),
+        })
+
+    async def timers(request: Request) -> Response:
+        return _json([{"instanceId": id_, "at": iso(at)}
+                      for id_, at in store.auto_deletes(request.state.user).items()])
+
+    async def set_timer(request: Request) -> Response:
+        id_, user = request.path_params["id"], request.state.user
+        at = _at_ms(await _json_object(request))
+        if not store.set_auto_delete(user, id_, at):
+            record = store.instance(user, id_)
+            if record is None:
+                raise _Problem(404, f"Instance {id_} not found.")
+            raise _Problem(400, f"Instance {id_} is already {status_of(record, _now_ms()).name}.")
+        wake(request)
+        return _json({"instanceId": id_, "at": iso(at)})
+
+    async def get_timer(request: Request) -> Response:
+        id_ = request.path_params["id"]
+        at = store.auto_deletes(request.state.user).get(id_)
+        if at is None:
+            raise _Problem(404, f"Instance {id_} has no auto-delete timer.")
+        return _json({"instanceId": id_, "at": iso(at)})
+
+    async def cancel_timer(request: Request) -> Response:
+        id_ = request.path_params["id"]
+        if not store.cancel_auto_delete(request.state.user, id_):
+            raise _Problem(404, f"Instance {id_} has no auto-delete timer.")
+        wake(request)
+        return Response(status_code=204)
+
+    return [
+        management.route("/sandbox/service", {"GET": service}),
+        management.route("/sandbox/status", {"GET": status}),
+        management.route("/sandbox/auto-deletes", {"GET": timers}),
+        management.route("/sandbox/instances/{id}/auto-delete",
+                         {"GET": get_timer, "PUT": set_timer, "DELETE": cancel_timer}),
+    ]
+
+
+async def _auto_delete(app: Starlette, wake: asyncio.Event) -> None:
+    """Delete every instance whose timer is due; sleep until the next one (at most 1 s)."""
+    store, config = app.state.store, app.state.config
+    delete_ms = round(config.delete_seconds * 1000)
+    while True:
+        timeout = 1.0
+        try:
+            now = _now_ms()
+            for user, id_ in store.due_auto_deletes(now):
+                if store.delete_instance(user, id_, delete_ms=now, gone_ms=now + delete_ms):
+                    log.info("Auto-deleted instance %s: its timer was due.", id_)
+            due = store.next_auto_delete()
+            if due is not None:
+                timeout = min(max((due - _now_ms()) / 1000, 0.0), 1.0)
+        except Exception:  # a bug must not end the timers: log it and try again
+            log.exception("The auto-delete timers failed; trying again in 1 s.")
+        wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    """Run the sandbox's background tasks (auto-delete timers) while the app is served."""
+    wake = asyncio.Event()
+    app.state.auto_delete_wake = wake
+    task = asyncio.create_task(_auto_delete(app, wake), name="gpucloud-nb-auto-delete")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

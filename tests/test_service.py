@@ -1,0 +1,302 @@
+"""The per-user sandbox service, over real processes: one per home, shared, durable, stoppable.
+
+Every test has a home of its own (the ``sandbox_home`` fixture), whose service is stopped at
+teardown; the run's session hook checks that no service outlives the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpucloud_nb import GPUCloud, connect
+from gpucloud_nb.cli import main
+from gpucloud_nb.sandbox import SandboxConfig, service
+
+pytestmark = pytest.mark.timeout(120)
+
+LAUNCH = textwrap.dedent("""
+    from gpucloud_nb import connect
+    cloud = connect(quiet=True)
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    instance = cloud.instances.create(
+        name={name!r}, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={{"os": offer.configuration.os[0]}}, **{extra})
+    print(instance.id, cloud.sandbox.pid, cloud.base_url)
+""")
+
+
+def python(code: str, timeout: float = 60) -> str:
+    """Run ``code`` in a new Python process (inheriting the test's home); return its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def launch_in_a_process(name: str, **extra: object) -> tuple[str, int, str]:
+    instance_id, pid, url = python(LAUNCH.format(name=name, extra=extra)).split()
+    return instance_id, int(pid), url
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def create_volume(cloud: GPUCloud):
+    offer = cloud.volumes.offers()[0]
+    return cloud.volumes.create(name="notes", cloud_provider=offer.cloud_provider.id,
+                                region=offer.regions[0], size_in_gb=offer.min_size_in_gb)
+
+
+def status(runtime: service.Runtime) -> dict:
+    return httpx.get(f"{runtime.management_url}/sandbox/status",
+                     headers={"x-api-key": runtime.api_key}).json()
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch, sandbox_home: Path) -> Path:
+    """A fresh home whose service launches instances in 0.3 s."""
+    monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "0.3")
+    return sandbox_home
+
+
+def test_two_processes_connecting_at_once_share_one_service(fast: Path, service_processes) -> None:
+    start_at = time.time() + 2.0  # both processes are up by then, and call connect() together
+    code = textwrap.dedent(f"""
+        import time
+        from gpucloud_nb import connect
+        time.sleep(max({start_at} - time.time(), 0))
+        cloud = connect(quiet=True)
+        print(cloud.sandbox.pid, cloud.base_url)
+    """)
+    processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    answers = [process.communicate(timeout=90) for process in processes]
+    assert all(process.returncode == 0 for process in processes), [err for _, err in answers]
+    assert answers[0][0] == answers[1][0]
+    assert len(service_processes(fast)) == 1
+
+
+def test_an_instance_outlives_the_process_that_launched_it_and_keeps_billing(fast: Path) -> None:
+    instance_id, pid, url = launch_in_a_process("from-a")  # A exits without cleanup_on_exit
+    listed = python(textwrap.dedent(f"""
+        import time
+        from gpucloud_nb import connect
+        cloud = connect(quiet=True)
+        cloud.instances.wait_until_active({instance_id!r}, timeout=30)
+        print(cloud.sandbox.pid, cloud.base_url, [(i.id, i.status) for i in cloud.instances.list()])
+    """))
+    assert listed.split()[:2] == [str(pid), url]
+    assert f"('{instance_id}', 'active')" in listed
+    runtime = service.find(fast)
+    assert runtime is not None and runtime.pid == pid
+    first = status(runtime)["spend"]
+    time.sleep(1.0)  # no kernel is connected now
+    assert status(runtime)["spend"] > first > 0
+
+
+def test_kill_9_then_connect_starts_a_new_service_with_every_resource(fast: Path) -> None:
+    instance_id, pid, url = launch_in_a_process("durable", delete_after=3600)
+    cloud = connect(quiet=True)
+    volume = create_volume(cloud)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while service.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert service.find(fast) is None  # the runtime file is stale now
+
+    again = connect(quiet=True)
+    assert again.sandbox.pid != pid
+    assert again.base_url == url  # the remembered port was free: old clients keep working
+    assert instance_id in [i.id for i in cloud.instances.list()]
+    assert again.instances.get(instance_id).status == "active"
+    assert again.auto_delete.remaining(instance_id) > 3500
+    assert again.volumes.get(volume.id).name == "notes"
+
+
+def test_a_stale_runtime_file_with_a_dead_pid_is_replaced(fast: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = service.Runtime("http://127.0.0.1:9", "http://127.0.0.1:9/inference", dead.pid,
+                            "stale-key", "stale-secret", time.time(), 3.0, str(fast))
+    service.write_runtime(fast, stale)
+    cloud = connect(quiet=True)
+    assert cloud.sandbox.pid != dead.pid and cloud.volumes.list() == []
+    assert service.read_runtime(fast) == cloud.sandbox
+
+
+def test_a_stale_runtime_file_whose_port_does_not_answer_is_replaced(fast: Path) -> None:
+    unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = service.Runtime("http://127.0.0.1:9", "http://127.0.0.1:9/inference",
+                                unrelated.pid, "stale-key", "stale-secret", time.time(), 3.0,
+                                str(fast))
+        service.write_runtime(fast, stale)
+        cloud = connect(quiet=True)
+        assert cloud.sandbox.pid != unrelated.pid and cloud.volumes.list() == []
+        assert unrelated.poll() is None  # an unrelated live process is left alone
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_runtime_file_is_0600_and_home_0700(fast: Path) -> None:
+    connect(quiet=True)
+    assert stat.S_IMODE((fast / service.RUNTIME_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE(fast.stat().st_mode) == 0o700
+    text = (fast / service.RUNTIME_FILE).read_text()
+    assert set(json.loads(text)) >= {"management_url", "pid", "api_key", "inference_secret"}
+
+
+def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
+    home = str(sandbox_home)
+    started = cli("start", "--home", home, "--launch-seconds", "0.1")
+    assert started.returncode == 0, started.stderr
+    url = started.stdout.splitlines()[0].split(": ", 1)[1]
+    runtime = service.find(sandbox_home)
+    assert runtime is not None and runtime.management_url == url
+    cloud = GPUCloud(api_key=runtime.api_key, base_url=url)
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    instance = cloud.instances.create(
+        name="kept", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    time.sleep(0.3)
+
+    shown = cli("status", "--home", home)
+    assert shown.returncode == 0, shown.stderr
+    assert f"running at {url} (pid {runtime.pid})" in shown.stdout
+    assert "instances: 1 active" in shown.stdout and "volumes: 0" in shown.stdout
+    assert "spend so far: $" in shown.stdout and runtime.api_key not in shown.stdout
+
+    logs = cli("logs", "--home", home, "-n", "5")
+    assert logs.returncode == 0 and 0 < len(logs.stdout.splitlines()) <= 5
+    assert runtime.api_key not in (sandbox_home / service.LOG_FILE).read_text()
+
+    stopped = cli("stop", "--home", home)
+    assert stopped.stdout.startswith(f"Stopped the sandbox service (pid {runtime.pid})")
+    assert not service.pid_alive(runtime.pid) and service.find(sandbox_home) is None
+    assert cli("status", "--home", home).stdout.startswith("No sandbox service is running")
+    assert cli("start", "--home", home).returncode == 0
+    assert cloud.instances.get(instance.id).status == "active"  # state kept, same port and key
+
+    refused = cli("reset", "--home", home)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert [i.id for i in cloud.instances.list()] == [instance.id]
+    reset = cli("reset", "--yes", "--home", home)
+    assert reset.returncode == 0, reset.stderr
+    assert cloud.instances.list() == []  # the service runs again, on the same port, empty
+    assert cli("stop", "--home", home).returncode == 0
+    assert cli("stop", "--home", home).stdout.startswith("No sandbox service is running")
+
+
+def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# the class\nstudent-a-key-0123456789\n\nstudent-b-key-0123456789\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys", str(keys),
+         "--inference-secret", "class-secret-0123456789", "--launch-seconds", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        base = process.stdout.readline().split(": ", 1)[1].strip()
+        a = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
+        b = GPUCloud(api_key="student-b-key-0123456789", base_url=base)
+        offer = a.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+        instance = a.instances.create(
+            name="mine", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+        volume = create_volume(a)
+        a.sandbox = b.sandbox = object()  # service-kept timers, as connect() does
+        a.auto_delete.schedule(instance.id, 3600)
+        assert b.instances.list() == [] and b.volumes.list() == []
+        assert b.auto_delete.deadlines() == {}
+        for request in (lambda: b.instances.get(instance.id), lambda: b.instances.delete(instance.id),
+                        lambda: b.volumes.get(volume.id), lambda: b.volumes.delete(volume.id)):
+            with pytest.raises(Exception, match="not found"):
+                request()
+        assert not b.auto_delete.cancel(instance.id)
+        assert [i.id for i in a.instances.list()] == [instance.id]
+        assert a.auto_delete.remaining(instance.id) > 3500
+        other = httpx.get(f"{base}/gpu-cloud/instances", headers={"x-api-key": "sandbox-key"})
+        assert other.status_code == 403  # the public default key is not one of the class's
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    assert "student-a-key" not in err and "student-b-key" not in err  # a --keys key is secret
+
+
+@pytest.mark.parametrize("options", [[], ["--api-key", "teacher-key-0123"],
+                                     ["--inference-secret", "class-secret-0123"],
+                                     ["--api-key", "sandbox-key", "--inference-secret", "s-0123"]])
+def test_binding_beyond_loopback_needs_a_custom_key_and_secret(
+        options: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sandbox", "--host", "0.0.0.0", "--port", "0", *options]) == 2
+    err = capsys.readouterr().err
+    assert "Refusing to serve on 0.0.0.0, beyond loopback" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    SandboxConfig(host="0.0.0.0", api_key="teacher-key-0123", inference_secret="class-secret-0123")
+    SandboxConfig(host="127.0.0.5")  # any loopback address keeps the public defaults
+
+
+def test_a_service_that_cannot_start_is_one_sentence_with_its_log(sandbox_home: Path) -> None:
+    with pytest.raises(Exception) as failed:
+        service.find_or_start(sandbox_home, launch_seconds=-1.0, timeout=20)
+    text = str(failed.value)
+    assert text.startswith(f"The sandbox service in {sandbox_home} exited with status 2")
+    assert "launch-seconds" in text  # the end of the log says why
+
+
+def test_a_running_service_keeps_its_settings_and_says_so(
+        fast: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    first = connect()
+    monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "7")
+    second = connect()
+    out = capsys.readouterr().out
+    assert second.sandbox.pid == first.sandbox.pid and second.sandbox.launch_seconds == 0.3
+    assert "already running and keeps its own launch_seconds" in out
+
+
+def test_service_timers_fire_after_the_kernel_is_gone(fast: Path) -> None:
+    instance_id, _, _ = launch_in_a_process("timed", delete_after=1.0)
+    cloud = connect(quiet=True)
+    assert cloud.auto_delete.where == "sandbox service"
+    deadline = time.monotonic() + 15
+    while cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
+        assert time.monotonic() < deadline, "the service's timer did not fire"
+        time.sleep(0.2)
+    assert cloud.auto_delete.remaining(instance_id) is None
+
+
+def test_cleanup_on_exit_still_deletes_what_the_process_launched(fast: Path) -> None:
+    kept_id, _, _ = launch_in_a_process("kept")
+    code = LAUNCH.format(name="cleaned", extra={}).replace(
+        "connect(quiet=True)", "connect(quiet=True, cleanup_on_exit=True)")
+    cleaned_id = python(code).split()[0]
+    cloud = connect(quiet=True)
+    assert cloud.instances.get(cleaned_id).status in ("deleting", "deleted")
+    assert cloud.instances.get(kept_id).status in ("pending", "active")
+
+
+def test_a_hung_service_is_replaced(fast: Path) -> None:
+    hung = connect(quiet=True).sandbox
+    os.kill(hung.pid, signal.SIGSTOP)  # holds its lock and port, answers nothing
+    try:
+        cloud = connect(quiet=True)
+        assert cloud.sandbox.pid != hung.pid and not service.pid_alive(hung.pid)
+        assert cloud.volumes.list() == []
+    finally:
+        if service.pid_alive(hung.pid):
+            os.kill(hung.pid, signal.SIGKILL)
