@@ -9,6 +9,7 @@
     │   ├── AuthenticationError      403 (management) or 401 (inference): the key or secret
     │   ├── NotFoundError            404: no such instance, volume or model
     │   ├── RateLimitError           429, with retry_after
+    │   ├── RedirectError            3xx: never followed; the message names the Location
     │   └── ServerError              5xx
     ├── ConnectionFailedError        no answer: unreachable, dropped, or unreadable
     ├── WaitTimeoutError (TimeoutError)  a wait ran out of time
