@@ -6,7 +6,8 @@ import re
 import traceback
 
 # scheme://userinfo@ : everything up to the last "@" before the host's end is user name or password
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#\"'<>]+@")
+# (one already masked, "***" or "…", is left as it is)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)(?!(?:\*\*\*|…)@)[^\s/?#\"'<>]+@")
 
 
 def mask(secret: str | None) -> str:
