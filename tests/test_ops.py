@@ -324,7 +324,7 @@ def test_a_301_with_no_body_is_an_error_naming_the_location() -> None:
         assert "hunter2" not in message and "me:" not in message, message
         assert "new.example" in message, message
     assert len(seen) == 6  # one request each (offers once for the create): never retried
-    sentence = r"^The base URL redirects to https://…@new\.example/api; use that\.$"
+    sentence = r"^The base URL redirects to https://\*\*\*@new\.example/api; use that\.$"
     with pytest.raises(RedirectError, match=sentence):
         cloud.instances.list()
 

@@ -20,7 +20,6 @@ import email.utils
 import functools
 import random
 import time
-import urllib.parse
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -28,7 +27,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 import httpx
 
 from gpucloud_nb import errors
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub
 
 __all__ = [
     "AsyncDriver",
@@ -139,17 +138,6 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _without_userinfo(url: str) -> str:
-    """``url`` with any ``user:password@`` shown as ``…@``, so no credential is repeated."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "an unreadable address"
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="…@" + parts.netloc.rpartition("@")[2]))
-
-
 def _redirect_message(response: httpx.Response, flavor: Flavor) -> str:
     """One sentence for a 3xx: where it points, and the base URL to use instead when it shows.
 
@@ -170,9 +158,9 @@ def _redirect_message(response: httpx.Response, flavor: Flavor) -> str:
         path = request_url.path
         target = location.split("?", 1)[0].split("#", 1)[0]
         if path and path != "/" and target.endswith(path) and len(target) > len(path):
-            new_base = _without_userinfo(target[: -len(path)])
+            new_base = mask_url(target[: -len(path)])
             return f"The {base} redirects to {new_base}; use that."
-    return f"The server redirects ({status}) to {_without_userinfo(location)}; check the {base}."
+    return f"The server redirects ({status}) to {mask_url(location)}; check the {base}."
 
 
 _UPLOAD_TOO_LARGE = ("too large", "too big", "exceeds")
