@@ -6,7 +6,7 @@
     ...     name="train-1", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
     ...     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
     >>> cloud.instances.wait_until_active(instance.id).ssh_command
-    'ssh ubuntu@203.0.113.7'
+    'ssh -p 40122 ubuntu@127.0.0.1'
 
 Choices where the spec says "not shown", documented here once:
 
