@@ -20,8 +20,10 @@ Choices where the spec says "not shown", documented here once:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +50,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, seconds
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.remote import Remote, RunResult, reachable
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
@@ -89,6 +92,8 @@ class _Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
+        self.sandbox: Any = None
+        self.remote: Remote | None = None
         self._catalogues: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def send(self, call: Call) -> Op[Any]:
@@ -489,7 +494,9 @@ def _path_id(id: str) -> str:
 
 
 class Instances(_InstancesOps[SyncDriver]):
-    """``cloud.instances``: offers, create, list, get, delete and wait for instances."""
+    """``cloud.instances``: offers, create, list, get, delete and wait for instances; use them
+    over SSH with ``run``, ``upload``, ``download`` and ``forward`` (see
+    :mod:`gpucloud_nb.client.remote`)."""
 
     offers = run_sync(_InstancesOps.offers)
     offers_frame = run_sync(_InstancesOps.offers_frame)
@@ -499,6 +506,58 @@ class Instances(_InstancesOps[SyncDriver]):
     delete = run_sync(_InstancesOps.delete)
     wait_until_active = run_sync(_InstancesOps.wait_until_active)
     spend = run_sync(_InstancesOps.spend)
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
+                                 lambda: core.sandbox)
+        return core.remote
+
+    def _target(self, id: str, wait: float) -> InstanceDetails:
+        return self._remote().target(_path_id(id), wait)
+
+    def run(self, id: str, command: str, *, timeout: float | None = None,
+            on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
+        """Run the shell ``command`` on the instance over SSH and return its output and status.
+
+        ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
+        instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
+        status 127 (command not found) raises :class:`~gpucloud_nb.client.remote.RemoteCommandError`.
+
+            >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status
+            0
+        """
+        return self._remote().run(self._target(id, wait), command, timeout=timeout,
+                                  on_output=on_output)
+
+    def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+               progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy the local file ``local`` to ``remote`` on the instance (SFTP; relative paths
+        start in the instance's home). ``progress(done_bytes, total_bytes)`` follows large files.
+
+            >>> cloud.instances.upload(instance.id, "train.py", "train.py")
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().upload_async(target, local, remote, progress))
+
+    def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy ``remote`` on the instance to the local file ``local`` (SFTP).
+
+            >>> cloud.instances.download(instance.id, "results.csv", "results.csv")
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().download_async(target, remote, local, progress))
+
+    def forward(self, id: str, remote_port: int, *,
+                wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
+        """Forward a free local port to ``remote_port`` on the instance; yields its local URL.
+
+            >>> with cloud.instances.forward(instance.id, 8000) as url:
+            ...     ChatWidget(InferenceClient(url, secret))
+        """
+        return self._remote().forward(self._target(id, wait), remote_port)
 
 
 class AsyncInstances(_InstancesOps[AsyncDriver]):
@@ -512,6 +571,46 @@ class AsyncInstances(_InstancesOps[AsyncDriver]):
     delete = run_async(_InstancesOps.delete)
     wait_until_active = run_async(_InstancesOps.wait_until_active)
     spend = run_async(_InstancesOps.spend)
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            def no_sync(*args: Any) -> Any:
+                raise RuntimeError("The async client fetches details itself.")
+
+            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox)
+        return core.remote
+
+    async def _target(self, id: str, wait: float) -> InstanceDetails:
+        details = await self.get(_path_id(id))
+        if details.status == "pending" and wait > 0:
+            details = await self.wait_until_active(id, timeout=wait)
+        return reachable(details)
+
+    async def run(self, id: str, command: str, *, timeout: float | None = None,
+                  on_output: Callable[[str], None] | None = None,
+                  wait: float = 60.0) -> RunResult:
+        """The coroutine twin of :meth:`Instances.run` (``on_output`` runs on the SSH loop)."""
+        remote = self._remote()
+        target = await self._target(id, wait)
+        return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
+            remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+
+    async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+                     progress: Callable[[int, int], None] | None = None,
+                     wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.upload`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().upload_async(target, local, remote, progress)))
+
+    async def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                       progress: Callable[[int, int], None] | None = None,
+                       wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.download`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().download_async(target, remote, local, progress)))
 
 
 class Volumes(_VolumesOps[SyncDriver]):
@@ -536,8 +635,16 @@ class AsyncVolumes(_VolumesOps[AsyncDriver]):
 
 class _CloudBase:
     base_url: str
-    sandbox: Any
     _core: _Core[Any]
+
+    @property
+    def sandbox(self) -> Any:
+        """The local sandbox this client talks to, or ``None`` for the real cloud."""
+        return self._core.sandbox
+
+    @sandbox.setter
+    def sandbox(self, value: Any) -> None:
+        self._core.sandbox = value
 
     @property
     def api_key_hint(self) -> str:
@@ -605,7 +712,6 @@ class GPUCloud(_CloudBase):
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
-        self.sandbox = None
         self._http = httpx.Client(base_url=self.base_url, auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
@@ -622,8 +728,10 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP and SSH connections."""
         self._http.close()
+        if self._core.remote is not None:
+            self._core.remote.close()
 
     def __enter__(self) -> GPUCloud:
         return self
@@ -646,7 +754,6 @@ class AsyncGPUCloud(_CloudBase):
         max_connections: int = 100,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
-        self.sandbox = None
         limits = httpx.Limits(max_connections=max_connections)
         self._http = httpx.AsyncClient(base_url=self.base_url, auth=ApiKeyAuth(key),
                                        timeout=timeout, transport=transport, limits=limits)
@@ -668,8 +775,10 @@ class AsyncGPUCloud(_CloudBase):
         return await self.instances.spend()
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP and SSH connections."""
         await self._http.aclose()
+        if self._core.remote is not None:
+            await asyncio.to_thread(self._core.remote.close)
 
     async def __aenter__(self) -> AsyncGPUCloud:
         return self
