@@ -164,6 +164,7 @@ class Remote:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
+        self._targets: dict[str, InstanceDetails] = {}
         self._lock = threading.Lock()
 
     @property
@@ -218,7 +219,14 @@ class Remote:
     # -- connections -------------------------------------------------------------------------
 
     def target(self, id: str, wait: float) -> InstanceDetails:
-        """The details of instance ``id`` once it is active, or one sentence why not."""
+        """The details of instance ``id`` once it is active, or one sentence why not.
+
+        While a cached connection to it is open, its details are reused without a request (a
+        deleted instance's server closes the connection, so the next call asks again).
+        """
+        cached = self._connections.get(id)
+        if cached is not None and not cached.is_closed() and id in self._targets:
+            return self._targets[id]
         details = self._details(id)
         if details.status == "pending":
             if wait <= 0:
@@ -273,6 +281,7 @@ class Remote:
             if key is not None:
                 known.add(details.id, key.export_public_key().decode().strip())
         self._connections[details.id] = connection
+        self._targets[details.id] = details
         return connection
 
     def _register(self, keys: list[str]) -> None:
