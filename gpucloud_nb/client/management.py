@@ -373,6 +373,8 @@ class _InstancesOps(_Resource[D]):
             Call("DELETE", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
         )
         self._core.auto_delete.cancel(id)
+        if self._core.remote is not None:
+            self._core.remote.forget(id)
 
     def wait_until_active(
         self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,

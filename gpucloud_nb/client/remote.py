@@ -198,6 +198,13 @@ class Remote:
                 future.result(timeout=5)
             raise
 
+    def forget(self, id: str) -> None:
+        """Drop (and close) the cached connection to instance ``id``: it is being deleted."""
+        self._targets.pop(id, None)
+        connection = self._connections.pop(id, None)
+        if connection is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(connection.close)
+
     def close(self) -> None:
         """Close every cached connection and stop the loop."""
         loop = self._loop

@@ -325,6 +325,10 @@ class _InstanceServer:
             await asyncio.wait([done, closed, feeder], return_when=asyncio.FIRST_COMPLETED)
         feeder.cancel()
         closed.cancel()
+        try:  # forget the group once empty; one left running in the background (nohup) is
+            os.killpg(child.pid, 0)  # killed with the instance
+        except (ProcessLookupError, PermissionError):
+            self.groups.discard(child.pid)
         with contextlib.suppress(Exception):
             process.exit(child.returncode if child.returncode is not None and
                          child.returncode >= 0 else 128 + abs(child.returncode or 15))
