@@ -10,17 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb._connect import connect
-from gpucloud_nb._notebook import install_error_display
+from gpucloud_nb._notebook import can_prompt, install_error_display
 from gpucloud_nb.client import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient
 from gpucloud_nb.errors import (
     APIError,
     AuthenticationError,
     BadRequestError,
+    ConnectionFailedError,
+    FileTooLargeError,
     GPUCloudError,
+    InstanceFailedError,
     InvalidInputError,
     NotFoundError,
     RateLimitError,
     ServerError,
+    UnsupportedFileTypeError,
+    WaitTimeoutError,
 )
 
 __version__ = "0.1.0"
@@ -31,14 +36,20 @@ __all__ = [
     "AsyncInferenceClient",
     "AuthenticationError",
     "BadRequestError",
+    "ConnectionFailedError",
+    "FileTooLargeError",
     "GPUCloud",
     "GPUCloudError",
     "InferenceClient",
+    "InstanceFailedError",
     "InvalidInputError",
     "NotFoundError",
     "RateLimitError",
     "ServerError",
+    "UnsupportedFileTypeError",
+    "WaitTimeoutError",
     "__version__",
+    "can_prompt",
     "connect",
     "load_ipython_extension",
 ]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from typing import Any
 
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.errors import GPUCloudError, NotFoundError
 
 __all__ = ["connect", "shared_sandbox"]
 
@@ -84,10 +85,21 @@ def connect(
 
 
 def _cleanup(cloud: GPUCloud) -> None:
-    """Delete every instance ``cloud`` launched that is not already gone."""
-    for instance_id in cloud.created_instance_ids:
-        try:
-            if cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
-                cloud.instances.delete(instance_id)
-        except GPUCloudError:
-            continue
+    """Delete every instance ``cloud`` launched that is not already gone.
+
+    It uses a connection of its own (``cloud`` may be closed by now) and prints one line to
+    stderr for each instance it could not delete, so nothing keeps billing without a word.
+    """
+    if not cloud.created_instance_ids:
+        return
+    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
+        for instance_id in cloud.created_instance_ids:
+            try:
+                if own.instances.get(instance_id).status not in ("deleting", "deleted"):
+                    own.instances.delete(instance_id)
+            except NotFoundError:
+                continue
+            except Exception as error:  # at exit nobody else will say it
+                reason = str(error) if isinstance(error, GPUCloudError) else type(error).__name__
+                print(f"gpucloud-nb: could not delete instance {instance_id} at exit; it may "
+                      f"still be billing: {reason}", file=sys.stderr, flush=True)

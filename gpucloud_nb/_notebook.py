@@ -14,7 +14,7 @@ from typing import Any
 
 from gpucloud_nb.errors import GPUCloudError
 
-__all__ = ["install_error_display"]
+__all__ = ["can_prompt", "install_error_display"]
 
 
 def _show_error(shell: Any, etype: type[BaseException], value: BaseException, tb: Any,
@@ -34,3 +34,21 @@ def install_error_display(shell: Any = None) -> bool:
         return False  # someone else's handler: leave it alone
     shell.set_custom_exc((GPUCloudError,), _show_error)
     return True
+
+
+def can_prompt() -> bool:
+    """True when ``input()`` and ``getpass()`` can be answered here.
+
+    In a Jupyter kernel that is when the front end accepts input (JupyterLab does; nbclient,
+    nbmake and papermill do not, and asking there raises ``StdinNotImplementedError``); elsewhere
+    when standard input is a terminal.
+
+        >>> from gpucloud_nb import can_prompt
+        >>> secret = getpass("Secret: ") if can_prompt() else os.environ["MY_SECRET"]
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None:
+        return bool(getattr(kernel, "_allow_stdin", False))
+    return sys.stdin is not None and sys.stdin.isatty()

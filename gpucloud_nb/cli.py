@@ -5,8 +5,10 @@
     inference: http://127.0.0.1:8765/inference
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
-``--port 0`` picks a free port. No key or secret value is ever printed: without ``--api-key`` the
-sandbox uses the public default key (``gpucloud_nb.sandbox.DEFAULT_API_KEY``), and says so by name.
+``--port 0`` picks a free port. Without ``--api-key`` the sandbox uses the public default key
+(``gpucloud_nb.sandbox.DEFAULT_API_KEY``, no secret) and prints a ready ``curl`` line with it and
+its header (``x-api-key``); a custom key or secret is never printed (the line then reads
+``$GPUCLOUD_API_KEY``).
 Ctrl-C or SIGTERM stops the server and exits with status 0.
 """
 
@@ -146,6 +148,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             print(f"gpucloud-nb sandbox: using the public default {' and '.join(defaults)} "
                   "(gpucloud_nb.sandbox.DEFAULT_API_KEY / DEFAULT_INFERENCE_SECRET).",
                   file=sys.stderr, flush=True)
+        # A ready request to try: the public default key is no secret; a custom one is masked.
+        key = config.api_key if args.api_key is None else "$GPUCLOUD_API_KEY"
+        print(f"try: curl -H 'x-api-key: {key}' {management}/gpu-cloud/instances/offers",
+              file=sys.stderr, flush=True)
 
     try:
         serve(config, ready)

@@ -1,5 +1,19 @@
 """One exception hierarchy for every failure a user can meet.
 
+    GPUCloudError                    base of everything below; str() is one plain sentence
+    ├── InvalidInputError (ValueError)   refused before sending: nothing reached the cloud
+    ├── APIError                     the server answered with an error status
+    │   ├── BadRequestError          another 4xx, such as a 400 validation failure
+    │   │   ├── FileTooLargeError        an upload refused as too large
+    │   │   └── UnsupportedFileTypeError an upload refused for its file type
+    │   ├── AuthenticationError      403 (management) or 401 (inference): the key or secret
+    │   ├── NotFoundError            404: no such instance, volume or model
+    │   ├── RateLimitError           429, with retry_after
+    │   └── ServerError              5xx
+    ├── ConnectionFailedError        no answer: unreachable, dropped, or unreadable
+    ├── WaitTimeoutError (TimeoutError)  a wait ran out of time
+    └── InstanceFailedError          an instance being waited on failed or went away
+
 Every HTTP failure carries the fields of the spec's error body (``statusCode``, ``message``,
 ``path``, ``timestamp``) as ``status_code``, ``message``, ``path`` and ``timestamp``. ``str(error)``
 is one plain sentence, fit to show in a notebook; it never contains an API key or secret.

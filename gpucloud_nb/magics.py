@@ -114,6 +114,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import os
 import shlex
 import sys
@@ -123,7 +124,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from gpucloud_nb._secrets import Secret, scrub
+from gpucloud_nb._secrets import scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -144,7 +145,6 @@ SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--
 HOLDING_STATUSES = ("pending", "active", "error")
 
 _session: dict[str, Any] = {"cloud": None, "owned": False}
-_secrets: set[str] = set()
 
 
 # --------------------------------------------------------------------------- session client
@@ -176,27 +176,16 @@ def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
     if old is not None and old is not cloud and old_owned and hasattr(old, "close"):
         old.close()
     _session["cloud"], _session["owned"] = cloud, owned
-    if cloud is not None:
-        _remember_secrets(cloud)
-
-
-def _remember_secrets(cloud: Any) -> None:
-    key = getattr(getattr(cloud, "_core", None), "key", None)
-    if isinstance(key, Secret):
-        _secrets.add(key.reveal())
-    box = getattr(cloud, "sandbox", None)
-    for name in ("api_key", "inference_secret"):
-        value = getattr(box, name, None)
-        if isinstance(value, str):
-            _secrets.add(value)
 
 
 # --------------------------------------------------------------------------- output
 
 
-def _clean(text: str) -> str:
-    # Long secrets first, so that one contained in another is still masked whole.
-    return scrub(text, *sorted(_secrets, key=len, reverse=True))
+def _clean(text: str, *secrets: str) -> str:
+    """Mask the secrets the session's client holds, and ``secrets`` (asked for in this call)."""
+    cloud = _session["cloud"]
+    text = cloud.scrub(text) if cloud is not None else text
+    return scrub(text, *secrets)
 
 
 def _say(text: str) -> None:
@@ -441,10 +430,7 @@ def _ask_secret(prompt: str) -> str:
         value = getpass.getpass(prompt)
     except (EOFError, NotImplementedError):
         raise _Stop("No secret could be asked for here (no input is possible in this run).") from None
-    value = (value or "").strip()
-    if value:
-        _secrets.add(value)
-    return value
+    return (value or "").strip()
 
 
 def _label(name: str, id: str) -> str:
@@ -524,7 +510,6 @@ class GPUCloudMagics(Magics):
                 f"API key for {args.base_url} (hidden): ")
             if not key:
                 raise _Stop("No API key was given; the session's cloud is unchanged.")
-            _secrets.add(key)
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
         try:
             cloud.volumes.list()  # one cheap request: a wrong key or URL is reported now
@@ -536,11 +521,7 @@ class GPUCloudMagics(Magics):
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
-        spend = getattr(self.cloud, "spend", None)
-        if not callable(spend):
-            raise _Stop("Spend tracking is not available in this version of gpucloud-nb "
-                        "(the client has no spend()).")
-        return spend()
+        return self.cloud.spend()
 
     # ------------------------------------------------------------------ offers, instances
 
@@ -599,13 +580,8 @@ class GPUCloudMagics(Magics):
         return LaunchForm(cloud, offer=offer)
 
     def _chat(self, args: argparse.Namespace) -> Any:
-        try:
-            from gpucloud_nb.widgets.chat import ChatWidget
-        except ModuleNotFoundError as error:
-            if error.name not in ("gpucloud_nb.widgets.chat", "gpucloud_nb.widgets"):
-                raise
-            raise _Stop("The chat widget is not available in this version of gpucloud-nb.") \
-                from None
+        from gpucloud_nb.widgets.chat import ChatWidget
+
         if args.endpoint is None:
             cloud = self.cloud
             if not cloud.is_sandbox:
@@ -639,18 +615,35 @@ class GPUCloudMagics(Magics):
 
     def _volumes_create(self, args: argparse.Namespace) -> Volume:
         cloud = self.cloud
-        provider = self._volume_provider(cloud.volumes.offers(), args.region, args.provider)
+        offers = cloud.volumes.offers()
+        provider = self._volume_provider(offers, args.region, args.provider, args.size)
         volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
                                       region=args.region, size_in_gb=args.size)
-        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}, "
-             f"{_gb(volume.size_in_gb)}.")
+        chosen = ""
+        if args.provider is None:
+            here = [o for o in offers if not o.regions or args.region in o.regions]
+            selling = [o for o in here if not o.min_size_in_gb > args.size]
+            if len(here) > 1:
+                offer = next(o for o in here if o.cloud_provider.id == provider)
+                among = (f"{len(here)} providers there" if len(selling) == len(here) else
+                         f"the {len(selling)} of {len(here)} providers there selling "
+                         f"{_gb(args.size)}")
+                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
+                          f"(${offer.price_per_gb_per_hour:g}/GB/h; choose another with "
+                          "--provider)")
+        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
+             f"{chosen}, {_gb(volume.size_in_gb)}.")
         return volume
 
     @staticmethod
-    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None) -> str:
+    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None,
+                         size: float = 0.0) -> str:
         """The provider ``_id`` to create a volume with in ``region``.
 
         ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
+        Without it, the cheapest provider (``pricePerGbPerHour``) that offers ``region`` and
+        whose ``minSizeInGb`` allows ``size`` (the cheapest in the region if none does, so the
+        refusal names its minimum).
         """
         here = [o for o in offers if not o.regions or region in o.regions]
 
@@ -669,14 +662,14 @@ class GPUCloudMagics(Magics):
                                         f"{choices(match)}; give one's _id with --provider.")
             raise InvalidInputError(f"No volume provider is called '{given}'; choose one of: "
                                     f"{choices(here or offers)}.")
-        if len(here) == 1:
-            return here[0].cloud_provider.id
         if not here:
             regions = sorted({r for o in offers for r in o.regions})
             raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
                                     f"choose one of: {_names(regions)}.")
-        raise InvalidInputError(f"Several providers offer volumes in region '{region}'; choose one "
-                                f"with --provider: {choices(here)}.")
+        fitting = [o for o in here if not o.min_size_in_gb > size] or here
+        cheapest = min(fitting, key=lambda o: (not math.isfinite(o.price_per_gb_per_hour),
+                                               o.price_per_gb_per_hour))
+        return cheapest.cloud_provider.id
 
     def _volumes_get(self, args: argparse.Namespace) -> Volume:
         return self.cloud.volumes.get(args.id)

@@ -37,6 +37,7 @@ __all__ = [
     "Instance",
     "InstanceDetails",
     "InstanceOffer",
+    "PortForward",
     "Volume",
     "VolumeOffer",
     "VolumeProvider",
@@ -239,6 +240,7 @@ def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
         _str(get("sshUser")), _int(get("sshPort")),
         _str(get("dockerImage")), _str(get("dockerCommand")), _float(get("hourlyPrice")),
         parse_datetime(get("createdAt")), parse_datetime(get("deletedAt")),
+        parse_datetime(get("updatedAt")),
     )
 
 
@@ -269,6 +271,7 @@ class _InstanceBase:
     hourly_price: float
     created_at: datetime | None
     deleted_at: datetime | None
+    updated_at: datetime | None
 
     @property
     def region_id(self) -> str:
@@ -322,13 +325,12 @@ class _InstanceBase:
 class Instance(_InstanceBase):
     """A GPU instance as returned by create and list."""
 
-    updated_at: datetime | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Any) -> Instance:
         data = _dict(data)
-        return cls(*_instance_common(data), parse_datetime(data.get("updatedAt")), data)
+        return cls(*_instance_common(data), data)
 
 
 @dataclass(slots=True, repr=False)
@@ -337,14 +339,53 @@ class InstanceDetails(_InstanceBase):
 
     is_pending: bool
     ssh_key: dict[str, Any]
-    port_forwards: tuple[str, ...]
+    port_forwards: tuple[PortForward, ...]
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Any) -> InstanceDetails:
         data = _dict(data)
         return cls(*_instance_common(data), _bool(data.get("isPending")), _dict(data.get("sshKey")),
-                   tuple(_str(p) for p in _list(data.get("portForwards"))), data)
+                   tuple(PortForward.from_json(p) for p in _list(data.get("portForwards"))), data)
+
+
+@dataclass(frozen=True, slots=True)
+class PortForward:
+    """One item of an instance's ``portForwards``: a port of the instance and where it is reached.
+
+    The spec says only "array of string". Strings are read as ``"INTERNAL:EXTERNAL"`` (``"8000:
+    32768"``: the instance's port 8000 is reached on port 32768 of its address); the real cloud
+    also sends objects ``{internalPort, externalPort}``. Anything else keeps its text, with
+    ``None`` ports. ``str()`` gives ``"8000:32768"``.
+
+        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 32768})
+        PortForward(internal_port=8000, external_port=32768)
+    """
+
+    internal_port: int | None
+    external_port: int | None
+    text: str = field(default="", repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PortForward:
+        if isinstance(data, Mapping):
+            internal, external = _port(data.get("internalPort")), _port(data.get("externalPort"))
+            return cls(internal, external, f"{internal or '?'}:{external or '?'}")
+        text = _str(data)
+        head, sep, tail = text.partition(":")
+        if sep:
+            return cls(_port(head), _port(tail), text)
+        return cls(_port(text), None, text)
+
+    def __str__(self) -> str:
+        if self.internal_port is not None and self.external_port is not None:
+            return f"{self.internal_port}:{self.external_port}"
+        return self.text
+
+
+def _port(value: Any) -> int | None:
+    number = _int(value)
+    return number if 0 < number < 65536 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,11 @@ Each returns ``None`` when the request is acceptable, else one plain sentence sa
 
 Rules the spec leaves "not shown", chosen here and documented once:
 
-- ``vm`` and ``baremetal`` offers take a ``vm`` (with an ``os`` from the offer) and no
-  ``dockerContainer``; ``container`` offers take a ``dockerContainer`` and no ``vm``.
+- ``vm`` and ``baremetal`` offers need a ``vm`` (with an ``os`` from the offer); a
+  ``dockerContainer`` beside it is accepted (its image runs on the machine: ``dockerImage``).
+  ``container`` offers need a ``dockerContainer``; a ``vm`` beside it is accepted, its ``os``
+  checked when the offer lists images. This is the shape the cloud's own CLI sends:
+  ``vm: {os}`` together with ``dockerContainer: {image}`` or ``null``.
 - The region must be one of the offer's ``availability`` entries, and ``available`` there.
 - A ``volumeId`` must name a volume of the same provider and region as the instance.
 - A volume's region must be one of its offer's ``regions``; its size at least ``minSizeInGb``.
@@ -128,19 +131,13 @@ def instance_create_problem(
 
     deployment = offer.get("deploymentType")
     if deployment == "container":
-        if vm is not None:
-            return f"Offer '{instance_id}' is a container offer: give dockerContainer, not vm."
         if container is None:
             return f"Offer '{instance_id}' is a container offer: dockerContainer.image is required."
-    else:
-        if container is not None:
-            return (f"Offer '{instance_id}' is a {deployment} offer: give vm with an os, "
-                    "not dockerContainer.")
-        if vm is None:
-            return f"Offer '{instance_id}' is a {deployment} offer: vm.os is required."
+    elif vm is None:
+        return f"Offer '{instance_id}' is a {deployment} offer: vm.os is required."
     if vm is not None:
         images = [str(o) for o in (offer.get("configuration") or {}).get("os") or []]
-        if vm["os"] not in images:
+        if vm["os"] not in images and (images or deployment != "container"):
             return (f"Offer '{instance_id}' has no OS image '{vm['os']}'; "
                     f"choose one of: {_names(images)}.")
         if vm.get("base64CloudInitScript") is not None and not offer.get("cloudInitAvailable"):

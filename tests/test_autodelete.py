@@ -80,3 +80,65 @@ def test_async_client_auto_delete(sandbox) -> None:
             return (await cloud.instances.get(instance.id)).status
 
     assert asyncio.run(main()) in ("deleting", "deleted")
+
+
+def test_a_timer_still_deletes_after_the_client_is_closed(sandbox, observer: GPUCloud) -> None:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    instance = launch(cloud, "outlives-close", delete_after=0.4)
+    cloud.close()
+    time.sleep(0.9)
+    assert observer.instances.get(instance.id).status in ("deleting", "deleted")
+    assert instance.id in cloud.auto_delete.deleted
+    assert cloud.auto_delete.failures == {}
+
+
+def test_every_failure_of_a_timer_is_recorded(sandbox_factory) -> None:
+    sandbox = sandbox_factory()
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url, max_retries=0)
+    instance = launch(cloud, "unreachable", delete_after=0.3)
+    sandbox.stop()  # the cloud is gone when the timer fires
+    deadline = time.monotonic() + 10
+    while instance.id not in cloud.auto_delete.failures and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cloud.close()
+    assert instance.id not in cloud.auto_delete.deleted
+    reason = cloud.auto_delete.failures[instance.id]
+    assert reason and "\n" not in reason
+
+
+def test_a_timer_records_errors_that_are_not_the_clouds() -> None:
+    from gpucloud_nb.client.autodelete import AutoDelete
+
+    def broken(instance_id: str) -> None:
+        raise RuntimeError("Cannot send a request, as the client has been closed.")
+
+    timers = AutoDelete(broken)
+    timers.schedule("i-1", 0.05)
+    deadline = time.monotonic() + 5
+    while "i-1" not in timers.failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "RuntimeError" in timers.failures["i-1"]
+    assert "may still be billing" in timers.failures["i-1"]
+    assert timers.remaining("i-1") is None
+
+
+def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
+                                                                   observer: GPUCloud) -> None:
+    async def main() -> tuple[str, str]:
+        cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+        offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
+        first, second = [await cloud.instances.create(
+            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+            delete_after=after) for name, after in (("twin-1", 0.2), ("twin-2", 0.8))]
+        await asyncio.sleep(0.5)          # the first timer made the sync twin
+        twin = cloud._twin
+        assert twin is not None
+        await cloud.aclose()
+        assert twin._http.is_closed       # closed with the client, not leaked
+        await asyncio.sleep(0.8)          # the second fires after aclose()
+        return first.id, second.id
+
+    first, second = asyncio.run(main())
+    assert observer.instances.get(first).status in ("deleting", "deleted")
+    assert observer.instances.get(second).status in ("deleting", "deleted")

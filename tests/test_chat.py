@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -615,3 +616,27 @@ def test_close_leaves_no_live_widget_behind(sandbox: Sandbox, client: InferenceC
     chat.close()
     bad.close()
     assert set(widget_module._instances) - before == set()
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "gpucloud-chat-loop"]
+
+
+def test_the_loop_thread_ends_when_the_last_chat_closes(client: InferenceClient) -> None:
+    import gc
+
+    gc.collect()  # chats other tests dropped without closing are collected (and so released)
+    first, second = ChatWidget(client), ChatWidget(client)
+    assert first.send("Hello").wait(WAIT).status == "done"
+    assert second.send("Hello").wait(WAIT).status == "done"
+    assert _loop_threads()
+    first.close()
+    assert _loop_threads(), "another chat still needs the loop"
+    second.close()
+    wait_for(lambda: not _loop_threads())
+    third = ChatWidget(client)  # a new chat starts a new loop
+    try:
+        assert third.send("Hello again").wait(WAIT).status == "done"
+    finally:
+        third.close()
+    wait_for(lambda: not _loop_threads())

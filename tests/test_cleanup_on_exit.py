@@ -38,3 +38,29 @@ def test_cleanup_on_exit_deletes_only_what_the_kernel_launched(sandbox) -> None:
         assert statuses["mine-2"] in ("deleting", "deleted")
         assert statuses["someone-else"] in ("pending", "active")
         assert other.status == "pending"
+
+
+def test_cleanup_on_exit_says_which_instances_it_could_not_delete(sandbox_factory) -> None:
+    """The cloud is gone at exit: one line per instance on stderr, no traceback."""
+    sandbox = sandbox_factory()
+    script = SCRIPT + textwrap.dedent("""
+        import time
+        cloud.close()              # a closed client still cleans up, with its own connection
+        print("ready", flush=True)
+        time.sleep(3)
+    """)
+    env = os.environ | {"GPUCLOUD_API_KEY": sandbox.api_key,
+                        "GPUCLOUD_BASE_URL": sandbox.management_url}
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith("ready"):
+            break
+    sandbox.stop()  # the exit-time deletes cannot reach the cloud any more
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("gpucloud-nb: could not delete")]
+    assert len(lines) == 2, err
+    assert all("may still be billing" in line for line in lines)
+    assert "Traceback" not in err

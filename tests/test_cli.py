@@ -100,10 +100,11 @@ def test_sandbox_command_prints_urls_and_serves(launch, tmp_path: Path) -> None:
     assert denied.status_code == 403
     out, err = _stop(process, lines, signal.SIGTERM)
     assert KEY not in out + err and SECRET not in out + err
+    assert "try: curl -H 'x-api-key: $GPUCLOUD_API_KEY'" in err
     assert (tmp_path / "cli.db").exists()
 
 
-def test_default_keys_are_named_not_printed_and_ctrl_c_exits(launch) -> None:
+def test_default_key_comes_with_a_ready_curl_line_and_ctrl_c_exits(launch) -> None:
     process = launch("--port", "0")
     lines = Lines(process)
     base = lines.next().split(": ", 1)[1].strip()
@@ -112,7 +113,9 @@ def test_default_keys_are_named_not_printed_and_ctrl_c_exits(launch) -> None:
                      headers={"x-api-key": "sandbox-key"}).json() == []
     out, err = _stop(process, lines, signal.SIGINT)
     assert "public default API key" in err
-    assert "sandbox-key" not in out + err and "sandbox-secret" not in out + err
+    # the public default key is no secret: a newcomer gets a request that works as printed
+    assert f"try: curl -H 'x-api-key: sandbox-key' {base}/gpu-cloud/instances/offers" in err
+    assert "sandbox-secret" not in out + err
 
 
 def test_busy_port_is_a_clear_error(launch) -> None:

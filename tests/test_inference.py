@@ -536,3 +536,19 @@ def test_a_secret_echoed_by_the_server_is_scrubbed() -> None:
     with pytest.raises(Exception) as caught:
         mock_client(handler).chat("hi", model="m1", stream=True)
     assert SECRET not in str(caught.value)
+
+
+def test_the_endpoint_and_secret_come_from_the_environment(sandbox_factory, monkeypatch) -> None:
+    box = sandbox_factory()
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_URL", box.inference_url)
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_SECRET", box.inference_secret)
+    with InferenceClient() as chat:
+        assert chat.models()
+        assert box.inference_secret not in repr(chat)
+    monkeypatch.delenv("GPUCLOUD_INFERENCE_SECRET")
+    with pytest.raises(InvalidInputError, match="set GPUCLOUD_INFERENCE_SECRET"):
+        InferenceClient()
+    monkeypatch.delenv("GPUCLOUD_INFERENCE_URL")
+    with pytest.raises(InvalidInputError,
+                       match="set GPUCLOUD_INFERENCE_URL and GPUCLOUD_INFERENCE_SECRET"):
+        AsyncInferenceClient()

@@ -12,7 +12,7 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance
+from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
 
@@ -152,7 +152,7 @@ def test_details_view(cloud, observer, panels) -> None:
     assert details.status == "active" and panel.shown_details == details
     view = panel.details_view.value
     assert details.ip in view and details.ssh_command in view
-    assert all(port in view for port in details.port_forwards)
+    assert all(str(port) in view for port in details.port_forwards)
     assert "detailed" in view and "$" in view
     if volume_id:
         assert volume_id in view
@@ -161,6 +161,16 @@ def test_details_view(cloud, observer, panels) -> None:
     with pytest.raises(GPUCloudError):
         panel.details("no-such-instance")
     assert panel.status.is_error and "no-such-instance" in panel.status.text
+
+
+def test_details_view_shows_port_forward_objects_as_ports() -> None:
+    # The cloud may send {internalPort, externalPort} objects where the spec shows strings.
+    details = InstanceDetails.from_json({
+        "_id": "i1", "name": "n", "status": "active",
+        "portForwards": [{"internalPort": 8000, "externalPort": 18000}, "22:2201"]})
+    view = InstancesPanel._details_html(details)
+    assert "8000:18000, 22:2201" in view
+    assert "internalPort" not in view and "{" not in view
 
 
 def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:
@@ -270,3 +280,62 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory, panels) -> None:
         assert len(states) > 20
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(panel)
+
+
+def _gpucloud_threads() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name.startswith("gpucloud-nb"))
+
+
+def test_closing_panels_and_browsers_stops_their_threads(sandbox_factory) -> None:
+    from gpucloud_nb.widgets import OffersBrowser
+
+    sandbox = sandbox_factory(launch_seconds=60)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        launch(cloud, "keeps-panels-polling")     # pending: every panel polls fast
+        before = _gpucloud_threads()
+        made = []
+        for _ in range(20):
+            made.append(InstancesPanel(cloud, interval=0.05))
+            made.append(OffersBrowser(cloud, debounce=0.05))
+        assert all(p.auto_refreshing for p in made if isinstance(p, InstancesPanel))
+        assert _gpucloud_threads() > before
+        for widget in made:
+            widget.close()
+        wait_for(lambda: _gpucloud_threads() <= before, timeout=10)
+
+
+def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
+    import gc
+
+    from ipywidgets.widgets.widget import _instances as registry
+
+    sandbox = sandbox_factory(launch_seconds=60)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        launch(cloud, "pending")
+        before = _gpucloud_threads()
+        existing = set(registry)
+        panel = InstancesPanel(cloud, interval=0.05)
+        assert panel.auto_refreshing
+        # ipywidgets and the comm manager hold every open widget; forget the panel's there, as a
+        # kernel does once its front end is gone, without ever calling panel.close().
+        for model_id in set(registry) - existing:
+            widget = registry.pop(model_id)
+            widget.comm.on_msg(None)  # the comm no longer calls back into the widget
+        del panel, widget
+        # The refresh thread holds the panel only while it calls it: a collection between two
+        # calls frees the panel, and the thread then ends by itself.
+        wait_for(lambda: gc.collect() is not None and _gpucloud_threads() <= before, timeout=10)
+
+
+def test_a_failed_auto_delete_shows_in_the_panel(sandbox_factory, panels) -> None:
+    sandbox = sandbox_factory()
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        instance = launch(cloud, "timer-fails")
+        panel = make_panel(panels, cloud)
+        cloud.auto_delete.failures[instance.id] = "The cloud answered 500."  # as _fire records it
+        panel.refresh()
+        assert panel.status.is_error
+        assert "Auto-delete of timer-fails failed; it is still billing" in panel.status.text
+        assert "failed" in panel.frame.set_index("_id").loc[instance.id, "autoDelete"]

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import threading
 
+import httpx
 import pytest
 from pandas.testing import assert_frame_equal
 
@@ -149,6 +150,26 @@ def test_unknown_ids_and_wrong_key(cloud: GPUCloud, sandbox) -> None:
     assert info.value.status_code == 403
 
 
+@pytest.mark.parametrize("bad", ["", "  ", "a/b", "/", "x?y", "x#y", "..", "?"])
+def test_an_odd_id_is_refused_before_anything_is_sent(sandbox, bad: str) -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=Counting()) as cloud:
+        for call in (cloud.instances.get, cloud.instances.delete, cloud.volumes.get,
+                     cloud.volumes.delete):
+            with pytest.raises(InvalidInputError, match="is not a valid id") as info:
+                call(bad)
+            assert "\n" not in str(info.value)
+    assert sent == []
+
+
 # client-side validation: refused before anything is sent ------------------------------------
 
 
@@ -159,7 +180,7 @@ def test_unknown_ids_and_wrong_key(cloud: GPUCloud, sandbox) -> None:
         ({"region": "mars-1"}, "is not offered in region 'mars-1'"),
         ({"instance_id": "no-such-offer"}, "There is no offer with instanceId 'no-such-offer'"),
         ({"cloud_provider": "nobody"}, "is not sold by provider 'nobody'"),
-        ({"vm": None, "docker_container": "nginx"}, "give vm with an os, not dockerContainer"),
+        ({"vm": None, "docker_container": "nginx"}, "vm offer: vm.os is required"),
         ({"vm": None}, "vm.os is required"),
         ({"name": ""}, "name must not be empty"),
     ],
@@ -182,11 +203,43 @@ def test_region_where_the_offer_is_not_available(cloud: GPUCloud) -> None:
         cloud.instances.create(**args)  # type: ignore[arg-type]
 
 
-def test_container_offer_refuses_vm(cloud: GPUCloud) -> None:
+def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
     offer = first_offer(cloud, "container")
     args = launch_args(offer) | {"vm": {"os": "ubuntu-22.04"}, "docker_container": None}
-    with pytest.raises(InvalidInputError, match="container offer: give dockerContainer, not vm"):
+    with pytest.raises(InvalidInputError, match="container offer: dockerContainer.image is required"):
         cloud.instances.create(**args)  # type: ignore[arg-type]
+
+
+def test_the_official_clis_shape_vm_with_docker_container(cloud: GPUCloud, sandbox) -> None:
+    """The cloud's CLI sends vm: {os} together with dockerContainer: {image} (or null)."""
+    vm_offer = first_offer(cloud, "vm")
+    on_vm = cloud.instances.create(**launch_args(vm_offer) | {
+        "name": "cli-vm", "docker_container": {"image": "vllm/vllm-openai:latest"}})
+    assert on_vm.os == vm_offer.configuration.os[0]
+    assert on_vm.docker_image == "vllm/vllm-openai:latest"
+    assert on_vm.ssh_user == "ubuntu"
+    container_offer = first_offer(cloud, "container")
+    os_name = (container_offer.configuration.os or ["ubuntu-22.04"])[0]
+    in_container = cloud.instances.create(**launch_args(container_offer) | {
+        "name": "cli-container", "vm": {"os": os_name}})
+    assert in_container.docker_image
+    # and over the wire exactly as the CLI sends it, with an explicit null
+    body = {"name": "cli-null", "cloudProvider": vm_offer.cloud.id,
+            "instanceId": vm_offer.instance_id, "region": vm_offer.available_regions[0],
+            "vm": {"os": vm_offer.configuration.os[0]}, "dockerContainer": None}
+    answer = httpx.post(f"{sandbox.management_url}/gpu-cloud/instances", json=body,
+                        headers={"x-api-key": sandbox.api_key})
+    assert answer.status_code == 201, answer.text
+
+
+def test_ssh_key_id_and_ssh_key_together_the_key_wins(cloud: GPUCloud) -> None:
+    """The cloud's docs send both; the key text wins (it is what the machine accepts)."""
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMfakekeyfakekeyfakekeyfakekeyfakekeyfake ada@laptop"
+    created = cloud.instances.create(**launch_args(first_offer(cloud, "vm")) | {
+        "name": "both-keys", "ssh_key_id": "saved-key-1", "ssh_key": key})
+    details = cloud.instances.get(created.id)
+    assert details.ssh_key["name"] == "ada@laptop"
+    assert details.ssh_key["_id"] != "saved-key-1"
 
 
 def test_cloud_init_text_and_file(cloud: GPUCloud, tmp_path) -> None:

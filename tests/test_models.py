@@ -15,6 +15,7 @@ from gpucloud_nb.models import (
     Instance,
     InstanceDetails,
     InstanceOffer,
+    PortForward,
     Volume,
     VolumeOffer,
     parse_datetime,
@@ -56,7 +57,20 @@ def test_every_instance_details_field_lands_in_its_attribute() -> None:
     details = InstanceDetails.from_json(payload)
     assert {name: getattr(details, name) for name in EXPECTED} == EXPECTED
     assert details.is_pending is False and details.ssh_key == {"_id": "key-3", "name": "laptop"}
-    assert details.port_forwards == ("8888:8888", "22") and details.raw == payload
+    assert details.updated_at == datetime(2026, 11, 22, 11, tzinfo=timezone.utc)
+    assert details.port_forwards == (PortForward(8888, 8888), PortForward(22, None))
+    assert details.raw == payload
+
+
+def test_port_forwards_as_objects_become_typed_pairs() -> None:
+    details = InstanceDetails.from_json({**INSTANCE, "portForwards": [
+        {"internalPort": 8000, "externalPort": 32768}, "22:2201", {"internalPort": "8888"},
+        "weird"]})
+    forwards = details.port_forwards
+    assert forwards[0] == PortForward(internal_port=8000, external_port=32768)
+    assert forwards[1] == PortForward(22, 2201)
+    assert [str(f) for f in forwards] == ["8000:32768", "22:2201", "8888:?", "weird"]
+    assert not any("internalPort" in str(f) or "{" in str(f) for f in forwards)
 
 
 def test_instances_tolerate_drift_missing_fields_and_extra_fields() -> None:

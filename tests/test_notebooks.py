@@ -34,3 +34,40 @@ def test_notebook_is_committed_clean(path: Path) -> None:
     ]
     assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; clear them"
     assert "widgets" not in notebook.metadata, f"{path.name} carries saved widget state; clear it"
+
+
+def _run(name: str) -> list[str]:
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
+    return [output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+            if output.get("output_type") == "stream"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["05-chat-and-vision.ipynb", "06-transcribe-audio.ipynb"])
+def test_inference_lessons_with_a_real_key_and_no_endpoint_say_what_to_set(
+        name: str, sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under nbclient nobody can answer input(): one line says what to set, nothing raises."""
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)      # "the real cloud"
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    monkeypatch.delenv("GPUCLOUD_INFERENCE_URL", raising=False)
+    monkeypatch.delenv("GPUCLOUD_INFERENCE_SECRET", raising=False)
+    text = "".join(_run(name))
+    assert "Set GPUCLOUD_INFERENCE_URL and GPUCLOUD_INFERENCE_SECRET" in text
+
+
+@pytest.mark.slow
+def test_the_chat_lesson_uses_the_endpoint_from_the_environment(
+        sandbox_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    cloud_box, model_box = sandbox_factory(), sandbox_factory(inference_secret="sk-env-secret-0123456789")
+    monkeypatch.setenv("GPUCLOUD_API_KEY", cloud_box.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", cloud_box.management_url)
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_URL", model_box.inference_url)
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_SECRET", model_box.inference_secret)
+    text = "".join(_run("05-chat-and-vision.ipynb"))
+    assert model_box.inference_url in text            # print(chat) names the endpoint
+    assert "Set GPUCLOUD_INFERENCE_URL" not in text
+    assert model_box.inference_secret not in text

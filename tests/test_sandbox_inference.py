@@ -126,8 +126,15 @@ def test_secret_is_required(box: Sandbox, plain: httpx.Client) -> None:
         assert response.status_code == 401
         assert error_of(response)["code"] == "invalid_api_key"
         assert box.inference_secret not in response.text
-    assert plain.get(url, headers={"authorization": f"Bearer {box.inference_secret}"}).status_code == 200
+    bearer_only = plain.get(url, headers={"authorization": f"Bearer {box.inference_secret}"})
+    assert bearer_only.status_code == 401  # the real endpoint documents x-api-key only
+    assert "x-api-key" in error_of(bearer_only)["message"]
+    assert "Bearer" in error_of(bearer_only)["message"]  # the hint says why
+    assert box.inference_secret not in bearer_only.text
     assert plain.get(url, headers={"x-api-key": box.inference_secret}).status_code == 200
+    with_both = plain.get(url, headers={"x-api-key": box.inference_secret,
+                                        "authorization": "Bearer not-the-secret"})
+    assert with_both.status_code == 200  # what the openai SDK sends with default_headers
 
 
 def test_unknown_model_is_404_in_openai_shape(api: httpx.Client) -> None:

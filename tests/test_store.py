@@ -111,13 +111,13 @@ def test_rendered_instance_fields_follow_the_status() -> None:
     assert active["isPending"] is False
     # Loopback only: each instance's own SSH server, on the port stored at create.
     assert active["ip"] == "127.0.0.1"
-    assert active["sshPort"] == DOC["sshPort"] and active["portForwards"] == [f"{DOC['sshPort']}:22"]
+    assert active["sshPort"] == DOC["sshPort"] and active["portForwards"] == [f"22:{DOC['sshPort']}"]
     listed = instance_json(record, T0 + 3000)
     assert listed["updatedAt"] == iso(T0 + 3000)
     assert "isPending" not in listed and "updatedAt" not in active
     container = details_json(_instance(store, kind="container"), T0 + 3000)
     assert container["sshPort"] > 1024
-    assert container["portForwards"] == [f"{container['sshPort']}:22"]
+    assert container["portForwards"] == [f"22:{container['sshPort']}"]
     deleted = store.delete_instance("u1", record.id, delete_ms=T0 + 5000, gone_ms=T0 + 6000)
     assert deleted is not None
     gone = instance_json(deleted, T0 + 7000)

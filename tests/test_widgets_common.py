@@ -26,7 +26,6 @@ from gpucloud_nb.widgets._common import (
     money,
     per_day,
     per_hour,
-    run_in_thread,
     set_options,
 )
 
@@ -81,13 +80,6 @@ def test_guarded_handlers_never_raise() -> None:
 
 
 # background work -----------------------------------------------------------------------------
-
-
-def test_run_in_thread_gives_a_future() -> None:
-    assert run_in_thread(lambda a, b: a + b, 2, 3).result(timeout=2) == 5
-    future = run_in_thread(lambda: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        future.result(timeout=2)
 
 
 def test_debouncer_immediate_and_coalescing() -> None:

@@ -1,6 +1,8 @@
 """Auto-delete timers: instances deleted when their time is up, from this Python process.
 
-A timer lives in a background thread of the kernel that set it. What it cannot do, plainly: a
+A timer lives in a background thread of the kernel that set it, and keeps working after
+``cloud.close()`` (it then deletes through a short-lived connection of its own). Every failure of
+a timed delete is kept in ``failures`` and shown by the instances panel. What it cannot do, plainly: a
 kernel that is killed, restarted or loses its network cannot delete anything, and the cloud keeps
 billing; keep ``cloud.spend()`` in view and delete by hand when in doubt.
 
@@ -34,6 +36,14 @@ def seconds(value: float | timedelta) -> float:
             f"delete_after must be a positive number of seconds or a timedelta, not {value!r}."
         )
     return float(delay)
+
+
+def _sentence(error: Exception) -> str:
+    """One sentence for a failed timed delete; our errors already are one."""
+    if isinstance(error, GPUCloudError):
+        return str(error)
+    return (f"The delete could not be sent ({type(error).__name__}: {error}); "
+            "the instance may still be billing.")
 
 
 class AutoDelete:
@@ -109,9 +119,10 @@ class AutoDelete:
             self._delete(instance_id)
         except NotFoundError:
             pass
-        except GPUCloudError as error:
-            self.failures[instance_id] = str(error)
-            log.warning("Auto-delete of instance %s failed: %s", instance_id, error)
+        except Exception as error:  # a timer thread has nobody above it: record every failure
+            self.failures[instance_id] = _sentence(error)
+            log.warning("Auto-delete of instance %s failed: %s", instance_id,
+                        self.failures[instance_id])
         else:
             self.deleted[instance_id] = datetime.now(timezone.utc)
             log.info("Auto-deleted instance %s.", instance_id)

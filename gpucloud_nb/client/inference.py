@@ -428,12 +428,32 @@ class _ChatRequest:
     body: dict[str, Any]
 
 
+#: Where ``InferenceClient()`` with no arguments finds its endpoint and secret.
+URL_VARIABLE, SECRET_VARIABLE = "GPUCLOUD_INFERENCE_URL", "GPUCLOUD_INFERENCE_SECRET"
+
+
+def _from_environment(endpoint_url: str | None,
+                      secret: str | Secret | None) -> tuple[str, str | Secret]:
+    """The endpoint and secret given, else ``GPUCLOUD_INFERENCE_URL`` / ``_SECRET``."""
+    endpoint_url = endpoint_url or os.environ.get(URL_VARIABLE)
+    secret = secret or os.environ.get(SECRET_VARIABLE)
+    missing = [name for name, value in ((URL_VARIABLE, endpoint_url), (SECRET_VARIABLE, secret))
+               if not value]
+    if missing:
+        raise InvalidInputError(
+            f"No inference endpoint: pass endpoint_url and secret, or set {' and '.join(missing)}.")
+    assert endpoint_url is not None and secret is not None
+    return endpoint_url, secret
+
+
 class _InferenceOps(Generic[D]):
     """State and operations of one client; the sync and async classes add the I/O."""
 
     _driver: D
 
-    def _setup(self, endpoint_url: str, secret: str | Secret, max_retries: int) -> ApiKeyAuth:
+    def _setup(self, endpoint_url: str | None, secret: str | Secret | None,
+               max_retries: int) -> ApiKeyAuth:
+        endpoint_url, secret = _from_environment(endpoint_url, secret)
         self.endpoint_url = _endpoint(endpoint_url)
         self._secret = _secret(secret)
         self._policy = RetryPolicy(max_retries=max_retries)
@@ -824,13 +844,17 @@ class InferenceClient(_InferenceOps[SyncDriver]):
 
     ``endpoint_url`` is the instance's base address, before ``/v1`` (a trailing ``/`` or ``/v1``
     is tolerated); ``secret`` is the instance secret, sent as ``x-api-key`` and never shown.
+    Without them, ``GPUCLOUD_INFERENCE_URL`` and ``GPUCLOUD_INFERENCE_SECRET`` are read (as
+    openai's client reads ``OPENAI_BASE_URL``).
 
         >>> chat = InferenceClient(instance_url, secret)
+        >>> chat = InferenceClient()        # from GPUCLOUD_INFERENCE_URL / _SECRET
         >>> chat.chat([{"role": "system", "content": "Be brief."},
         ...            {"role": "user", "content": ["What is this?", Path("cat.jpg")]}]).text
     """
 
-    def __init__(self, endpoint_url: str, secret: str | Secret, *, timeout: float = 60.0,
+    def __init__(self, endpoint_url: str | None = None, secret: str | Secret | None = None, *,
+                 timeout: float = 60.0,
                  max_retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
         self._timeout = timeout
@@ -897,7 +921,8 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
         ...         print(chunk.delta, end="")
     """
 
-    def __init__(self, endpoint_url: str, secret: str | Secret, *, timeout: float = 60.0,
+    def __init__(self, endpoint_url: str | None = None, secret: str | Secret | None = None, *,
+                 timeout: float = 60.0,
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 100) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)

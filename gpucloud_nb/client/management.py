@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from gpucloud_nb import rules
-from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb._secrets import Secret, mask, scrub
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -490,8 +490,13 @@ class _VolumesOps(_Resource[D]):
 
 
 def _path_id(id: str) -> str:
-    if not isinstance(id, str) or not id.strip() or "/" in id or id in (".", ".."):
-        raise InvalidInputError(f"{id!r} is not a valid id.")
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
     return id
 
 
@@ -653,6 +658,17 @@ class _CloudBase:
         """The API key, masked: at most its first 3 and last 4 characters."""
         return mask(self._core.key.reveal())
 
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret this client holds masked (its key; the sandbox's secret).
+
+            >>> cloud.scrub(f"echoed {key}")
+            'echoed sk-…a1b2'
+        """
+        held = [self._core.key.reveal()]
+        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        # Long secrets first, so that one contained in another is still masked whole.
+        return scrub(text, *sorted((s for s in held if isinstance(s, str)), key=len, reverse=True))
+
     @property
     def max_hourly_cost(self) -> float | None:
         """The cap on the summed hourly price of pending and active instances, if any."""
@@ -698,6 +714,12 @@ class _CloudBase:
                 f"api_key={self.api_key_hint!r}>")
 
 
+def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
+    """A timer that fires after close() deletes through a short-lived client of its own."""
+    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
+        own.instances.delete(instance_id)
+
+
 class GPUCloud(_CloudBase):
     """A client for the GPU cloud's management API.
 
@@ -730,7 +752,8 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP and SSH connections."""
+        """Close the HTTP and SSH connections; auto-delete timers keep working on their own."""
+        self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -765,9 +788,13 @@ class AsyncGPUCloud(_CloudBase):
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
         self._twin: GPUCloud | None = None
+        self._closed = False
 
     def _delete_from_timer(self, instance_id: str) -> None:
         """Timers run in threads, away from the event loop: they delete with a sync twin."""
+        if self._closed:
+            _delete_with_own_client(self, instance_id)
+            return
         if self._twin is None:
             self._twin = GPUCloud(api_key=self._core.key.reveal(), base_url=self.base_url)
         self._twin.instances.delete(instance_id)
@@ -777,8 +804,12 @@ class AsyncGPUCloud(_CloudBase):
         return await self.instances.spend()
 
     async def aclose(self) -> None:
-        """Close the HTTP and SSH connections."""
+        """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""
+        self._closed = True
         await self._http.aclose()
+        if self._twin is not None:
+            self._twin.close()
+            self._twin = None
         if self._core.remote is not None:
             await asyncio.to_thread(self._core.remote.close)
 

@@ -16,7 +16,8 @@ says "not shown":
   count as absent; unknown query parameters are ignored. 413 for a body over 1 MB.
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
-  becomes ``dockerCommand``; ``sshKeyId`` and ``sshKey`` are exclusive.
+  becomes ``dockerCommand``. ``sshKeyId`` and ``sshKey`` may come together (the cloud's docs
+  send both): the key text in ``sshKey`` wins, since it is what the machine will accept.
 - DELETE of an instance that is already deleting or deleted answers 204 again (idempotent); a
   deleted volume is gone, so deleting it again is 404.
 - A volume may be attached to several instances (a network volume). Deleting a volume while an
@@ -218,8 +219,6 @@ def _extra_instance_problem(body: Mapping[str, Any]) -> str | None:
     if isinstance(container, Mapping) and container.get("command") is not None \
             and not isinstance(container["command"], str):
         return "dockerContainer.command must be a string."
-    if body.get("sshKeyId") and body.get("sshKey"):
-        return "Give sshKeyId or sshKey, not both."
     return None
 
 
@@ -232,11 +231,10 @@ def _extra_volume_problem(body: Mapping[str, Any]) -> str | None:
 
 
 def _ssh_key(body: Mapping[str, Any]) -> dict[str, str]:
-    if body.get("sshKeyId"):
-        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]}
+    """The instance's ``sshKey`` object: ``sshKey`` (the key text) wins over ``sshKeyId``."""
     key = body.get("sshKey")
     if not key:
-        return {}
+        return {"_id": body["sshKeyId"], "name": body["sshKeyId"]} if body.get("sshKeyId") else {}
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     parts = key.split()
     return {"_id": digest, "name": parts[2] if len(parts) >= 3 else f"ssh-key-{digest[:6]}"}
@@ -337,7 +335,7 @@ class _Management:
             "interconnect": configuration["interconnect"],
             "nvlink": offer["nvlink"],
             "os": vm["os"] if vm else "",
-            "sshUser": "root" if container else "ubuntu",
+            "sshUser": "root" if offer["deploymentType"] == "container" else "ubuntu",
             "dockerImage": container["image"] if container else "",
             "dockerCommand": (container.get("command") or "") if container else "",
             "hourlyPrice": offer["hourlyPrice"],
@@ -494,6 +492,8 @@ def create_app(config: SandboxConfig) -> Starlette:
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )
+    # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
+    app.router.redirect_slashes = False
     app.state.store = store
     app.state.ssh = servers
     app.state.config = config

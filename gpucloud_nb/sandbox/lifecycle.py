@@ -21,7 +21,7 @@ The life cycle (the spec says "Transitions: not shown"):
   ``""``, ``0`` and ``[]``. The address is ``127.0.0.1``: each vm, baremetal or container
   instance has its own SSH server on loopback (see :mod:`gpucloud_nb.sandbox.ssh`) on the port
   stored in its ``doc["sshPort"]`` when it was created. VMs and bare metal use user ``ubuntu``,
-  containers ``root``; ``portForwards`` maps that port to the instance's 22.
+  containers ``root``; ``portForwards`` pairs the instance's 22 with that port.
 - ``region`` is ``{"id", "name", "countryCode"}``; ``volumes`` holds ``[volumeId, "/mnt/<name>"]``
   pairs; ``sshKey`` is ``{}`` or ``{"_id", "name"}``; ``ram`` and ``storage`` are in GB and
   ``vramPerGpu`` in GB per GPU.
@@ -128,7 +128,7 @@ def details_json(record: InstanceRecord, now_ms: int) -> dict[str, Any]:
     reachable = status.name in ("active", "deleting")
     body["isPending"] = status.name == "pending"
     body["sshKey"] = record.doc["sshKey"]
-    body["portForwards"] = [f"{_ssh_port(record)}:22"] if reachable else []
+    body["portForwards"] = [f"22:{_ssh_port(record)}"] if reachable else []
     return body
 
 

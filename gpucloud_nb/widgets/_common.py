@@ -14,20 +14,23 @@ Choices, written down once:
 - A user error is the ``str`` of a :class:`~gpucloud_nb.errors.GPUCloudError` (one sentence);
   anything else is "Something went wrong: <ExceptionType>: <message>", and its traceback goes to
   the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
-- Background work runs in daemon threads (:func:`run_in_thread`), so a kernel can always exit
+- Background work runs in daemon threads, so a kernel can always exit
   and headless tests need no event loop. ipykernel accepts widget updates from any thread.
 - Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import html
+import inspect
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
 import ipywidgets as widgets
@@ -44,12 +47,10 @@ __all__ = [
     "describe_error",
     "duration",
     "guarded",
-    "hide",
     "iter_widgets",
     "money",
     "per_day",
     "per_hour",
-    "run_in_thread",
     "set_options",
     "settle",
     "show",
@@ -160,27 +161,11 @@ def settle(future: Future[Any], result: Any = None, error: BaseException | None 
             future.set_exception(error)
         else:
             future.set_result(result)
-    except Exception:  # InvalidStateError: already settled (a stop won the race)
+    except InvalidStateError:  # already settled: a stop won the race
         return False
     return True
 
 
-def run_in_thread(function: Callable[..., T], *args: Any, name: str = "gpucloud-nb-widget",
-                  **kwargs: Any) -> Future[T]:
-    """Run ``function`` in a daemon thread; its outcome lands in the returned Future."""
-    future: Future[T] = Future()
-    future.set_running_or_notify_cancel()
-
-    def target() -> None:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as error:
-            settle(future, error=error)
-        else:
-            settle(future, result)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
 
 
 class Debouncer:
@@ -235,18 +220,34 @@ class Debouncer:
             self._function()
 
 
+#: Every Repeater that may be running, so that Python's exit (a kernel shutting down) stops them.
+_REPEATERS: weakref.WeakSet[Repeater] = weakref.WeakSet()
+
+
+@atexit.register
+def stop_all_repeaters() -> None:
+    """Stop every periodic refresh (run at interpreter exit)."""
+    for repeater in list(_REPEATERS):
+        repeater.close()
+
+
 class Repeater:
     """Call ``function`` every ``interval`` seconds in a daemon thread, between start and stop.
 
-    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread.
+    ``function`` may call :meth:`stop` itself; a later :meth:`start` begins a fresh thread. A
+    bound method is held weakly: once its widget is garbage-collected the thread ends by itself,
+    so a dropped widget never polls on. Every repeater stops when Python exits.
     """
 
     def __init__(self, interval: float, function: Callable[[], Any], name: str = "gpucloud-nb-timer"):
         self.interval = interval
-        self._function = function
+        self._function: Callable[[], Callable[[], Any] | None] = (
+            weakref.WeakMethod(function) if inspect.ismethod(function) else lambda: function)
         self._name = name
         self._stop: threading.Event | None = None
+        self._closed = False
         self._lock = threading.Lock()
+        _REPEATERS.add(self)
 
     @property
     def running(self) -> bool:
@@ -261,7 +262,7 @@ class Repeater:
                 self.interval = interval
                 if shorter and self._stop is not None:
                     self._stop.set()  # the old thread ends; a new one waits the new interval
-            if self.running:
+            if self.running or self._closed:
                 return
             stop = threading.Event()
             self._stop = stop
@@ -269,16 +270,27 @@ class Repeater:
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval):
+            function = self._function()
+            if function is None:  # its widget was garbage-collected
+                stop.set()
+                return
             try:
-                self._function()
+                function()
             except Exception:
                 log.debug("A periodic widget refresh failed", exc_info=True)
+            del function  # hold the widget only while calling it
 
     def stop(self) -> None:
         """Stop calling (a call in progress finishes)."""
         with self._lock:
             if self._stop is not None:
                 self._stop.set()
+
+    def close(self) -> None:
+        """Stop for good: a later :meth:`start` (say, from a refresh still running) does nothing."""
+        with self._lock:
+            self._closed = True
+        self.stop()
 
 
 # --------------------------------------------------------------------------- formatting
@@ -330,9 +342,6 @@ def show(widget: widgets.Widget, visible: bool = True) -> None:
     widget.layout.display = None if visible else "none"
 
 
-def hide(widget: widgets.Widget) -> None:
-    """Hide a widget."""
-    show(widget, False)
 
 
 def set_options(dropdown: widgets.Dropdown, options: Sequence[tuple[str, Any]], value: Any = None,
@@ -396,19 +405,8 @@ def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
                 stack.extend(v for v in value if isinstance(v, widgets.Widget))
 
 
-def labelled(text: str, css_class: str | None = None) -> widgets.HTML:
-    """A small bold section heading."""
-    label = widgets.HTML(f"<b>{html.escape(text)}</b>")
-    if css_class:
-        label.add_class(css_class)
-    return label
 
 
-def with_classes(widget: widgets.Widget, *classes: str) -> widgets.Widget:
-    """Add CSS classes to a widget and return it (for building layouts inline)."""
-    for css_class in classes:
-        widget.add_class(css_class)
-    return widget
 
 
 def escape(value: Any) -> str:

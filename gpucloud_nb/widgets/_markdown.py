@@ -1,6 +1,6 @@
 """Safe rendering of untrusted text (model replies, pasted prompts) as Markdown for HTML widgets.
 
-Model output is text from outside (DESIGN.md): it is parsed as Markdown with raw HTML disabled
+Model output is text from outside: it is parsed as Markdown with raw HTML disabled
 (``MarkdownIt("js-default")``: an HTML tag in the text is shown as text), and the resulting HTML
 is then passed through the ``nh3`` allow-list sanitiser before it reaches any widget. Either step
 alone would block ``<script>``; both are kept so that a bug in one is not a hole.

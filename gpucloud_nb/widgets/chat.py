@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import copy
@@ -20,9 +21,10 @@ import logging
 import math
 import re
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import ipywidgets as widgets
 from ipywidgets.widgets.widget_string import HTMLStyle
@@ -119,10 +121,15 @@ _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECA
 
 
 class _LoopThread:
-    """One asyncio loop in a daemon thread, for when ``send()`` is called with no running loop."""
+    """One asyncio loop in a daemon thread, for when ``send()`` is called with no running loop.
+
+    It lives while any chat widget does: the last one to close (or be garbage-collected) stops
+    it, and so does Python's exit.
+    """
 
     _lock = threading.Lock()
     _instance: _LoopThread | None = None
+    _users: ClassVar[weakref.WeakSet[Any]] = weakref.WeakSet()
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -136,6 +143,41 @@ class _LoopThread:
             if cls._instance is None or not cls._instance.thread.is_alive():
                 cls._instance = cls()
             return cls._instance.loop
+
+    @classmethod
+    def use(cls, user: Any) -> None:
+        """Count ``user`` (a chat widget) until :meth:`release` or its garbage collection."""
+        with cls._lock:
+            cls._users.add(user)
+        weakref.finalize(user, cls.release, None)
+
+    @classmethod
+    def release(cls, user: Any) -> None:
+        """Forget ``user``; stop the loop when no chat widget is left."""
+        with cls._lock:
+            if user is not None:
+                cls._users.discard(user)
+            if len(cls._users) or cls._instance is None:
+                return
+            instance, cls._instance = cls._instance, None
+        instance.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop the loop and wait (briefly) for its thread to end."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not threading.current_thread():
+            self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@atexit.register
+def _stop_loop_thread() -> None:
+    with _LoopThread._lock:
+        instance, _LoopThread._instance = _LoopThread._instance, None
+    if instance is not None:
+        instance.shutdown()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -468,6 +510,7 @@ class ChatWidget(widgets.VBox):
         self._turns: list[ChatTurn] = []
         self._last_future: concurrent.futures.Future[Any] | None = None
         self._generation = 0    # bumped by clear(): a turn from before it leaves no trace
+        _LoopThread.use(self)
 
         self._block_layout = widgets.Layout()
         self._block_style = HTMLStyle()
@@ -726,6 +769,7 @@ class ChatWidget(widgets.VBox):
         """Stop requests and close the panel and every widget in it."""
         for turn in list(self._turns):
             turn.stop()
+        _LoopThread.release(self)
         roots = [self, self._input, *self._shared()]
         found: dict[int, widgets.Widget] = {}
         for root in roots:

@@ -24,7 +24,6 @@ Choices, written down once:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -128,8 +127,10 @@ class InstancesPanel(widgets.VBox):
         self._poller = Repeater(interval, self._tick, name="gpucloud-nb-instances-refresh")
         self._build_widgets(show_deleted)
         self._wire()
-        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
+        try:
             self.refresh()
+        except Exception:
+            log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     # ------------------------------------------------------------------ construction
 
@@ -204,7 +205,10 @@ class InstancesPanel(widgets.VBox):
 
     def _auto_delete_text(self, instance: Instance) -> str:
         remaining = self._cloud.auto_delete.remaining(instance.id)
-        return "" if remaining is None else f"in {duration(remaining)}"
+        if remaining is None:
+            failed = instance.id in self._cloud.auto_delete.failures
+            return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
+        return f"in {duration(remaining)}"
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
         """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
@@ -260,13 +264,17 @@ class InstancesPanel(widgets.VBox):
         """List the instances again and redraw; returns :attr:`frame`."""
         with self._lock:
             try:
-                listed = list(self._cloud.instances.list())
-                now = datetime.now(timezone.utc)
-                spend = _spend_by_id(self._cloud)
-            except Exception as error:
+                return self._refresh()
+            except Exception as error:  # whatever failed, the status line says so
                 self.status.error(error)
                 self._refresh_failed = True
                 raise
+
+    def _refresh(self) -> pd.DataFrame:
+        with self._lock:
+            listed = list(self._cloud.instances.list())
+            now = datetime.now(timezone.utc)
+            spend = _spend_by_id(self._cloud)
             listed.sort(key=lambda i: i.created_at or now, reverse=True)
             self.all_instances = listed
             self.instances = [i for i in listed
@@ -299,10 +307,25 @@ class InstancesPanel(widgets.VBox):
             else:
                 auto = ""
             self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
-            if self._refresh_failed:
+            failed = self._timer_failures(listed)
+            if failed:
+                self.status.error(failed)
+                self._refresh_failed = True
+            elif self._refresh_failed:
                 self._refresh_failed = False
                 self.status.clear()
             return self.frame
+
+    def _timer_failures(self, listed: Sequence[Instance]) -> str:
+        """One sentence about auto-deletes that failed for instances still not deleted."""
+        failures = self._cloud.auto_delete.failures
+        failed = [i for i in listed if i.id in failures and i.status not in ("deleting", "deleted")]
+        if not failed:
+            return ""
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return (f"Auto-delete of {first.name}{more} failed; it is still billing: "
+                f"{failures[first.id]}")
 
     def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
                      now: datetime) -> pd.DataFrame:
@@ -422,7 +445,7 @@ class InstancesPanel(widgets.VBox):
             ("Price", f"{per_hour(d.hourly_price)} ({per_day(d.hourly_price)})"),
             ("IP", d.ip or "none yet"),
             ("SSH", ssh or "available once active"),
-            ("Port forwards", ", ".join(d.port_forwards) or "none"),
+            ("Port forwards", ", ".join(map(str, d.port_forwards)) or "none"),
             ("Volumes", "; ".join(_volume_text(v) for v in d.volumes) or "none"),
             ("SSH key", str(key or "none")),
             ("Created", d.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
@@ -486,7 +509,7 @@ class InstancesPanel(widgets.VBox):
 
     def close(self) -> None:
         """Stop refreshing and close the panel."""
-        self._poller.stop()
+        self._poller.close()
         super().close()
 
     def __repr__(self) -> str:

@@ -530,8 +530,6 @@ class LaunchForm(widgets.VBox):
                 return "Container offers run no cloud-init script; clear it or choose a vm offer."
         elif self.os.value is None:
             return f"Choose an OS image for this {offer.deployment_type} offer."
-        if self.ssh_key.value.strip() and self.ssh_key_id.value.strip():
-            return "Give an SSH public key or a saved key id, not both."
         body = self.body or {}
         offers = [_offer_json(offer)]
         if body.get("volumeId") is None:
@@ -872,7 +870,7 @@ class LaunchForm(widgets.VBox):
             f"IP {escape(details.ip)}" if details.ip else "",
             escape(details.region_id),
             f"{escape(per_hour(details.hourly_price))} ({escape(per_day(details.hourly_price))})",
-            f"ports {escape(', '.join(details.port_forwards))}" if details.port_forwards else "",
+            f"ports {escape(', '.join(map(str, details.port_forwards)))}" if details.port_forwards else "",
             f"id <code>{escape(details.id)}</code>",
         ])
         volumes = ", ".join(escape(" at ".join(map(str, v)) if isinstance(v, list | tuple) else v)
@@ -902,7 +900,8 @@ class LaunchForm(widgets.VBox):
         settle(future, error=WaitStopped(message))
 
     def close(self) -> None:
-        """Close the widget; a launch being waited on is left to run (see :meth:`stop`)."""
+        """Stop waiting (the launch itself goes on in the cloud, see :meth:`stop`) and close."""
+        self.stop()
         super().close()
 
     def __repr__(self) -> str:

@@ -24,7 +24,6 @@ Choices, written down once:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +42,7 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    log,
     per_hour,
     set_options,
 )
@@ -112,8 +112,10 @@ class OffersBrowser(widgets.VBox):
         self._build_widgets()
         self._debouncer = Debouncer(debounce, guarded(self.status, self.apply_filters))
         self._wire()
-        with contextlib.suppress(Exception):  # refresh() shows the error in the status line
+        try:
             self.refresh()
+        except Exception:
+            log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     # ------------------------------------------------------------------ construction
 
@@ -181,21 +183,21 @@ class OffersBrowser(widgets.VBox):
         """Fetch the offers again, keep the filters, and redraw; returns :attr:`frame`."""
         try:
             offers = self._cloud.instances.offers()
-        except Exception as error:
+            with self._lock:
+                self.fetch_count += 1
+                self.offers = list(offers)
+                self.all_frame = offers_frame(self.offers)
+                self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
+                self._quiet += 1
+                try:
+                    self._rebuild_filter_options()
+                finally:
+                    self._quiet -= 1
+                self.status.clear()
+                return self.apply_filters()
+        except Exception as error:  # whatever failed, the status line says so
             self.status.error(error)
             raise
-        with self._lock:
-            self.fetch_count += 1
-            self.offers = list(offers)
-            self.all_frame = offers_frame(self.offers)
-            self._names = {str(n) for n in self.all_frame["gpuName"].dropna().unique()}
-            self._quiet += 1
-            try:
-                self._rebuild_filter_options()
-            finally:
-                self._quiet -= 1
-            self.status.clear()
-            return self.apply_filters()
 
     def _rebuild_filter_options(self) -> None:
         names = sorted(self._names)
@@ -393,8 +395,10 @@ class OffersBrowser(widgets.VBox):
         return form
 
     def close(self) -> None:
-        """Close the browser (and stop a pending debounced redraw)."""
+        """Close the browser, its launch form, and a pending debounced redraw."""
         self._debouncer.cancel()
+        if self.form is not None:
+            self.form.close()
         super().close()
 
     def __repr__(self) -> str:

@@ -16,8 +16,11 @@ and the paths below it are the spec's: ``GET /v1/models``, ``POST /v1/chat/compl
   does not exist.") and ``unknown_url``; 429 ``rate_limit_exceeded`` with ``Retry-After`` (whole
   seconds, rounded up) and ``retry-after-ms``; 400 for every malformed body, never a 5xx; 413
   "The file is too large (26.0 MB); the limit is 25 MB."; 400 "Unsupported file type: ...".
-- The secret is read from ``x-api-key`` (the spec) or ``Authorization: Bearer <secret>`` (what the
-  official ``openai`` SDK sends with ``api_key=<secret>``); either one matching is enough.
+- The secret is read from ``x-api-key`` only, as the real endpoint documents. A request without
+  it is 401 with a hint, even when it carries ``Authorization: Bearer <secret>``: code that works
+  here must work on the cloud. A valid ``x-api-key`` is accepted whatever else comes with it (the
+  ``openai`` SDK always sends an Authorization header: give it
+  ``default_headers={"x-api-key": secret}``).
 - Rate limit: ``config.inference_rate_limit`` requests per second per secret, a token bucket that
   allows bursts of one second's worth; every request counts, the stream as one.
 - Sizes follow :mod:`gpucloud_nb.media`: 1 MB = 1,000,000 bytes, audio at most 25 MB, images at
@@ -280,16 +283,15 @@ class _Inference:
 
     # checks shared by every endpoint
 
-    def _authorized(self, request: Request) -> bool:
-        given = [request.headers.get("x-api-key")]
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer":
-            given.append(token.strip())
-        return any(value is not None and hmac.compare_digest(value.encode(), self.secret)
-                   for value in given)
-
     def _admit(self, request: Request) -> None:
-        if not self._authorized(request):
+        given = request.headers.get("x-api-key")
+        if given is None:
+            bearer = request.headers.get("authorization", "").lower().startswith("bearer ")
+            hint = (" (an Authorization: Bearer token is not read; with the openai SDK pass "
+                    "default_headers={'x-api-key': secret})") if bearer else ""
+            raise Problem(401, f"The x-api-key header is missing: send the instance's secret "
+                               f"in it{hint}.", code="invalid_api_key")
+        if not hmac.compare_digest(given.encode("latin-1"), self.secret):
             raise Problem(401, "Invalid API secret: send the instance's secret in the x-api-key "
                                "header.", code="invalid_api_key")
         if self.limiter is not None:

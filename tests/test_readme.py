@@ -1,0 +1,49 @@
+"""Every Python and IPython block of the README runs, in order, in one IPython shell.
+
+A newcomer copies these first; each must work as printed, on the sandbox. Shell blocks start
+long-running programs (JupyterLab, the whole test suite) and are left to their own tests.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+REPO = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+RUN = ("python", "ipython")
+
+
+def blocks() -> list[tuple[str, str]]:
+    found = FENCE.findall((REPO / "README.md").read_text(encoding="utf-8"))
+    assert all(kind for kind, _ in found), "every README block names its language"
+    return found
+
+
+def test_every_block_names_a_known_language() -> None:
+    assert {kind for kind, _ in blocks()} <= {*RUN, "bash", "text"}
+    assert sum(kind in RUN for kind, _ in blocks()) >= 3
+
+
+def test_every_python_and_ipython_block_runs(sandbox_factory, monkeypatch: pytest.MonkeyPatch,
+                                             capfd: pytest.CaptureFixture[str]) -> None:
+    model = sandbox_factory()
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "0.3")
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_URL", model.inference_url)
+    monkeypatch.setenv("GPUCLOUD_INFERENCE_SECRET", model.inference_secret)
+    shell = InteractiveShell.instance()
+    try:
+        for number, (kind, code) in enumerate(blocks(), start=1):
+            if kind not in RUN:
+                continue
+            result = shell.run_cell(code, store_history=False)
+            _, err = capfd.readouterr()
+            assert result.success, f"README block {number} failed: {result.error_in_exec!r}\n{err}"
+            assert not err.strip(), f"README block {number} wrote to stderr: {err}"
+    finally:
+        shell.run_cell("import gpucloud_nb.magics as _m; _m.use(None)", store_history=False)
+        InteractiveShell.clear_instance()
