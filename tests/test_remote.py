@@ -153,3 +153,30 @@ def test_bad_input_is_one_sentence(sandbox_factory: Any, box: GPUCloud) -> None:
     with pytest.raises(InvalidInputError, match="only an active instance"):
         box.instances.run(instance.id, "true")
     cloud.close()
+
+
+def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> None:
+    import asyncio
+
+    from gpucloud_nb import AsyncGPUCloud
+
+    sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    instance = launch(sync, wait=False)
+    sync.close()
+    local = tmp_path / "a.txt"
+    local.write_text("async\n")
+    lines: list[str] = []
+
+    async def use() -> Any:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            cloud.sandbox = sandbox
+            result = await cloud.instances.run(instance.id, "echo one; echo two",
+                                               on_output=lines.append)  # waits while pending
+            await cloud.instances.upload(instance.id, local, "a.txt")
+            await cloud.instances.download(instance.id, "a.txt", tmp_path / "b.txt")
+            return result
+
+    result = asyncio.run(use())
+    assert result.stdout == "one\ntwo\n" and lines == ["one", "two"]
+    assert (tmp_path / "b.txt").read_text() == "async\n"

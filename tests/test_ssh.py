@@ -63,6 +63,12 @@ def test_a_wrong_key_and_a_password_are_refused(cloud: GPUCloud, tmp_path: Path)
     refused = ssh(wrong, details.ssh_port, "true", tmp_path / "known_hosts")
     assert refused.returncode == 255 and "Permission denied (publickey)" in refused.stderr
     assert ssh(right, details.ssh_port, "true", tmp_path / "known_hosts").returncode == 0
+    password = subprocess.run(
+        ["ssh", "-p", str(details.ssh_port), "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no",
+         "-o", "PreferredAuthentications=password,keyboard-interactive", "-F", "/dev/null",
+         "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "ubuntu@127.0.0.1", "true"],
+        capture_output=True, text=True, timeout=60)
+    assert password.returncode == 255 and "Permission denied (publickey)" in password.stderr
 
 
 def test_a_deleted_instance_refuses_connections(cloud: GPUCloud, tmp_path: Path) -> None:
