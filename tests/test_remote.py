@@ -161,6 +161,7 @@ def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> N
     from gpucloud_nb import AsyncGPUCloud
 
     sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    sync.sandbox = sandbox
     instance = launch(sync, wait=False)
     sync.close()
     local = tmp_path / "a.txt"
@@ -180,3 +181,18 @@ def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> N
     result = asyncio.run(use())
     assert result.stdout == "one\ntwo\n" and lines == ["one", "two"]
     assert (tmp_path / "b.txt").read_text() == "async\n"
+
+
+def test_the_real_cloud_path_sends_and_uses_the_clients_own_key(sandbox: Sandbox,
+                                                                 own_home: Path) -> None:
+    """A client that does not know the sandbox (as on the real cloud) sends its key at create."""
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    try:
+        instance = launch(cloud)
+        assert instance.ssh_key["name"] == "gpucloud-nb"  # the generated key's comment
+        assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
+        assert not (own_home / ".ssh").exists()
+        assert (key_dir(None) / "id_ed25519").exists()
+        assert not (Path(sandbox.home) / "ssh" / "authorized_keys").exists()  # nothing registered
+    finally:
+        cloud.close()

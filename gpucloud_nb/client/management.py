@@ -50,7 +50,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, seconds
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.remote import Remote, RunResult, reachable
+from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
@@ -299,7 +299,10 @@ class _InstancesOps(_Resource[D]):
 
         ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
         script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
-        image name, for container offers. ``delete_after`` (seconds or a ``timedelta``) deletes
+        image name, for container offers. ``ssh_key`` (OpenSSH public-key text) or ``ssh_key_id``
+        lets you log in; on the real cloud, with neither, the client's own key is sent
+        (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
+        ``delete_after`` (seconds or a ``timedelta``) deletes
         the instance when the time is up, from a timer in this Python process (see
         ``cloud.auto_delete``; a killed kernel cannot delete).
 
@@ -307,6 +310,8 @@ class _InstancesOps(_Resource[D]):
             ...                        region="us-east-1", vm={"os": "ubuntu-22.04"})
         """
         delay = None if delete_after is None else seconds(delete_after)
+        if ssh_key is None and ssh_key_id is None and self._core.sandbox is None:
+            ssh_key = default_public_key()  # so that run/upload/forward can log in
         body = _instance_body(name, cloud_provider, instance_id, region, volume_id, vm,
                               docker_container, ssh_key_id, ssh_key)
         offers = yield from self._core.catalogue("/gpu-cloud/instances/offers")
