@@ -42,7 +42,6 @@ HERE = Path(__file__).resolve().parent
 # Quick sizes of modules that define no QUICK themselves.
 KNOWN_QUICK: dict[str, dict[str, Any]] = {
     "bench_frames": {"n": 1_000, "repeat": 2},
-    "bench_chat": {"tokens": 400, "worst_case": False},
 }
 # Units of modules whose rows have five elements.
 KNOWN_UNITS: dict[str, str] = {"bench_frames": "s"}

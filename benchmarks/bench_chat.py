@@ -23,8 +23,17 @@ unit, for ``python -m benchmarks``):
 - naive: our bytes against one HTML widget per message re-rendered whole 10 times a second
   (its update messages alone); no target, for scale.
 - the same figures for a worst case: the reply is one 4,000-word paragraph.
+- flush cost: what one update of the streaming reply costs the kernel (the appends since the
+  last flush, then the flush: freeze, render, sanitise, set the widget), for a reply that is one
+  paragraph with a stray ``*`` early (which used to stop every cut), fed in ~40-character tokens
+  with a flush every 400 characters (4,000 chars/s at 10 updates/s; no server, no sleeping):
+  the mean of 25 flushes when the reply reaches its full length (1.6 MB) against the same
+  near 10 kB. Target: ratio ≤ 2× (flat: the open tail is capped).
+- render time per MB of the whole 1.6 MB reply against that of its first 16 kB. Target ≤ 2×.
+- stop: seconds from ``stop()`` to the turn's end, after 1 MB of such a reply has streamed
+  from :class:`FakeChatServer` at 40,000 tokens/s. Target ≤ 1 s.
 
-Run standalone with ``python -m benchmarks.bench_chat`` (about 20 s: each reply streams ~8 s).
+Run standalone with ``python -m benchmarks.bench_chat`` (about 40 s: each reply streams ~8 s).
 """
 
 from __future__ import annotations
@@ -40,7 +49,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["CommRecorder", "FakeChatServer", "markdown_reply", "run", "stream_reply"]
+__all__ = ["CommRecorder", "FakeChatServer", "flush_costs", "markdown_reply", "run", "stop_seconds",
+           "stray_star_reply", "stream_reply"]
+
+QUICK = {"tokens": 400, "worst_case": False, "render_chars": 160_000, "stop_after": 100_000}
 
 Row = tuple[str, float, float, float, str, str]
 Message = tuple[float, str, str, dict[str, Any], int]
@@ -91,7 +103,10 @@ class FakeChatServer:
     ``GET /v1/models`` lists ``fake-chat-1``; ``POST /v1/chat/completions`` streams the tokens
     (or returns them whole without ``"stream": true``); ``requests`` counts chat requests and
     ``bodies`` keeps their JSON bodies. ``status`` other than 200 answers every chat request
-    with that status and an OpenAI-style error body.
+    with that status and an OpenAI-style error body. ``cut_off=True`` ends each stream after the
+    tokens, without the ``finish_reason`` chunk and ``[DONE]`` (as a proxy that cuts it would).
+    ``fail_with`` is an error message: sent as the error body's message when ``status`` is not
+    200, else as an ``{"error": ...}`` event after the tokens (an engine failing mid-stream).
 
         >>> with FakeChatServer(["Hello", " world"]) as server:
         ...     InferenceClient(server.url, "any-secret").chat("Hi").text
@@ -101,8 +116,11 @@ class FakeChatServer:
     MODEL = "fake-chat-1"
 
     def __init__(self, tokens: Sequence[str] = ("Hello",), tokens_per_second: float = 0.0, *,
-                 status: int = 200, secret: str = "fake-secret") -> None:
+                 status: int = 200, secret: str = "fake-secret", cut_off: bool = False,
+                 fail_with: str | None = None) -> None:
         self.tokens = list(tokens)
+        self.cut_off = cut_off
+        self.fail_with = fail_with
         self.tokens_per_second = tokens_per_second
         self.status = status
         self.secret = secret
@@ -134,7 +152,7 @@ class FakeChatServer:
             if request.headers.get("x-api-key") != self.secret:
                 return error(401, "Invalid API secret.")
             if self.status != 200:
-                return error(self.status, f"Fake failure {self.status}.")
+                return error(self.status, self.fail_with or f"Fake failure {self.status}.")
             head = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": self.MODEL}
             if not body.get("stream"):
                 return JSONResponse({"id": "chatcmpl-fake", "object": "chat.completion",
@@ -156,8 +174,12 @@ class FakeChatServer:
                         delay = start + (index + 1) / self.tokens_per_second - time.monotonic()
                         await asyncio.sleep(max(0.0, delay))
                     yield event({"content": token})
-                yield event({}, "stop")
-                yield b"data: [DONE]\n\n"
+                if self.fail_with:
+                    failure = {"error": {"message": self.fail_with, "type": "fake", "code": None}}
+                    yield f"data: {json.dumps(failure)}\n\n".encode()
+                elif not self.cut_off:
+                    yield event({}, "stop")
+                    yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -310,9 +332,101 @@ def _prefix_sizes(tokens: Sequence[str], flushes: int) -> list[str]:
     return out
 
 
-def run(tokens: int = 4000, tokens_per_second: float = 500.0, *, worst_case: bool = True) -> list[Row]:
+def stray_star_reply(chars: int) -> list[str]:
+    """One paragraph of about ``chars`` characters with a stray ``*`` early, in ~40-char tokens."""
+    tokens = [" A stray * star, then sentences."]
+    length = len(tokens[0])
+    while length < chars:
+        tokens.append(f" Sentence number {len(tokens):07d} has a few words.")
+        length += len(tokens[-1])
+    return tokens
+
+
+def flush_costs(chars: int, flush_every: int = 400) -> tuple[list[tuple[int, float]], float]:
+    """Feed :func:`stray_star_reply` to a streaming reply's view, flushing every ``flush_every``
+    characters: ``([(reply length, seconds of appends + flush)], total seconds)``."""
+    import ipywidgets as widgets
+    from ipywidgets.widgets.widget_string import HTMLStyle
+
+    from gpucloud_nb.widgets.chat import _ReplyView
+
+    view = _ReplyView(widgets.Layout(), HTMLStyle(), widgets.Layout())
+    costs: list[tuple[int, float]] = []
+    length = since = 0
+    clock = time.perf_counter
+    started = mark = clock()
+    for token in stray_star_reply(chars):
+        view.append(token)
+        length += len(token)
+        since += len(token)
+        if since >= flush_every:
+            view.flush()
+            now = clock()
+            costs.append((length, now - mark))
+            mark, since = now, 0
+    view.finish()
+    total = clock() - started
+    for block in view.blocks:
+        block.close()
+    view.box.close()
+    return costs, total
+
+
+def _mean_near(costs: list[tuple[int, float]], length: int, count: int = 25) -> tuple[float, int]:
+    """Mean cost of the ``count`` flushes ending at ``length`` characters, and where they end.
+
+    A mean, not a median: the flushes that freeze a piece (a new widget) are counted too."""
+    upto = [c for c in costs if c[0] <= length] or costs[:count]
+    window = [c[1] for c in upto[-count:]]
+    return sum(window) / len(window), upto[-1][0]
+
+
+def stop_seconds(chars: int, tokens_per_second: float = 40_000) -> tuple[float, int]:
+    """Seconds from ``stop()`` to the end of the turn once ``chars`` of a fast reply arrived."""
+    from gpucloud_nb.client.inference import InferenceClient
+    from gpucloud_nb.widgets.chat import ChatWidget
+
+    with FakeChatServer(stray_star_reply(chars * 2), tokens_per_second) as server:
+        chat = ChatWidget(InferenceClient(server.url, server.secret))
+        try:
+            turn = chat.send("Write at length.")
+            deadline = time.monotonic() + 120
+            while len(turn.text) < chars and not turn.done() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            streamed = len(turn.text)
+            start = time.perf_counter()
+            chat.stop()
+            turn.wait(120)
+            return time.perf_counter() - start, streamed
+        finally:
+            chat.close()
+
+
+def render_rows(render_chars: int = 1_600_000, stop_after: int = 1_000_000) -> list[Row]:
+    """The flush-cost, whole-render and Stop figures (see the module docstring)."""
+    flush_costs(20_000)  # warm up (imports, first widgets), so the early figures are fair
+    costs, total = flush_costs(render_chars)
+    early, early_at = _mean_near(costs, 10_000)
+    late, late_at = _mean_near(costs, render_chars)
+    what = "one paragraph, stray * early, a flush per 400 chars"
+    rows: list[Row] = [(f"chat flush cost at {late_at / 1e6:.2g} MB of reply vs at {early_at / 1e3:.2g} kB "
+                        f"({what})", late, early, late / early, "<= 2x", "s")]
+    first = sum(cost for length, cost in costs if length <= 16_000)
+    first_chars = max((length for length, _ in costs if length <= 16_000), default=1)
+    per_mb, first_per_mb = total / render_chars * 1e6, first / first_chars * 1e6
+    rows.append((f"chat render time per MB: whole {render_chars / 1e6:.2g} MB reply vs its first "
+                 f"{first_chars / 1e3:.2g} kB ({what})", per_mb, first_per_mb, per_mb / first_per_mb,
+                 "<= 2x", "s"))
+    seconds, streamed = stop_seconds(stop_after)
+    rows.append((f"chat stop() to turn end after {streamed / 1e6:.2g} MB streamed at 40,000 tokens/s "
+                 "vs 1 s", seconds, 1.0, seconds, "<= 1000 ms", "s"))
+    return rows
+
+
+def run(tokens: int = 4000, tokens_per_second: float = 500.0, *, worst_case: bool = True,
+        render_chars: int = 1_600_000, stop_after: int = 1_000_000) -> list[Row]:
     """Stream the reply (and the worst case) and return rows (name, ours, baseline, ratio, target, unit)."""
-    rows: list[Row] = []
+    rows: list[Row] = render_rows(render_chars, stop_after)
     cases = [("markdown", markdown_reply(tokens))]
     if worst_case:
         cases.append(("one paragraph", markdown_reply(tokens, one_paragraph=True)))

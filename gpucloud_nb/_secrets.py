@@ -1,6 +1,12 @@
-"""Masking of API keys and inference secrets for reprs, logs and messages."""
+"""Masking of API keys, inference secrets and URL passwords for reprs, logs and messages."""
 
 from __future__ import annotations
+
+import re
+import traceback
+
+# scheme://userinfo@ : everything up to the last "@" before the host's end is user name or password
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#\"'<>]+@")
 
 
 def mask(secret: str | None) -> str:
@@ -18,16 +24,44 @@ def mask(secret: str | None) -> str:
     return "…"
 
 
+def mask_url(text: str) -> str:
+    """``text`` with the user name and password of every URL in it shown as ``***``.
+
+        >>> mask_url("see http://user:pass@host:8000/v1")
+        'see http://***@host:8000/v1'
+    """
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its user name and password (what an HTTP client logs carries none).
+
+        >>> without_userinfo("http://user:pass@host:8000/v1")
+        'http://host:8000/v1'
+    """
+    match = _USERINFO.match(url)
+    return match.group(1) + url[match.end():] if match else url
+
+
 def scrub(text: str, *secrets: str | None) -> str:
-    """Replace every occurrence of each secret in ``text`` by its masked form.
+    """Replace every occurrence of each secret in ``text`` by its masked form, and every URL's
+    user name and password by ``***`` (:func:`mask_url`).
 
         >>> scrub("bad key sk-live-0123456789abcdefa1b2", "sk-live-0123456789abcdefa1b2")
         'bad key sk-…a1b2'
     """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, mask(secret))
-    return text
+    # Long secrets first, so that one contained in another is still masked whole.
+    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, mask(secret))
+    return mask_url(text)
+
+
+def scrub_exception(error: BaseException, *secrets: str | None) -> str:
+    """``error``'s traceback (with its causes) as text, scrubbed like :func:`scrub`: for a log.
+
+        >>> log.debug("The request failed:\n%s", scrub_exception(error, secret))
+    """
+    return scrub("".join(traceback.format_exception(error)), *secrets)
 
 
 class Secret:

@@ -9,6 +9,7 @@
     │   ├── AuthenticationError      403 (management) or 401 (inference): the key or secret
     │   ├── NotFoundError            404: no such instance, volume or model
     │   ├── RateLimitError           429, with retry_after
+    │   ├── RedirectError            3xx: never followed; the message names the Location
     │   └── ServerError              5xx
     ├── ConnectionFailedError        no answer: unreachable, dropped, or unreadable
     ├── WaitTimeoutError (TimeoutError)  a wait ran out of time
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "RateLimitError",
+    "RedirectError",
     "ServerError",
     "UnsupportedFileTypeError",
     "WaitTimeoutError",
@@ -91,6 +93,14 @@ class APIError(GPUCloudError):
 
 class BadRequestError(APIError):
     """A 4xx the other classes do not cover, such as a 400 validation failure."""
+
+
+class RedirectError(APIError):
+    """The server answered with a redirect (3xx): nothing was done, the URL is probably wrong.
+
+    Redirects are never followed (a redirect could carry the key to another host); the message
+    names the ``Location``, with any user:password in it masked.
+    """
 
 
 class AuthenticationError(APIError):

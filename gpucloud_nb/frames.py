@@ -874,11 +874,15 @@ def style_prices(df: pd.DataFrame, columns: Sequence[str] | None = None) -> Styl
 
     Formats ``hourlyPrice``, ``pricePerGpuHour``, ``pricePerGbPerHour``, ``pricePerGbMonth`` and
     any numeric column whose name mentions price, spend, hourly or cost (or exactly ``columns``,
-    when given) with :func:`format_price`. The frame itself is left a plain DataFrame.
+    when given) with :func:`format_price`. Every other cell, and the column names, are
+    HTML-escaped: names and images come from the server, and a name like
+    ``<img src=x onerror=...>`` must show as text, never run. The frame itself is left a plain
+    DataFrame.
 
         >>> style_prices(offers_frame(offers).head())   # in a notebook cell: $2.49, $0.00014 ...
     """
     if columns is None:
         columns = [c for c in df.columns if _is_price_column(c, df[c])]
-    styler = df.style.format(format_price, subset=list(columns), na_rep="")
+    styler = df.style.format(escape="html").format_index(escape="html", axis="columns")
+    styler = styler.format(format_price, subset=list(columns), na_rep="")
     return styler.hide(axis="index")

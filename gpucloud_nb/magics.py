@@ -39,8 +39,10 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud delete 6650f0c2a1b2c3d4e5f60718 --yes
 
-``%gpucloud launch [OFFER_ID]``
-    The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID::
+``%gpucloud launch [OFFER_ID] [--provider ID]``
+    The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID. Two providers
+    may sell the same ``instanceId``: then ``--provider`` (a provider ``_id`` or name) says
+    which, and without it the magic lists them::
 
         %gpucloud launch nimbus-h100-sxm5-1x-vm
 
@@ -116,15 +118,17 @@ import argparse
 import getpass
 import math
 import os
+import re
 import shlex
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -181,11 +185,36 @@ def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
 # --------------------------------------------------------------------------- output
 
 
+#: Unicode categories shown escaped: controls, format characters (bidi overrides such as U+202E,
+#: zero-width marks), surrogates, private use, and line/paragraph separators.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and bidi characters written as escapes (``\\u202e``).
+
+    A name from the server holding a right-to-left override would otherwise reorder the rest of
+    the line it is printed in (``evil\\u202etxt.exe`` shows as ``evilexe.txt``).
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch != "\n" and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _clean(text: str, *secrets: str) -> str:
-    """Mask the secrets the session's client holds, and ``secrets`` (asked for in this call)."""
+    """Mask the secrets the session's client holds, and ``secrets`` (asked for in this call);
+    control and bidi characters are written as escapes (see :func:`_printable`)."""
     cloud = _session["cloud"]
     text = cloud.scrub(text) if cloud is not None else text
-    return scrub(text, *secrets)
+    return _printable(scrub(text, *secrets))
 
 
 def _say(text: str) -> None:
@@ -225,21 +254,24 @@ class _Parser(argparse.ArgumentParser):
         raise _HelpShown()
 
 
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+
+
 def _size(text: str) -> int | float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GB") from None
+    # float() would also take "1_000", "١٠٠" (Arabic-Indic digits) and "nan": plain digits only.
+    if not _NUMBER.fullmatch(text.removeprefix("-")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GB")
+    value = float(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB")
     return int(value) if value.is_integer() else value
 
 
 def _gpus(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs") from None
+    # int() would also take "1_0" and non-ASCII digits: plain digits 0-9 only.
+    if not (text.isascii() and text.removeprefix("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs")
+    value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GPUs")
     return value
@@ -252,7 +284,7 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance ID
   %gpucloud delete ID [--yes]
-  %gpucloud launch [OFFER_ID]
+  %gpucloud launch [OFFER_ID] [--provider ID]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend
   %gpucloud volumes [list]
@@ -324,6 +356,8 @@ def _parser() -> _Parser:
     p = _sub(commands, "launch", "The launch form, prefilled with an offer when given.",
              "%gpucloud launch nimbus-h100-sxm5-1x-vm")
     p.add_argument("offer", metavar="OFFER_ID", nargs="?", help="an offer's instanceId")
+    p.add_argument("--provider", metavar="ID", help="provider _id or name; needed when several "
+                   "providers sell offers with this instanceId")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "
@@ -375,7 +409,7 @@ def _parser() -> _Parser:
 def _check_words(words: Sequence[str]) -> None:
     """Refuse secret options and unknown subcommands with one sentence, before argparse."""
     for word in words:
-        option = word.split("=", 1)[0]
+        option = word.split("=", 1)[0].lower().replace("_", "-")
         if option in SECRET_OPTIONS and "secret" in option:
             raise _Stop(
                 f"{PROG}: {option} is refused: a secret typed into a cell is saved in the "
@@ -388,10 +422,35 @@ def _check_words(words: Sequence[str]) -> None:
                 "and type the key when asked."
             )
     if words and not words[0].startswith("-") and words[0] not in COMMANDS:
-        raise _Stop(f"{PROG}: unknown subcommand {words[0]!r}; try {PROG} --help")
+        raise _Stop(f"{PROG}: unknown subcommand {_word(words[0])}; try {PROG} --help")
     if (len(words) > 1 and words[0] == "volumes" and not words[1].startswith("-")
             and words[1] not in VOLUME_COMMANDS):
-        raise _Stop(f"{PROG} volumes: unknown subcommand {words[1]!r}; try {PROG} volumes --help")
+        raise _Stop(f"{PROG} volumes: unknown subcommand {_word(words[1])}; "
+                    f"try {PROG} volumes --help")
+
+
+def _word(word: str) -> str:
+    """A word of the cell, quoted, in an error: a long one (a pasted key?) is cut to its start."""
+    return repr(word) if len(word) <= 24 else repr(word[:8] + "…")
+
+
+def _masked(extra: Sequence[str]) -> str:
+    """Unrecognized arguments for an error, with option values hidden.
+
+    ``--API-KEY=sk-…`` shows as ``--API-KEY=…``, and the word after an unknown option (its value,
+    most likely) as ``…``: the cell may hold a secret under a name we do not know.
+    """
+    shown: list[str] = []
+    after_option = False
+    for word in extra:
+        if word.startswith("-"):
+            name, has_value, _ = word.partition("=")
+            shown.append(name + ("=…" if has_value else ""))
+            after_option = not has_value
+        else:
+            shown.append("…" if after_option else word)
+            after_option = False
+    return " ".join(shown)
 
 
 def parse(line: str) -> argparse.Namespace:
@@ -404,7 +463,7 @@ def parse(line: str) -> argparse.Namespace:
     args, extra = _parser().parse_known_args(words)
     if extra:
         where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None)) if w)
-        raise _Stop(f"{where}: unrecognized arguments: {' '.join(extra)}; try {where} --help")
+        raise _Stop(f"{where}: unrecognized arguments: {_masked(extra)}; try {where} --help")
     if args.command is None:
         _parser().print_help()
         raise _HelpShown()
@@ -417,7 +476,7 @@ def parse(line: str) -> argparse.Namespace:
 def _confirm(question: str, refusal: str) -> bool:
     """Ask a y/N question with ``input()``; True only for y or yes."""
     try:
-        answer = input(f"{question} [y/N] ")
+        answer = input(f"{_clean(question)} [y/N] ")
     except (EOFError, NotImplementedError):
         # No stdin (a non-interactive run, or a frontend without input support).
         raise _Stop(refusal) from None
@@ -505,9 +564,9 @@ class GPUCloudMagics(Magics):
         else:
             if not args.base_url.startswith(("http://", "https://")):
                 raise _Stop(f"The base URL must start with http:// or https://, "
-                            f"not {args.base_url!r}.")
+                            f"not {mask_url(args.base_url)!r}.")
             key = os.environ.get("GPUCLOUD_API_KEY") or _ask_secret(
-                f"API key for {args.base_url} (hidden): ")
+                f"API key for {mask_url(args.base_url)} (hidden): ")
             if not key:
                 raise _Stop("No API key was given; the session's cloud is unchanged.")
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
@@ -517,7 +576,8 @@ class GPUCloudMagics(Magics):
             cloud.close()
             raise _Stop(f"{error} The session's cloud is unchanged.") from None
         _replace(cloud, owned=True)
-        _say(f"Connected to the GPU cloud at {cloud.base_url} with key {cloud.api_key_hint}.")
+        _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
+             f"{cloud.api_key_hint}.")
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
@@ -569,14 +629,19 @@ class GPUCloudMagics(Magics):
 
     def _launch(self, args: argparse.Namespace) -> Any:
         from gpucloud_nb.widgets import LaunchForm
+        from gpucloud_nb.widgets.launch_form import find_offer
 
         cloud = self.cloud
         offer: InstanceOffer | None = None
+        if args.offer is None and args.provider is not None:
+            raise _Stop(f"{PROG} launch: --provider needs an OFFER_ID; "
+                        f"try {PROG} launch --help")
         if args.offer is not None:
-            offer = next((o for o in cloud.instances.offers() if o.instance_id == args.offer), None)
-            if offer is None:
+            offers = cloud.instances.offers()
+            if not any(o.instance_id == args.offer for o in offers):
                 raise _Stop(f"There is no offer with instanceId {args.offer!r}; "
                             "see %gpucloud offers --all.")
+            offer = find_offer(offers, args.offer, args.provider, choose="--provider ID")
         return LaunchForm(cloud, offer=offer)
 
     def _chat(self, args: argparse.Namespace) -> Any:

@@ -21,3 +21,26 @@ def silent_wav(seconds: float = 0.2) -> bytes:
         out.setframerate(16000)
         out.writeframes(b"\0\0" * int(16000 * seconds))
     return buffer.getvalue()
+
+
+def same_id_two_providers() -> list[dict]:
+    """Two offers with one ``instanceId``: "Cheap Cloud" at $1/h and "Pricey Cloud" at $50/h.
+
+        >>> sandbox_factory(offers=same_id_two_providers())
+    """
+    import copy
+
+    from gpucloud_nb.sandbox.catalogue import instance_offers
+
+    base = next(o for o in instance_offers() if o["deploymentType"] == "vm"
+                and any(a["available"] for a in o["availability"]))
+    offers = []
+    for provider, name, price in (("0123456789abcdef01234567", "Cheap Cloud", 1.0),
+                                  ("fedcba9876543210fedcba98", "Pricey Cloud", 50.0)):
+        offer = copy.deepcopy(base)
+        offer.update(instanceId="gpu-1x", hourlyPrice=price,
+                     cloud={"_id": provider, "name": name})
+        for region in offer["availability"]:
+            region["available"] = True
+        offers.append(offer)
+    return offers

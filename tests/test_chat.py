@@ -640,3 +640,66 @@ def test_the_loop_thread_ends_when_the_last_chat_closes(client: InferenceClient)
     finally:
         third.close()
     wait_for(lambda: not _loop_threads())
+
+
+# -- bounded work: a long, fast reply with a stray mark ---------------------------------------
+
+
+def blocks_in_order(widget: widgets.Widget) -> list[str]:
+    """The HTML values under ``widget``, in the order the browser shows them."""
+    if isinstance(widget, widgets.HTML):
+        return [widget.value]
+    return [value for child in getattr(widget, "children", ()) for value in blocks_in_order(child)]
+
+
+def long_reply(chars: int) -> list[str]:
+    """One paragraph of about ``chars`` characters, a stray ``*`` early, in ~40-char tokens."""
+    tokens = [" A stray * star, then sentences."]
+    while len(tokens) * 40 < chars:
+        tokens.append(f" Sentence number {len(tokens):06d} has some words.")
+    return tokens
+
+
+def test_stop_ends_a_turn_within_a_second_whatever_has_streamed(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    server = fake_server(long_reply(1_600_000), tokens_per_second=40_000)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Write at length.")
+    wait_for(lambda: len(turn.text) >= 150_000 or turn.done(), timeout=60)
+    chat.stop()
+    deadline = time.monotonic() + 1.0  # a behaviour bound: Stop is heard, not a speed figure
+    while not turn.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert turn.done() and turn.status == "stopped", turn
+    kept = turn.text
+    assert len(kept) >= 150_000
+    shown = html_text("".join(blocks_in_order(assistant_boxes(chat)[-1])))
+    assert " ".join(shown.split()) == " ".join(f"{kept} [stopped]".split())
+    assert chat.history[-1] == {"role": "assistant", "content": kept}
+
+
+def test_a_long_reply_streams_whole_with_the_tail_capped(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    tokens = long_reply(400_000)
+    server = fake_server(tokens, tokens_per_second=20_000)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Write at length.")
+    assert turn.wait(WAIT).status == "done"
+    assert turn.text == "".join(tokens)
+    values = blocks_in_order(assistant_boxes(chat)[-1])
+    assert " ".join(html_text("".join(values)).split()) == " ".join(turn.text.split())
+    assert len(values) >= 2 and len(html_text(values[-1])) <= 600 + 1200  # the open tail stays
+    # capped (MarkdownStream(min_chars=600, max_chars=1200)), the stray star notwithstanding
+
+
+def test_a_reply_cut_off_before_its_end_is_marked_incomplete_in_one_line(
+        fake_server: Callable[..., FakeChatServer], chat_factory: Callable[..., ChatWidget]) -> None:
+    server = fake_server(["Once", " upon", " a", " time"], cut_off=True)
+    chat = chat_factory(InferenceClient(server.url, server.secret))
+    turn = chat.send("Tell me a story").wait(WAIT)
+    assert turn.status == "error" and turn.text == "Once upon a time"
+    assert turn.error is not None and turn.error.startswith("The reply was cut off before it finished")
+    assert chat.errors == [turn.error]  # one line, under the reply
+    assert "Once upon a time" in html_text("".join(blocks_in_order(assistant_boxes(chat)[-1])))
+    assert chat.history[-1] == {"role": "assistant", "content": "Once upon a time"}
+    assert chat.to_markdown().rstrip().endswith("Once upon a time\n[incomplete]")

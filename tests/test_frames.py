@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpucloud_nb import frames
+from gpucloud_nb import GPUCloud, frames
 from gpucloud_nb.frames import (
     INSTANCE_COLUMNS,
     OFFER_COLUMNS,
@@ -32,6 +32,7 @@ from gpucloud_nb.frames import (
     volumes_frame,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.sandbox import catalogue as sandbox_catalogue
 
 TEXT = pd.Series(["x"]).dtype  # pandas' default string dtype
 EPOCH = "1970-01-01T00:00:00.000Z"
@@ -477,3 +478,46 @@ def test_style_prices_renders_dollars_and_hides_the_index() -> None:
 
     spend_html = style_prices(pd.DataFrame({"name": ["a"], "spend": [3.0], "hoursBilled": [1.5]}))
     assert "$3.00" in spend_html.to_html() and "$1.50" not in spend_html.to_html()
+
+
+# server text in styled frames ----------------------------------------------------------------
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
+
+
+def hostile_offers() -> list[dict[str, Any]]:
+    offer = copy.deepcopy(sandbox_catalogue.instance_offers()[0])
+    offer["gpuName"] = HOSTILE
+    offer["cloud"]["name"] = HOSTILE
+    return [offer]
+
+
+def hostile_volume_offers() -> list[dict[str, Any]]:
+    offer = copy.deepcopy(sandbox_catalogue.volume_offers()[0])
+    offer["cloudProvider"]["displayName"] = HOSTILE
+    return [offer]
+
+
+def assert_escaped(html: str) -> None:
+    assert HOSTILE not in html and "<img" not in html
+    assert ESCAPED in html
+
+
+def test_style_prices_escapes_server_text_on_every_frame(sandbox_factory) -> None:
+    sandbox = sandbox_factory(offers=hostile_offers(), volume_offers=hostile_volume_offers())
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        offers = cloud.instances.offers_frame()
+        assert_escaped(style_prices(offers).to_html())
+        assert "$2.49" in style_prices(offers).to_html()  # prices still formatted
+        assert_escaped(style_prices(offers_frame(cloud.instances.offers())).to_html())
+
+        assert_escaped(style_prices(volume_offers_frame(cloud.volumes.offers())).to_html())
+
+        offer = cloud.instances.offers()[0]
+        region = offer.available_regions[0]
+        cloud.instances.create(name=HOSTILE, cloud_provider=offer.cloud.id,
+                               instance_id=offer.instance_id, region=region,
+                               vm={"os": offer.configuration.os[0]})
+        assert_escaped(style_prices(instances_frame(cloud.instances.list())).to_html())
+        assert_escaped(style_prices(cloud.spend()).to_html())

@@ -22,10 +22,12 @@ import pytest
 from PIL import Image
 from samples import silent_wav
 
+from benchmarks.bench_chat import FakeChatServer
 from gpucloud_nb import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.inference import ChatChunk, ChatCompletion, ChatStream, normalize_messages
 from gpucloud_nb.errors import (
     AuthenticationError,
+    ConnectionFailedError,
     FileTooLargeError,
     InvalidInputError,
     NotFoundError,
@@ -419,6 +421,55 @@ def test_a_stream_that_errors_midway_raises() -> None:
     with pytest.raises(ServerError, match="engine crashed"):
         next(stream)
     assert stream.closed and stream.text == "Hel"
+
+
+@pytest.fixture(scope="module")
+def cut_server() -> Iterator[FakeChatServer]:
+    """A real server whose streams end without a finish_reason or [DONE]."""
+    with FakeChatServer(["Once", " upon", " a"], cut_off=True) as server:
+        yield server
+
+
+def test_a_stream_cut_off_before_its_end_raises_after_what_arrived(cut_server: FakeChatServer) -> None:
+    with InferenceClient(cut_server.url, cut_server.secret) as chat:
+        stream = chat.chat("Tell me a story", stream=True)
+        deltas = []
+        with pytest.raises(ConnectionFailedError, match="^The reply was cut off before it finished"):
+            for chunk in stream:
+                deltas.append(chunk.delta)
+        assert "".join(deltas) == stream.text == "Once upon a"
+        assert stream.closed and not stream.complete
+        with pytest.raises(ConnectionFailedError, match="cut off"):
+            chat.chat("Again", stream=True).read()
+        assert chat.models() == [FakeChatServer.MODEL]  # the client stays usable
+
+
+def test_async_stream_cut_off_raises(cut_server: FakeChatServer) -> None:
+    async def main() -> str:
+        async with AsyncInferenceClient(cut_server.url, cut_server.secret) as chat:
+            stream = await chat.chat("Tell me a story", stream=True)
+            with pytest.raises(ConnectionFailedError, match="cut off before it finished"):
+                await stream.read()
+            assert stream.closed and not stream.complete
+            return stream.text
+
+    assert asyncio.run(main()) == "Once upon a"
+
+
+def test_a_whole_stream_is_complete(client: InferenceClient) -> None:
+    with client.chat(PROMPT, stream=True) as stream:
+        stream.read()
+    assert stream.complete and stream.finish_reason == "stop"
+
+
+def test_a_finish_reason_without_done_is_complete() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = (b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+                b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n')
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    stream = mock_client(handler).chat("hi", model="m1", stream=True)
+    assert stream.read() == "Hi" and stream.complete and stream.finish_reason == "length"
 
 
 def test_a_json_answer_to_a_stream_request_becomes_one_chunk() -> None:

@@ -334,3 +334,71 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory) -> None:
         assert len(states) > 30
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(form)
+
+
+def test_cost_cap_fails_closed_in_the_form(sandbox_factory) -> None:
+    """A running instance reporting NaN, or an offer priced null: same sentence as the client."""
+    import copy
+
+    from gpucloud_nb.sandbox import catalogue
+
+    base = catalogue.instance_offers()[0]
+    offers = []
+    for instance_id, price in (("nan-price", "NaN"), ("null-price", None), ("pricey", 100.0)):
+        made = copy.deepcopy(base)
+        made.update(instanceId=instance_id, hourlyPrice=price)
+        offers.append(made)
+    sandbox = sandbox_factory(offers=offers)
+    region = next(a["region"] for a in base["availability"] if a["available"])
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=1000.0) as capped:
+        by_id = {o.instance_id: o for o in capped.instances.offers()}
+        form = LaunchForm(capped, by_id["null-price"], name="free?")
+        assert_disabled_because(form, "Offer 'null-price' from")
+        assert "has no hourlyPrice" in form.problem and "cannot be checked" in form.problem
+        with pytest.raises(InvalidInputError, match="has no hourlyPrice"):
+            capped.instances.create(name="free?", cloud_provider=base["cloud"]["_id"],
+                                    instance_id="null-price", region=region,
+                                    vm={"os": base["configuration"]["os"][0]})
+
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as uncapped:
+        uncapped.instances.create(name="odd-one", cloud_provider=base["cloud"]["_id"],
+                                  instance_id="nan-price", region=region,
+                                  vm={"os": base["configuration"]["os"][0]})
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=5.0) as capped:
+        pricey = next(o for o in capped.instances.offers() if o.instance_id == "pricey")
+        form = LaunchForm(capped, pricey, name="big")
+        assert_disabled_because(form, "Instance 'odd-one' (")
+        assert "hourlyPrice 'NaN'" in form.problem
+        with pytest.raises(InvalidInputError, match="odd-one"):
+            form.launch().result(timeout=10)
+        assert [i.name for i in capped.instances.list()] == ["odd-one"]
+
+
+def test_launch_form_keys_offers_by_provider_and_instance_id(sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    sandbox = sandbox_factory(offers=same_id_two_providers())
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        ambiguous = LaunchForm(cloud, "gpu-1x", name="x")
+        assert ambiguous.offer.value is None and ambiguous.launch_button.disabled
+        assert ambiguous.status.is_error
+        assert ambiguous.status.text.startswith("Offer 'gpu-1x' is sold by 2 providers: Cheap Cloud")
+        assert "Pricey Cloud" in ambiguous.status.text and "provider=" in ambiguous.status.text
+
+        for provider in ("Cheap Cloud", "0123456789abcdef01234567"):
+            form = LaunchForm(cloud, "gpu-1x", provider=provider, name="x")
+            assert (form.offer.value.cloud.name, form.offer.value.hourly_price) == \
+                ("Cheap Cloud", 1.0)
+        wrong = LaunchForm(cloud, "gpu-1x", provider="Nobody", name="x")
+        assert "Provider 'Nobody' sells no offer 'gpu-1x'" in wrong.status.text
+
+        pricey = next(o for o in cloud.instances.offers() if o.cloud.name == "Pricey Cloud")
+        form = LaunchForm(cloud, pricey, name="big")
+        details = form.launch().result(timeout=10)
+        assert (details.provider, details.hourly_price) == ("Pricey Cloud", 50.0)
+
+        chooser = LaunchForm(cloud)  # both listed; fill() by id alone is ambiguous
+        with pytest.raises(InvalidInputError, match="sold by 2 providers"):
+            chooser.fill(offer="gpu-1x")

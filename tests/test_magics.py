@@ -760,3 +760,77 @@ def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_c
     assert magic(f"put {local} box-3").err.startswith("%gpucloud put: write the remote side")
     assert "does not exist on instance" in magic(f"get box-3:absent.txt {back}").err
     assert magic("run box-3").err.startswith("%gpucloud run runs a cell")
+
+
+# hostile or odd input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("volumes create data --size 1_000 --region us-east-1",
+     "%gpucloud volumes create: argument --size: '1_000' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size ١٠٠ --region us-east-1",
+     "%gpucloud volumes create: argument --size: '١٠٠' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("volumes create data --size nan --region us-east-1",
+     "%gpucloud volumes create: argument --size: 'nan' is not a number of GB; "
+     "try %gpucloud volumes create --help"),
+    ("offers --gpus ٨", "%gpucloud offers: argument --gpus: '٨' is not a whole number of GPUs; "
+                        "try %gpucloud offers --help"),
+    ("offers --gpus 1_0", "%gpucloud offers: argument --gpus: '1_0' is not a whole number of "
+                          "GPUs; try %gpucloud offers --help"),
+])  # fmt: skip
+def test_numbers_are_plain_ascii_digits(magic: Magic, no_cloud: None, line: str,
+                                        expected: str) -> None:
+    assert _one_sentence(magic(line)) == expected
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("offers --token=tok-0123456789abcdef", "unrecognized arguments: --token=…;"),
+    ("offers --token tok-0123456789abcdef", "unrecognized arguments: --token …;"),
+    ("volumes list --Pass=tok-0123456789abcdef extra", "unrecognized arguments: --Pass=… extra;"),
+    ("tok-0123456789abcdef-long-pasted-key", "unknown subcommand 'tok-0123…'"),
+])  # fmt: skip
+def test_unknown_options_are_not_echoed(magic: Magic, no_cloud: None, line: str,
+                                        shown: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert shown in sentence and "0123456789abcdef" not in sentence
+
+
+@pytest.mark.parametrize("line", [f"connect --API-KEY={API_KEY}", f"volumes --Api_Key {API_KEY}"])
+def test_a_key_option_in_any_case_is_refused(magic: Magic, no_cloud: None, line: str) -> None:
+    sentence = _one_sentence(magic(line))
+    assert "is refused: a key typed into a cell" in sentence and API_KEY not in sentence
+
+
+def test_names_with_bidi_or_control_characters_print_escaped(
+        magic: Magic, cloud: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    region, size, _ = _regions(cloud)
+    name = "invoice\u202etxt.exe\x1b[2J"
+    run = magic(f"volumes create '{name}' --size {size} --region {region}")
+    assert run.value.name == name  # the name itself is kept as given
+    assert "invoice\\u202etxt.exe\\x1b[2J" in run.out
+    assert "\u202e" not in run.out and "\x1b" not in run.out
+    prompts = _answers(monkeypatch, "n")
+    run = magic(f"volumes delete {run.value.id}")
+    assert "\u202e" not in prompts[0] and "\\u202e" in prompts[0]
+    assert "\u202e" not in run.out and "\\u202e" in run.out
+    assert _one_sentence(magic("volumes get 'a\u2066b'")) == "Volume a\\u2066b not found."
+
+
+def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    box = sandbox_factory(offers=same_id_two_providers(), api_key=API_KEY)
+    with GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
+        magics.use(cloud)
+        sentence = _one_sentence(magic("launch gpu-1x"))
+        assert sentence.startswith("Offer 'gpu-1x' is sold by 2 providers: Cheap Cloud")
+        assert sentence.endswith("choose one with --provider ID.")
+        form = magic("launch gpu-1x --provider 'Cheap Cloud'").value
+        assert (form.offer.value.cloud.name, form.offer.value.hourly_price) == ("Cheap Cloud", 1.0)
+        form = magic("launch gpu-1x --provider fedcba9876543210fedcba98").value
+        assert form.offer.value.hourly_price == 50.0
+        assert "sells no offer" in _one_sentence(magic("launch gpu-1x --provider nobody"))
+        assert "--provider needs an OFFER_ID" in _one_sentence(magic("launch --provider x"))
+        magics.use(None)

@@ -371,3 +371,39 @@ def test_repr_masks_the_key(sandbox) -> None:
     cloud = GPUCloud(api_key=key, base_url=sandbox.management_url)
     assert key not in repr(cloud) and "UVWX" in repr(cloud)
     assert cloud.api_key_hint == "sk-…UVWX"
+
+
+def test_a_real_server_that_redirects_is_named_not_followed(sandbox) -> None:
+    """A tiny HTTP server on 127.0.0.1 answering 301 towards the sandbox: nothing is done."""
+    import http.server
+
+    from gpucloud_nb.errors import RedirectError
+
+    target = sandbox.management_url.rstrip("/")
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        with GPUCloud(api_key=sandbox.api_key, base_url=base) as moved:
+            for call in (moved.instances.list, moved.volumes.list,
+                         lambda: moved.instances.delete("a" * 24)):
+                with pytest.raises(RedirectError, match=f"base URL redirects to {target}; use that"):
+                    call()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -255,3 +255,97 @@ def test_throttle_delayed_run_happens_without_another_poke() -> None:
         assert len(runs) == 2 and not throttle.pending
 
     asyncio.run(main())
+
+
+# -- bounded work: stray marks, forced cuts, huge replies -------------------------------------
+
+
+def feed(stream: MarkdownStream, text: str, step: int) -> tuple[list[str], int]:
+    """Stream ``text`` in ``step``-sized pieces, settling after each; (segments, longest tail)."""
+    segments: list[str] = []
+    longest = 0
+    for i in range(0, len(text), step):
+        stream.append(text[i:i + step])
+        while frozen := stream.settle():
+            segments.append(frozen)
+        longest = max(longest, len(stream.tail))
+    stream.finish()
+    segments.append(stream.tail)
+    return segments, longest
+
+
+SENTENCES = " ".join(f"Sentence number {i} has some words in it." for i in range(300))
+
+
+@pytest.mark.parametrize("stray", ["*", "[", ")", "`", "~~", "(", "]"])
+def test_a_stray_mark_early_in_a_paragraph_does_not_stop_the_cuts(stray: str) -> None:
+    text = f"Look {stray} here. {SENTENCES}"
+    segments, longest = feed(MarkdownStream(min_chars=200, max_chars=600), text, 7)
+    assert longest <= 200 + 600 + 7  # the open tail stays capped
+    assert len(segments) > 10
+    assert re.findall(r"\S+", " ".join(segments)) == re.findall(r"\S+", text)  # no text lost
+    for segment in segments[1:-1]:  # after the stray mark's segment: sentence ends again
+        assert segment.rstrip().endswith(".")
+
+
+@pytest.mark.parametrize("case", ["no gaps", "code line", "table", "heading", "quote", "blank",
+                                  "one item"])
+def test_every_kind_of_long_block_is_cut_at_max_chars(case: str) -> None:
+    text = {
+        "no gaps": "x" * 20_000,
+        "code line": "```python\n" + "y = 1;" * 4_000 + "\n```\n\nAfter.",
+        "table": "| a | b |\n|---|---|\n" + "".join(f"| {i} | {i * i} |\n" for i in range(2_000)),
+        "heading": "# " + "word " * 4_000,
+        "quote": "".join(f"> line {i} of a long quote\n" for i in range(1_000)),
+        "blank": "Start.\n" + "\n" * 20_000 + "End.",
+        "one item": "- " + "item text " * 2_000,
+    }[case]
+    segments, longest = feed(MarkdownStream(min_chars=200, max_chars=600), text, 50)
+    assert longest <= 200 + 600 + 50
+    assert re.sub(r"\s", "", "".join(segments)).replace("```python", "").replace("```", "") == \
+        re.sub(r"\s", "", text).replace("```python", "").replace("```", "")
+    for segment in segments:
+        assert_inert(render_markdown(segment))
+
+
+def test_a_forced_cut_keeps_a_code_line_inside_its_code_block() -> None:
+    text = "```python\n" + "z = 2;" * 1_000 + "\n```"
+    segments, _ = feed(MarkdownStream(min_chars=200, max_chars=600), text, 13)
+    assert len(segments) > 3
+    for segment in segments:
+        assert render_markdown(segment).startswith("<pre><code>")
+
+
+def test_attacks_stay_inert_across_forced_cuts() -> None:
+    attacks = " ".join(ATTACKS)
+    text = f"Stray * mark. {attacks} " * 12 + "`" + "<script>alert(1)</script>" * 100
+    segments, _ = feed(MarkdownStream(min_chars=200, max_chars=600), text, 29)
+    for segment in segments:
+        assert_inert(render_markdown(segment))
+
+
+def test_a_huge_reply_is_parsed_and_rendered_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.6 MB in one paragraph with a stray ``*``: every character is parsed a few times, not
+    once per flush (the work a flush does stays bounded whatever the reply's length)."""
+    from gpucloud_nb.widgets import _markdown
+
+    work: list[int] = []
+    parse = _markdown._MD.parse
+
+    def counting_parse(source: str, env: object = None) -> object:
+        work.append(len(source))
+        return parse(source, env)
+
+    monkeypatch.setattr(_markdown._MD, "parse", counting_parse)
+    text = "A stray * star. " + SENTENCES * 140
+    assert len(text) > 1_600_000
+    stream = MarkdownStream(min_chars=600, max_chars=1200)
+    for i in range(0, len(text), 16_000):
+        stream.append(text[i:i + 16_000])
+        while frozen := stream.settle():
+            render_markdown(frozen)
+        assert len(stream.tail) <= 600 + 1200
+        render_markdown(stream.tail)  # what a flush shows
+    stream.finish()
+    assert stream.text == text
+    assert sum(work) <= 4 * len(text)

@@ -136,8 +136,8 @@ def test_unknown_filters_and_values_are_refused(browser: OffersBrowser) -> None:
 
 def test_selecting_an_offer_opens_a_prefilled_form(browser: OffersBrowser) -> None:
     browser.set_filters(deployment_type="vm", gpu="H100")
-    _, (instance_id, region) = browser.offer_select.options[2]
-    browser.offer_select.value = (instance_id, region)
+    _, (instance_id, region, provider) = browser.offer_select.options[2]
+    browser.offer_select.value = (instance_id, region, provider)
     form = browser.form
     assert isinstance(form, LaunchForm) and browser.form_box.children == (form,)
     assert form.offer.value.instance_id == instance_id and form.region.value == region
@@ -149,7 +149,7 @@ def test_selecting_an_offer_opens_a_prefilled_form(browser: OffersBrowser) -> No
     assert form is browser.form and browser.form_box.children == (form,)
     assert form.offer.value.instance_id == other["instanceId"]
     assert form.region.value == other["region"]
-    assert browser.offer_select.value == (other["instanceId"], other["region"])
+    assert browser.offer_select.value == (other["instanceId"], other["region"], other["providerId"])
 
     with pytest.raises(InvalidInputError):
         browser.select("no-such-offer")
@@ -176,3 +176,29 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory) -> None:
         assert len(states) > 30
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(browser)
+
+
+def test_same_instance_id_from_two_providers_opens_the_picked_one(sandbox_factory) -> None:
+    from samples import same_id_two_providers
+
+    sandbox = sandbox_factory(offers=same_id_two_providers())
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        browser = OffersBrowser(cloud)
+        cheap = [(label, value) for label, value in browser.offer_select.options
+                 if "Cheap Cloud" in label and "$1.00/h" in label]
+        assert cheap
+        browser.offer_select.value = cheap[0][1]
+        form = browser.form
+        assert form is not None and form.offer.value.cloud.name == "Cheap Cloud"
+        assert form.offer.value.hourly_price == 1.0
+        form.fill(name="cheap-one")
+        form.launch().result(timeout=10)
+        launched = cloud.instances.list()
+        assert [(i.provider, i.hourly_price) for i in launched] == [("Cheap Cloud", 1.0)]
+
+        pricey = browser.select("gpu-1x", provider="Pricey Cloud")
+        assert pricey.offer.value.hourly_price == 50.0
+        with pytest.raises(InvalidInputError, match="sold by 2 providers: Cheap Cloud"):
+            browser.select("gpu-1x")
+        assert "choose one with provider=" in browser.status.text
+        browser.close()

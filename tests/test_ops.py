@@ -283,3 +283,82 @@ def test_lost_create_whose_lookup_also_fails_says_to_look_first() -> None:
 def test_retry_after_forms(headers: dict[str, str], seconds: float | None) -> None:
     error = error_from_response(httpx.Response(429, headers=headers))
     assert error.retry_after == seconds
+
+
+# a 3xx is an error, never a success ------------------------------------------------------------
+
+
+def moved(location: str | None = "https://me:hunter2@new.example/api/gpu-cloud/instances"):
+    """A handler answering offers normally and everything else 301 with no body."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/gpu-cloud/instances/offers":
+            return httpx.Response(200, json=[OFFER])
+        headers = {} if location is None else {"location": location}
+        return httpx.Response(301, headers=headers)
+
+    return handler, seen
+
+
+def test_a_301_with_no_body_is_an_error_naming_the_location() -> None:
+    from gpucloud_nb.errors import RedirectError
+
+    handler, seen = moved("https://me:hunter2@new.example/api/gpu-cloud/instances")
+    cloud = make_cloud(handler)
+    calls = {
+        "list": cloud.instances.list,
+        "get": lambda: cloud.instances.get("a" * 24),
+        "delete": lambda: cloud.instances.delete("a" * 24),
+        "volumes": cloud.volumes.list,
+        "create": lambda: cloud.instances.create(
+            name="x", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
+            vm={"os": "ubuntu-22.04"}),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RedirectError) as caught:
+            call()
+        message = str(caught.value)
+        assert caught.value.status_code == 301, name
+        assert "hunter2" not in message and "me:" not in message, message
+        assert "new.example" in message, message
+    assert len(seen) == 6  # one request each (offers once for the create): never retried
+    sentence = r"^The base URL redirects to https://…@new\.example/api; use that\.$"
+    with pytest.raises(RedirectError, match=sentence):
+        cloud.instances.list()
+
+
+def test_a_redirect_without_location_still_fails() -> None:
+    from gpucloud_nb.errors import RedirectError
+
+    handler, _ = moved(None)
+    with pytest.raises(RedirectError, match="without a Location"):
+        make_cloud(handler).instances.delete("a" * 24)
+
+
+def test_the_auto_delete_timer_records_a_redirected_delete_as_a_failure() -> None:
+    handler, seen = moved()
+    cloud = make_cloud(handler)
+    cloud.auto_delete.schedule("a" * 24, 0.01)
+    deadline = time.monotonic() + 5
+    while "a" * 24 not in cloud.auto_delete.failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "redirects" in cloud.auto_delete.failures["a" * 24]
+    assert cloud.auto_delete.deleted == {}
+    assert [r.method for r in seen] == ["DELETE"]
+
+
+def test_the_inference_client_treats_a_redirect_as_an_error() -> None:
+    from gpucloud_nb import InferenceClient
+    from gpucloud_nb.errors import RedirectError
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"location": "http://other.test/v1/models"})
+
+    client = InferenceClient("http://endpoint.test", "secret-0123456789abcdef",
+                             transport=httpx.MockTransport(handler))
+    with pytest.raises(RedirectError, match="endpoint URL redirects to http://other.test"):
+        client.models()
+    with pytest.raises(RedirectError):
+        client.chat([{"role": "user", "content": "hi"}], model="m", stream=True)

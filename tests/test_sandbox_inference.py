@@ -326,3 +326,60 @@ def test_unreachable_upstream_is_502(sandbox_factory, plain: httpx.Client) -> No
                          headers={"x-api-key": proxy.inference_secret})
     assert response.status_code == 502
     assert error_of(response)["code"] == "upstream_unreachable"
+
+
+UPSTREAM_KEY = "upstream-key-Zq81-0123456789abcdef"
+PROXY_SECRET = "proxy-secret-Zq81-fedcba9876543210"
+URL_PASSWORD = "hunter2-Zq81-password"
+
+
+def test_upstream_error_bodies_and_url_passwords_are_scrubbed(sandbox_factory, monkeypatch,
+                                                              plain: httpx.Client) -> None:
+    """An upstream that echoes its key, the sandbox's secret and the URL's password in errors
+    (status bodies and an error event mid-stream): none of them comes back, nor shows anywhere."""
+    from benchmarks.bench_chat import FakeChatServer
+    from gpucloud_nb._secrets import mask
+    from gpucloud_nb.errors import ServerError
+
+    monkeypatch.setenv(UPSTREAM_KEY_VARIABLE, UPSTREAM_KEY)
+    echo = (f"bad request with key {UPSTREAM_KEY}, secret {PROXY_SECRET}, password {URL_PASSWORD} "
+            f"from http://bob:{URL_PASSWORD}@127.0.0.1:9/v1")
+    needles = ("Zq81", "0123456789abcdef", "fedcba9876543210", "hunter2")
+    with FakeChatServer(["Hi"], status=500, secret=UPSTREAM_KEY, fail_with=echo) as failing, \
+            FakeChatServer(["Hi"], secret=UPSTREAM_KEY, fail_with=echo) as mid_stream:
+        texts = []
+        for server in (failing, mid_stream):
+            upstream = server.url.replace("http://", f"http://bob:{URL_PASSWORD}@") + "/v1"
+            proxy = sandbox_factory(upstream=upstream, inference_secret=PROXY_SECRET)
+            headers = {"x-api-key": PROXY_SECRET}
+            url = proxy.inference_url + "/v1/chat/completions"
+            body = chat_body(model=FakeChatServer.MODEL)
+            texts += [plain.post(url, headers=headers, json=body).text,
+                      plain.post(url, headers=headers, json={**body, "stream": True}).text,
+                      repr(proxy.config), repr(proxy)]
+            with InferenceClient(proxy.inference_url, PROXY_SECRET) as client, \
+                    pytest.raises(ServerError) as caught:
+                client.chat(PROMPT, model=FakeChatServer.MODEL, stream=True).read()
+            texts += [str(caught.value), repr(caught.value)]
+        hint = mask(UPSTREAM_KEY)
+        assert hint in texts[0] and "http://***@127.0.0.1:9/v1" in texts[0]  # the body, scrubbed
+        assert hint in texts[1]  # the same, answering a stream request
+        assert hint in texts[7] and "[DONE]" not in texts[7]  # the error event, relayed scrubbed
+        assert hint in texts[10]  # and as the client reports it
+    leaked = [(needle, text) for text in texts for needle in needles if needle in text]
+    assert not leaked, leaked[:3]
+
+
+def test_upstream_url_password_never_shows_in_errors_or_cli_output(sandbox_factory,
+                                                                  plain: httpx.Client, capsys) -> None:
+    from gpucloud_nb import cli
+
+    proxy = sandbox_factory(upstream=f"http://bob:{URL_PASSWORD}@127.0.0.1:9")
+    response = plain.get(proxy.inference_url + "/v1/models",
+                         headers={"x-api-key": proxy.inference_secret})
+    assert response.status_code == 502 and "http://127.0.0.1:9" in response.text
+    assert cli.main(["sandbox", "--upstream", f"ftp://bob:{URL_PASSWORD}@127.0.0.1:9"]) == 2
+    out, err = capsys.readouterr()
+    assert "ftp://***@127.0.0.1:9" in err
+    for text in (response.text, repr(proxy.config), out, err):
+        assert "hunter2" not in text and "Zq81" not in text

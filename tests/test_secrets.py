@@ -325,6 +325,92 @@ def test_widgets_logs_and_errors_hold_no_secret(leak_box: Sandbox, caplog: pytes
         pytest.skip("gpucloud_nb.widgets.chat does not exist yet (the rest passed)")
 
 
+# (b2) error events in a stream, passwords in URLs ------------------------------------------
+
+
+URL_PASSWORD = f"pw-{MARKER}-{random_secrets.token_hex(12)}"  # MARKER is a needle: any sign shows
+
+
+def test_stream_error_events_and_url_passwords_hold_no_secret(
+        leak_box: Sandbox, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """An error event that echoes the secret (and a URL with a password) mid-stream, through the
+    client, the async client and the chat panel; a management client whose URL has a password."""
+    import asyncio
+
+    from benchmarks.bench_chat import FakeChatServer
+    from gpucloud_nb.client.inference import InferenceClient
+    from gpucloud_nb.errors import InvalidInputError, NotFoundError, ServerError
+    from gpucloud_nb.widgets.chat import ChatWidget
+
+    caplog.set_level(logging.DEBUG)
+    for name in ("httpx", "httpcore", "gpucloud_nb", "uvicorn"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    seen: list[str] = []
+
+    def note(*values: Any) -> None:
+        for value in values:
+            seen.extend([repr(value), str(value)])
+            if isinstance(value, BaseException):
+                seen.append("".join(traceback.format_exception(value)))
+                seen.append(repr(value.args))
+
+    echo = f"engine crashed serving {SECRET} for http://bob:{URL_PASSWORD}@127.0.0.1:9/v1"
+    with FakeChatServer(["Hel", "lo"], secret=SECRET, fail_with=echo) as server, \
+            Comms().recording() as comms:
+        url = server.url.replace("http://", f"http://bob:{URL_PASSWORD}@")
+        client = InferenceClient(url, SECRET)
+        assert client.models() == [FakeChatServer.MODEL]  # the password is no obstacle
+        with pytest.raises(ServerError) as caught:
+            client.chat("Hi", stream=True).read()
+        assert str(caught.value) == (f"The endpoint failed while streaming: engine crashed serving "
+                                     f"{mask(SECRET)} for http://***@127.0.0.1:9/v1.")
+
+        async def in_async() -> None:
+            async with client.to_async() as twin:
+                stream = await twin.chat("Hi", stream=True)
+                try:
+                    await stream.read()
+                except ServerError as error:
+                    note(error, twin, stream)
+
+        asyncio.run(in_async())
+        chat = ChatWidget(client)
+        turn = chat.send("Hi").wait(timeout=30)
+        assert turn.status == "error" and turn.error and mask(SECRET) in turn.error
+        note(caught.value, client, chat, turn, turn.error, chat.errors, chat.to_markdown(),
+             chat.history)
+        from gpucloud_nb.widgets._common import iter_widgets
+
+        states = [dump(widget.get_state()) for widget in iter_widgets(chat)]  # this panel's only
+        chat.close()
+        client.close()
+    assert "A chat request failed" in caplog.text  # the widget's log was written, and scanned
+
+    base = leak_box.management_url.replace("http://", f"http://bob:{URL_PASSWORD}@")
+    with GPUCloud(api_key=KEY, base_url=base) as cloud:
+        assert cloud.volumes.list() == []
+        assert "http://***@127.0.0.1" in repr(cloud)
+        note(cloud)
+    with pytest.raises(NotFoundError) as not_found:  # the management root has no model list
+        InferenceClient(base, SECRET).models()
+    assert "http://***@127.0.0.1" in str(not_found.value)
+    note(not_found.value)
+    for make in (lambda: GPUCloud(api_key=KEY, base_url=f"ftp://bob:{URL_PASSWORD}@host"),
+                 lambda: InferenceClient(f"ftp://bob:{URL_PASSWORD}@host", SECRET)):
+        with pytest.raises(InvalidInputError) as refused:
+            make()
+        note(refused.value)
+
+    out, err = capsys.readouterr()
+    assert_clean("reprs and exception texts", seen)
+    assert_clean("widget states", states)
+    assert_clean("comm messages to the front end", comms.messages)
+    assert_clean("logs", [record.getMessage() + repr(record.args) for record in caplog.records])
+    assert_clean("log text", [caplog.text])
+    assert_clean("stdout and stderr", [out, err])
+    assert {r.name.split(".")[0] for r in caplog.records} >= {"httpx", "httpcore"}
+
+
 # (c) magics ---------------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ from collections.abc import Generator
 
 import httpx
 
-from gpucloud_nb._secrets import Secret
+from gpucloud_nb._secrets import Secret, mask_url
 from gpucloud_nb.errors import InvalidInputError
 
 __all__ = ["ApiKeyAuth", "settings"]
@@ -30,6 +30,9 @@ class ApiKeyAuth(httpx.Auth):
 def settings(api_key: str | None, base_url: str | None) -> tuple[Secret, str]:
     """Resolve the management key and base URL from arguments or the environment.
 
+    A user name and password in the URL (``http://user:pass@host``) are not sent (the key
+    authenticates); reprs and messages show the URL as ``http://***@host``.
+
         >>> settings(None, None)     # GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL
     """
     key = api_key or os.environ.get("GPUCLOUD_API_KEY")
@@ -42,5 +45,6 @@ def settings(api_key: str | None, base_url: str | None) -> tuple[Secret, str]:
     if not url:
         raise InvalidInputError("No base URL: pass base_url= or set GPUCLOUD_BASE_URL.")
     if not url.startswith(("http://", "https://")):
-        raise InvalidInputError(f"The base URL must start with http:// or https://, not {url!r}.")
+        raise InvalidInputError(
+            f"The base URL must start with http:// or https://, not {mask_url(url)!r}.")
     return Secret(key), url.rstrip("/")

@@ -15,10 +15,12 @@ no-double-create rule and polling are therefore written once for both clients.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import random
 import time
+import urllib.parse
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -137,6 +139,42 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` shown as ``…@``, so no credential is repeated."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "an unreadable address"
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="…@" + parts.netloc.rpartition("@")[2]))
+
+
+def _redirect_message(response: httpx.Response, flavor: Flavor) -> str:
+    """One sentence for a 3xx: where it points, and the base URL to use instead when it shows.
+
+    Redirects are not followed: the location is named so the user can fix the base URL.
+    """
+    status = response.status_code
+    base = "endpoint URL" if flavor == "inference" else "base URL"
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return f"The server answered {status} (a redirect) without a Location; check the {base}."
+    try:
+        request_url = response.request.url
+    except RuntimeError:  # a response built without a request
+        request_url = None
+    if request_url is not None:
+        with contextlib.suppress(httpx.InvalidURL, ValueError):
+            location = str(request_url.join(location))
+        path = request_url.path
+        target = location.split("?", 1)[0].split("#", 1)[0]
+        if path and path != "/" and target.endswith(path) and len(target) > len(path):
+            new_base = _without_userinfo(target[: -len(path)])
+            return f"The {base} redirects to {new_base}; use that."
+    return f"The server redirects ({status}) to {_without_userinfo(location)}; check the {base}."
+
+
 _UPLOAD_TOO_LARGE = ("too large", "too big", "exceeds")
 _UPLOAD_BAD_TYPE = ("unsupported", "not supported", "invalid file type", "invalid format")
 
@@ -183,8 +221,11 @@ def error_from_response(
     retry_after = _retry_after(response)
     lowered = server_message.lower()
 
-    if status in (401, 403):
-        cls: type[errors.APIError] = errors.AuthenticationError
+    if 300 <= status < 400:
+        cls: type[errors.APIError] = errors.RedirectError
+        message = _redirect_message(response, flavor)
+    elif status in (401, 403):
+        cls = errors.AuthenticationError
         if flavor == "inference":
             message = "The inference endpoint refused the secret (401); check the instance's secret."
         else:
@@ -250,6 +291,9 @@ def send(
 ) -> Op[Any]:
     """Perform ``call`` with retries and return its decoded JSON body (``None`` for no body).
 
+    Only a 2xx is a success: a 3xx raises :class:`~gpucloud_nb.errors.RedirectError` naming
+    where it points (a redirect is not followed, and a 301 with no body is not a done delete).
+
     Idempotent calls retry on 429 (honouring ``Retry-After``), 5xx and connection errors. A call
     that is not idempotent (a create) retries only when the server surely did not act on it (a
     connection never made, a 429) and otherwise raises :class:`OutcomeUnknown`, so the caller
@@ -272,7 +316,7 @@ def send(
                 ) from None
             raise OutcomeUnknown(f"The server {reason} ({call.method} {call.path}).") from None
 
-        if response.status_code < 400:
+        if response.status_code < 300:
             if response.status_code == 204 or not response.content:
                 return None
             if not call.decode:

@@ -24,7 +24,14 @@ The endpoint follows the widely used chat-completion interface (``/v1/models``,
   model (whisper, speech, transcribe, asr, stt, audio), else the first.
 - A non-streamed chat and a transcription are safe to repeat, so they are retried on 429
   (honouring ``Retry-After``), 5xx and connection errors like reads. A stream is never retried:
-  an error before it starts (such as a 429) raises at once.
+  an error before it starts (such as a 429) raises at once. A stream that ends without a
+  ``finish_reason`` or ``data: [DONE]`` was cut off (a proxy, a crashed server): iterating it
+  raises :class:`ConnectionFailedError` ("The reply was cut off before it finished...") after
+  the chunks that did arrive, rather than passing a truncated reply off as whole.
+- Secrets never show: every error text (HTTP errors and error events inside a stream alike) is
+  scrubbed of the secret with :func:`gpucloud_nb._secrets.scrub`. A user name and password in
+  the endpoint URL (``http://user:pass@host``) are not sent (the secret authenticates) and show
+  as ``http://***@host`` in reprs and errors; httpx never sees them, so its logs hold none.
 - Images are checked and turned into ``data:`` URLs by :mod:`gpucloud_nb.media` before anything is
   sent, and audio is checked by ``media.check_audio``; ``http(s)://`` image URLs are passed
   through unchanged for the endpoint to fetch.
@@ -45,7 +52,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
-from gpucloud_nb._secrets import Secret, mask
+from gpucloud_nb._secrets import Secret, mask, mask_url, scrub, without_userinfo
 from gpucloud_nb.client._auth import ApiKeyAuth
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -399,7 +406,7 @@ def normalize_messages(messages: Any, images: Iterable[Any] | None = None) -> li
 def _endpoint(url: str) -> str:
     if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
         raise InvalidInputError(
-            f"The endpoint URL must start with http:// or https://, not {str(url)[:80]!r}."
+            f"The endpoint URL must start with http:// or https://, not {mask_url(str(url))[:80]!r}."
         )
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
@@ -465,6 +472,11 @@ class _InferenceOps(Generic[D]):
         """The secret, masked: at most its first 3 and last 4 characters."""
         return mask(self._secret.reveal())
 
+    @property
+    def shown_url(self) -> str:
+        """``endpoint_url`` as it may be shown: a user name and password in it become ``***``."""
+        return mask_url(self.endpoint_url)
+
     def _secrets(self) -> tuple[str]:
         return (self._secret.reveal(),)
 
@@ -480,7 +492,7 @@ class _InferenceOps(Generic[D]):
             known = f" This endpoint serves: {', '.join(m.id for m in self._models)}." \
                 if self._models else ""
             return _reworded(error, f"Model {model} not found.{known}")
-        return _reworded(error, f"Nothing at {self.endpoint_url}{error.path or ''} (404); check "
+        return _reworded(error, f"Nothing at {self.shown_url}{error.path or ''} (404); check "
                                 "the endpoint URL (the instance's base address, before /v1).")
 
     def model_records(self) -> Op[list[ModelInfo]]:
@@ -491,7 +503,7 @@ class _InferenceOps(Generic[D]):
         try:
             data = yield from self._send(Call("GET", MODELS_PATH))
         except NotFoundError as error:
-            raise _reworded(error, f"No model list at {self.endpoint_url}{MODELS_PATH} (404); check "
+            raise _reworded(error, f"No model list at {self.shown_url}{MODELS_PATH} (404); check "
                                    "the endpoint URL (the instance's base address, before /v1).") from None
         items = data.get("data") if isinstance(data, Mapping) else data
         if not isinstance(items, list):
@@ -515,7 +527,7 @@ class _InferenceOps(Generic[D]):
             yield from _InferenceOps.model_records(self)
         models = self._models or []
         if not models:
-            raise InvalidInputError(f"The endpoint at {self.endpoint_url} lists no model; pass model=.")
+            raise InvalidInputError(f"The endpoint at {self.shown_url} lists no model; pass model=.")
         if speech:
             for record in models:
                 if _SPEECH_MODEL.search(record.id):
@@ -576,7 +588,7 @@ class _InferenceOps(Generic[D]):
         return Transcription(data["text"], data)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.endpoint_url!r} secret={self.secret_hint!r}>"
+        return f"<{type(self).__name__} {self.shown_url!r} secret={self.secret_hint!r}>"
 
 
 # streams ------------------------------------------------------------------------------------
@@ -590,12 +602,24 @@ class _StreamBase:
 
     def __init__(self, request: _ChatRequest, ops: _InferenceOps[Any]) -> None:
         self.model = request.model
-        self.text = ""
+        self._parts: list[str] = []          # the deltas, appended as they come
+        self._joined: tuple[int, str] = (0, "")  # how many parts ``text`` last joined, and it
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.id = ""
         self.closed = False
+        self.complete = False  # a finish_reason or [DONE] came: the reply was not cut off
         self._ops = ops
+
+    @property
+    def text(self) -> str:
+        """The reply's text so far (joined when read, so a long reply streams in linear time)."""
+        count, joined = self._joined
+        end = len(self._parts)
+        if end > count:
+            joined += "".join(self._parts[count:end])
+            self._joined = (end, joined)
+        return joined
 
     def _error(self, response: httpx.Response) -> APIError:
         error = error_from_response(response, flavor="inference", secrets=self._ops._secrets())
@@ -618,6 +642,11 @@ class _StreamBase:
     def _is_event_stream(response: httpx.Response) -> bool:
         return "text/event-stream" in response.headers.get("content-type", "")
 
+    @staticmethod
+    def _cut_off() -> ConnectionFailedError:
+        return ConnectionFailedError("The reply was cut off before it finished: the stream ended "
+                                     "without a finish_reason or [DONE].")
+
     def _transport_error(self, exc: httpx.TransportError, started: bool) -> ConnectionFailedError:
         when = "while streaming the reply" if started else f"(POST {CHAT_PATH})"
         return ConnectionFailedError(f"The server {_describe(exc)} {when}.")
@@ -628,6 +657,7 @@ class _StreamBase:
         if not data:
             return None
         if data == "[DONE]":
+            self.complete = True
             return _DONE
         try:
             payload = json.loads(data)
@@ -640,12 +670,15 @@ class _StreamBase:
             detail = _mapping(payload.get("error")).get("message") or payload.get("message") or ""
             text = f"The endpoint failed while streaming: {detail}" if detail else \
                 "The endpoint failed while streaming."
-            raise ServerError(text.rstrip(".") + ".", status_code=500, path=CHAT_PATH)
+            raise ServerError(scrub(text.rstrip(".") + ".", *self._ops._secrets()), status_code=500,
+                              path=CHAT_PATH)
         chunk = ChatChunk.from_json(payload)
-        self.text += chunk.delta
+        if chunk.delta:
+            self._parts.append(chunk.delta)
         self.id = self.id or chunk.id
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason
+            self.complete = True
         if chunk.usage is not None:
             self.usage = chunk.usage
         return chunk
@@ -659,7 +692,10 @@ class ChatStream(_StreamBase):
     """A streamed chat reply: iterate for :class:`ChatChunk` records; ``text`` accumulates.
 
     ``close()`` (or leaving the ``with`` block) stops reading and releases the connection; the
-    client stays usable. An error status before the stream starts raises from ``chat()``.
+    client stays usable. An error status before the stream starts raises from ``chat()``; a
+    stream cut off before its ``finish_reason`` or ``[DONE]`` raises
+    :class:`~gpucloud_nb.errors.ConnectionFailedError` at its end (``text`` keeps what came,
+    ``complete`` stays False).
 
         >>> with chat.chat("Count to ten", stream=True) as stream:
         ...     for chunk in stream:
@@ -676,7 +712,7 @@ class ChatStream(_StreamBase):
             raise self._transport_error(exc, started=False) from None
         try:
             response = source.response
-            if response.status_code >= 400:
+            if response.status_code >= 300:  # a redirect is an error too
                 response.read()
                 raise self._error(response)
             if self._is_event_stream(response):
@@ -714,6 +750,9 @@ class ChatStream(_StreamBase):
                 event = next(self._events)
                 chunk = self._parse(event)
             except StopIteration:
+                self.close()
+                if not self.complete:
+                    raise self._cut_off() from None
                 break
             except httpx.TransportError as exc:
                 self.close()
@@ -766,7 +805,7 @@ class AsyncChatStream(_StreamBase):
             raise self._transport_error(exc, started=False) from None
         try:
             response = source.response
-            if response.status_code >= 400:
+            if response.status_code >= 300:  # a redirect is an error too
                 await response.aread()
                 raise self._error(response)
             if self._is_event_stream(response):
@@ -808,6 +847,9 @@ class AsyncChatStream(_StreamBase):
                     event = await self._events.__anext__()
                 chunk = self._parse(event)
             except (StopIteration, StopAsyncIteration):
+                await self.aclose()
+                if not self.complete:
+                    raise self._cut_off() from None
                 break
             except httpx.TransportError as exc:
                 await self.aclose()
@@ -858,7 +900,8 @@ class InferenceClient(_InferenceOps[SyncDriver]):
                  max_retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
         self._timeout = timeout
-        self._http = httpx.Client(base_url=self.endpoint_url, auth=auth, timeout=timeout,
+        self._http = httpx.Client(base_url=without_userinfo(self.endpoint_url), auth=auth,
+                                  timeout=timeout,
                                   transport=transport)
         self._driver = SyncDriver(self._http)
 
@@ -926,7 +969,8 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 100) -> None:
         auth = self._setup(endpoint_url, secret, max_retries)
-        self._http = httpx.AsyncClient(base_url=self.endpoint_url, auth=auth, timeout=timeout,
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.endpoint_url), auth=auth,
+                                       timeout=timeout,
                                        transport=transport,
                                        limits=httpx.Limits(max_connections=max_connections))
         self._driver = AsyncDriver(self._http)

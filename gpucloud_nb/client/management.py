@@ -16,6 +16,12 @@ Choices where the spec says "not shown", documented here once:
   try again. A connection that was never made and a 429 are retried as usual.
 - The offers catalogue used to check a create is cached for ``offers_ttl`` seconds (60).
 - ``GPUCLOUD_BASE_URL`` has no default: the spec names none, so it must be given.
+- Redirects are not followed: any 3xx raises :class:`~gpucloud_nb.errors.RedirectError` naming
+  the ``Location`` (user:password masked), so a 301 is never taken for a done delete.
+- ``max_hourly_cost`` fails closed: a pending or active instance, or the offer, whose
+  ``hourlyPrice`` is missing, not finite or negative refuses the launch (see ``costcap``).
+- Two providers may sell offers with the same ``instanceId``: an offer is named by the pair
+  (provider ``_id``, ``instanceId``) everywhere.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from gpucloud_nb import rules
-from gpucloud_nb._secrets import Secret, mask, scrub
+from gpucloud_nb._secrets import Secret, mask, mask_url, scrub, without_userinfo
+from gpucloud_nb.client import costcap
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._ops import (
     AsyncDriver,
@@ -328,18 +335,14 @@ class _InstancesOps(_Resource[D]):
         return instance
 
     def _check_cost_cap(self, offer: Mapping[str, Any]) -> Op[None]:
+        """Refuse a launch over ``max_hourly_cost``, or whose cost cannot be summed (see costcap)."""
         cap = self._core.max_hourly_cost
         if cap is None:
             return
         data = yield from self._core.send(Call("GET", "/gpu-cloud/instances"))
-        running = sum(float(item.get("hourlyPrice") or 0) for item in _json_list(data)
-                      if item.get("status") in ("pending", "active"))
-        price = float(offer.get("hourlyPrice") or 0)
-        if running + price > cap + 1e-9:
-            raise InvalidInputError(
-                f"Launching this ${price:.2f}/h offer would bring pending and active instances "
-                f"to ${running + price:.2f}/h, above the cap of ${cap:.2f}/h (max_hourly_cost)."
-            )
+        problem = costcap.cap_problem(cap, _json_list(data), offer)
+        if problem:
+            raise InvalidInputError(problem)
 
     def list(self, deployment_type: str | None = None) -> Op[builtins.list[Instance]]:
         """List the instances, optionally of one deployment type.
@@ -715,7 +718,7 @@ class _CloudBase:
 
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
-        return (f"<{type(self).__name__} {where} base_url={self.base_url!r} "
+        return (f"<{type(self).__name__} {where} base_url={mask_url(self.base_url)!r} "
                 f"api_key={self.api_key_hint!r}>")
 
 
@@ -741,7 +744,7 @@ class GPUCloud(_CloudBase):
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
-        self._http = httpx.Client(base_url=self.base_url, auth=ApiKeyAuth(key),
+        self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
@@ -785,8 +788,9 @@ class AsyncGPUCloud(_CloudBase):
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         limits = httpx.Limits(max_connections=max_connections)
-        self._http = httpx.AsyncClient(base_url=self.base_url, auth=ApiKeyAuth(key),
-                                       timeout=timeout, transport=transport, limits=limits)
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.base_url),
+                                       auth=ApiKeyAuth(key), timeout=timeout,
+                                       transport=transport, limits=limits)
         self._core = _Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
         self.instances = AsyncInstances(self._core)

@@ -250,9 +250,11 @@ class _Catalogue:
                  volume_offers: Sequence[Mapping[str, Any]]) -> None:
         self.offers = [dict(offer) for offer in offers]
         self.encoded = [_dumps(offer) for offer in self.offers]
-        self.by_id: dict[str, Mapping[str, Any]] = {}
+        # Keyed by (provider _id, instanceId): two providers may sell the same instanceId.
+        self.by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
         for offer in self.offers:
-            self.by_id.setdefault(str(offer.get("instanceId")), offer)
+            provider = (offer.get("cloud") or {}).get("_id")
+            self.by_key.setdefault((str(provider), str(offer.get("instanceId"))), offer)
         self.volume_offers = [dict(offer) for offer in volume_offers]
         self.volume_offers_body = _dumps(self.volume_offers)
 
@@ -305,7 +307,12 @@ class _Management:
     async def create_instance(self, request: Request) -> Response:
         body = await _json_object(request)
         instance_id = body.get("instanceId")
-        offer = self.catalogue.by_id.get(instance_id) if isinstance(instance_id, str) else None
+        provider = body.get("cloudProvider")
+        offer = self.catalogue.by_key.get((provider, instance_id)) \
+            if isinstance(instance_id, str) and isinstance(provider, str) else None
+        if offer is None:  # for the 400's sentence: no such offer, or not from this provider
+            offer = next((o for o in self.catalogue.offers if o.get("instanceId") == instance_id),
+                         None)
         volume_id = body.get("volumeId")
         volume_record = self.store.volume(self.user, volume_id) \
             if isinstance(volume_id, str) else None

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb._secrets import mask
+from gpucloud_nb._secrets import mask, mask_url
 
 if TYPE_CHECKING:
     import uvicorn
@@ -93,6 +93,10 @@ class SandboxConfig:
             raise ValueError("inference_rate_limit must be a positive number of requests/second.")
         if not self.stream_tokens_per_second > 0:
             raise ValueError("stream_tokens_per_second must be positive.")
+        if self.upstream is not None:
+            from gpucloud_nb.sandbox.inference.upstream import upstream_base
+
+            upstream_base(self.upstream)  # a bad URL is one line now, its password masked
 
     def __repr__(self) -> str:
         custom = " offers=custom" if self.offers is not None else ""
@@ -102,7 +106,7 @@ class SandboxConfig:
             f"SandboxConfig(host={self.host!r}, port={self.port}, api_key={mask(self.api_key)!r}, "
             f"inference_secret={mask(self.inference_secret)!r}, state={self.state!r}, "
             f"launch_seconds={self.launch_seconds}, delete_seconds={self.delete_seconds}, "
-            f"latency={self.latency}, upstream={self.upstream!r}{custom})"
+            f"latency={self.latency}, upstream={mask_url(self.upstream or '') or None!r}{custom})"
         )
 
 

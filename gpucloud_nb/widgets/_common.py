@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import ipywidgets as widgets
 
+from gpucloud_nb._secrets import scrub, scrub_exception
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.frames import format_price
 
@@ -71,14 +72,19 @@ class WaitStopped(GPUCloudError):
 # --------------------------------------------------------------------------- errors
 
 
-def describe_error(error: BaseException) -> str:
-    """One sentence for the screen: the error's own for ours, a labelled one for the unexpected."""
+def describe_error(error: BaseException, *secrets: str | None) -> str:
+    """One sentence for the screen: the error's own for ours, a labelled one for the unexpected.
+
+    The traceback of an unexpected one goes to the debug log. ``secrets``, and any URL's user
+    name and password, are masked in both (:func:`gpucloud_nb._secrets.scrub`).
+    """
     if isinstance(error, GPUCloudError):
-        return str(error)
-    log.debug("Unexpected error in a gpucloud_nb widget", exc_info=error)
+        return scrub(str(error), *secrets)
+    log.debug("Unexpected error in a gpucloud_nb widget:\n%s", scrub_exception(error, *secrets))
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     kind = type(error).__name__
-    return f"Something went wrong: {kind}: {message}" if message else f"Something went wrong: {kind}."
+    return scrub(f"Something went wrong: {kind}: {message}" if message
+                 else f"Something went wrong: {kind}.", *secrets)
 
 
 _COLOURS = {"info": "#555", "success": "#1b7f3b", "error": "#b00020", "warning": "#8a5a00"}

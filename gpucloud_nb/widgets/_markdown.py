@@ -126,43 +126,92 @@ def _top_blocks(tokens: Sequence[Token]) -> list[tuple[int, Token]]:
     return [(i, t) for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0 and t.map]
 
 
-_SENTENCE_END = re.compile(r"[.!?:;][\"')\]]*[ \t\n]+(?=[^\W\d_])")
-_WORD_GAP = re.compile(r"[ \t\n]+(?=[^\W\d_])")
+# A gap between two words where a paragraph may be cut; ``end`` is set at a sentence's end.
+_GAP = re.compile(r"(?P<end>[.!?:;][\"')\]]*)?(?P<gap>[ \t\n]+)(?=[^\W\d_])")
+# What may open an inline span that a cut would break: code, emphasis, strike, link, parenthesis.
+_MARK = re.compile(r"~~|[`*\[\]()]")
 
 
-def _balanced(piece: str) -> bool:
-    """Whether cutting a paragraph after ``piece`` leaves no inline construct open."""
-    return (piece.count("`") % 2 == 0 and piece.count("*") % 2 == 0
-            and piece.count("[") == piece.count("]") and piece.count("(") == piece.count(")")
-            and piece.count("~~") % 2 == 0)
+class _Spans:
+    """Running counts of the inline marks seen so far in a paragraph, updated in one pass.
+
+    A closing ``]`` or ``)`` with nothing open is ignored (it cannot be part of a span), so a
+    stray one does not block every later cut; a stray opener does until the paragraph is cut
+    by force (see :meth:`MarkdownStream._cut_paragraph`).
+    """
+
+    __slots__ = ("brackets", "parens", "stars", "ticks", "tildes")
+
+    def __init__(self) -> None:
+        self.ticks = self.stars = self.tildes = self.brackets = self.parens = 0
+
+    def scan(self, text: str, start: int, end: int) -> None:
+        for match in _MARK.finditer(text, start, end):
+            mark = match.group()
+            if mark == "`":
+                self.ticks ^= 1
+            elif mark == "*":
+                self.stars ^= 1
+            elif mark == "~~":
+                self.tildes ^= 1
+            elif mark == "[":
+                self.brackets += 1
+            elif mark == "(":
+                self.parens += 1
+            elif mark == "]":
+                self.brackets = max(0, self.brackets - 1)
+            else:
+                self.parens = max(0, self.parens - 1)
+
+    @property
+    def closed(self) -> bool:
+        return not (self.ticks or self.stars or self.tildes or self.brackets or self.parens)
 
 
 @dataclass
 class MarkdownStream:
     """A reply being streamed, rendered as frozen segments plus one open tail.
 
-    ``append(delta)`` adds text. ``settle()`` returns the raw Markdown of the text that can be
-    frozen now (``""`` when none) and moves past it; ``tail`` is what is still open. Rendering
-    ``frozen`` segments one by one gives the same HTML as rendering the whole text, because a
-    segment always ends where a new top-level block starts and Markdown blocks do not reach
-    back, with two documented exceptions:
+    ``append(delta)`` adds text. ``settle()`` returns the raw Markdown of a piece that can be
+    frozen now (``""`` when none) and moves past it: call it until it returns ``""``; the open
+    ``tail`` is then at most ``min_chars + max_chars`` characters, however long the reply, so
+    showing it costs the same at the first kilobyte and at the last megabyte. Rendering the
+    frozen pieces one by one gives the same HTML as rendering the whole text, because a piece
+    always ends where a new top-level block starts and Markdown blocks do not reach back, with
+    two documented exceptions:
 
-    - a link reference definition (``[x]: http://...``) only applies inside its own segment;
-    - a single block longer than ``max_chars`` (a very long paragraph, list or fenced code
-      block) is cut so the tail stays small: a paragraph at a sentence end (or a word gap)
-      where no inline span is open, a list between items, a code block between lines (the
-      fence is closed and reopened). Such a block shows as two consecutive blocks.
+    - a link reference definition (``[x]: http://...``) only applies inside its own piece;
+    - a single block longer than ``max_chars`` is cut so that the tail stays small, and shows
+      as two consecutive blocks: a paragraph at a sentence end (or a word gap) where no inline
+      span is open, a list between items, a code block between lines (the fence is closed and
+      reopened). When no such place exists (a stray ``*`` or ``[`` early in a paragraph, one
+      10,000-character word or code line, a long table, quote or heading), the cut is forced:
+      at the last sentence end or word gap, else at the last line break, else inside the line
+      (a code line stays in its code block). A span cut this way shows its marks as text; no
+      text is lost, and each piece is rendered and sanitised on its own.
 
-    A segment is frozen only once it holds at least ``min_chars`` characters, so short blocks
-    (headings, one-line paragraphs) share a widget.
+    Each call to ``settle()`` parses at most a few ``max_chars`` of text and every scan is
+    linear, so the whole reply costs time in proportion to its length. A piece is frozen only
+    once it holds at least ``min_chars`` characters, so short blocks (headings, one-line
+    paragraphs) share a widget.
+
+        >>> stream = MarkdownStream(min_chars=10, max_chars=40)
+        >>> stream.append("# Title\\n\\nSome text.\\n\\nMore")
+        >>> stream.settle(), stream.tail
+        ('# Title\\n\\nSome text.\\n\\n', 'More')
     """
 
     min_chars: int = 400
     max_chars: int = 1600
-    text: str = ""
-    _start: int = 0          # where the open tail begins in ``text``
-    _carry: str = ""         # a code fence reopened in front of the tail after a cut
-    _cr: bool = field(default=False, repr=False)
+    _open: str = field(default="", init=False, repr=False)       # the text after the frozen pieces
+    _carry: str = field(default="", init=False, repr=False)      # a code fence reopened in front of it
+    _pending: list[str] = field(default_factory=list, init=False, repr=False)   # appended, not yet joined
+    _pending_chars: int = field(default=0, init=False, repr=False)
+    _passed: list[str] = field(default_factory=list, init=False, repr=False)    # text of the frozen pieces
+    _cr: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.max_chars = max(self.max_chars, self.min_chars, 2)
 
     def append(self, delta: str) -> None:
         """Add streamed text (``\\r\\n`` and ``\\r`` become ``\\n``, as Markdown reads them)."""
@@ -171,69 +220,108 @@ class MarkdownStream:
             self._cr = False
         if delta.endswith("\r"):
             delta, self._cr = delta[:-1], True
-        self.text += _normalize(delta)
+        if delta:
+            delta = _normalize(delta)
+            self._pending.append(delta)  # joined once, when looked at: appending stays O(1)
+            self._pending_chars += len(delta)
 
     def finish(self) -> None:
         """No more text will come."""
         if self._cr:
-            self.text += "\n"
+            self.append("\n")
             self._cr = False
+
+    def _join(self) -> None:
+        if self._pending:
+            self._open += "".join(self._pending)
+            self._pending.clear()
+            self._pending_chars = 0
+
+    @property
+    def text(self) -> str:
+        """Everything appended so far (normalised)."""
+        self._join()
+        if len(self._passed) > 1:
+            self._passed[:] = ["".join(self._passed)]
+        return "".join((*self._passed, self._open))
 
     @property
     def tail(self) -> str:
         """The open tail's Markdown (what the streaming widget shows)."""
-        return self._carry + self.text[self._start:]
+        self._join()
+        return self._carry + self._open
+
+    @property
+    def tail_chars(self) -> int:
+        """``len(tail)``, without joining what was appended."""
+        return len(self._carry) + len(self._open) + self._pending_chars
 
     def settle(self) -> str:
-        """Freeze what can no longer change; return its Markdown (``""``: nothing yet)."""
+        """Freeze a piece that can no longer change; return its Markdown (``""``: none yet)."""
         source = self.tail
         if len(source) < self.min_chars:
             return ""
+        window = len(self._carry) + 4 * self.max_chars + self.min_chars
+        if len(source) > window:
+            source = source[:window]  # as if only this much had arrived: bounded parse work
         tokens = _MD.parse(source)
         blocks = _top_blocks(tokens)
+        if not blocks:  # blank lines only
+            return self._force_cut(source, 0) if len(source) > self.max_chars else ""
         lines = _line_offsets(source)
-        cut = 0
-        if len(blocks) >= 2:
-            cut = lines[blocks[-1][1].map[0]]  # type: ignore[index]
+        cut = lines[blocks[-1][1].map[0]] if len(blocks) >= 2 else 0  # type: ignore[index]
         if cut >= self.min_chars:
             return self._advance(source, cut)
-        if len(source) - cut <= self.max_chars or not blocks:
+        if len(source) - cut <= self.max_chars:
             return ""
         index, last = blocks[-1]
         begin = lines[last.map[0]]  # type: ignore[index]
+        frozen = ""
         if last.type == "paragraph_open":
-            return self._cut_paragraph(source, begin)
-        if last.type in ("bullet_list_open", "ordered_list_open"):
+            frozen = self._cut_paragraph(source, begin)
+        elif last.type in ("bullet_list_open", "ordered_list_open"):
             items = [t for t in tokens[index:] if t.type == "list_item_open" and t.level == 1 and t.map]
             if len(items) >= 2:
                 at = lines[items[-1].map[0]]  # type: ignore[index]
                 if at - begin >= self.min_chars // 2 or cut:
-                    return self._advance(source, at)
-            return ""
-        if last.type == "fence" and last.markup:
-            return self._cut_fence(source, begin)
-        return ""
+                    frozen = self._advance(source, at)
+        elif last.type == "fence" and last.markup:
+            frozen = self._cut_fence(source, begin)
+        return frozen or self._force_cut(source, begin)
 
     def _advance(self, source: str, cut: int, carry: str = "", closing: str = "") -> str:
+        self._join()
         taken = len(self._carry)
-        frozen = source[:cut] + closing
-        self._start += cut - taken
+        self._passed.append(self._open[:cut - taken])
+        self._open = self._open[cut - taken:]
         self._carry = carry
-        return frozen
+        return source[:cut] + closing
+
+    def _hard_cut(self, source: str, begin: int) -> int:
+        """Where to cut inside a line: keep ``min_chars // 2`` open, before a letter if near."""
+        at = len(source) - self.min_chars // 2
+        for back in range(at, max(begin + 1, at - 32), -1):
+            if source[back].isalnum():
+                return back
+        return at
 
     def _cut_paragraph(self, source: str, begin: int) -> str:
-        body = source[begin:]
-        for pattern in (_SENTENCE_END, _WORD_GAP):
-            best = None
-            for match in pattern.finditer(body, 0, len(body) - 1):
-                kept = body[:match.end()].rstrip()
-                if len(kept) >= self.min_chars // 2 and _balanced(kept):
-                    best = match
-            if best is not None:
-                frozen = source[:begin] + body[:best.end()].rstrip() + "\n"
-                self._start += begin + best.end() - len(self._carry)
-                self._carry = ""
-                return frozen
+        """Cut the paragraph starting at ``begin`` at the best place, in one pass over it."""
+        floor = begin + self.min_chars // 2
+        spans = _Spans()
+        scanned = begin
+        best: dict[tuple[bool, bool], tuple[int, int]] = {}  # (closed, sentence) -> (kept, after)
+        for match in _GAP.finditer(source, begin, len(source) - 1):
+            kept = match.start("gap")
+            spans.scan(source, scanned, kept)
+            scanned = kept
+            if kept >= floor:
+                best[(spans.closed, match.group("end") is not None)] = (kept, match.end())
+        for key in ((True, True), (True, False), (False, True), (False, False)):
+            if key in best and len(source) - best[key][1] <= self.max_chars:
+                kept, after = best[key]
+                self._advance(source, after)
+                return source[:kept] + "\n"
         return ""
 
     def _cut_fence(self, source: str, begin: int) -> str:
@@ -241,11 +329,24 @@ class MarkdownStream:
         if opener_end == -1:
             return ""
         opener = source[begin:opener_end + 1]
-        fence = opener.strip()[0] * 3
         stripped = opener.lstrip(" ")
-        run = len(stripped) - len(stripped.lstrip(fence[0]))
-        closing = " " * (len(opener) - len(stripped)) + fence[0] * run + "\n"
-        last_line = source.rfind("\n", opener_end + 1, len(source) - 1)
-        if last_line == -1 or last_line + 1 - begin < self.min_chars // 2:
+        run = len(stripped) - len(stripped.lstrip(stripped[0]))
+        indent = " " * (len(opener) - len(stripped))
+        fence = indent + stripped[0] * run + "\n"  # the info string does not change the HTML
+        if len(fence) > self.min_chars // 4:
             return ""
-        return self._advance(source, last_line + 1, carry=opener, closing=closing)
+        last_line = source.rfind("\n", opener_end + 1, len(source) - 1)
+        if last_line != -1 and last_line + 1 - begin >= self.min_chars // 2 \
+                and len(source) - last_line - 1 <= self.max_chars:
+            return self._advance(source, last_line + 1, carry=fence, closing=fence)
+        at = self._hard_cut(source, opener_end + 1)  # one huge line: cut it, inside the block
+        if at - begin < self.min_chars // 2:
+            return ""
+        return self._advance(source, at, carry=fence, closing="\n" + fence)
+
+    def _force_cut(self, source: str, begin: int) -> str:
+        """No clean place: cut at the last line break, else inside the line."""
+        line = source.rfind("\n", begin + self.min_chars // 2, len(source) - 1)
+        if line != -1 and len(source) - line - 1 <= self.max_chars:
+            return self._advance(source, line + 1)
+        return self._advance(source, self._hard_cut(source, begin))

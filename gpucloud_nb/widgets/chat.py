@@ -32,7 +32,7 @@ from traitlets import Any as TraitAny
 from traitlets import Bool, Unicode
 
 from gpucloud_nb import media
-from gpucloud_nb._secrets import scrub
+from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
@@ -204,7 +204,8 @@ class ChatTurn:
     def __init__(self, kind: str = "chat", loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.kind = kind
         self.status = "queued"
-        self.text = ""
+        self._text = ""
+        self._live: Callable[[], str] | None = None  # the stream's text while it streams
         self.error: str | None = None
         self.future: concurrent.futures.Future[ChatTurn] = concurrent.futures.Future()
         self._loop = loop
@@ -217,6 +218,16 @@ class ChatTurn:
         turn = cls(kind)
         turn._finish("refused", error=sentence)
         return turn
+
+    @property
+    def text(self) -> str:
+        """The reply so far (or the transcript)."""
+        live = self._live
+        return live() if live is not None else self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._text, self._live = value, None
 
     @property
     def stopped(self) -> bool:
@@ -344,10 +355,11 @@ class _Group(widgets.VBox):
 class _ReplyView:
     """The assistant message being streamed.
 
-    The reply's Markdown is cut into segments (:class:`MarkdownStream`): a segment that can no
-    longer change is rendered one last time into its own ``HTML`` widget and never touched again;
-    only the last widget (the open tail) is re-rendered, at most ``1 / FLUSH_INTERVAL`` times a
-    second. So each update sends the tail, not the whole reply, let alone the conversation.
+    The reply's Markdown is cut into segments (:class:`MarkdownStream`): the segments that can
+    no longer change by a flush are each rendered once, into that flush's own ``HTML`` widget,
+    which is never touched again; only the last widget (the open tail, capped in size) is
+    re-rendered, at most ``1 / FLUSH_INTERVAL`` times a second. So each update sends the tail,
+    not the whole reply, let alone the conversation, and costs the same however long the reply.
     Segment widgets sit in sub-boxes of ``_GROUP_SIZE`` so that adding one re-sends a short
     ``children`` list. All block widgets share one layout and one style model.
     """
@@ -355,6 +367,7 @@ class _ReplyView:
     def __init__(self, layout: widgets.Layout, style: HTMLStyle, box_layout: widgets.Layout) -> None:
         self._layout, self._style, self._box_layout = layout, style, box_layout
         self.markdown = MarkdownStream(min_chars=600, max_chars=1200)
+        self._ready: list[str] = []  # HTML of pieces frozen between two flushes
         self.blocks: list[widgets.HTML] = []
         self.tail = self._block("")
         self._group = _Group([self.tail], layout=box_layout)
@@ -373,25 +386,41 @@ class _ReplyView:
         return self.markdown.text
 
     def append(self, delta: str) -> None:
+        """Add text; past a few blocks' worth, freeze what can be frozen now (shown at the next
+        flush), so neither a flush nor the last update after Stop has a backlog to work off."""
         self.markdown.append(delta)
+        if self.markdown.tail_chars > 4 * self.markdown.max_chars:
+            self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
 
     def cost(self) -> float:
         """About what the next update sends: the open tail's length."""
-        return len(self.markdown.tail)
+        return self.markdown.tail_chars
+
+    def _frozen(self) -> str:
+        """The HTML of every piece that can no longer change (``""``: none), each rendered once."""
+        self._ready.extend(render_markdown(piece) for piece in iter(self.markdown.settle, ""))
+        ready, self._ready = "".join(self._ready), []
+        return ready
+
+    def _freeze(self, frozen: str) -> None:
+        self._set(self.tail, frozen)  # its last update, ever
+        self.tail = self._block("")
+        if len(self._group.children) >= _GROUP_SIZE:
+            self._group = _Group([self.tail], layout=self._box_layout)
+            self.box.children = (*self.box.children, self._group)
+        else:
+            self._group.children = (*self._group.children, self.tail)
 
     def flush(self) -> None:
-        """Show what arrived: freeze a finished segment, or re-render the open tail."""
-        frozen = self.markdown.settle()
+        """Show what arrived: freeze the finished pieces, re-render the open tail.
+
+        The tail is capped (see :class:`MarkdownStream`), so a flush costs the same at the
+        first kilobyte of a reply and at the last megabyte.
+        """
+        frozen = self._frozen()
         if frozen:
-            self._set(self.tail, render_markdown(frozen))  # its last update, ever
-            self.tail = self._block(render_markdown(self.markdown.tail))
-            if len(self._group.children) >= _GROUP_SIZE:
-                self._group = _Group([self.tail], layout=self._box_layout)
-                self.box.children = (*self.box.children, self._group)
-            else:
-                self._group.children = (*self._group.children, self.tail)
-        else:
-            self._set(self.tail, render_markdown(self.markdown.tail))
+            self._freeze(frozen)
+        self._set(self.tail, render_markdown(self.markdown.tail))
 
     def _set(self, block: widgets.HTML, value: str) -> None:
         if block.value != value:
@@ -401,6 +430,9 @@ class _ReplyView:
     def finish(self, marker: str | None = None) -> None:
         """The last update: the rest of the text (and ``[stopped]``); then nothing changes."""
         self.markdown.finish()
+        frozen = self._frozen()
+        if frozen:
+            self._freeze(frozen)
         value = render_markdown(self.markdown.tail)
         if marker:
             value += f'<p class="{CSS_CLASSES["stopped"]}">{html.escape(marker)}</p>'
@@ -470,7 +502,10 @@ class ChatWidget(widgets.VBox):
     default (Binder, JupyterLab): for larger images pass a path to :meth:`attach` or ``send``.
 
     **Errors** (401 wrong secret, 404 unknown model, 429 with "try again in N s", 500, no
-    connection) show as an error line in the panel, never a traceback. A request that failed
+    connection) show as an error line in the panel, never a traceback. A reply that breaks off
+    (the connection drops, or the stream ends without a ``finish_reason`` or ``[DONE]``) keeps
+    what arrived, with one line under it: "The reply was cut off before it finished..."; it is
+    kept in :attr:`history` and marked ``[incomplete]`` in :meth:`to_markdown`. A request that failed
     before any reply leaves no trace in :attr:`history` and its text goes back to the input box.
 
     **History.** :attr:`history` holds the OpenAI-style messages (images as ``data:`` URLs) that
@@ -658,7 +693,7 @@ class ChatWidget(widgets.VBox):
             self.status.error(error)
             return False
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return False
         with self._lock:
             self._pending.append(attachment)
@@ -755,6 +790,8 @@ class ChatWidget(widgets.VBox):
                         lines.append(f"[image: {self._notes.get(url) or _note_from_url(url)}]")
             if meta.get("stopped"):
                 lines.append("[stopped]")
+            elif meta.get("incomplete"):
+                lines.append("[incomplete]")
             lines.append("")
         return self._scrub("\n".join(lines).rstrip() + "\n")
 
@@ -781,7 +818,7 @@ class ChatWidget(widgets.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        url = getattr(self._client, "endpoint_url", "?")
+        url = mask_url(str(getattr(self._client, "endpoint_url", "?")))
         hint = getattr(self._client, "secret_hint", "…")
         return (f"<ChatWidget endpoint={url!r} secret={hint!r} model={self._model.value!r} "
                 f"messages={len(self._history)}>")
@@ -825,7 +862,7 @@ class ChatWidget(widgets.VBox):
                     box.send({"do": "focus"})
             return turn
         except Exception as error:  # a click handler never raises
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
             return None
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
@@ -847,7 +884,7 @@ class ChatWidget(widgets.VBox):
             self.transcribe(bytes(item["content"]), name=item.get("name") or None,
                             send=self._audio_sends.value)
         except Exception as error:
-            self.status.error(describe_error(error))
+            self.status.error(describe_error(error, self._secret()))
         finally:
             self._audio_upload.value = ()
 
@@ -909,7 +946,7 @@ class ChatWidget(widgets.VBox):
             except asyncio.CancelledError:
                 outcome = "stopped"
             except BaseException as error:  # never a traceback in the notebook
-                log.debug("A chat request failed", exc_info=True)
+                log.debug("A chat request failed:\n%s", scrub_exception(error, self._secret()))
                 outcome, sentence = "error", self._sentence(error)
                 if generation == self._generation:
                     self._show_error(sentence)
@@ -969,7 +1006,7 @@ class ChatWidget(widgets.VBox):
             self._append(self._user_widget(text, attachments), generation)
             self.status.info(f"Waiting for {model or 'the model'}…")
             stream = reply = throttle = None
-            marker = None
+            marker, failed = None, False
             try:
                 stream = await client.chat(self.request_messages(), model=model, stream=True,
                                            **self._params())
@@ -979,15 +1016,16 @@ class ChatWidget(widgets.VBox):
                                     max_interval=FLUSH_MAX_INTERVAL)
                 self._append(reply.box, generation)
                 self.status.clear()
+                turn._live = lambda: stream.text  # joined when read, not once per chunk
                 async for chunk in stream:
                     if chunk.delta:
                         reply.append(chunk.delta)
-                        turn.text = stream.text
                         throttle.poke()
             except asyncio.CancelledError:
                 marker = "[stopped]"
                 raise
-            except BaseException:
+            except BaseException:  # shown as an error line under what arrived (cut off, dropped)
+                failed = True
                 if reply is None or not reply.text:
                     self._forget_last_user(message, text if generation == self._generation else None)
                 raise
@@ -1004,7 +1042,8 @@ class ChatWidget(widgets.VBox):
                         with self._lock:
                             if generation == self._generation:
                                 self._history.append({"role": "assistant", "content": stream.text})
-                                self._meta.append({"stopped": marker is not None})
+                                self._meta.append({"stopped": marker is not None,
+                                                   "incomplete": failed})
                     elif marker:
                         self._forget_last_user(message, None)
                 elif marker:
@@ -1066,7 +1105,7 @@ class ChatWidget(widgets.VBox):
                             _dom_classes=(CSS_CLASSES["message"], CSS_CLASSES["assistant"]))
 
     def _sentence(self, error: BaseException) -> str:
-        sentence = describe_error(error)
+        sentence = describe_error(error, self._secret())
         if isinstance(error, RateLimitError) and "try again" not in sentence.lower():
             if error.retry_after is not None:
                 sentence = f"{sentence.rstrip('.')}. Try again in {max(1, math.ceil(error.retry_after))} s."
@@ -1074,10 +1113,13 @@ class ChatWidget(widgets.VBox):
                 sentence = f"{sentence.rstrip('.')}. Try again in a few seconds."
         return self._scrub(sentence)
 
-    def _scrub(self, text: str) -> str:
+    def _secret(self) -> str | None:
         secret = getattr(self._client, "_secret", None)
-        value = secret.reveal() if hasattr(secret, "reveal") else None
-        return scrub(text, value) if value else text
+        return secret.reveal() if hasattr(secret, "reveal") else None
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the client's secret and any URL's password masked."""
+        return scrub(text, self._secret())
 
     def _show_error(self, error: BaseException | str) -> None:
         sentence = error if isinstance(error, str) else self._sentence(error)

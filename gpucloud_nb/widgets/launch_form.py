@@ -42,6 +42,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from gpucloud_nb import rules
+from gpucloud_nb.client import costcap
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.widgets._common import (
@@ -62,7 +63,7 @@ from gpucloud_nb.widgets._common import (
     show,
 )
 
-__all__ = ["LaunchForm", "offer_label"]
+__all__ = ["LaunchForm", "find_offer", "offer_label"]
 
 #: The spec: "about 5 minutes to launch for a VM with a model-serving image".
 DEFAULT_EXPECTED_LAUNCH_SECONDS = 300.0
@@ -80,6 +81,39 @@ def offer_label(offer: InstanceOffer) -> str:
     """One line for a dropdown: GPU × count · type · provider · price (instanceId)."""
     return (f"{offer.gpu_name} ×{offer.gpu_count} · {offer.deployment_type} · {offer.cloud.name} · "
             f"{per_hour(offer.hourly_price)} ({offer.instance_id})")
+
+
+def find_offer(offers: Sequence[InstanceOffer], instance_id: str, provider: str | None = None,
+               *, choose: str = "provider=") -> InstanceOffer:
+    """The offer with this ``instanceId``, sold by ``provider`` (its ``_id`` or name) when given.
+
+    Two providers may sell offers with the same ``instanceId``, so an id alone is enough only
+    when one provider sells it; otherwise one sentence lists the sellers and asks for ``choose``
+    (``provider=`` in Python, ``--provider`` in the magic).
+
+        >>> find_offer(cloud.instances.offers(), "h100-1x", provider="Cheap Cloud")
+    """
+    same = [o for o in offers if o.instance_id == instance_id]
+    if not same:
+        raise InvalidInputError(f"There is no offer with instanceId '{instance_id}'.")
+
+    def sellers(among: Sequence[InstanceOffer]) -> str:
+        return ", ".join(f"{o.cloud.name} ({o.cloud.id}) at {per_hour(o.hourly_price) or 'no price'}"
+                         for o in among)
+
+    if provider is not None:
+        wanted = provider.casefold()
+        match = [o for o in same if wanted in (o.cloud.id.casefold(), o.cloud.name.casefold())]
+        if len(match) == 1:
+            return match[0]
+        if not match:
+            raise InvalidInputError(f"Provider '{provider}' sells no offer '{instance_id}'; "
+                                    f"it is sold by: {sellers(same)}.")
+        same = match
+    if len(same) > 1:
+        raise InvalidInputError(f"Offer '{instance_id}' is sold by {len(same)} providers: "
+                                f"{sellers(same)}; choose one with {choose}.")
+    return same[0]
 
 
 def _offer_json(offer: InstanceOffer) -> dict[str, Any]:
@@ -163,6 +197,7 @@ class LaunchForm(widgets.VBox):
     """
 
     def __init__(self, cloud: Any, offer: Any = None, *, region: str | None = None, name: str = "",
+                 provider: str | None = None,
                  offers: Sequence[Any] | None = None, timeout: float = 900.0,
                  expected_launch_seconds: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -179,6 +214,7 @@ class LaunchForm(widgets.VBox):
         self._volumes: list[Volume] = []
         self._volume_offers: list[VolumeOffer] = []
         self._used_hourly: float | None = None
+        self._running: list[dict[str, Any]] = []
         self._launching = False
         self._waited = 0.0
         self._built = False
@@ -194,7 +230,7 @@ class LaunchForm(widgets.VBox):
         with self._quietly():
             self.name.value = name
             try:
-                self._load_offers(offer, offers)
+                self._load_offers(offer, offers, provider)
                 self._load_account()
             except Exception as error:
                 self.status.error(error)
@@ -365,14 +401,12 @@ class LaunchForm(widgets.VBox):
 
     # ------------------------------------------------------------------ data
 
-    def _load_offers(self, offer: Any, offers: Sequence[Any] | None) -> None:
+    def _load_offers(self, offer: Any, offers: Sequence[Any] | None,
+                     provider: str | None = None) -> None:
         if isinstance(offer, str):
             candidates = [_as_offer(o) for o in offers] if offers is not None else \
                 self._cloud.instances.offers()
-            found = [o for o in candidates if o.instance_id == offer]
-            if not found:
-                raise InvalidInputError(f"There is no offer with instanceId '{offer}'.")
-            offer = found[0]
+            offer = find_offer(candidates, offer, provider)
         if offer is not None:
             chosen = _as_offer(offer)
             self.offer.options = [(offer_label(chosen), chosen)]
@@ -393,13 +427,12 @@ class LaunchForm(widgets.VBox):
         self._load_used_hourly()
 
     def _load_used_hourly(self) -> None:
-        if self._cloud.max_hourly_cost is None:
+        cap = self._cloud.max_hourly_cost
+        if cap is None:
             self._used_hourly = None
             return
-        self._used_hourly = sum(
-            i.hourly_price for i in self._cloud.instances.list()
-            if i.status in ("pending", "active") and i.hourly_price == i.hourly_price
-        )
+        self._running = [i.raw for i in self._cloud.instances.list()]
+        self._used_hourly, _ = costcap.running_hourly(cap, self._running)
 
     def refresh(self) -> None:
         """Reload volumes, volume offers and the running hourly cost, then re-check the form."""
@@ -543,15 +576,9 @@ class LaunchForm(widgets.VBox):
         return self._cap_problem(offer)
 
     def _cap_problem(self, offer: InstanceOffer) -> str | None:
-        cap = self._cloud.max_hourly_cost
-        if cap is None or self._used_hourly is None:
+        if self._used_hourly is None:
             return None
-        total = self._used_hourly + offer.hourly_price
-        if total > cap + 1e-9:
-            return (f"Launching this {per_hour(offer.hourly_price)} offer would bring pending and "
-                    f"active instances to {per_hour(total)}, above the cap of {per_hour(cap)} "
-                    "(max_hourly_cost).")
-        return None
+        return costcap.cap_problem(self._cloud.max_hourly_cost, self._running, _offer_json(offer))
 
     @property
     def volume_problem(self) -> str | None:
@@ -609,7 +636,7 @@ class LaunchForm(widgets.VBox):
         cap = self._cloud.max_hourly_cost
         if cap is not None and self._used_hourly is not None:
             after = self._used_hourly + offer.hourly_price
-            colour = "#b00020" if after > cap + 1e-9 else "#555"
+            colour = "#b00020" if self._cap_problem(offer) else "#555"
             parts.append(
                 f'<br><span style="color:{colour}">Cap {escape(per_hour(cap))} (max_hourly_cost): '
                 f"{escape(per_hour(self._used_hourly))} already used by pending and active "
@@ -674,10 +701,10 @@ class LaunchForm(widgets.VBox):
 
     def _fill_offer(self, offer: Any) -> None:
         if isinstance(offer, str):
-            found = [v for _, v in self.offer.options if v is not None and v.instance_id == offer]
-            if not found:
+            listed = [v for _, v in self.offer.options if v is not None]
+            if not any(v.instance_id == offer for v in listed):
                 raise InvalidInputError(f"This form offers no offer with instanceId '{offer}'.")
-            offer = found[0]
+            offer = find_offer(listed, offer)
         offer = None if offer is None else _as_offer(offer)
         if offer not in [v for _, v in self.offer.options]:
             self.offer.options = [*self.offer.options, (offer_label(offer), offer)]

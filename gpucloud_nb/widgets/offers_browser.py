@@ -46,7 +46,7 @@ from gpucloud_nb.widgets._common import (
     per_hour,
     set_options,
 )
-from gpucloud_nb.widgets.launch_form import LaunchForm
+from gpucloud_nb.widgets.launch_form import LaunchForm, find_offer
 
 __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
 
@@ -347,7 +347,8 @@ class OffersBrowser(widgets.VBox):
             sold_out = "" if row.available else " (sold out here)"
             label = (f"{row.gpuName} ×{row.gpuCount} · {row.deploymentType} · {row.providerName} · "
                      f"{row.region} · {per_hour(row.hourlyPrice)}{sold_out} ({row.instanceId})")
-            options.append((label, (str(row.instanceId), str(row.region))))
+            # Keyed by provider too: two providers may sell the same instanceId.
+            options.append((label, (str(row.instanceId), str(row.region), str(row.providerId))))
         self._quiet += 1
         try:
             set_options(self.offer_select, options, None)
@@ -359,20 +360,22 @@ class OffersBrowser(widgets.VBox):
     def _offer_picked(self, change: Mapping[str, Any]) -> None:
         if self._quiet or change.get("new") is None:
             return
-        instance_id, region = change["new"]
-        self.select(instance_id, region=region)
+        instance_id, region, provider = change["new"]
+        self.select(instance_id, region=region, provider=provider)
 
-    def select(self, instance_id: str, region: str | None = None) -> LaunchForm:
+    def select(self, instance_id: str, region: str | None = None,
+               provider: str | None = None) -> LaunchForm:
         """Open a :class:`LaunchForm` for this offer (in ``region``) below the table; return it.
 
-        Without ``region``: the first matching row's region where the offer is available.
+        ``provider`` (its ``_id`` or name) is needed only when several providers sell offers
+        with this ``instanceId``. Without ``region``: the first matching row's region where the
+        offer is available.
         """
         try:
-            offer = next((o for o in self.offers if o.instance_id == instance_id), None)
-            if offer is None:
-                raise InvalidInputError(f"There is no offer with instanceId '{instance_id}'.")
+            offer = find_offer(self.offers, instance_id, provider)
             if region is None:
                 rows = self.frame[(self.frame["instanceId"].astype(object) == instance_id)
+                                  & (self.frame["providerId"].astype(object) == offer.cloud.id)
                                   & self.frame["available"]]
                 region = str(rows["region"].iloc[0]) if len(rows) else \
                     next(iter(offer.available_regions), None)
@@ -383,7 +386,7 @@ class OffersBrowser(widgets.VBox):
             self.form_box.children = (form,)
             self._quiet += 1
             try:
-                key = (instance_id, region)
+                key = (instance_id, region, offer.cloud.id)
                 self.offer_select.value = key if key in [v for _, v in self.offer_select.options] \
                     else None
             finally:

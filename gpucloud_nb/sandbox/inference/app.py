@@ -277,7 +277,8 @@ class _Inference:
         self.secret = config.inference_secret.encode()
         rate = config.inference_rate_limit
         self.limiter = TokenBuckets(rate) if rate else None
-        self.upstream = Upstream(config.upstream) if config.upstream else None
+        self.upstream = (Upstream(config.upstream, hide=(config.inference_secret, config.api_key))
+                         if config.upstream else None)
         rate = config.stream_tokens_per_second
         self.token_delay = 1.0 / rate if rate and rate > 0 and math.isfinite(rate) else 0.0
 
