@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="inject faults into the management API, e.g. "
                               "'error_every=3,rate_limit_every=5,slow_every=2,drop_create_every=4,"
                               "extra_fields' (see gpucloud_nb.sandbox.faults)")
+    sandbox.add_argument("--allow-url-fetch", action="store_true",
+                         help="let the inference endpoint download http(s) image URLs "
+                              "(public addresses only; default: refuse them)")
     sandbox.set_defaults(handler=_run_sandbox)
     return parser
 
@@ -133,6 +136,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             inference_rate_limit=args.inference_rate_limit,
             offers=offers,
             faults=faults,
+            allow_url_fetch=args.allow_url_fetch,
         )
     except ValueError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
@@ -155,6 +159,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
     try:
         serve(config, ready)
+    except ValueError as error:  # the --state file is refused (StateFileError): one line
+        print(f"gpucloud-nb sandbox: error: --state: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"gpucloud-nb sandbox: error: cannot serve on {args.host}:{args.port}: "
               f"{error.strerror or error}", file=sys.stderr)

@@ -24,6 +24,20 @@ Choices where the spec says only "20 MB" and "25 MB":
   to the longer base64 text or to the decoded pixels.
 - Audio "up to 4 hours" means at most 14,400 seconds, checked when the duration can be read from
   the file's header (WAV, MP3, MP4/M4A, WEBM); an MPEG program stream is checked by size only.
+
+Bounded work, decided here:
+
+- Size comes first, before any decoding, for a path, bytes, a file object and a ``data:`` URL
+  (estimated from its base64 length). A ``PIL.Image`` is checked once encoded; an ``http(s)``
+  address is passed through unchecked (the server fetches it).
+- An animated GIF may have at most :data:`MAX_FRAMES` frames (counted from its blocks, without
+  decoding) and :data:`MAX_DECODED_PIXELS` decoded pixels in all; :func:`thumbnail` decodes a
+  JPEG at reduced scale and gives no thumbnail for another image over :data:`THUMBNAIL_PIXELS`.
+- A polyglot PNG (bytes after its ``IEND`` chunk, e.g. a ZIP appended) is refused: the bytes sent
+  would not be only the picture. ``convert=True`` re-encodes the picture alone.
+- A WAV named ``.mp3`` is accepted by its content and uploaded as ``.wav`` with ``audio/wav``
+  (an extension that disagrees with the content is replaced; mp3/mpga and mp4/m4a agree).
+- A 0-second WAV is refused: there is nothing to transcribe.
 """
 
 from __future__ import annotations
@@ -54,6 +68,8 @@ __all__ = [
     "JPEG_QUALITY",
     "MAX_AUDIO_BYTES",
     "MAX_AUDIO_SECONDS",
+    "MAX_DECODED_PIXELS",
+    "MAX_FRAMES",
     "MAX_IMAGE_BYTES",
     "MB",
     "CheckedAudio",
@@ -62,6 +78,7 @@ __all__ = [
     "check_image",
     "image_data_url",
     "parse_data_url",
+    "thumbnail",
 ]
 
 MB = 1_000_000
@@ -85,6 +102,15 @@ AUDIO_FORMATS = ("mp3", "mp4", "mpeg", "mpga", "m4a", "wav", "webm")
 JPEG_QUALITY = 85
 """JPEG quality used whenever this module has to encode a JPEG."""
 
+MAX_FRAMES = 1000
+"""Most frames an animated GIF may have; each is decoded to check it, so this bounds the work."""
+
+MAX_DECODED_PIXELS = 400_000_000
+"""Most pixels decoded to check one animation (frames × width × height), to bound the work."""
+
+THUMBNAIL_PIXELS = 40_000_000
+"""Largest image (in pixels) a :func:`thumbnail` decodes in full; JPEGs decode reduced instead."""
+
 _IMAGE_MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif"}
 _FORMATS_TEXT = "JPEG, PNG, WEBP or GIF"
 _AUDIO_TEXT = "mp3, mp4, mpeg, mpga, m4a, wav or webm"
@@ -97,6 +123,10 @@ _AUDIO_MIME = {
     "m4a": "audio/mp4",
     "webm": "audio/webm",
 }
+
+_AUDIO_FAMILY = {"wav": "wav", "mp3": "mpeg-audio", "mpga": "mpeg-audio", "mpeg": "mpeg",
+                 "mp4": "mp4", "m4a": "mp4", "webm": "webm"}
+"""Extensions that name the same content: a WAV named .mp3 is uploaded as .wav."""
 
 ImageInput = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Image.Image, IO[bytes]]
 AudioInput = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, IO[bytes]]
@@ -491,6 +521,56 @@ def _check_complete(data: bytes, image: Image.Image, fmt: str, subject: str) -> 
             f"{subject} is truncated or damaged, so it cannot be sent ({problem}).")
 
 
+def _gif_frames(data: bytes, cap: int) -> int:
+    """Count a GIF's frames by walking its blocks, without decoding; stops past ``cap``."""
+    if len(data) < 13:
+        return 0
+    flags = data[10]
+    pos = 13 + (3 * (2 << (flags & 7)) if flags & 0x80 else 0)
+    frames = 0
+    size = len(data)
+    while pos < size and frames <= cap:
+        kind = data[pos]
+        if kind == 0x3B:  # trailer
+            break
+        if kind == 0x21:  # extension: label, then sub-blocks
+            pos += 2
+        elif kind == 0x2C:  # image descriptor (+ local colour table), LZW size, sub-blocks
+            frames += 1
+            if pos + 10 > size:
+                break
+            local = data[pos + 9]
+            pos += 10 + (3 * (2 << (local & 7)) if local & 0x80 else 0) + 1
+        else:
+            break
+        while pos < size and data[pos]:
+            pos += data[pos] + 1
+        pos += 1
+    return frames
+
+
+def _check_decode_budget(data: bytes, image: Image.Image, fmt: str, subject: str) -> None:
+    """Refuse an animation whose frames would take unbounded time to decode and check."""
+    if fmt != "GIF":
+        return
+    frames = _gif_frames(data, MAX_FRAMES)
+    if frames > MAX_FRAMES:
+        raise InvalidInputError(
+            f"{subject} has more than {MAX_FRAMES:,} frames; animated images may have at most "
+            f"{MAX_FRAMES:,}.")
+    pixels = frames * image.width * image.height
+    if pixels > MAX_DECODED_PIXELS:
+        raise InvalidInputError(
+            f"{subject} has {frames:,} frames of {image.width}×{image.height} pixels "
+            f"({pixels:,} in all); animations may hold at most {MAX_DECODED_PIXELS:,} pixels.")
+
+
+def _png_trailing_bytes(data: bytes) -> int:
+    """How many bytes follow a PNG's IEND chunk (0 for a well-formed file)."""
+    end = data.rfind(b"IEND")
+    return 0 if end == -1 else max(0, len(data) - (end + 8))
+
+
 def _has_alpha(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
         image.mode == "P" and "transparency" in image.info)
@@ -647,10 +727,17 @@ def _check_image_bytes(data: bytes, subject: str, name: str | None, *, convert: 
                        max_side: int | None) -> CheckedImage:
     if not data:
         raise InvalidInputError(f"{subject} is empty.")
+    too_big = len(data) > MAX_IMAGE_BYTES
+    if too_big and not convert:  # before any decoding: size is the cheapest check
+        value, limit = _size_text(len(data), MAX_IMAGE_BYTES)
+        raise InvalidInputError(
+            f"{subject} is {value}; images may be at most {limit} "
+            "(pass convert=True to re-encode it as JPEG).")
     image = _open_image(data, subject)
     with image:
         fmt = _real_format(image)
         width, height = image.size
+        _check_decode_budget(data, image, fmt, subject)
         if fmt not in IMAGE_FORMATS:
             if not convert:
                 raise InvalidInputError(
@@ -660,12 +747,16 @@ def _check_image_bytes(data: bytes, subject: str, name: str | None, *, convert: 
             return _reencode(image, subject, name, source_format=fmt, purpose="convert",
                              max_side=max_side, convert=True, transpose=True)
         _check_complete(data, image, fmt, subject)
-    too_big = len(data) > MAX_IMAGE_BYTES
-    if too_big and not convert:
-        value, limit = _size_text(len(data), MAX_IMAGE_BYTES)
+    trailing = _png_trailing_bytes(data) if fmt == "PNG" else 0
+    if trailing and not convert:
         raise InvalidInputError(
-            f"{subject} is {value}; images may be at most {limit} "
-            "(pass convert=True to re-encode it as JPEG).")
+            f"{subject} has {trailing:,} bytes after the end of its PNG data (another file may "
+            "be appended to it); pass convert=True to send the picture alone.")
+    if trailing and not too_big and not (max_side and max(width, height) > max_side):
+        with _open_image(data, subject) as image:
+            _load_strict(image, subject)
+            return _reencode(image, subject, name, source_format=fmt, purpose="downscale",
+                             max_side=None, convert=True, transpose=False)
     if too_big or (max_side and max(width, height) > max_side):
         with _open_image(data, subject) as image:
             _load_strict(image, subject)
@@ -752,8 +843,18 @@ def check_image(image: ImageInput, *, convert: bool = False, max_side: int | Non
             f"{image} is a web address; only local images can be checked "
             "(image_data_url passes web addresses through unchanged).")
     if isinstance(image, str) and image[:5].lower() == "data:":
+        subject = name or _THE_IMAGE
+        estimate = (len(image) - image.find(",") - 1) * 3 // 4  # an upper bound of the bytes
+        if limit is not None and estimate > limit + 3 and ";base64" in image[:100].lower():
+            _, _, payload = image.partition(",")
+            estimate = len("".join(payload.split()).rstrip("=")) * 3 // 4
+        if limit is not None and estimate > limit and ";base64" in image[:100].lower():
+            value, limit_text = _size_text(estimate, MAX_IMAGE_BYTES)
+            raise InvalidInputError(
+                f"{subject} is {value}; images may be at most {limit_text} "
+                "(pass convert=True to re-encode it as JPEG).")
         _, data = parse_data_url(image)
-        subject, size = name or _THE_IMAGE, len(data)
+        size = len(data)
     elif isinstance(image, (bytes, bytearray, memoryview)):
         data = bytes(image)
         subject, size = name or _THE_IMAGE, len(data)
@@ -793,6 +894,33 @@ def image_data_url(image: ImageInput, *, convert: bool = False, max_side: int | 
     if isinstance(image, str) and _is_remote_url(image):
         return image
     return check_image(image, convert=convert, max_side=max_side, name=name).data_url()
+
+
+def thumbnail(data: bytes, side: int) -> tuple[bytes, str] | None:
+    """A small PNG (with transparency) or JPEG of a checked image's first frame, or ``None``.
+
+    Memory stays bounded whatever the image: a JPEG is decoded at reduced scale
+    (``Image.draft``), any other format only when it has at most :data:`THUMBNAIL_PIXELS`
+    pixels; a larger one gets no thumbnail (``None``) rather than a full decode.
+
+        >>> thumbnail(check_image("cat.png").data, 96)[1]
+        'png'
+    """
+    with _open_image(data, _THE_IMAGE) as image:
+        if image.format == "JPEG" or image.format == "MPO":
+            image.draft("RGB", (side, side))
+        elif image.width * image.height > THUMBNAIL_PIXELS:
+            return None
+        image.seek(0)
+        picture = ImageOps.exif_transpose(image) or image
+        picture = picture.copy()
+    picture.thumbnail((side, side))
+    output = io.BytesIO()
+    if picture.mode in ("RGBA", "LA", "P", "PA"):
+        picture.convert("RGBA").save(output, format="PNG", optimize=True)
+        return output.getvalue(), "png"
+    picture.convert("RGB").save(output, format="JPEG", quality=80)
+    return output.getvalue(), "jpeg"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1108,12 +1236,14 @@ def check_audio(file: AudioInput, *, name: str | None = None) -> CheckedAudio:
         duration = _webm_duration(data)
     else:
         duration = None
+    if duration == 0:
+        raise InvalidInputError(f"{subject} is 0 seconds long; there is nothing to transcribe.")
     if duration is not None and duration > MAX_AUDIO_SECONDS:
         raise InvalidInputError(
             f"{subject} is {_duration_text(duration)} long; audio may be at most 4 hours.")
     upload_name = subject if subject != _THE_AUDIO else "audio"
     stem, dot, extension = upload_name.rpartition(".")
-    if not dot or extension.lower() not in AUDIO_FORMATS:
+    if not dot or _AUDIO_FAMILY.get(extension.lower()) != _AUDIO_FAMILY[fmt]:
         upload_name = f"{stem if dot and stem else upload_name}.{fmt}"
     return CheckedAudio(name=upload_name, mime=_AUDIO_MIME[fmt], size_bytes=len(data), data=data,
                         duration_seconds=duration, format=fmt)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from datetime import timedelta
 
+import httpx
 import pytest
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
@@ -90,6 +92,53 @@ def test_a_timer_still_deletes_after_the_client_is_closed(sandbox, observer: GPU
     assert observer.instances.get(instance.id).status in ("deleting", "deleted")
     assert instance.id in cloud.auto_delete.deleted
     assert cloud.auto_delete.failures == {}
+
+
+BROKE = ("The delete could not be sent (RuntimeError: transport broke); the instance may still "
+         "be billing.")
+
+
+class DeleteBreaks(httpx.HTTPTransport):
+    """The real transport, except that a DELETE raises what no server can: a plain bug."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            raise RuntimeError("transport broke")
+        return super().handle_request(request)
+
+
+def test_every_exception_in_a_timer_is_recorded(sandbox, observer: GPUCloud,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=DeleteBreaks()) as cloud:
+        instance = launch(cloud, "unlucky", delete_after=0.3)
+        assert status_after(observer, instance.id, 0.9) == "active"
+        assert cloud.auto_delete.failures == {instance.id: BROKE}
+        assert cloud.auto_delete.remaining(instance.id) is None
+    assert f"Auto-delete of instance {instance.id} failed: {BROKE}" in caplog.text
+
+
+def _open_clients(base_url: str) -> list[httpx.Client]:
+    gc.collect()
+    return [c for c in gc.get_objects()
+            if isinstance(c, httpx.Client) and not c.is_closed and str(c.base_url) == base_url]
+
+
+def test_async_client_timers_leave_no_http_client_open(sandbox) -> None:
+    async def main() -> AsyncGPUCloud:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
+            instance = await cloud.instances.create(
+                name="async-timed", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+                delete_after=0.2)
+            await asyncio.sleep(0.6)
+            assert instance.id in cloud.auto_delete.deleted
+        return cloud
+
+    cloud = asyncio.run(main())  # kept alive: a client it still held would count below
+    assert cloud.auto_delete.failures == {}
+    assert _open_clients(str(httpx.URL(sandbox.management_url))) == []
 
 
 def test_every_failure_of_a_timer_is_recorded(sandbox_factory) -> None:

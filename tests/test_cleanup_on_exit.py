@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from gpucloud_nb import GPUCloud
 
 SCRIPT = textwrap.dedent("""
@@ -21,7 +23,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_cleanup_on_exit_deletes_only_what_the_kernel_launched(sandbox) -> None:
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed-before-exit"])
+def test_cleanup_on_exit_deletes_only_what_the_kernel_launched(sandbox, closed: bool) -> None:
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
         other = cloud.instances.create(
@@ -29,9 +32,11 @@ def test_cleanup_on_exit_deletes_only_what_the_kernel_launched(sandbox) -> None:
             region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
         env = os.environ | {"GPUCLOUD_API_KEY": sandbox.api_key,
                             "GPUCLOUD_BASE_URL": sandbox.management_url}
-        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+        script = SCRIPT + ("cloud.close()\n" if closed else "")
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
         assert "launched 3" in done.stdout
         statuses = {i.name: i.status for i in cloud.instances.list()}
         assert statuses["mine-1"] in ("deleting", "deleted")

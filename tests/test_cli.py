@@ -156,3 +156,20 @@ def test_console_script() -> None:
     result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=20)
     assert result.returncode == 0 and "sandbox" in result.stdout
     assert time.monotonic() - started < 10
+
+
+def test_a_foreign_state_file_is_one_line_and_status_2(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+    db.close()
+    before = path.read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--state", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "belongs to another program" in lines[0], result.stderr
+    assert path.read_bytes() == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -35,12 +36,14 @@ def make_panel(panels: list[InstancesPanel], cloud: GPUCloud, **options: object)
     return panel
 
 
-def launch(cloud: GPUCloud, name: str, volume_id: str | None = None) -> Instance:
+def launch_arguments(cloud: GPUCloud, name: str) -> dict[str, object]:
     offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    return cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        volume_id=volume_id)
+    return {"name": name, "cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
+            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
+
+
+def launch(cloud: GPUCloud, name: str, volume_id: str | None = None) -> Instance:
+    return cloud.instances.create(**launch_arguments(cloud, name), volume_id=volume_id)
 
 
 def wait_for(condition, timeout: float = 5.0) -> None:
@@ -280,6 +283,33 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory, panels) -> None:
         assert len(states) > 20
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(panel)
+
+
+def test_a_table_that_cannot_be_drawn_says_why(cloud: GPUCloud, panels,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    launch(cloud, "drawn")
+    for name in [n for n in sys.modules if n.startswith("pandas.io.formats.style")]:
+        monkeypatch.delitem(sys.modules, name)  # pandas' Styler as on a bare install: no jinja2
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    panel = make_panel(panels, cloud)  # builds: the error is shown, not raised
+    assert panel.status.is_error
+    assert panel.status.text.startswith("Something went wrong: ")
+    assert "jinja2" in panel.status.text and "\n" not in panel.status.text
+
+
+def test_a_timer_that_really_fails_shows_in_the_panel(sandbox, panels) -> None:
+    from test_autodelete import BROKE, DeleteBreaks
+
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=DeleteBreaks()) as cloud:
+        instance = cloud.instances.create(**launch_arguments(cloud, "unlucky"), delete_after=0.2)
+        panel = make_panel(panels, cloud)
+        wait_for(lambda: instance.id in cloud.auto_delete.failures)
+        panel.refresh()
+        row = panel.frame.set_index("_id").loc[instance.id]
+        assert row["autoDelete"] == "failed"
+        assert panel.status.is_error
+        assert panel.status.text == f"Auto-delete of unlucky failed; it is still billing: {BROKE}"
 
 
 def _gpucloud_threads() -> int:

@@ -674,6 +674,33 @@ def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box
     assert "sk-bad-key-0000000000000000" not in sentence and sentence.endswith(".")
 
 
+def _strings_in(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string held by ``value`` through containers, a few levels deep."""
+    if isinstance(value, str):
+        yield value
+    elif depth < 4 and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings_in(key, depth + 1)
+            yield from _strings_in(item, depth + 1)
+    elif depth < 4 and isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _strings_in(item, depth + 1)
+
+
+def test_the_magics_module_keeps_no_secret_once_the_client_is_gone(
+        magic: Magic, sandbox_box: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    cloud = GPUCloud(api_key=API_KEY, base_url=sandbox_box.management_url)
+    cloud.sandbox = sandbox_box  # as connect() does: the sandbox's secrets are the client's
+    magics.use(cloud)
+    assert "SECRET" not in magic("volumes list").text
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": INFERENCE_SECRET)
+    magic(f"chat {sandbox_box.inference_url}").value.close()
+    magics.use(None)
+    cloud.close()
+    held = [text for value in vars(magics).values() for text in _strings_in(value)]
+    assert not [text for text in held if any(secret in text for secret in SECRETS)]
+
+
 def test_the_magics_keep_no_secret_in_module_state(magic: Magic, monkeypatch: pytest.MonkeyPatch,
                                                     shared_box: Any) -> None:
     """Secrets are masked with what the current client holds; nothing is collected globally."""

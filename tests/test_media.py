@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageFile
+from samples import silent_wav
 
 from gpucloud_nb import media
 from gpucloud_nb.errors import InvalidInputError
@@ -527,3 +528,83 @@ def test_limits_are_documented_decimal_megabytes() -> None:
     assert media.MB == 1_000_000
     assert (MAX_IMAGE_BYTES, MAX_AUDIO_BYTES) == (20_000_000, 25_000_000)
     assert media.MAX_AUDIO_SECONDS == 14_400
+
+
+# -- bounded work: size before decoding, frame and pixel budgets, decisions on odd files -----
+
+
+def _many_frame_gif(frames: int, screen: tuple[int, int] = (1, 1)) -> bytes:
+    """A GIF of ``frames`` 1×1 frames on a ``screen``-sized canvas, built byte by byte (cheap)."""
+    import struct as _struct
+
+    head = b"GIF89a" + _struct.pack("<HHBBB", *screen, 0x80, 0, 0) + b"\0\0\0\xff\xff\xff"
+    frame = b"\x2c" + _struct.pack("<HHHHB", 0, 0, 1, 1, 0) + b"\x02\x02\x44\x01\x00"
+    return head + frame * frames + b"\x3b"
+
+
+def test_a_gif_with_too_many_frames_is_refused_in_one_sentence() -> None:
+    from gpucloud_nb.media import MAX_FRAMES
+
+    check_image(_many_frame_gif(3))  # a small animation is fine
+    with pytest.raises(InvalidInputError, match=f"more than {MAX_FRAMES:,} frames") as caught:
+        check_image(_many_frame_gif(10_000))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_gif_over_the_pixel_budget_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="animations may hold at most"):
+        check_image(_many_frame_gif(200, screen=(2000, 2000)))
+
+
+def test_oversize_bytes_are_refused_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_decoding(*args: object, **kwargs: object) -> None:
+        raise AssertionError("opened before its size was checked")
+
+    monkeypatch.setattr(media, "_open_image", no_decoding)
+    data = _many_frame_gif(3)[:-1] + b"\0" * 20_000_001  # a GIF head, then junk
+    with pytest.raises(InvalidInputError, match="images may be at most 20 MB"):
+        check_image(data)
+
+
+def test_an_oversize_data_url_is_refused_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpucloud_nb.media as media_module
+
+    def no_decoding(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded before its size was checked")
+
+    url = "data:image/gif;base64," + "A" * 27_000_000
+    monkeypatch.setattr(media_module, "parse_data_url", no_decoding)
+    with pytest.raises(InvalidInputError, match="images may be at most 20 MB"):
+        check_image(url)
+
+
+def test_a_png_with_trailing_data_is_refused_unless_converted() -> None:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(buffer, "PNG")
+    polyglot = buffer.getvalue() + b"PK\x03\x04 appended archive"
+    with pytest.raises(InvalidInputError, match="bytes after the end of its PNG data"):
+        check_image(polyglot)
+    clean = check_image(polyglot, convert=True)
+    assert clean.format == "PNG" and clean.data.endswith(b"IEND\xaeB`\x82")
+
+
+def test_a_wav_named_mp3_is_uploaded_as_wav() -> None:
+    audio = check_audio(silent_wav(0.2), name="talk.mp3")
+    assert (audio.format, audio.mime, audio.name) == ("wav", "audio/wav", "talk.wav")
+
+
+def test_a_zero_second_wav_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="0 seconds long"):
+        check_audio(silent_wav(0), name="empty.wav")
+
+
+def test_thumbnails_never_decode_a_huge_png_in_full() -> None:
+    from gpucloud_nb.media import thumbnail
+
+    buffer = io.BytesIO()
+    Image.new("1", (9400, 9400)).save(buffer, "PNG")
+    assert thumbnail(buffer.getvalue(), 96) is None
+    buffer = io.BytesIO()
+    Image.new("RGB", (3000, 2000), "blue").save(buffer, "JPEG")
+    data, fmt = thumbnail(buffer.getvalue(), 96) or (b"", "")
+    assert fmt == "jpeg" and max(Image.open(io.BytesIO(data)).size) <= 96

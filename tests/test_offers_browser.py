@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 
@@ -176,6 +177,41 @@ def test_no_widget_state_holds_the_api_key(sandbox_factory) -> None:
         assert len(states) > 30
         assert not any(SECRET in state for state in states)
         assert SECRET not in repr(browser)
+
+
+def without_jinja2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python a bare install may have: pandas' Styler cannot load (it needs jinja2)."""
+    for name in [n for n in sys.modules if n.startswith("pandas.io.formats.style")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+
+
+def test_a_table_that_cannot_be_drawn_says_why(cloud: GPUCloud,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    without_jinja2(monkeypatch)
+    browser = OffersBrowser(cloud, debounce=0)  # builds: the error is shown, not raised
+    try:
+        assert browser.status.is_error
+        assert browser.status.text.startswith("Something went wrong: ")
+        assert "jinja2" in browser.status.text and "\n" not in browser.status.text
+        with pytest.raises(Exception, match="jinja2"):
+            browser.refresh()
+    finally:
+        browser.close()
+
+
+def test_closing_leaves_no_open_widget_pointing_at_a_closed_one(cloud: GPUCloud) -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    browser = OffersBrowser(cloud, debounce=0)
+    browser.set_filters(deployment_type="vm")
+    row = browser.frame.iloc[0]
+    form = browser.select(str(row["instanceId"]), region=str(row["region"]),
+                          provider=str(row["providerId"]))
+    browser.close()
+    assert form.comm is None  # the form closed with the browser
+    for widget in list(_instances.values()):
+        widget.get_state()  # a reference to a closed widget cannot be serialized
 
 
 def test_same_instance_id_from_two_providers_opens_the_picked_one(sandbox_factory) -> None:

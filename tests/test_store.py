@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from datetime import datetime, timezone
@@ -184,3 +185,59 @@ def test_concurrent_writers_share_one_store() -> None:
     records = store.instances("u1")
     assert len(records) == 160 and len({r.id for r in records}) == 160
     assert len({r.seq for r in records}) == 160
+
+
+# -- the state file is ours or refused before anything is written ------------------------------
+
+
+def _foreign_db(path: Path) -> bytes:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+        db.execute("INSERT INTO notes VALUES ('keep me')")
+    db.close()
+    return path.read_bytes()
+
+
+def test_state_files_are_marked_with_our_application_id(tmp_path: Path) -> None:
+    from gpucloud_nb.sandbox.store import APPLICATION_ID
+
+    path = tmp_path / "state.db"
+    store = Store(path)
+    store.close()
+    assert int.from_bytes(path.read_bytes()[68:72], "big") == APPLICATION_ID
+    Store(path).close()  # ours: opened again
+
+
+def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
+    from gpucloud_nb.sandbox.store import StateFileError
+
+    path = tmp_path / "other.db"
+    before = _foreign_db(path)
+    with pytest.raises(StateFileError, match="belongs to another program"):
+        Store(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, no -shm
+
+
+@pytest.mark.parametrize("kind", ["directory", "text", "read-only"])
+def test_unusable_state_paths_give_one_sentence(tmp_path: Path, kind: str) -> None:
+    from gpucloud_nb.sandbox.store import StateFileError
+
+    path = tmp_path / "state.db"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "text":
+        path.write_text("hello, I am a text file\n" * 10)
+    else:
+        Store(path).close()
+        path.chmod(0o444)
+        if os.access(path, os.W_OK):
+            pytest.skip("running as root: a read-only file is still writable")
+    with pytest.raises(StateFileError) as caught:
+        Store(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(".")
+    assert {"directory": "is a directory", "text": "not a SQLite database",
+            "read-only": "read-only"}[kind] in message

@@ -27,6 +27,7 @@ from gpucloud_nb.widgets._common import (
     per_day,
     per_hour,
     set_options,
+    settle,
 )
 
 
@@ -214,3 +215,14 @@ def test_no_dropdown_of_the_widgets_shows_blank(sandbox) -> None:
     assert [d.description for d in dropdowns if d.options and d.index is None] == []
     for root in built:
         root.close()
+
+
+def test_settle_resolves_once_and_lets_bugs_surface() -> None:
+    from concurrent.futures import Future
+
+    future: Future[int] = Future()
+    assert settle(future, 1) is True
+    assert settle(future, error=ValueError("late")) is False  # a stop won the race: fine
+    assert future.result() == 1
+    with pytest.raises(AttributeError):  # not a Future at all: a bug, not a race
+        settle(None, 1)  # type: ignore[arg-type]

@@ -13,7 +13,9 @@ says "not shown":
 - 400 for every validation failure, with the messages of :mod:`gpucloud_nb.rules`, for a body
   that is not a JSON object, and for bad query values (``available`` true|false, ``sort`` price,
   ``deploymentType`` vm|container|baremetal, ``numGpus`` a whole number). Empty query values
-  count as absent; unknown query parameters are ignored. 413 for a body over 1 MB.
+  count as absent; unknown query parameters are ignored. 413 for a body over 1 MB, answered
+  as soon as the 1 MB is passed (chunked or not); 400 for JSON nested over 64 levels; 421 for a
+  Host header that is not a loopback name or the bound host (see :mod:`.guards`).
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
   becomes ``dockerCommand``. ``sshKeyId`` and ``sshKey`` may come together (the cloud's docs
@@ -52,6 +54,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
+from gpucloud_nb.sandbox.guards import json_depth_problem
 from gpucloud_nb.sandbox.lifecycle import (
     FAIL_SUFFIX,
     details_json,
@@ -165,6 +168,9 @@ async def _json_object(request: Request) -> dict[str, Any]:
         raise _Problem(400, "The request body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise _Problem(400, "The request body must be a JSON object.")
+    deep = json_depth_problem(body)
+    if deep:
+        raise _Problem(400, deep)
     if not _valid_text(body):
         raise _Problem(400, "The request body contains text that is not valid Unicode.")
     return body
@@ -504,8 +510,38 @@ def create_app(config: SandboxConfig) -> Starlette:
     app.state.store = store
     app.state.ssh = servers
     app.state.config = config
+    guarded = _guarded(app, config)  # passes .state on
     if config.faults is not None and config.faults.active:
         from gpucloud_nb.sandbox.faults import FaultInjector
 
-        return FaultInjector(app, config.faults)  # type: ignore[return-value]  # passes .state on
-    return app
+        return FaultInjector(guarded, config.faults)  # type: ignore[return-value]  # passes .state on
+    return guarded  # type: ignore[no-any-return]
+
+
+def _guarded(app: Any, config: SandboxConfig) -> Any:
+    """``app`` behind the Host check and the body limits of :mod:`gpucloud_nb.sandbox.guards`."""
+    from gpucloud_nb.media import MAX_AUDIO_BYTES
+    from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
+    from gpucloud_nb.sandbox.inference.app import (
+        MAX_CHAT_BODY_BYTES,
+        MULTIPART_SLACK,
+        Problem,
+    )
+
+    def error(status: int, message: str, path: str) -> Response:
+        if path.startswith("/inference/"):
+            code = {413: "request_too_large", 421: "misdirected_request"}.get(status)
+            return Problem(status, message, code=code).response()
+        return _error(status, message, path)
+
+    audio_limit = MAX_AUDIO_BYTES + MULTIPART_SLACK
+    limits = [
+        ("/inference/v1/audio/", audio_limit,
+         f"The file is too large (over {audio_limit // 1_000_000} MB); the limit is "
+         f"{MAX_AUDIO_BYTES // 1_000_000} MB."),
+        ("/inference/", MAX_CHAT_BODY_BYTES,
+         f"The request body is too large (over {MAX_CHAT_BODY_BYTES // 1_000_000} MB); the limit "
+         f"is {MAX_CHAT_BODY_BYTES // 1_000_000} MB."),
+        ("/", MAX_BODY_BYTES, "The request body is larger than 1 MB."),
+    ]
+    return Guard(app, hosts=allowed_hosts(config.host), limits=limits, error=error)

@@ -60,7 +60,9 @@ class SandboxConfig:
     ``faults`` injects errors, 429s, slowness, dropped creates and unknown fields into the
     management API (see :mod:`gpucloud_nb.sandbox.faults`). ``home`` is the directory for the
     files the sandbox keeps besides its state (instance and volume directories, SSH keys, logs;
-    see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept.
+    see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept. ``allow_url_fetch`` lets
+    the inference endpoint download ``http(s)`` image URLs (public addresses only); off, they are
+    refused with a sentence saying to send a ``data:`` URL.
     """
 
     host: str = "127.0.0.1"
@@ -78,6 +80,7 @@ class SandboxConfig:
     volume_offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
     faults: Faults | None = None
     home: str | os.PathLike[str] | None = None
+    allow_url_fetch: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:

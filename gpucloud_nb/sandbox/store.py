@@ -17,19 +17,23 @@ single connection, so the store is safe to share between threads; each call is s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "APPLICATION_ID",
     "InstanceRecord",
+    "StateFileError",
     "Store",
     "VolumeInUseError",
     "VolumeMissingError",
@@ -133,11 +137,76 @@ def _dump(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
+APPLICATION_ID = 0x47434E42  # "GCNB"
+"""``PRAGMA application_id`` of every state file this sandbox writes (bytes 68-71 of the file)."""
+
+_OUR_TABLES = {"instances", "volumes", "sqlite_sequence"}
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class StateFileError(ValueError):
+    """The ``state`` path cannot be the sandbox's state file; the message is one sentence."""
+
+
+def _check_state_file(path: str) -> None:
+    """Refuse, before anything is written, a path that is not (or cannot become) our state file.
+
+    A directory, a read-only file, a file that is not SQLite, and a SQLite file of another program
+    (its ``application_id`` is not ours, or it holds tables that are not ours) are refused. An
+    empty or missing file is fine, and so is a file of ours written before files were marked.
+    """
+    if os.path.isdir(path):
+        raise StateFileError(f"The sandbox state {path} is a directory; give a file name.")
+    if not os.path.exists(path):
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise StateFileError(f"The folder of the sandbox state file {path} does not exist.")
+        if not os.access(folder, os.W_OK):
+            raise StateFileError(f"The sandbox state file {path} cannot be created there "
+                                 "(the folder is read-only).")
+        return
+    try:
+        with open(path, "rb") as file:
+            head = file.read(100)
+    except OSError as error:
+        raise StateFileError(
+            f"The sandbox state file {path} cannot be read ({error.strerror}).") from None
+    if not os.access(path, os.W_OK):
+        raise StateFileError(f"The sandbox state file {path} is read-only.")
+    if not head:
+        return
+    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
+        raise StateFileError(f"The sandbox state file {path} is not a SQLite database; "
+                             "give a new file name.")
+    application_id = int.from_bytes(head[68:72], "big")
+    if application_id == APPLICATION_ID:
+        return
+    if application_id == 0:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+                tables = {row[0] for row in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError:
+            tables = {"?"}
+        if tables <= _OUR_TABLES:
+            return
+    raise StateFileError(f"The sandbox state file {path} belongs to another program; "
+                         "give a new file name.")
+
+
 class Store:
-    """Instances and volumes in one SQLite database: a file, or private memory when ``path`` is None."""
+    """Instances and volumes in one SQLite database: a file, or private memory when ``path`` is None.
+
+    A file is marked with :data:`APPLICATION_ID`; a path that is a directory, read-only, not
+    SQLite, or another program's database raises :class:`StateFileError` before anything is
+    written.
+    """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = None if path is None else os.fspath(path)
+        if self.path is not None:
+            _check_state_file(self.path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             ":memory:" if self.path is None else self.path,
@@ -157,6 +226,7 @@ class Store:
                 )
             self._db.executescript(_SCHEMA)
             self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         self._closed = False
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ import concurrent.futures
 import contextlib
 import copy
 import html
-import io
 import logging
 import math
 import re
@@ -287,19 +286,10 @@ class _Attachment:
 
 
 def _thumbnail(data: bytes, side: int = THUMBNAIL_SIDE) -> tuple[bytes, str]:
-    from PIL import Image, ImageOps
-
-    with Image.open(io.BytesIO(data)) as image:
-        image.seek(0)
-        picture = ImageOps.exif_transpose(image) or image
-        picture = picture.copy()
-    picture.thumbnail((side, side))
-    output = io.BytesIO()
-    if picture.mode in ("RGBA", "LA", "P", "PA"):
-        picture.convert("RGBA").save(output, format="PNG", optimize=True)
-        return output.getvalue(), "png"
-    picture.convert("RGB").save(output, format="JPEG", quality=80)
-    return output.getvalue(), "jpeg"
+    made = media.thumbnail(data, side)  # reduced decode: bounded memory for any image
+    if made is None:
+        raise ValueError("the image is too large for a thumbnail")
+    return made
 
 
 def _make_attachment(image: Any, name: str | None = None) -> _Attachment:

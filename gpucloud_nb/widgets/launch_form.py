@@ -20,7 +20,9 @@ Choices, written down once:
   given to ``fill(cloud_init=...)`` is the script itself (a :class:`pathlib.Path` is read). An
   uploaded file must be UTF-8 text. Container offers take no cloud-init script.
 - Giving both an SSH public key and a key id is refused (the spec does not say which would win).
-- The launch runs in a daemon thread; progress follows ``wait_until_active(on_progress=...)``.
+- The launch runs in a daemon thread; progress follows ``wait_until_active(on_progress=...)``,
+  polling at most every ``MAX_POLL_SECONDS`` (2 s). ``close()`` stops waiting as "Stop waiting"
+  does, and so does dropping the form (the thread holds it through a weak reference).
   The progress bar is scaled to the expected launch time: the sandbox's ``launch_seconds``, else
   the spec's "about 5 minutes". "Stop waiting" resolves the future at once with
   :class:`~gpucloud_nb.widgets._common.WaitStopped`; the instance keeps launching on the cloud.
@@ -34,6 +36,7 @@ import base64
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -69,12 +72,90 @@ __all__ = ["LaunchForm", "find_offer", "offer_label"]
 DEFAULT_EXPECTED_LAUNCH_SECONDS = 300.0
 _WIDE = widgets.Layout(width="42em")
 _MEDIUM = widgets.Layout(width="28em")
+#: The longest wait between two polls of a launching instance: Stop and close() end the
+#: launch thread within this time.
+MAX_POLL_SECONDS = 2.0
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
               "ssh_key_id", "auto_delete_minutes")
 
 
 class _StopSignal(Exception):
     """Raised inside on_progress to leave wait_until_active after the user stopped waiting."""
+
+
+def _launch_thread(ref: weakref.ref[LaunchForm], cloud: Any, body: dict[str, Any],
+                   delete_after: float | None, future: Future[InstanceDetails],
+                   stop: threading.Event) -> None:
+    """The launch thread: whatever happens, the Future settles and the form goes idle.
+
+    It holds the form only through ``ref`` (and only while drawing), so a form dropped while it
+    waits is garbage-collected, which sets ``stop`` and ends the wait.
+    """
+    gone = WaitStopped("Stopped waiting: the launch form is gone; the instance keeps launching "
+                       "and is billed once active: check InstancesPanel.")
+    try:
+        details = _launch_and_wait(ref, cloud, body, delete_after, stop)
+    except _StopSignal:
+        if ref() is None:
+            settle(future, error=gone)
+        return
+    except BaseException as error:
+        form = ref()
+        if form is None:
+            settle(future, error=error)
+        elif not stop.is_set():
+            form._failed(error)
+            settle(future, error=error)
+            form._refresh_used_hourly()
+        return
+    form = ref()
+    if form is None:
+        if details is None:
+            settle(future, error=gone)
+        else:
+            settle(future, details)
+        return
+    if stop.is_set() or details is None:
+        return
+    try:
+        form._succeeded(details)
+    except Exception as error:  # drawing the result failed; the instance is active anyway
+        form.status.error(error)
+    finally:
+        form._finish()
+        settle(future, details)
+
+
+def _launch_and_wait(ref: weakref.ref[LaunchForm], cloud: Any, body: dict[str, Any],
+                     delete_after: float | None, stop: threading.Event) -> InstanceDetails | None:
+    name = body["name"]
+    instance = cloud.instances.create(
+        name=name, cloud_provider=body["cloudProvider"], instance_id=body["instanceId"],
+        region=body["region"], volume_id=body.get("volumeId"), vm=body.get("vm"),
+        docker_container=body.get("dockerContainer"), ssh_key_id=body.get("sshKeyId"),
+        ssh_key=body.get("sshKey"), delete_after=delete_after)
+    form = ref()
+    if form is None or stop.is_set():
+        return None
+    form.instance = instance
+    form.status.info(f"Launched {name} (id {instance.id}); waiting for it to become active…")
+    form._refresh_used_hourly()
+    form._waited = 0.0
+    expected, timeout = form.expected_launch_seconds, form.timeout
+    del form  # from here on the thread holds the form only while drawing progress
+
+    def on_progress(details: InstanceDetails, elapsed: float) -> None:
+        form = ref()
+        if form is None or stop.is_set():
+            raise _StopSignal
+        form.instance = details
+        form._waited = elapsed
+        if details.status == "pending":
+            form.progress.value = min(elapsed / expected, 0.95)
+        form.elapsed.value = escape(f"{details.status}… {duration(elapsed)}")
+
+    return cloud.instances.wait_until_active(instance.id, timeout=timeout, on_progress=on_progress,
+                                             max_poll_interval=MAX_POLL_SECONDS)
 
 
 def offer_label(offer: InstanceOffer) -> str:
@@ -804,60 +885,12 @@ class LaunchForm(widgets.VBox):
             show(self.progress_box, True)
             self.status.info(f"Launching {body['name']}…")
             self._update()
-        threading.Thread(target=self._run, args=(body, future, stop), daemon=True,
-                         name="gpucloud-nb-launch").start()
+        delete_after = self.auto_delete.value * 60 or None
+        weakref.finalize(self, stop.set)  # a form garbage-collected mid-wait ends the thread
+        threading.Thread(target=_launch_thread,
+                         args=(weakref.ref(self), self._cloud, body, delete_after, future, stop),
+                         daemon=True, name="gpucloud-nb-launch").start()
         return future
-
-    def _run(self, body: dict[str, Any], future: Future[InstanceDetails],
-             stop: threading.Event) -> None:
-        """The launch thread: whatever happens, the Future settles and the form goes idle."""
-        try:
-            details = self._launch_and_wait(body, stop)
-        except _StopSignal:
-            return
-        except BaseException as error:
-            if stop.is_set():
-                return
-            self._failed(error)
-            settle(future, error=error)
-            self._refresh_used_hourly()
-            return
-        if stop.is_set() or details is None:
-            return
-        try:
-            self._succeeded(details)
-        except Exception as error:  # drawing the result failed; the instance is active anyway
-            self.status.error(error)
-        finally:
-            self._finish()
-            settle(future, details)
-
-    def _launch_and_wait(self, body: dict[str, Any],
-                         stop: threading.Event) -> InstanceDetails | None:
-        name = body["name"]
-        instance = self._cloud.instances.create(
-            name=name, cloud_provider=body["cloudProvider"], instance_id=body["instanceId"],
-            region=body["region"], volume_id=body.get("volumeId"), vm=body.get("vm"),
-            docker_container=body.get("dockerContainer"), ssh_key_id=body.get("sshKeyId"),
-            ssh_key=body.get("sshKey"), delete_after=self.auto_delete.value * 60 or None)
-        self.instance = instance
-        if stop.is_set():
-            return None
-        self.status.info(f"Launched {name} (id {instance.id}); waiting for it to become active…")
-        self._refresh_used_hourly()
-
-        def on_progress(details: InstanceDetails, elapsed: float) -> None:
-            if stop.is_set():
-                raise _StopSignal
-            self.instance = details
-            self._waited = elapsed
-            if details.status == "pending":
-                self.progress.value = min(elapsed / self.expected_launch_seconds, 0.95)
-            self.elapsed.value = escape(f"{details.status}… {duration(elapsed)}")
-
-        self._waited = 0.0
-        return self._cloud.instances.wait_until_active(instance.id, timeout=self.timeout,
-                                                       on_progress=on_progress)
 
     def _failed(self, error: BaseException) -> None:
         try:
@@ -927,7 +960,8 @@ class LaunchForm(widgets.VBox):
         settle(future, error=WaitStopped(message))
 
     def close(self) -> None:
-        """Stop waiting (the launch itself goes on in the cloud, see :meth:`stop`) and close."""
+        """Stop waiting (the launch itself goes on in the cloud, see :meth:`stop`) and close; the
+        launch thread ends at its next poll."""
         self.stop()
         super().close()
 

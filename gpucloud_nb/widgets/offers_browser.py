@@ -401,6 +401,7 @@ class OffersBrowser(widgets.VBox):
         """Close the browser, its launch form, and a pending debounced redraw."""
         self._debouncer.cancel()
         if self.form is not None:
+            self.form_box.children = ()  # no open widget may refer to a closed one
             self.form.close()
         super().close()
 

@@ -83,8 +83,10 @@ def _write_json(path: Path, data: Any) -> None:
 class LabServer:
     """A ``jupyter lab`` subprocess serving ``root`` on 127.0.0.1, logged to ``log_path``."""
 
-    def __init__(self, root: Path, home: Path, log_path: Path = LAB_LOG) -> None:
+    def __init__(self, root: Path, home: Path, log_path: Path = LAB_LOG,
+                 env: dict[str, str] | None = None) -> None:
         self.root = root
+        self.env = env or {}  # set after scrubbing: e.g. a cloud for the GPU-cloud sidebar
         self.home = home
         self.log_path = log_path
         self.token = secrets.token_hex(24)
@@ -108,6 +110,7 @@ class LabServer:
             env[key] = str(path)
         env["JUPYTER_PLATFORM_DIRS"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         config = dirs["JUPYTER_CONFIG_DIR"]
         # Every cell in the DOM (selectors see all outputs), no news pop-ups.
         _write_json(

@@ -27,8 +27,10 @@ and the paths below it are the spec's: ``GET /v1/models``, ``POST /v1/chat/compl
   most 20 MB. A chat body may be up to 64 MB (a few images of 20 MB, base64-encoded).
 - Images are checked like the client checks them (``media.check_image``: JPEG, PNG, WEBP or GIF
   by content, complete, at most 20 MB): 400 with media's sentence, 413 when too large. An
-  ``http(s)://`` image is downloaded by the sandbox (10 s timeout, 20 MB cap) as a hosted model's
-  server would; a failed download is 400 ``invalid_image_url``. Audio is checked by content with
+  ``http(s)://`` image is a 400 ``invalid_image_url`` unless the sandbox runs with
+  ``allow_url_fetch`` (``--allow-url-fetch``); then it is downloaded (10 s timeout, 20 MB cap)
+  from public addresses only, pinned to the checked address, redirects checked again, and any
+  failure is 400 "could not fetch". Audio is checked by content with
   ``media.check_audio``.
 - The models are deterministic (:mod:`gpucloud_nb.sandbox.vision` reads the prompt and each
   image's format, size and colours; :mod:`gpucloud_nb.sandbox.speech` is offline pocketsphinx).
@@ -42,8 +44,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import hmac
+import ipaddress
 import json
 import math
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -59,6 +63,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gpucloud_nb.media import MAX_AUDIO_BYTES, MAX_IMAGE_BYTES, MB
+from gpucloud_nb.sandbox.guards import json_depth_problem
 from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
 from gpucloud_nb.sandbox.inference.upstream import (
     UPSTREAM_KEY_VARIABLE,
@@ -209,32 +214,102 @@ def _is_web(url: str) -> bool:
     return url[:8].lower().startswith(("http://", "https://"))
 
 
-async def _fetch_images(messages: list[Any]) -> dict[str, bytes]:
-    """Download every http(s) image, as a hosted model's server does (at most 20 MB each)."""
+_NO_FETCH = ("The sandbox does not fetch image URLs; send the image itself as a data: URL "
+             "(gpucloud_nb.media.image_data_url makes one), or start the sandbox with "
+             "--allow-url-fetch.")
+_MAX_REDIRECTS = 5
+
+
+class _CouldNotFetch(Exception):
+    """Any failure to fetch an image URL; the answer says only "could not fetch"."""
+
+
+def _public_address(text: str) -> bool:
+    """Whether an IP address is one the sandbox may connect to (not private, loopback, ...)."""
+    address = ipaddress.ip_address(text.split("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not (address.is_private or address.is_loopback
+                                       or address.is_link_local or address.is_reserved
+                                       or address.is_multicast or address.is_unspecified)
+
+
+async def _checked_address(url: httpx.URL) -> str:
+    """Resolve ``url``'s host and return an address to pin, if every address is public."""
+    if url.scheme not in ("http", "https") or not url.host:
+        raise _CouldNotFetch
+    try:
+        return url.host if _public_address(url.host) else ""
+    except ValueError:
+        pass  # a name, not a literal address
+    if url.host.rstrip(".").lower() == "localhost" or url.host.endswith(".localhost"):
+        raise _CouldNotFetch
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(url.host, url.port or (443 if url.scheme == "https" else 80),
+                                       type=socket.SOCK_STREAM)
+    except OSError:
+        raise _CouldNotFetch from None
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses or not all(_public_address(a) for a in addresses):
+        raise _CouldNotFetch
+    return addresses[0]
+
+
+async def _fetch_one(client: httpx.AsyncClient, url: str) -> bytes:
+    """GET ``url`` pinned to a checked public address, following redirects by hand."""
+    target = httpx.URL(url)
+    for _ in range(_MAX_REDIRECTS + 1):
+        address = await _checked_address(target)
+        if not address:
+            raise _CouldNotFetch
+        host = target.host
+        pinned = target.copy_with(host=address)
+        request = client.build_request(
+            "GET", pinned, headers={"Host": target.netloc.decode("ascii")},
+            extensions={"sni_hostname": host} if target.scheme == "https" else {})
+        answer = await client.send(request, stream=True)
+        try:
+            if answer.is_redirect and "location" in answer.headers:
+                target = target.join(answer.headers["location"])
+                continue
+            if answer.status_code >= 400:
+                raise _CouldNotFetch
+            data = bytearray()
+            async for chunk in answer.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_IMAGE_BYTES:
+                    raise _CouldNotFetch
+            return bytes(data)
+        finally:
+            await answer.aclose()
+    raise _CouldNotFetch
+
+
+async def _fetch_images(messages: list[Any], allowed: bool) -> dict[str, bytes]:
+    """Download every http(s) image when ``allowed`` (at most 20 MB each, public addresses only).
+
+    Off by default (``SandboxConfig.allow_url_fetch``): a client's URL is a 400 that says how to
+    send the image instead. When on, every address the host resolves to must be public (not
+    private, loopback, link-local or reserved), the connection goes to the checked address, and
+    each redirect is checked again; any failure is 400 "could not fetch", saying nothing of what
+    is at the address.
+    """
     urls = list(dict.fromkeys(part["image_url"]["url"] for _, part in _image_parts(messages)
                               if _is_web(part["image_url"]["url"])))
     fetched: dict[str, bytes] = {}
     if not urls:
         return fetched
-    async with httpx.AsyncClient(timeout=IMAGE_FETCH_TIMEOUT, follow_redirects=True) as client:
+    if not allowed:
+        raise Problem(400, _NO_FETCH, code="invalid_image_url")
+    async with httpx.AsyncClient(timeout=IMAGE_FETCH_TIMEOUT, follow_redirects=False,
+                                 trust_env=False) as client:
         for url in urls:
-            shown = _shown(url)
             try:
-                async with client.stream("GET", url) as answer:
-                    if answer.status_code >= 400:
-                        raise Problem(400, f"The image at {shown} could not be downloaded (HTTP "
-                                           f"{answer.status_code}).", code="invalid_image_url")
-                    data = bytearray()
-                    async for chunk in answer.aiter_bytes():
-                        data += chunk
-                        if len(data) > MAX_IMAGE_BYTES:
-                            raise Problem(413, f"The image at {shown} is too large (over "
-                                               f"{MAX_IMAGE_BYTES // MB} MB); the limit is "
-                                               f"{MAX_IMAGE_BYTES // MB} MB.", code="image_too_large")
-            except httpx.HTTPError as exc:
-                raise Problem(400, f"The image at {shown} could not be downloaded "
-                                   f"({type(exc).__name__}).", code="invalid_image_url") from None
-            fetched[url] = bytes(data)
+                fetched[url] = await _fetch_one(client, url)
+            except (_CouldNotFetch, httpx.HTTPError, ValueError):
+                raise Problem(400, f"The image at {_shown(url)} could not be fetched.",
+                              code="invalid_image_url") from None
     return fetched
 
 
@@ -263,6 +338,9 @@ def _reply(messages: list[Any], fetched: Mapping[str, bytes]) -> str:
         try:
             checked = media.check_image(data, name=f"The image in {where}")
         except ValueError as exc:
+            if _is_web(url):  # say nothing of what is at someone else's address
+                raise Problem(400, f"The image at {_shown(url)} could not be fetched.",
+                              code="invalid_image_url", param=where) from None
             raise Problem(400, str(exc), code="invalid_image", param=where) from None
         part["image_url"] = {**part["image_url"], "url": checked.data_url()}
     return vision.describe(messages)
@@ -367,6 +445,9 @@ class _Inference:
             raise Problem(400, "The request body is not valid JSON.") from None
         if not isinstance(body, dict):
             raise Problem(400, "The request body must be a JSON object.")
+        deep = json_depth_problem(body)
+        if deep:
+            raise Problem(400, deep)
         stream = body.get("stream", False)
         if not isinstance(stream, bool) and stream is not None:
             raise Problem(400, "'stream' must be true or false.", param="stream")
@@ -392,7 +473,7 @@ class _Inference:
 
         from gpucloud_nb.sandbox import vision
 
-        fetched = await _fetch_images(body["messages"])
+        fetched = await _fetch_images(body["messages"], self.config.allow_url_fetch)
         text = await run_in_threadpool(_reply, body["messages"], fetched)
         tokens = vision.tokens(text)
         finish = "stop"

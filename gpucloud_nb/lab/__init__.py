@@ -1,0 +1,60 @@
+"""The JupyterLab side of gpucloud-nb: a server extension behind the GPU-cloud sidebar.
+
+Installed with the package (``pip install gpucloud-nb[lab]``) and enabled automatically through
+``etc/jupyter/jupyter_server_config.d/gpucloud_nb.json``; ``jupyter server extension list``
+shows it. Its routes live under ``/gpucloud/`` (:mod:`gpucloud_nb.lab.handlers`) and read one
+shared poller (:mod:`gpucloud_nb.lab.poller`), started on the first request and stopped with
+the server. The cloud is the one a kernel's ``connect()`` finds: the real cloud when the
+server's environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else the sandbox.
+
+    $ jupyter server extension list      # gpucloud_nb.lab enabled - OK
+    $ jupyter lab --GPUCloudExtension.max_hourly_cost=5     # or GPUCLOUD_MAX_HOURLY_COST=5
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float, default
+
+__all__ = ["GPUCloudExtension"]
+
+
+class GPUCloudExtension(ExtensionApp):
+    """The server extension: the ``/gpucloud/`` routes and their one poller."""
+
+    name = "gpucloud_nb.lab"
+    load_other_extensions = True
+
+    max_hourly_cost = Float(None, allow_none=True, config=True,
+                            help="The cost cap ($/h) the status bar warns at; GPUCLOUD_MAX_HOURLY_COST.")
+
+    @default("max_hourly_cost")
+    def _cap_from_environment(self) -> float | None:
+        raw = os.environ.get("GPUCLOUD_MAX_HOURLY_COST", "").strip()
+        try:
+            return float(raw) if raw else None
+        except ValueError:
+            self.log.warning("GPUCLOUD_MAX_HOURLY_COST=%r is not a number; no cap shown.", raw)
+            return None
+
+    def initialize_handlers(self) -> None:
+        from gpucloud_nb.lab.handlers import handlers
+        from gpucloud_nb.lab.poller import Poller
+
+        self.poller = Poller(self._connect, cap=self.max_hourly_cost)
+        self.handlers.extend(handlers(self.poller))
+
+    def _connect(self) -> Any:
+        from gpucloud_nb import connect
+
+        return connect(quiet=True, max_hourly_cost=self.max_hourly_cost)
+
+    async def stop_extension(self) -> None:
+        await self.poller.stop()
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "gpucloud_nb.lab", "app": GPUCloudExtension}]

@@ -1,0 +1,110 @@
+"""The ``/gpucloud/`` REST routes of the server extension, behind Jupyter's own auth and XSRF.
+
+=========================================  ================================================
+``GET /gpucloud/instances[?fast=&slow=]``  the poller's snapshot: instances with spend, totals
+``GET /gpucloud/instances/ID``             what deleting ID loses (``{"fate": "..."}``)
+``DELETE /gpucloud/instances/ID``          delete ID in the cloud (204)
+``POST /gpucloud/refresh``                 poll soon (a notebook cell just ran)
+``GET /gpucloud/info``                     ``{"sandbox", "url", "cap"}``
+=========================================  ================================================
+
+Without the token (or a login cookie) every route answers 403; a DELETE or POST made with the
+cookie must carry the XSRF token, as every Jupyter API call does. No answer holds a key or secret.
+
+    $ curl -H "Authorization: token $TOKEN" http://127.0.0.1:8888/gpucloud/instances
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+
+from gpucloud_nb.errors import GPUCloudError, NotFoundError
+from gpucloud_nb.lab.poller import Poller
+
+__all__ = ["handlers"]
+
+_ID = r"(?P<instance_id>[^/?#]+)"
+
+
+class _Handler(APIHandler):
+    def initialize(self, poller: Poller) -> None:
+        self.poller = poller
+
+    def _answer(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data))
+
+    def _float_argument(self, name: str) -> float | None:
+        raw = self.get_query_argument(name, None)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise tornado.web.HTTPError(400, reason=f"{name} must be a number of seconds")
+        return value
+
+
+class InstancesHandler(_Handler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        fast, slow = self._float_argument("fast"), self._float_argument("slow")
+        if fast is not None or slow is not None:
+            self.poller.set_intervals(fast, slow)
+        self._answer(await self.poller.snapshot())
+
+
+class InstanceHandler(_Handler):
+    @tornado.web.authenticated
+    async def get(self, instance_id: str) -> None:
+        try:
+            self._answer({"fate": await self.poller.fate(instance_id)})
+        except NotFoundError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
+        except GPUCloudError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
+
+    @tornado.web.authenticated
+    async def delete(self, instance_id: str) -> None:
+        try:
+            await self.poller.delete(instance_id)
+        except NotFoundError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
+        except GPUCloudError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
+        else:
+            self.set_status(204)
+            self.finish()
+
+
+class RefreshHandler(_Handler):
+    @tornado.web.authenticated
+    def post(self) -> None:
+        self.poller.nudge()
+        self.set_status(204)
+        self.finish()
+
+
+class InfoHandler(_Handler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        self._answer(await self.poller.info())
+
+
+def handlers(poller: Poller) -> list[tuple[str, type[APIHandler], dict[str, Any]]]:
+    """The routes, relative to the server's base URL, each bound to ``poller``."""
+    bound = {"poller": poller}
+    return [
+        ("/gpucloud/instances", InstancesHandler, bound),
+        (f"/gpucloud/instances/{_ID}", InstanceHandler, bound),
+        ("/gpucloud/refresh", RefreshHandler, bound),
+        ("/gpucloud/info", InfoHandler, bound),
+    ]

@@ -1,0 +1,222 @@
+"""One poller per Jupyter server: it lists the instances, prices them, and caches the answer.
+
+Every open tab reads the cached snapshot, so however many tabs are open the cloud sees at most
+one list request per interval: ``fast`` seconds (5) while an instance is pending, active or
+deleting, ``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was
+sent) brings the next list forward, but never closer than ``fast`` seconds to the last one.
+
+Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
+same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
+
+    >>> poller = Poller(lambda: connect(quiet=True))
+    >>> (await poller.snapshot())["totals"]
+    {'hourly': 1.23, 'spend': 0.41, 'running': 2, 'committed': 1.23}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.models import Instance, parse_datetime
+
+__all__ = ["BUSY", "Poller", "public_url"]
+
+BUSY = ("pending", "active", "deleting")
+MIN_INTERVAL = 1.0
+
+
+def public_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part, fit to show."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Poller:
+    """Lists the instances every ``fast`` or ``slow`` seconds in one asyncio task.
+
+    ``connect`` makes the client (it may start the user's sandbox, so it runs in a thread); the
+    sync client's calls run in the loop's default executor.
+    """
+
+    def __init__(self, connect: Callable[[], GPUCloud], *, fast: float = 5.0, slow: float = 30.0,
+                 cap: float | None = None) -> None:
+        self._connect = connect
+        self.fast = fast
+        self.slow = slow
+        self.cap = cap
+        self.list_requests = 0
+        self._cloud: GPUCloud | None = None
+        self._ledger = Ledger()
+        self._snapshot: dict[str, Any] | None = None
+        self._first = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._nudged = False
+        self._last = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+
+    # -- settings and life cycle ------------------------------------------------------------
+    def set_intervals(self, fast: float | None = None, slow: float | None = None) -> None:
+        """Change the intervals (from the settings of a tab); ``slow`` is kept ≥ ``fast``."""
+        if fast is not None:
+            self.fast = max(float(fast), MIN_INTERVAL)
+        if slow is not None:
+            self.slow = max(float(slow), MIN_INTERVAL)
+        self.slow = max(self.slow, self.fast)
+        self._wake.set()
+
+    def interval(self) -> float:
+        """Seconds between two list requests, as things stand."""
+        if self._nudged:
+            return self.fast
+        instances = (self._snapshot or {}).get("instances", [])
+        return self.fast if any(i["status"] in BUSY for i in instances) else self.slow
+
+    def nudge(self) -> None:
+        """Poll again soon: ``fast`` seconds after the last list at the latest."""
+        self._nudged = True
+        self._wake.set()
+
+    def _ensure_started(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="gpucloud-poller")
+
+    async def stop(self) -> None:
+        """Stop polling and close the client."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._cloud is not None:
+            self._cloud.close()
+            self._cloud = None
+
+    # -- reading ----------------------------------------------------------------------------
+    async def snapshot(self) -> dict[str, Any]:
+        """The latest snapshot (waits for the first one)."""
+        self._ensure_started()
+        await self._first.wait()
+        assert self._snapshot is not None
+        return {**self._snapshot, "nextPollSeconds": self.interval()}
+
+    async def info(self) -> dict[str, Any]:
+        """Sandbox or real cloud, its URL (without credentials) and the cost cap."""
+        try:
+            cloud = await self._client()
+        except GPUCloudError as error:
+            return {"sandbox": None, "url": None, "cap": self.cap, "error": str(error)}
+        return {"sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+                "error": None}
+
+    async def fate(self, instance_id: str) -> str:
+        """What a delete of ``instance_id`` loses, naming the volumes that keep data."""
+        cloud = await self._client()
+        loop = asyncio.get_running_loop()
+        instance = await loop.run_in_executor(None, cloud.instances.get, instance_id)
+        volumes = await loop.run_in_executor(None, cloud.volumes.list)
+        return instance.data_fate(volumes)
+
+    async def delete(self, instance_id: str) -> None:
+        """Delete ``instance_id`` in the cloud; the snapshot shows it deleting at once."""
+        cloud = await self._client()
+        await asyncio.get_running_loop().run_in_executor(None, cloud.instances.delete, instance_id)
+        if self._snapshot is not None:
+            for row in self._snapshot["instances"]:
+                if row["id"] == instance_id and row["status"] != "deleted":
+                    row["status"] = "deleting"
+        self.nudge()
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the client's key (and the sandbox's secret) masked."""
+        return text if self._cloud is None else self._cloud.scrub(text)
+
+    # -- polling ----------------------------------------------------------------------------
+    async def _client(self) -> GPUCloud:
+        if self._cloud is None:
+            cloud = await asyncio.get_running_loop().run_in_executor(None, self._connect)
+            if self._cloud is None:
+                self._cloud = cloud
+            else:
+                cloud.close()
+        return self._cloud
+
+    async def _run(self) -> None:
+        while True:
+            await self._poll()
+            while True:
+                delay = self._last + self.interval() - time.monotonic()
+                if delay <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    break
+
+    async def _poll(self) -> None:
+        self._nudged = False
+        self._last = time.monotonic()
+        try:
+            cloud = await self._client()
+            self.list_requests += 1
+            instances = await asyncio.get_running_loop().run_in_executor(None, cloud.instances.list)
+            self._snapshot = self._build(cloud, instances, datetime.now(timezone.utc))
+        except Exception as error:  # the sidebar shows one sentence, never a traceback
+            message = (str(error) if isinstance(error, GPUCloudError)
+                       else f"Could not read the instances ({type(error).__name__}: {error}).")
+            old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
+            self._snapshot = {**old, "error": self.scrub(message),
+                              "polledAt": _iso(datetime.now(timezone.utc))}
+        self._first.set()
+
+    def _build(self, cloud: GPUCloud, instances: list[Instance], now: datetime) -> dict[str, Any]:
+        deadlines = cloud.auto_delete.deadlines()
+        rows, bills = [], []
+        for instance in instances:
+            bill = self._ledger.bill(instance.raw, now)
+            bills.append(bill.spend)
+            if instance.status == "deleted":
+                continue
+            deadline = parse_datetime(instance.raw.get("autoDeleteAt")) or deadlines.get(instance.id)
+            rows.append({
+                "id": instance.id, "name": instance.name, "status": instance.status,
+                "gpuModel": instance.gpu_model, "gpuCount": instance.gpu_count,
+                "hourlyPrice": instance.hourly_price, "createdAt": _iso(instance.created_at),
+                "billedFrom": _iso(bill.start), "spend": round(bill.spend, 6),
+                "estimated": bill.estimated, "autoDeleteAt": _iso(deadline),
+                "sshCommand": instance.ssh_command,
+            })
+        return {
+            "instances": rows, "totals": _totals(rows, bills, self.cap),
+            "sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+            "polledAt": _iso(now), "error": None,
+        }
+
+
+def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:
+    """$/h billed now (active and deleting), spend so far (every instance), running count, and
+    the pending-plus-active price the cost cap is compared with."""
+    hourly = sum(r["hourlyPrice"] for r in rows if r["status"] in ("active", "deleting"))
+    committed = sum(r["hourlyPrice"] for r in rows if r["status"] in ("pending", "active"))
+    return {
+        "hourly": round(hourly, 6), "spend": round(sum(bills), 6),
+        "running": sum(1 for r in rows if r["status"] == "active"),
+        "committed": round(committed, 6),
+        "capReached": cap is not None and committed >= cap,
+    }

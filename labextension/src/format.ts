@@ -1,0 +1,169 @@
+/**
+ * Pure formatting for the sidebar and the status bar: no DOM, no JupyterLab, so jest tests it
+ * directly.
+ *
+ *     formatMoney(1.234)                 // "$1.23"
+ *     formatCountdown(deadline, now)     // "12:04" or "1:02:03", "due" once passed
+ */
+
+/** One instance as `GET /gpucloud/instances` returns it. */
+export interface IInstanceRow {
+  id: string;
+  name: string;
+  status: string;
+  gpuModel: string;
+  gpuCount: number;
+  hourlyPrice: number;
+  createdAt: string | null;
+  billedFrom: string | null;
+  spend: number;
+  estimated: boolean;
+  autoDeleteAt: string | null;
+  sshCommand: string | null;
+}
+
+/** The totals of a snapshot. */
+export interface ITotals {
+  hourly: number;
+  spend: number;
+  running: number;
+  committed: number;
+  capReached: boolean;
+}
+
+/** The poller's snapshot, as `GET /gpucloud/instances` returns it. */
+export interface ISnapshot {
+  instances: IInstanceRow[];
+  totals: ITotals;
+  sandbox?: boolean | null;
+  url?: string | null;
+  cap?: number | null;
+  polledAt?: string | null;
+  error?: string | null;
+  nextPollSeconds?: number;
+}
+
+/** One row, as text, ready for the sidebar. */
+export interface IRowText {
+  name: string;
+  gpu: string;
+  status: string;
+  age: string;
+  spend: string;
+  countdown: string;
+}
+
+const BILLED = ['active', 'deleting'];
+
+function parse(value: string | null | undefined): number | null {
+  if (!value) {
+    return null;
+  }
+  const ms = Date.parse(value);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/** Dollars with cents: `$1.23`; under a cent but above zero shows `<$0.01`. */
+export function formatMoney(value: number): string {
+  if (!Number.isFinite(value) || value <= 0) {
+    return '$0.00';
+  }
+  if (value < 0.005) {
+    return '<$0.01';
+  }
+  return `$${value.toFixed(2)}`;
+}
+
+/** A duration in the largest sensible units: `45s`, `12m`, `3h 05m`, `2d 4h`. */
+export function formatAge(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s}s`;
+  }
+  const minutes = Math.floor(s / 60);
+  if (minutes < 60) {
+    return `${minutes}m`;
+  }
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) {
+    return `${hours}h ${String(minutes % 60).padStart(2, '0')}m`;
+  }
+  return `${Math.floor(hours / 24)}d ${hours % 24}h`;
+}
+
+/**
+ * Time left until `deadline` (ISO string) at `now` (ms): `m:ss` under an hour, `h:mm:ss` above,
+ * `due` once passed, and an empty string without a deadline.
+ */
+export function formatCountdown(deadline: string | null, now: number): string {
+  const due = parse(deadline);
+  if (due === null) {
+    return '';
+  }
+  const left = Math.ceil((due - now) / 1000);
+  if (left <= 0) {
+    return 'due';
+  }
+  const h = Math.floor(left / 3600);
+  const m = Math.floor((left % 3600) / 60);
+  const s = left % 60;
+  const ss = String(s).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${ss}` : `${m}:${ss}`;
+}
+
+/** `H100 × 2`; a model without a count shows alone. */
+export function formatGpu(model: string, count: number): string {
+  const name = model || 'GPU';
+  return count > 0 ? `${name} × ${count}` : name;
+}
+
+/**
+ * The spend of `row` at `now`: the server's figure at `polledAt`, plus the hourly price for
+ * the time since while the instance is billed.
+ */
+export function spendAt(row: IInstanceRow, polledAt: string | null | undefined, now: number): number {
+  const at = parse(polledAt);
+  if (at === null || !BILLED.includes(row.status)) {
+    return row.spend;
+  }
+  return row.spend + (row.hourlyPrice * Math.max(0, now - at)) / 3_600_000;
+}
+
+/** The texts of one sidebar row at `now` (ms since the epoch). */
+export function formatRow(row: IInstanceRow, now: number, polledAt?: string | null): IRowText {
+  const created = parse(row.createdAt);
+  const spend = formatMoney(spendAt(row, polledAt, now));
+  return {
+    name: row.name || row.id,
+    gpu: formatGpu(row.gpuModel, row.gpuCount),
+    status: row.status,
+    age: created === null ? '' : formatAge((now - created) / 1000),
+    spend: row.estimated ? `≈${spend}` : spend,
+    countdown: formatCountdown(row.autoDeleteAt, now)
+  };
+}
+
+/** The status bar's text: `$1.23/h · 2 running`. */
+export function formatStatus(totals: ITotals): string {
+  return `${formatMoney(totals.hourly)}/h · ${totals.running} running`;
+}
+
+/**
+ * Why the status bar warns, as one sentence, or `null`: the cost cap is reached, or an instance
+ * has been active for more than `warnHours` hours.
+ */
+export function warning(snapshot: ISnapshot, warnHours: number, now: number): string | null {
+  const cap = snapshot.cap;
+  if (cap !== null && cap !== undefined && snapshot.totals.capReached) {
+    return `Pending and active instances cost ${formatMoney(snapshot.totals.committed)}/h, at or above the cap of ${formatMoney(cap)}/h.`;
+  }
+  if (warnHours > 0) {
+    for (const row of snapshot.instances) {
+      const since = parse(row.billedFrom);
+      if (row.status === 'active' && since !== null && now - since > warnHours * 3_600_000) {
+        return `${row.name || row.id} has been active for ${formatAge((now - since) / 1000)}, over ${warnHours} h.`;
+      }
+    }
+  }
+  return null;
+}

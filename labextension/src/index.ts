@@ -1,0 +1,66 @@
+import {
+  ILabShell,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { GpuCloudModel } from './model';
+import { GpuCloudSidebar } from './sidebar';
+import { GpuCloudStatus } from './statusbar';
+
+const PLUGIN_ID = 'gpucloud-nb:plugin';
+
+/** Commands whose end may have launched or deleted an instance from a notebook. */
+const RUNS_CODE = /(^|:)run|execute/;
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'A GPU-cloud sidebar and a spend indicator in the status bar.',
+  autoStart: true,
+  optional: [ILabShell, IStatusBar, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    labShell: ILabShell | null,
+    statusBar: IStatusBar | null,
+    settings: ISettingRegistry | null
+  ) => {
+    const model = new GpuCloudModel();
+    const sidebar = new GpuCloudSidebar(model);
+    app.shell.add(sidebar, 'left', { rank: 850 });
+
+    if (statusBar) {
+      const item = new GpuCloudStatus(model, () => app.shell.activateById(sidebar.id));
+      statusBar.registerStatusItem(PLUGIN_ID, { item, align: 'left', rank: 10 });
+    }
+
+    // A cell that launched or deleted an instance: ask the server to look soon.
+    app.commands.commandExecuted.connect((_, args) => {
+      if (RUNS_CODE.test(args.id)) {
+        void Promise.resolve(args.result)
+          .catch(() => undefined)
+          .then(() => model.nudge());
+      }
+    });
+
+    const apply = (loaded: ISettingRegistry.ISettings) => {
+      model.busyInterval = loaded.get('busyInterval').composite as number;
+      model.idleInterval = loaded.get('idleInterval').composite as number;
+      model.warnAfterHours = loaded.get('warnAfterHours').composite as number;
+      void model.refresh();
+    };
+    if (settings) {
+      settings
+        .load(PLUGIN_ID)
+        .then(loaded => {
+          apply(loaded);
+          loaded.changed.connect(apply);
+        })
+        .catch(reason => console.error('gpucloud-nb: settings not loaded', reason));
+    }
+    model.start();
+  }
+};
+
+export default plugin;

@@ -1,0 +1,76 @@
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ApiError, requestAPI } from './api';
+import { ISnapshot } from './format';
+
+/** How often a tab reads the server's cached snapshot (cheap: the server does not poll for it). */
+const READ_MS = 2000;
+
+/**
+ * The GPU-cloud state of this tab: the server poller's latest snapshot, re-read every
+ * two seconds, plus a one-second tick for countdowns. Widgets listen to `changed`.
+ */
+export class GpuCloudModel {
+  snapshot: ISnapshot | null = null;
+  error: string | null = null;
+  busyInterval = 5;
+  idleInterval = 30;
+  warnAfterHours = 4;
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  start(): void {
+    if (this._timer === null) {
+      void this.refresh();
+      this._timer = window.setInterval(() => void this.refresh(), READ_MS);
+      this._tick = window.setInterval(() => this._changed.emit(), 1000);
+    }
+  }
+
+  dispose(): void {
+    if (this._timer !== null) {
+      window.clearInterval(this._timer);
+      window.clearInterval(this._tick!);
+      this._timer = this._tick = null;
+    }
+  }
+
+  /** Read the snapshot now (and pass this tab's interval settings to the one server poller). */
+  async refresh(): Promise<void> {
+    const query = `?fast=${this.busyInterval}&slow=${this.idleInterval}`;
+    try {
+      this.snapshot = await requestAPI<ISnapshot>(`instances${query}`);
+      this.error = null;
+    } catch (error) {
+      this.error = error instanceof ApiError ? error.message : 'The GPU cloud could not be read.';
+    }
+    this._changed.emit();
+  }
+
+  /** Ask the server to poll the cloud soon (a notebook cell just ran). */
+  async nudge(): Promise<void> {
+    try {
+      await requestAPI('refresh', { method: 'POST' });
+    } catch {
+      // the next regular read shows any problem
+    }
+  }
+
+  /** What deleting `id` loses, as one sentence. */
+  async fate(id: string): Promise<string> {
+    const data = await requestAPI<{ fate: string }>(`instances/${encodeURIComponent(id)}`);
+    return data.fate;
+  }
+
+  /** Delete `id` in the cloud, then re-read the snapshot. */
+  async remove(id: string): Promise<void> {
+    await requestAPI(`instances/${encodeURIComponent(id)}`, { method: 'DELETE' });
+    await this.refresh();
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _timer: number | null = null;
+  private _tick: number | null = null;
+}

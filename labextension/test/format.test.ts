@@ -1,0 +1,120 @@
+import {
+  formatAge,
+  formatCountdown,
+  formatGpu,
+  formatMoney,
+  formatRow,
+  formatStatus,
+  IInstanceRow,
+  ISnapshot,
+  warning
+} from '../src/format';
+
+const NOW = Date.parse('2026-11-24T10:00:00Z');
+
+function row(extra: Partial<IInstanceRow> = {}): IInstanceRow {
+  return {
+    id: 'i-1',
+    name: 'train-1',
+    status: 'active',
+    gpuModel: 'H100',
+    gpuCount: 2,
+    hourlyPrice: 2.5,
+    createdAt: '2026-11-24T08:55:00Z',
+    billedFrom: '2026-11-24T09:00:00Z',
+    spend: 2.5,
+    estimated: false,
+    autoDeleteAt: null,
+    sshCommand: 'ssh ubuntu@127.0.0.1',
+    ...extra
+  };
+}
+
+describe('formatMoney', () => {
+  it('shows dollars with cents', () => {
+    expect(formatMoney(1.234)).toBe('$1.23');
+    expect(formatMoney(0)).toBe('$0.00');
+    expect(formatMoney(0.001)).toBe('<$0.01');
+    expect(formatMoney(NaN)).toBe('$0.00');
+  });
+});
+
+describe('formatAge', () => {
+  it('uses the largest sensible units', () => {
+    expect(formatAge(45)).toBe('45s');
+    expect(formatAge(12 * 60 + 5)).toBe('12m');
+    expect(formatAge(3 * 3600 + 5 * 60)).toBe('3h 05m');
+    expect(formatAge(2 * 86400 + 4 * 3600)).toBe('2d 4h');
+    expect(formatAge(-3)).toBe('0s');
+  });
+});
+
+describe('formatCountdown', () => {
+  it('counts down in m:ss under an hour', () => {
+    expect(formatCountdown('2026-11-24T10:12:04Z', NOW)).toBe('12:04');
+    expect(formatCountdown('2026-11-24T10:00:01Z', NOW)).toBe('0:01');
+  });
+  it('counts down in h:mm:ss above an hour', () => {
+    expect(formatCountdown('2026-11-24T11:02:03Z', NOW)).toBe('1:02:03');
+  });
+  it('ticks: one second later shows one second less', () => {
+    const deadline = '2026-11-24T10:01:00Z';
+    expect(formatCountdown(deadline, NOW)).toBe('1:00');
+    expect(formatCountdown(deadline, NOW + 1000)).toBe('0:59');
+  });
+  it('says due once the deadline has passed, and nothing without one', () => {
+    expect(formatCountdown('2026-11-24T09:59:59Z', NOW)).toBe('due');
+    expect(formatCountdown('2026-11-24T10:00:00Z', NOW)).toBe('due');
+    expect(formatCountdown(null, NOW)).toBe('');
+    expect(formatCountdown('not a date', NOW)).toBe('');
+  });
+});
+
+describe('formatRow', () => {
+  it('formats every column of an active instance', () => {
+    const text = formatRow(row({ autoDeleteAt: '2026-11-24T10:30:00Z' }), NOW);
+    expect(text).toEqual({
+      name: 'train-1',
+      gpu: 'H100 × 2',
+      status: 'active',
+      age: '1h 05m',
+      spend: '$2.50',
+      countdown: '30:00'
+    });
+  });
+  it('adds the spend since the poll while billed, not while pending', () => {
+    const polledAt = '2026-11-24T09:00:00Z'; // an hour before NOW at $2.50/h
+    expect(formatRow(row(), NOW, polledAt).spend).toBe('$5.00');
+    expect(formatRow(row({ status: 'pending', spend: 0 }), NOW, polledAt).spend).toBe('$0.00');
+  });
+  it('marks an estimated spend and falls back to the id for a nameless instance', () => {
+    const text = formatRow(row({ name: '', estimated: true }), NOW);
+    expect(text.name).toBe('i-1');
+    expect(text.spend).toBe('≈$2.50');
+  });
+  it('shows a GPU model without a count alone', () => {
+    expect(formatGpu('A100', 0)).toBe('A100');
+    expect(formatGpu('', 1)).toBe('GPU × 1');
+  });
+});
+
+describe('status bar', () => {
+  const snapshot = (extra: Partial<ISnapshot> = {}): ISnapshot => ({
+    instances: [row()],
+    totals: { hourly: 1.234, spend: 2.5, running: 2, committed: 1.234, capReached: false },
+    cap: null,
+    ...extra
+  });
+  it('reads "$1.23/h · 2 running"', () => {
+    expect(formatStatus(snapshot().totals)).toBe('$1.23/h · 2 running');
+  });
+  it('warns when the cap is reached', () => {
+    const s = snapshot({ cap: 1, totals: { ...snapshot().totals, capReached: true } });
+    expect(warning(s, 0, NOW)).toMatch(/cap of \$1\.00\/h/);
+  });
+  it('warns when an instance has been active over the set hours, and not before', () => {
+    expect(warning(snapshot(), 0.5, NOW)).toMatch(/train-1 has been active for 1h 00m, over 0.5 h/);
+    expect(warning(snapshot(), 2, NOW)).toBeNull();
+    expect(warning(snapshot(), 0, NOW)).toBeNull();
+  });
+});

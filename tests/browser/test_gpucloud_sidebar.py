@@ -1,0 +1,200 @@
+"""The GPU-cloud sidebar and status bar in JupyterLab, driven in Chromium.
+
+Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
+starts, so its kernels and its server extension share one cloud, which the test reads too.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from playwright.sync_api import Browser, Locator, Page
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.sandbox import Sandbox
+
+from .lab import ARTIFACTS, SCREENSHOTS, Lab, LabServer, save_screenshot
+
+pytestmark = pytest.mark.browser
+
+CAP = 0.01  # any instance reaches it: the status bar must warn
+
+LAUNCH = """\
+from gpucloud_nb import connect
+cloud = connect()
+offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+instance = cloud.instances.create(
+    name="sidebar-demo", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+    region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+print("launched", instance.id)
+"""
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Sandbox]:
+    sandbox = Sandbox(launch_seconds=8, delete_seconds=1).start()
+    try:
+        yield sandbox
+    finally:
+        sandbox.stop()
+
+
+@pytest.fixture(scope="module")
+def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
+                     chromium: Browser) -> Iterator[LabServer]:
+    base = tmp_path_factory.mktemp("cloud-lab")
+    server = LabServer(root=base / "root", home=base / "home",
+                       log_path=ARTIFACTS / "lab-gpucloud.log",
+                       env={"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
+                            "GPUCLOUD_MAX_HOURLY_COST": str(CAP)})
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cloud_lab(cloud_lab_server: LabServer, chromium: Browser,
+              request: pytest.FixtureRequest) -> Iterator[Lab]:
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    session = Lab(cloud_lab_server, context, request.node.name)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture
+def observer(box: Sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as client:
+        yield client
+
+
+def open_sidebar(page: Page) -> None:
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpucloud-sidebar"]').click()
+    page.locator("#gpucloud-sidebar").wait_for(state="visible")
+
+
+def set_theme(page: Page, theme: str) -> None:
+    page.evaluate("(theme) => window.jupyterapp.commands.execute('apputils:change-theme', {theme})", theme)
+    page.wait_for_function("(theme) => document.body.dataset.jpThemeName === theme", arg=theme)
+    page.wait_for_timeout(500)
+
+
+def shot(part: Locator, name: str) -> None:
+    """Save a screenshot of one part of the page to test-artifacts/screenshots/<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    part.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+def status_text(page: Page) -> str:
+    """The status bar's figures, without the warning sign."""
+    return page.locator("#gpucloud-statusbar").inner_text().removeprefix("⚠").strip()
+
+
+def warns(page: Page) -> bool:
+    return "gpucloud-mod-warning" in (page.locator("#gpucloud-statusbar").get_attribute("class") or "")
+
+
+def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
+        cloud_lab: Lab, observer: GPUCloud, run_all) -> None:
+    notebook = new_notebook(
+        cells=[new_code_cell(LAUNCH)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(notebook, cloud_lab.root / "launch.ipynb")
+    page = cloud_lab.open("launch.ipynb")
+    open_sidebar(page)
+    sidebar = page.locator("#gpucloud-sidebar")
+    page.wait_for_function("document.querySelector('#gpucloud-sidebar').dataset.state === 'empty'")
+    assert "No instances" in sidebar.inner_text()
+    assert status_text(page) == "$0.00/h · 0 running"
+    assert not warns(page)
+    shot(sidebar, "gpucloud-sidebar-empty-light")
+
+    run_all(page)
+    ran = time.monotonic()
+    [instance] = [i for i in observer.instances.list() if i.name == "sidebar-demo"]
+    row = page.locator(f'[data-gpucloud-instance="{instance.id}"]')
+    row.wait_for(state="visible", timeout=10_000)
+    appeared = time.monotonic() - ran
+    print(f"the launched instance appeared in the sidebar {appeared:.1f} s after its cell ran")
+    assert appeared <= 10
+    assert row.get_attribute("data-status") == "pending"
+    assert "sidebar-demo" in row.inner_text() and "×" in row.inner_text()
+    page.wait_for_function(
+        f"""document.querySelector('[data-gpucloud-instance="{instance.id}"]')
+              .dataset.status === 'active'""", timeout=20_000)
+    assert "active" in row.locator(".gpucloud-Row-status").inner_text()
+    ssh = observer.instances.get(instance.id).ssh_command
+    assert ssh and row.locator(".gpucloud-Row-ssh").get_attribute("title") == f"Copy: {ssh}"
+    cloud_lab.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    row.locator(".gpucloud-Row-ssh").click()
+    assert page.evaluate("navigator.clipboard.readText()") == ssh
+
+    # The status bar agrees with the cloud: $/h of the active instances, and how many.
+    active = [i for i in observer.instances.list() if i.status == "active"]
+    expected = f"${sum(i.hourly_price for i in active):.2f}/h · {len(active)} running"
+    page.wait_for_function(
+        "(text) => document.querySelector('#gpucloud-statusbar').textContent.endsWith(text)",
+        arg=expected, timeout=10_000)
+    assert status_text(page) == expected
+    assert re.fullmatch(r"\$\d+\.\d\d/h · 1 running", expected)
+    assert warns(page)  # pending plus active above the cap of $0.01/h
+    assert "cap of $0.01/h" in page.locator("#gpucloud-statusbar").get_attribute("title")
+    assert "cap of $0.01/h" in sidebar.locator(".gpucloud-Warning").inner_text()
+    assert sidebar.locator(".gpucloud-Badge").is_hidden()  # the real cloud: no SANDBOX badge
+
+    for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+        set_theme(page, theme)
+        shot(sidebar, f"gpucloud-sidebar-{name}")
+        shot(page.locator("#jp-main-statusbar"), f"gpucloud-statusbar-{name}")
+        save_screenshot(page, f"gpucloud-lab-{name}")
+    set_theme(page, "JupyterLab Light")
+
+    # Delete from the sidebar: the confirmation names what is lost, the cloud deletes it.
+    row.locator(".gpucloud-Row-delete").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(state="visible")
+    assert "Whatever runs on it stops, and it has no volume, so its data is lost" in dialog.inner_text()
+    save_screenshot(page, "gpucloud-delete-confirmation")
+    dialog.locator("button.jp-mod-accept").click()
+    deadline = time.monotonic() + 10
+    while observer.instances.get(instance.id).status not in ("deleting", "deleted"):
+        assert time.monotonic() < deadline, "the sidebar's delete did not reach the cloud"
+        time.sleep(0.2)
+    row.wait_for(state="detached", timeout=20_000)  # deleted instances leave the sidebar
+    page.wait_for_function(
+        "document.querySelector('#gpucloud-statusbar').textContent.trim() === '$0.00/h · 0 running'")
+    assert not warns(page)
+
+
+def test_the_status_bar_opens_the_sidebar(cloud_lab: Lab) -> None:
+    notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                      "language": "python"}})
+    nbformat.write(notebook, cloud_lab.root / "empty.ipynb")
+    page = cloud_lab.open("empty.ipynb")
+    assert page.locator("#gpucloud-sidebar").is_hidden()
+    page.locator("#gpucloud-statusbar").click()
+    page.locator("#gpucloud-sidebar").wait_for(state="visible")
+
+
+def test_on_the_sandbox_the_sidebar_shows_its_badge(lab: Lab) -> None:
+    """The shared Lab has no key: its server extension uses the sandbox, as a kernel would."""
+    notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                      "language": "python"}})
+    nbformat.write(notebook, lab.root / "empty.ipynb")
+    page = lab.open("empty.ipynb")
+    open_sidebar(page)
+    badge = page.locator("#gpucloud-sidebar .gpucloud-Badge")
+    badge.wait_for(state="visible", timeout=30_000)
+    assert badge.inner_text() == "SANDBOX"
+    assert "simulated" in (page.locator("#gpucloud-statusbar").get_attribute("title") or "")
+    shot(page.locator("#gpucloud-sidebar"), "gpucloud-sidebar-sandbox-light")

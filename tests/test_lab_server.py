@@ -1,0 +1,369 @@
+"""The server extension over real HTTP: a ``jupyter server`` subprocess in real-cloud mode.
+
+The server's environment points ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` at a sandbox this
+module starts, whose list requests are counted on the sandbox side by an ASGI middleware.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.sandbox import app as sandbox_app
+
+API_KEY = "sk-labtest-0123456789abcdefKEYKEY"
+SECRET = "inf-labtest-fedcba9876543210SECRETS"
+TOKEN = "lab-server-test-token-5f1c2d"
+CAP = 0.5
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ListCounter:
+    """ASGI middleware: the times of every ``GET /gpu-cloud/instances`` the sandbox answers."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.state = app.state  # the sandbox closes app.state.store on stop
+        self.times: list[float] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (scope["type"] == "http" and scope["method"] == "GET"
+                and scope["path"].rstrip("/") == "/gpu-cloud/instances"):
+            self.times.append(time.monotonic())
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
+    real = sandbox_app.create_app
+    counters: list[ListCounter] = []
+
+    def counting_app(config: Any) -> ListCounter:
+        counters.append(ListCounter(real(config)))
+        return counters[-1]
+
+    sandbox_app.create_app = counting_app
+    try:
+        box = Sandbox(api_key=API_KEY, inference_secret=SECRET, launch_seconds=0.5,
+                      delete_seconds=0.5).start()
+    finally:
+        sandbox_app.create_app = real
+    try:
+        yield box, counters[0]
+    finally:
+        box.stop()
+
+
+@contextlib.contextmanager
+def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
+    """``jupyter server`` with a token on a free loopback port, tmp HOME and Jupyter dirs; its URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
+    for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+        (home / name).mkdir()
+        env[name] = str(home / name)
+    env.update(environment, JUPYTER_PLATFORM_DIRS="1")
+    port = free_port()
+    log = (home / "server.log").open("wb")
+    process = subprocess.Popen(
+        [str(BIN / "jupyter"), "server", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", "--ServerApp.allow_root=True",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={home}"],
+        env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, (home / "server.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/api/status", params={"token": TOKEN}, timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, (home / "server.log").read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        log.close()
+    assert "Traceback" not in (home / "server.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def server(counted_sandbox: tuple[Sandbox, ListCounter],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server in real-cloud mode: its environment names the counted sandbox and a cap."""
+    box, _ = counted_sandbox
+    with jupyter_server(tmp_path_factory.mktemp("lab-server"), GPUCLOUD_API_KEY=API_KEY,
+                        GPUCLOUD_BASE_URL=box.management_url,
+                        GPUCLOUD_MAX_HOURLY_COST=str(CAP)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, headers={"Authorization": f"token {TOKEN}"},
+                      timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cloud(counted_sandbox: tuple[Sandbox, ListCounter]) -> Iterator[GPUCloud]:
+    box, _ = counted_sandbox
+    with GPUCloud(api_key=API_KEY, base_url=box.management_url) as client:
+        yield client
+
+
+def launch(cloud: GPUCloud, name: str) -> str:
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    instance = cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    return instance.id
+
+
+def wait_for(api: httpx.Client, predicate: Any, timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = api.get("/gpucloud/instances").json()
+        if predicate(snapshot):
+            return snapshot
+        assert time.monotonic() < deadline, snapshot
+        api.post("/gpucloud/refresh")
+        time.sleep(0.5)
+
+
+def row_of(snapshot: dict[str, Any], instance_id: str) -> dict[str, Any] | None:
+    return next((r for r in snapshot["instances"] if r["id"] == instance_id), None)
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in (API_KEY, SECRET, API_KEY[-12:], SECRET[-12:]):
+        assert secret not in text
+
+
+# -- install -------------------------------------------------------------------------------
+
+def test_jupyter_lists_both_extensions_enabled() -> None:
+    def listing(*args: str) -> str:
+        done = subprocess.run([str(BIN / "jupyter"), *args], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "NO_COLOR": "1"})
+        return done.stdout + done.stderr
+
+    lab = [line for line in listing("labextension", "list").splitlines() if "gpucloud-nb" in line]
+    assert lab and "enabled" in lab[0] and "OK" in lab[0], lab
+    server = listing("server", "extension", "list")
+    assert any("gpucloud_nb.lab" in line and "enabled" in line for line in server.splitlines()), server
+    assert any("gpucloud_nb.lab" in line and "OK" in line for line in server.splitlines()), server
+
+
+def test_without_a_key_the_server_uses_the_sandbox_like_a_kernel(tmp_path: Path) -> None:
+    with jupyter_server(tmp_path, GPUCLOUD_SANDBOX_HOME=str(tmp_path / "sandbox-home")) as url:
+        headers = {"Authorization": f"token {TOKEN}"}
+        info = httpx.get(f"{url}/gpucloud/info", headers=headers, timeout=60).json()
+        snapshot = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=60).json()
+    assert info["sandbox"] is True and info["url"].startswith("http://127.0.0.1:")
+    assert info["cap"] is None
+    assert snapshot["sandbox"] is True and snapshot["error"] is None
+
+
+def test_a_cloud_that_refuses_or_is_down_is_one_sentence_without_the_key(
+        tmp_path: Path, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    wrong_key = "sk-wrong-key-for-the-lab-test-99"
+    headers = {"Authorization": f"token {TOKEN}"}
+    closed = f"http://127.0.0.1:{free_port()}"
+    for base_url, home in ((counted_sandbox[0].management_url, tmp_path / "refused"),
+                           (closed, tmp_path / "down")):
+        home.mkdir()
+        with jupyter_server(home, GPUCLOUD_API_KEY=wrong_key, GPUCLOUD_BASE_URL=base_url) as url:
+            response = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=120)
+        assert response.status_code == 200
+        snapshot = response.json()
+        error = snapshot["error"]
+        assert error and "Traceback" not in error and error.count("\n") == 0, error
+        assert snapshot["instances"] == []
+        assert wrong_key not in response.text and wrong_key[-12:] not in response.text
+
+
+# -- auth ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/gpucloud/instances"), ("GET", "/gpucloud/info"), ("GET", "/gpucloud/instances/x"),
+    ("DELETE", "/gpucloud/instances/x"), ("POST", "/gpucloud/refresh"),
+])
+def test_routes_refuse_without_the_token(server: str, method: str, path: str) -> None:
+    response = httpx.request(method, server + path, timeout=10)
+    assert response.status_code == 403
+    wrong = httpx.request(method, server + path, headers={"Authorization": "token wrong"}, timeout=10)
+    assert wrong.status_code == 403
+    assert_no_secret(response.text + wrong.text)
+
+
+def test_a_delete_with_the_login_cookie_but_without_xsrf_is_refused(
+        server: str, api: httpx.Client, cloud: GPUCloud) -> None:
+    instance_id = launch(cloud, "xsrf-target")
+    with httpx.Client(base_url=server, timeout=30) as browser:
+        browser.get("/login")  # sets the _xsrf cookie
+        xsrf = browser.cookies["_xsrf"]
+        login = browser.post("/login", data={"password": TOKEN, "_xsrf": xsrf})
+        assert login.status_code in (200, 302), login.text
+        assert browser.get("/gpucloud/instances").status_code == 200  # the cookie is a login
+
+        refused = browser.delete(f"/gpucloud/instances/{instance_id}")
+        assert refused.status_code == 403
+        assert cloud.instances.get(instance_id).status in ("pending", "active")
+
+        accepted = browser.delete(f"/gpucloud/instances/{instance_id}", headers={"X-XSRFToken": xsrf})
+        assert accepted.status_code == 204, accepted.text
+        assert cloud.instances.get(instance_id).status in ("deleting", "deleted")
+        assert_no_secret(refused.text + accepted.text)
+
+
+# -- what the routes answer ----------------------------------------------------------------
+
+def test_info_names_the_real_cloud_and_its_cap(api: httpx.Client,
+                                                counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    info = api.get("/gpucloud/info")
+    assert info.status_code == 200
+    assert info.json() == {"sandbox": False, "url": counted_sandbox[0].management_url, "cap": CAP,
+                           "error": None}
+
+
+def test_instances_come_with_spend_and_the_delete_reaches_the_cloud(
+        api: httpx.Client, cloud: GPUCloud) -> None:
+    instance_id = launch(cloud, "priced")
+    snapshot = wait_for(api, lambda s: (row_of(s, instance_id) or {}).get("status") == "active")
+    wait_for(api, lambda s: row_of(s, instance_id)["spend"] > 0)
+    row = row_of(snapshot, instance_id)
+    assert row["name"] == "priced" and row["gpuCount"] >= 1 and row["gpuModel"]
+    assert row["sshCommand"].startswith("ssh ")
+    assert snapshot["sandbox"] is False and snapshot["cap"] == CAP
+    totals = snapshot["totals"]
+    assert totals["running"] == sum(1 for r in snapshot["instances"] if r["status"] == "active")
+    assert totals["hourly"] == pytest.approx(sum(
+        r["hourlyPrice"] for r in snapshot["instances"] if r["status"] in ("active", "deleting")))
+    assert totals["capReached"] is (totals["committed"] >= CAP)
+
+    fate = api.get(f"/gpucloud/instances/{instance_id}")
+    assert fate.status_code == 200 and "data" in fate.json()["fate"]
+    assert api.delete(f"/gpucloud/instances/{instance_id}").status_code == 204
+    assert cloud.instances.get(instance_id).status in ("deleting", "deleted")
+    assert row_of(api.get("/gpucloud/instances").json(), instance_id)["status"] in ("deleting", "deleted")
+    wait_for(api, lambda s: row_of(s, instance_id) is None)  # deleted rows leave the list
+
+
+def test_the_settings_editor_knows_the_intervals_and_warning_hours(api: httpx.Client) -> None:
+    schema = api.get("/lab/api/settings/gpucloud-nb:plugin").json()["schema"]
+    defaults = {name: spec["default"] for name, spec in schema["properties"].items()}
+    assert defaults == {"busyInterval": 5, "idleInterval": 30, "warnAfterHours": 4}
+
+
+def test_an_unknown_instance_is_a_404_with_one_sentence(api: httpx.Client) -> None:
+    response = api.delete("/gpucloud/instances/no-such-instance")
+    assert response.status_code == 404
+    message = response.json()["message"]
+    assert "no-such-instance" in message and "Traceback" not in message
+    for bad in ("soon", "nan", "inf"):
+        assert api.get("/gpucloud/instances", params={"fast": bad}).status_code == 400
+
+
+def test_no_key_or_secret_in_any_response(api: httpx.Client, cloud: GPUCloud) -> None:
+    instance_id = launch(cloud, "secretive")
+    answers = [api.get("/gpucloud/instances"), api.get("/gpucloud/info"),
+               api.get(f"/gpucloud/instances/{instance_id}"), api.post("/gpucloud/refresh"),
+               api.delete(f"/gpucloud/instances/{instance_id}"),
+               api.get("/gpucloud/instances/missing"), api.delete("/gpucloud/instances/missing")]
+    for response in answers:
+        assert_no_secret(response.text)
+        assert_no_secret(str(response.headers))
+
+
+# -- one poller ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_three_tabs_for_30_s_cost_at_most_one_list_per_interval(
+        api: httpx.Client, cloud: GPUCloud, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    _, counter = counted_sandbox
+    instance_id = launch(cloud, "busy")  # keeps the poller on its 5 s interval
+    wait_for(api, lambda s: row_of(s, instance_id) is not None)
+    fast = 5.0
+    stop = time.monotonic() + 30
+    reads: list[int] = []
+    start = time.monotonic()
+
+    def tab() -> None:
+        with httpx.Client(base_url=str(api.base_url), headers=dict(api.headers), timeout=30) as own:
+            while time.monotonic() < stop:
+                response = own.get("/gpucloud/instances", params={"fast": fast, "slow": 30})
+                assert response.status_code == 200
+                assert row_of(response.json(), instance_id) is not None
+                reads.append(1)
+                time.sleep(0.25)
+
+    tabs = [threading.Thread(target=tab) for _ in range(3)]
+    for thread in tabs:
+        thread.start()
+    for thread in tabs:
+        thread.join()
+    lists = [t for t in counter.times if t >= start]
+    elapsed = time.monotonic() - start
+    print(f"3 tabs, {elapsed:.1f} s: {len(reads)} reads of /gpucloud/instances, "
+          f"{len(lists)} list requests on the sandbox")
+    assert len(reads) > 100  # the tabs really polled, far more often than the cloud was asked
+    assert 3 <= len(lists) <= elapsed / fast + 1
+    gaps = [b - a for a, b in itertools.pairwise(lists)]
+    assert min(gaps) >= fast - 0.5, gaps
+    api.delete(f"/gpucloud/instances/{instance_id}")
+
+
+@pytest.mark.slow
+def test_with_nothing_busy_the_poller_waits_the_idle_interval(
+        api: httpx.Client, cloud: GPUCloud, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
+    _, counter = counted_sandbox
+    for instance in cloud.instances.list():
+        if instance.status in ("pending", "active"):
+            cloud.instances.delete(instance.id)
+    busy = ("pending", "active", "deleting")
+    wait_for(api, lambda s: not any(r["status"] in busy for r in s["instances"]), timeout=30)
+    fast, slow = 1.0, 4.0
+    # wait_for's refresh nudges bring one poll forward; let it happen before counting.
+    settle = time.monotonic() + 10
+    while api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()[
+            "nextPollSeconds"] != slow:
+        assert time.monotonic() < settle
+        time.sleep(0.2)
+    start = time.monotonic()
+    while time.monotonic() < start + 9:
+        snapshot = api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()
+        assert snapshot["nextPollSeconds"] == slow
+        time.sleep(0.2)
+    lists = [t for t in counter.times if t >= start]
+    print(f"idle, 9 s at slow={slow:g} s: {len(lists)} list requests")
+    assert 1 <= len(lists) <= 9 / slow + 1
+    assert all(b - a >= slow - 0.5 for a, b in itertools.pairwise(lists))
+    api.get("/gpucloud/instances", params={"fast": 5, "slow": 30})
