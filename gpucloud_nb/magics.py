@@ -84,6 +84,13 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud volumes delete 6650f0c2a1b2c3d4e5f60718
 
+``%%gpucloud run INSTANCE [--python]``, ``%gpucloud put/get``
+    Run the cell on an instance over SSH (output streams in; interrupt stops it), copy files;
+    INSTANCE is a name or an id (see :mod:`gpucloud_nb.magics_remote`)::
+
+        %%gpucloud run my-instance
+        nvidia-smi
+
 Choices, written down once:
 
 - Results are returned, so ``df = %gpucloud volumes`` works and a notebook displays them:
@@ -119,7 +126,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
@@ -285,6 +292,9 @@ commands (each has its own --help):
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
   %gpucloud volumes get ID
   %gpucloud volumes delete ID [--yes]
+  %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
+  %gpucloud put LOCAL INSTANCE:REMOTE
+  %gpucloud get INSTANCE:REMOTE LOCAL
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
 Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
@@ -501,9 +511,11 @@ def _names(items: Iterable[str]) -> str:
 class GPUCloudMagics(Magics):
     """The ``%gpucloud`` line magic; see the module docs for every subcommand."""
 
-    @line_magic
-    def gpucloud(self, line: str = "") -> Any:
+    @line_cell_magic
+    def gpucloud(self, line: str = "", cell: str | None = None) -> Any:
         """Use the GPU cloud: ``%gpucloud --help`` lists the commands."""
+        if line.split()[:1] in (["run"], ["put"], ["get"]) or cell is not None:
+            return self._remote(line, cell)
         try:
             args = parse(line)
             handler: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.handler}")
@@ -522,6 +534,19 @@ class GPUCloudMagics(Magics):
     def cloud(self) -> GPUCloud:
         """The session's client (see :func:`current_cloud`)."""
         return current_cloud()
+
+    def _remote(self, line: str, cell: str | None) -> None:
+        """``%%gpucloud run``, ``%gpucloud put/get`` (see :mod:`gpucloud_nb.magics_remote`)."""
+        from gpucloud_nb.magics_remote import RemoteUsage, remote_magic
+
+        try:
+            if not line.strip():
+                raise RemoteUsage("%%gpucloud needs a command: %%gpucloud run INSTANCE.")
+            remote_magic(self.cloud, line, cell)
+        except RemoteUsage as usage:
+            _warn(str(usage))
+        except GPUCloudError as error:
+            _warn(str(error))
 
     # ------------------------------------------------------------------ connect, spend
 
@@ -742,6 +767,6 @@ class GPUCloudMagics(Magics):
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
-    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` line magic."""
+    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` line and cell magic."""
     ipython.register_magics(GPUCloudMagics)
 

@@ -27,6 +27,13 @@ from gpucloud_nb.sandbox import Sandbox
 FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
 
 
+@pytest.fixture(autouse=True)
+def _private_config_dir(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys a client generates for the real cloud go to a temporary config dir, not the user's."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))
+
+
 @pytest.fixture
 def sandbox_factory() -> Iterator[Callable[..., Sandbox]]:
     """Start a sandbox with custom options (``SandboxConfig`` fields); stopped at teardown."""

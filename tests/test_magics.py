@@ -713,6 +713,82 @@ def test_the_magics_keep_no_secret_in_module_state(magic: Magic, monkeypatch: py
             assert not any(secret in repr(value) for secret in SECRETS), name
 
 
+# --------------------------------------------------------------------------- over SSH
+
+
+@pytest.fixture
+def ssh_cloud(cloud: GPUCloud, sandbox_box: Any, tmp_path: Any,
+              monkeypatch: pytest.MonkeyPatch) -> GPUCloud:
+    """The ``cloud`` fixture, knowing its sandbox (for the SSH key), with an empty ~/.ssh."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cloud.sandbox = sandbox_box
+    return cloud
+
+
+def _active(cloud: GPUCloud, name: str) -> InstanceDetails:
+    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
+    instance = cloud.instances.create(name=name, cloud_provider=offer.cloud.id,
+                                      instance_id=offer.instance_id,
+                                      region=offer.available_regions[0],
+                                      vm={"os": offer.configuration.os[0]})
+    return cloud.instances.wait_until_active(instance.id, timeout=30)
+
+
+def test_cell_run_streams_output_and_a_failure_is_one_line(magic: Magic,
+                                                           ssh_cloud: GPUCloud) -> None:
+    details = _active(ssh_cloud, "box-1")
+    ran = magic.cell("%%gpucloud run box-1\nnvidia-smi | grep NVIDIA-SMI\necho done in $PWD")
+    assert "NVIDIA-SMI" in ran.out and "done in " in ran.out and details.id in ran.out
+    assert ran.err == "" and "Traceback" not in ran.text
+    failed = magic.cell(f"%%gpucloud run {details.id}\necho partial\nexit 4")
+    assert "partial" in failed.out
+    assert failed.err == "The cell exited with status 4 on box-1.\n"
+    python = magic.cell("%%gpucloud run box-1 --python\nprint(sum(range(10)))")
+    assert python.out.strip() == "45"
+    missing = magic.cell("%%gpucloud run box-1\nno-such-tool")
+    assert missing.err.count("\n") == 1 and "not found on box-1 (exit status 127)" in missing.err
+
+
+def test_interrupting_a_cell_stops_the_remote_process(magic: Magic, ssh_cloud: GPUCloud) -> None:
+    import _thread
+    import os
+    import threading
+    import time
+
+    _active(ssh_cloud, "box-2")
+    timer = threading.Timer(2.0, _thread.interrupt_main)
+    timer.start()
+    ran = magic.cell("%%gpucloud run box-2\necho pid $$\nsleep 60\necho never")
+    timer.cancel()
+    assert "Interrupted" in ran.err and "never" not in ran.out and "Traceback" not in ran.text
+    pid = int(ran.out.split("pid ")[1].split()[0])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)  # the sandbox instance is this machine: its pids are ours
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail("the remote process is still running after the interrupt")
+
+
+def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_cloud: GPUCloud,
+                                                             tmp_path: Any) -> None:
+    _active(ssh_cloud, "box-3")
+    local = tmp_path / "notes.txt"
+    local.write_text("hello instance\n")
+    put = magic(f"put {local} box-3:notes.txt")
+    assert put.err == "" and "Copied" in put.out
+    back = tmp_path / "back.txt"
+    got = magic(f"get box-3:notes.txt {back}")
+    assert got.err == "" and back.read_text() == "hello instance\n"
+    assert magic(f"get nobody:notes.txt {back}").err == (
+        "No instance has the name or id 'nobody'; %gpucloud instances lists them.\n")
+    assert magic(f"put {local} box-3").err.startswith("%gpucloud put: write the remote side")
+    assert "does not exist on instance" in magic(f"get box-3:absent.txt {back}").err
+    assert magic("run box-3").err.startswith("%gpucloud run runs a cell")
+
+
 # hostile or odd input ------------------------------------------------------------------------
 
 

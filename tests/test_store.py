@@ -34,7 +34,7 @@ DOC = {
     "volumes": [], "gpuCount": 1, "gpuModel": "H100 SXM5 80GB", "ram": 225, "storage": 1000,
     "vramPerGpu": 80, "vcpus": 26, "interconnect": "SXM5", "nvlink": False,
     "os": "ubuntu-22.04", "sshUser": "ubuntu", "dockerImage": "", "dockerCommand": "",
-    "hourlyPrice": 2.49, "sshKey": {},
+    "hourlyPrice": 2.49, "sshKey": {}, "sshPort": 40122,
 }
 VOLUME_DOC = {"name": "data", "sizeInGb": 50, "region": "us-east-1",
               "cloudProvider": {"_id": "p" * 24, "displayName": "Nimbus Compute"}}
@@ -110,8 +110,9 @@ def test_rendered_instance_fields_follow_the_status() -> None:
     assert pending["portForwards"] == [] and pending["deletedAt"] == EPOCH_TEXT
     active = details_json(record, T0 + 3000)
     assert active["isPending"] is False
-    assert re.fullmatch(r"(192\.0\.2|198\.51\.100|203\.0\.113)\.\d+", active["ip"])
-    assert active["sshPort"] == 22 and active["portForwards"] == ["22:22"]
+    # Loopback only: each instance's own SSH server, on the port stored at create.
+    assert active["ip"] == "127.0.0.1"
+    assert active["sshPort"] == DOC["sshPort"] and active["portForwards"] == [f"22:{DOC['sshPort']}"]
     listed = instance_json(record, T0 + 3000)
     assert listed["updatedAt"] == iso(T0 + 3000)
     assert "isPending" not in listed and "updatedAt" not in active

@@ -6,7 +6,7 @@
     ...     name="train-1", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
     ...     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
     >>> cloud.instances.wait_until_active(instance.id).ssh_command
-    'ssh ubuntu@203.0.113.7'
+    'ssh -p 40122 ubuntu@127.0.0.1'
 
 Choices where the spec says "not shown", documented here once:
 
@@ -26,8 +26,10 @@ Choices where the spec says "not shown", documented here once:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +57,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete, seconds
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
@@ -96,6 +99,8 @@ class _Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self._delete_now)
         self.delete_now: Callable[[str], None] | None = None
+        self.sandbox: Any = None
+        self.remote: Remote | None = None
         self._catalogues: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def send(self, call: Call) -> Op[Any]:
@@ -301,15 +306,19 @@ class _InstancesOps(_Resource[D]):
 
         ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
         script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
-        image name, for container offers. ``delete_after`` (seconds or a ``timedelta``) deletes
-        the instance when the time is up (see ``cloud.auto_delete``): on the sandbox the service
-        keeps the timer; on the real cloud it runs in this Python process, and a killed kernel
-        cannot delete.
+        image name, for container offers. ``ssh_key`` (OpenSSH public-key text) or ``ssh_key_id``
+        lets you log in; on the real cloud, with neither, the client's own key is sent
+        (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
+        ``delete_after`` (seconds or a ``timedelta``) deletes the instance when the time is up
+        (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
+        cloud it runs in this Python process, and a killed kernel cannot delete.
 
             >>> cloud.instances.create(name="demo", cloud_provider="p1", instance_id="h100-1x",
             ...                        region="us-east-1", vm={"os": "ubuntu-22.04"})
         """
         delay = None if delete_after is None else seconds(delete_after)
+        if ssh_key is None and ssh_key_id is None and self._core.sandbox is None:
+            ssh_key = default_public_key()  # so that run/upload/forward can log in
         body = _instance_body(name, cloud_provider, instance_id, region, volume_id, vm,
                               docker_container, ssh_key_id, ssh_key)
         offers = yield from self._core.catalogue("/gpu-cloud/instances/offers")
@@ -372,6 +381,8 @@ class _InstancesOps(_Resource[D]):
             Call("DELETE", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
         )
         self._core.auto_delete.cancel(id)
+        if self._core.remote is not None:
+            self._core.remote.forget(id)
 
     def wait_until_active(
         self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,
@@ -498,7 +509,9 @@ def _path_id(id: str) -> str:
 
 
 class Instances(_InstancesOps[SyncDriver]):
-    """``cloud.instances``: offers, create, list, get, delete and wait for instances."""
+    """``cloud.instances``: offers, create, list, get, delete and wait for instances; use them
+    over SSH with ``run``, ``upload``, ``download`` and ``forward`` (see
+    :mod:`gpucloud_nb.client.remote`)."""
 
     offers = run_sync(_InstancesOps.offers)
     offers_frame = run_sync(_InstancesOps.offers_frame)
@@ -508,6 +521,58 @@ class Instances(_InstancesOps[SyncDriver]):
     delete = run_sync(_InstancesOps.delete)
     wait_until_active = run_sync(_InstancesOps.wait_until_active)
     spend = run_sync(_InstancesOps.spend)
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
+                                 lambda: core.sandbox)
+        return core.remote
+
+    def _target(self, id: str, wait: float) -> InstanceDetails:
+        return self._remote().target(_path_id(id), wait)
+
+    def run(self, id: str, command: str, *, timeout: float | None = None,
+            on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
+        """Run the shell ``command`` on the instance over SSH and return its output and status.
+
+        ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
+        instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
+        status 127 (command not found) raises :class:`~gpucloud_nb.client.remote.RemoteCommandError`.
+
+            >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status
+            0
+        """
+        return self._remote().run(self._target(id, wait), command, timeout=timeout,
+                                  on_output=on_output)
+
+    def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+               progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy the local file ``local`` to ``remote`` on the instance (SFTP; relative paths
+        start in the instance's home). ``progress(done_bytes, total_bytes)`` follows large files.
+
+            >>> cloud.instances.upload(instance.id, "train.py", "train.py")
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().upload_async(target, local, remote, progress))
+
+    def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy ``remote`` on the instance to the local file ``local`` (SFTP).
+
+            >>> cloud.instances.download(instance.id, "results.csv", "results.csv")
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().download_async(target, remote, local, progress))
+
+    def forward(self, id: str, remote_port: int, *,
+                wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
+        """Forward a free local port to ``remote_port`` on the instance; yields its local URL.
+
+            >>> with cloud.instances.forward(instance.id, 8000) as url:
+            ...     ChatWidget(InferenceClient(url, secret))
+        """
+        return self._remote().forward(self._target(id, wait), remote_port)
 
 
 class AsyncInstances(_InstancesOps[AsyncDriver]):
@@ -521,6 +586,46 @@ class AsyncInstances(_InstancesOps[AsyncDriver]):
     delete = run_async(_InstancesOps.delete)
     wait_until_active = run_async(_InstancesOps.wait_until_active)
     spend = run_async(_InstancesOps.spend)
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            def no_sync(*args: Any) -> Any:
+                raise RuntimeError("The async client fetches details itself.")
+
+            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox)
+        return core.remote
+
+    async def _target(self, id: str, wait: float) -> InstanceDetails:
+        details = await self.get(_path_id(id))
+        if details.status == "pending" and wait > 0:
+            details = await self.wait_until_active(id, timeout=wait)
+        return reachable(details)
+
+    async def run(self, id: str, command: str, *, timeout: float | None = None,
+                  on_output: Callable[[str], None] | None = None,
+                  wait: float = 60.0) -> RunResult:
+        """The coroutine twin of :meth:`Instances.run` (``on_output`` runs on the SSH loop)."""
+        remote = self._remote()
+        target = await self._target(id, wait)
+        return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
+            remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+
+    async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+                     progress: Callable[[int, int], None] | None = None,
+                     wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.upload`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().upload_async(target, local, remote, progress)))
+
+    async def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                       progress: Callable[[int, int], None] | None = None,
+                       wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.download`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().download_async(target, remote, local, progress)))
 
 
 class Volumes(_VolumesOps[SyncDriver]):
@@ -554,13 +659,13 @@ class _CloudBase:
         Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
         service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process.
         """
-        return self.__dict__.get("_sandbox")
+        return self._core.sandbox
 
     @sandbox.setter
     def sandbox(self, box: Any) -> None:
-        self.__dict__["_sandbox"] = box
-        core = self.__dict__.get("_core")
-        if core is not None and (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
+        core = self._core
+        core.sandbox = box
+        if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core._delete_now))
 
@@ -655,7 +760,6 @@ class GPUCloud(_CloudBase):
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
-        self.sandbox = None
         self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = _Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
@@ -672,9 +776,11 @@ class GPUCloud(_CloudBase):
         return self.instances.spend()
 
     def close(self) -> None:
-        """Close the HTTP connections; auto-delete timers keep working on their own connections."""
+        """Close the HTTP and SSH connections; auto-delete timers keep working on their own."""
         self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._http.close()
+        if self._core.remote is not None:
+            self._core.remote.close()
 
     def __enter__(self) -> GPUCloud:
         return self
@@ -697,7 +803,6 @@ class AsyncGPUCloud(_CloudBase):
         max_connections: int = 100,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
-        self.sandbox = None
         limits = httpx.Limits(max_connections=max_connections)
         self._http = httpx.AsyncClient(base_url=without_userinfo(self.base_url),
                                        auth=ApiKeyAuth(key), timeout=timeout,
@@ -729,12 +834,14 @@ class AsyncGPUCloud(_CloudBase):
         return await self.instances.spend()
 
     async def aclose(self) -> None:
-        """Close the HTTP connections, the timers' sync twin's too; timers keep working."""
+        """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""
         self._closed = True
         await self._http.aclose()
         if self._twin is not None:
             self._twin.close()
             self._twin = None
+        if self._core.remote is not None:
+            await asyncio.to_thread(self._core.remote.close)
 
     async def __aenter__(self) -> AsyncGPUCloud:
         return self

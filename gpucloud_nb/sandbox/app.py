@@ -35,13 +35,14 @@ says "not shown":
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -61,6 +62,7 @@ from gpucloud_nb.sandbox.lifecycle import (
     iso,
     volume_json,
 )
+from gpucloud_nb.sandbox.ssh import InstanceServers, free_port
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
 
 if TYPE_CHECKING:
@@ -354,6 +356,9 @@ class _Management:
             "dockerCommand": (container.get("command") or "") if container else "",
             "hourlyPrice": offer["hourlyPrice"],
             "sshKey": _ssh_key(body),
+            # Not in the spec's bodies: the key text the SSH server accepts, and its port.
+            "sshPublicKey": body.get("sshKey") or "",
+            "sshPort": free_port(),
         }
         now = _now_ms()
         try:
@@ -480,7 +485,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     store = Store(config.state)
     management = _Management(config, store, offers)
-    from gpucloud_nb.sandbox.service_api import lifespan, service_routes
+    from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 
     routes = management.routes() + service_routes(management)
     try:
@@ -489,6 +494,18 @@ def create_app(config: SandboxConfig) -> Starlette:
         create_inference_app = None
     if create_inference_app is not None:
         routes.append(Mount("/inference", app=create_inference_app(config)))
+    servers = InstanceServers(config, store)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Background work on the server's loop: auto-delete timers and the instances' SSH servers.
+        async with auto_delete_timers(app):
+            await servers.start()
+            try:
+                yield
+            finally:
+                await servers.stop()
+
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
@@ -497,6 +514,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
     app.router.redirect_slashes = False
     app.state.store = store
+    app.state.ssh = servers
     app.state.config = config
     guarded = _guarded(app, config)  # passes .state on
     if config.faults is not None and config.faults.active:

@@ -18,9 +18,10 @@ The life cycle (the spec says "Transitions: not shown"):
 - ``updatedAt`` is the time of the last transition. ``deletedAt`` is always a date-time: the Unix
   epoch ``1970-01-01T00:00:00.000Z`` until the instance is deleted.
 - ``ip``, ``sshPort`` and ``portForwards`` are set while ``active`` or ``deleting``; otherwise
-  ``""``, ``0`` and ``[]``. Addresses come from the documentation ranges 192.0.2.0/24,
-  198.51.100.0/24 and 203.0.113.0/24. VMs and bare metal use port 22 and user ``ubuntu``;
-  containers a high port forwarded to 22 and user ``root``.
+  ``""``, ``0`` and ``[]``. The address is ``127.0.0.1``: each vm, baremetal or container
+  instance has its own SSH server on loopback (see :mod:`gpucloud_nb.sandbox.ssh`) on the port
+  stored in its ``doc["sshPort"]`` when it was created. VMs and bare metal use user ``ubuntu``,
+  containers ``root``; ``portForwards`` pairs the instance's 22 with that port.
 - ``region`` is ``{"id", "name", "countryCode"}``; ``volumes`` holds ``[volumeId, "/mnt/<name>"]``
   pairs; ``sshKey`` is ``{}`` or ``{"_id", "name"}``; ``ram`` and ``storage`` are in GB and
   ``vramPerGpu`` in GB per GPU.
@@ -46,7 +47,6 @@ __all__ = [
 
 FAIL_SUFFIX = "-sandbox-fail"
 EPOCH_TEXT = "1970-01-01T00:00:00.000Z"
-_NETS = ("192.0.2", "198.51.100", "203.0.113")
 
 
 class Status(NamedTuple):
@@ -76,14 +76,11 @@ def status_of(record: InstanceRecord, now_ms: int) -> Status:
 
 
 def _address(record: InstanceRecord) -> str:
-    index = (record.seq - 1) % (254 * len(_NETS))
-    return f"{_NETS[index // 254]}.{index % 254 + 1}"
+    return "127.0.0.1"  # the instance's SSH server listens on loopback only
 
 
 def _ssh_port(record: InstanceRecord) -> int:
-    if record.deployment_type == "container":
-        return 20000 + (record.seq * 7919) % 40000
-    return 22
+    return int(record.doc.get("sshPort") or 0)
 
 
 def _common(record: InstanceRecord, status: Status) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -169,7 +170,7 @@ def _server(config: SandboxConfig, sock: socket.socket, **options: Any) -> uvico
         app,
         host=config.host,
         port=sock.getsockname()[1],
-        lifespan="on",  # the app's background tasks (auto-delete timers) run in its lifespan
+        lifespan="on",  # the app's background tasks (timers, SSH servers) run in its lifespan
         timeout_graceful_shutdown=2,
         **options,
     )
@@ -227,6 +228,17 @@ class Sandbox:
     def inference_url(self) -> str:
         """The base of the inference endpoint, before ``/v1``."""
         return f"{self.management_url}/inference"
+
+    @property
+    def home(self) -> Path:
+        """The directory of the sandbox's files: instance and volume directories, SSH keys.
+
+        A temporary directory (removed on ``stop()``) unless ``config.home`` names one. The
+        package's SSH client keeps its key pair and ``known_hosts`` in ``home / "client"``.
+        """
+        if self._server is None:
+            raise RuntimeError("The sandbox is not started; call start() first.")
+        return self._server.config.app.state.ssh.home
 
     @property
     def running(self) -> bool:

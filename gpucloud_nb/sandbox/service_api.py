@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from gpucloud_nb.sandbox.app import _Management
 
-__all__ = ["lifespan", "service_routes"]
+__all__ = ["auto_delete_timers", "service_routes"]
 
 log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
 
@@ -168,8 +168,8 @@ async def _auto_delete(app: Starlette, wake: asyncio.Event) -> None:
 
 
 @contextlib.asynccontextmanager
-async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    """Run the sandbox's background tasks (auto-delete timers) while the app is served."""
+async def auto_delete_timers(app: Starlette) -> AsyncIterator[None]:
+    """Run the auto-delete timers while the app is served (part of the app's lifespan)."""
     wake = asyncio.Event()
     app.state.auto_delete_wake = wake
     task = asyncio.create_task(_auto_delete(app, wake), name="gpucloud-nb-auto-delete")

@@ -23,6 +23,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -298,6 +299,20 @@ class Store:
                 f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE id = ? AND user = ?", (id_, user)
             ).fetchone()
         return None if row is None else _instance(row)
+
+    def live_instances(self) -> list[InstanceRecord]:
+        """Every user's instances whose deletion has not ended yet (for the SSH servers)."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM instances WHERE gone_ms IS NULL OR gone_ms > ?"
+                " ORDER BY seq", (time.time_ns() // 1_000_000,)
+            ).fetchall()
+        return [_instance(row) for row in rows]
+
+    def update_instance_doc(self, id_: str, doc: dict[str, Any]) -> None:
+        """Replace the stored ``doc`` of instance ``id_`` (the SSH port after a re-bind)."""
+        with self._transaction() as db:
+            db.execute("UPDATE instances SET doc = ? WHERE id = ?", (_dump(doc), id_))
 
     def delete_instance(self, user: str, id_: str, *, delete_ms: int,
                         gone_ms: int) -> InstanceRecord | None:

@@ -5,7 +5,7 @@
     >>> form.problem                                 # None, or why Launch is disabled
     >>> details = form.launch().result(timeout=600)  # a concurrent.futures.Future
     >>> details.ssh_command
-    'ssh ubuntu@203.0.113.7'
+    'ssh -p 40122 ubuntu@127.0.0.1'
 
 Choices, written down once:
 

@@ -1,4 +1,4 @@
-"""The lesson notebooks 02-06 run in JupyterLab, and their widgets work there when clicked.
+"""The lesson notebooks 02-07 run in JupyterLab, and their widgets work there when clicked.
 
 Each test opens a fresh copy of one notebook, runs all its cells, checks what the lesson's
 widget or output shows, and that no cell shows an error. Screenshots (the widget scrolled into
@@ -147,3 +147,18 @@ def test_transcribe_audio(lab, run_all, cell_errors, screenshot) -> None:
     assert "Refused: notes.txt is not audio" in text
     assert "Refused: notes.wav is not audio" in text
     screenshot(page, suffix="player")
+
+
+def test_serve_a_model_on_your_instance(lab, run_all, cell_errors, screenshot) -> None:
+    page = lab.open("07-serve-a-model-on-your-instance.ipynb")
+    run_all(page)
+    assert cell_errors(page) == []
+    text = output_text(page)
+    assert "Copied" in text and "startup complete" in text  # put, then vllm serve over SSH
+    assert "sandbox-vision-1" in text  # /v1/models through the forwarded port 8000
+    chat = show(in_notebook(page, ".gpucloud-chat").first)
+    replies = chat.locator(".gpucloud-chat-message-assistant")
+    expect(replies).to_have_count(1, timeout=WIDGET_TIMEOUT)
+    expect(replies.first).to_contain_text("red", timeout=WIDGET_TIMEOUT)  # it saw the image
+    assert "model-server is deleted" in output_text(page)
+    screenshot(page, suffix="chat")

@@ -1,0 +1,444 @@
+"""Use an instance over SSH: run commands, copy files, forward a port. Sandbox or real cloud.
+
+    >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status
+    0
+    >>> cloud.instances.upload(instance.id, "data.csv", "data.csv")
+    >>> with cloud.instances.forward(instance.id, 8000) as url:
+    ...     InferenceClient(url, secret).models()
+
+One code path for the sandbox and the real cloud: the instance's ``ip``, ``sshPort`` and
+``sshUser`` from the management API, and asyncssh. The connections live on one background event
+loop per client and are cached per instance, so a second ``run`` costs one round trip.
+
+- **Keys.** The client logs in with ``~/.ssh/id_ed25519`` if it exists (read only), otherwise with
+  a key pair it generates once: in ``<sandbox home>/client`` for the sandbox, in the user config
+  dir (platformdirs) for the real cloud. It never writes into ``~/.ssh``. For the sandbox the
+  public key is registered in ``<sandbox home>/ssh/authorized_keys``, which the sandbox accepts
+  for instances created without ``ssh_key``; :func:`default_public_key` is what ``create``
+  sends when no key is given.
+- **Host keys.** Accept-new: the first key an instance shows is stored in the client's own
+  ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each); a different key
+  later is refused with one sentence.
+- **Bad input** is one sentence: an unknown instance (404), one that is still pending after
+  ``wait`` seconds, one that is deleting, deleted or failed, and a command the instance does not
+  have (exit status 127).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import queue
+import shlex
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError, InvalidInputError
+
+if TYPE_CHECKING:
+    import asyncssh
+
+    from gpucloud_nb.models import InstanceDetails
+
+__all__ = [
+    "Remote",
+    "RemoteCommandError",
+    "RunResult",
+    "default_public_key",
+    "key_dir",
+    "reachable",
+]
+
+_READ_ONLY_KEY = Path("~/.ssh/id_ed25519")
+_CONNECT_TRIES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a remote command printed and how it ended."""
+
+    stdout: str
+    stderr: str
+    exit_status: int
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.exit_status == 0
+
+
+class RemoteCommandError(GPUCloudError):
+    """A remote command could not run (not found) or was stopped."""
+
+
+def key_dir(sandbox: Any) -> Path:
+    """Where the client keeps its key pair and known_hosts for ``sandbox`` (or the real cloud)."""
+    home = getattr(sandbox, "home", None) if sandbox is not None else None
+    if home is not None:
+        directory = Path(home) / "client"
+    else:
+        import platformdirs
+
+        directory = Path(platformdirs.user_config_dir("gpucloud-nb", appauthor=False)) / "ssh"
+    directory.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        directory.chmod(0o700)
+    return directory
+
+
+def _user_key() -> Path | None:
+    path = _READ_ONLY_KEY.expanduser()
+    return path if path.is_file() and path.with_suffix(".pub").is_file() else None
+
+
+def _own_key(directory: Path) -> Path:
+    import asyncssh
+
+    path = directory / "id_ed25519"
+    if not path.exists():
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
+        key.write_private_key(str(path))
+        path.chmod(0o600)
+        key.write_public_key(str(path.with_suffix(".pub")))
+    return path
+
+
+def default_public_key(sandbox: Any = None) -> str:
+    """The OpenSSH public key the client logs in with (``~/.ssh/id_ed25519.pub`` if present)."""
+    path = _user_key() or _own_key(key_dir(sandbox))
+    return path.with_suffix(".pub").read_text().strip()
+
+
+class _KnownHosts:
+    """The client's own known_hosts: ``<instance id> <public key>`` lines, accept-new."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> str | None:
+        if not self.path.exists():
+            return None
+        for line in self.path.read_text().splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[0] == name:
+                return parts[1].strip()
+        return None
+
+    def add(self, name: str, key: str) -> None:
+        with self._lock, self.path.open("a") as file:
+            file.write(f"{name} {key}\n")
+
+
+def reachable(details: InstanceDetails) -> InstanceDetails:
+    """``details`` if the instance can be reached over SSH now, else one sentence why not."""
+    if details.status == "pending":
+        raise InvalidInputError(f"Instance {details.id} is still pending; wait until it is "
+                                "active (cloud.instances.wait_until_active).")
+    if details.status != "active":
+        raise InvalidInputError(f"Instance {details.id} is {details.status}; only an active "
+                                "instance can be reached over SSH.")
+    if not details.ip or not details.ssh_port:
+        raise InvalidInputError(f"Instance {details.id} has no SSH address.")
+    return details
+
+
+class Remote:
+    """SSH use of a client's instances on one background asyncio loop (see the module docs).
+
+    ``details(id)`` returns the instance's details (the client's ``instances.get``);
+    ``wait(id, timeout)`` waits until it is active.
+    """
+
+    def __init__(self, details: Callable[[str], InstanceDetails],
+                 wait: Callable[[str, float], InstanceDetails],
+                 sandbox: Callable[[], Any] = lambda: None) -> None:
+        self._details = details
+        self._wait = wait
+        self._sandbox_of = sandbox
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: dict[str, asyncssh.SSHClientConnection] = {}
+        self._targets: dict[str, InstanceDetails] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def _sandbox(self) -> Any:
+        return self._sandbox_of()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="gpucloud-nb-ssh",
+                                          daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def submit(self, coroutine: Any) -> concurrent.futures.Future[Any]:
+        """Run ``coroutine`` on the SSH loop; the future is its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._start())
+
+    def call(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the SSH loop and wait; Ctrl-C cancels it and re-raises."""
+        future = self.submit(coroutine)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            with contextlib.suppress(BaseException):
+                future.result(timeout=5)
+            raise
+
+    def forget(self, id: str) -> None:
+        """Drop (and close) the cached connection to instance ``id``: it is being deleted."""
+        self._targets.pop(id, None)
+        connection = self._connections.pop(id, None)
+        if connection is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(connection.close)
+
+    def close(self) -> None:
+        """Close every cached connection and stop the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        async def close_all() -> None:
+            for connection in self._connections.values():
+                connection.close()
+            self._connections.clear()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close_all(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+        self._loop = self._thread = None
+
+    # -- connections -------------------------------------------------------------------------
+
+    def target(self, id: str, wait: float) -> InstanceDetails:
+        """The details of instance ``id`` once it is active, or one sentence why not.
+
+        While a cached connection to it is open, its details are reused without a request (a
+        deleted instance's server closes the connection, so the next call asks again).
+        """
+        cached = self._connections.get(id)
+        if cached is not None and not cached.is_closed() and id in self._targets:
+            return self._targets[id]
+        details = self._details(id)
+        if details.status == "pending":
+            if wait <= 0:
+                raise InvalidInputError(f"Instance {id} is still pending; wait until it is "
+                                        "active (cloud.instances.wait_until_active).")
+            details = self._wait(id, wait)
+        return reachable(details)
+
+    async def connection(self, details: InstanceDetails) -> asyncssh.SSHClientConnection:
+        """The cached connection to the instance, opened (and its host key checked) if needed."""
+        import asyncssh
+
+        cached = self._connections.get(details.id)
+        if cached is not None and not cached.is_closed():
+            return cached
+        directory = key_dir(self._sandbox)
+        keys = [str(p) for p in (_user_key(), _own_key(directory)) if p is not None]
+        if self._sandbox is not None and getattr(self._sandbox, "home", None) is not None:
+            self._register(keys)
+        known = _KnownHosts(directory / "known_hosts")
+        stored = known.get(details.id)
+        trusted = ([asyncssh.import_public_key(stored)], [], []) if stored else None
+        error: Exception | None = None
+        for attempt in range(_CONNECT_TRIES):
+            try:
+                connection = await asyncssh.connect(
+                    details.ip, details.ssh_port, username=details.ssh_user or "ubuntu",
+                    client_keys=_loaded(keys), known_hosts=trusted, agent_path=None,
+                    config=[], preferred_auth="publickey", connect_timeout=15,
+                )
+                break
+            except asyncssh.HostKeyNotVerifiable:
+                raise ConnectionFailedError(
+                    f"Instance {details.id} shows a different SSH host key than before; refusing "
+                    f"to connect (if it was rebuilt, remove its line from {known.path})."
+                ) from None
+            except asyncssh.PermissionDenied:
+                raise ConnectionFailedError(
+                    f"Instance {details.id} refused this client's SSH key; create it with "
+                    "ssh_key= set to your public key."
+                ) from None
+            except (OSError, asyncssh.Error) as failure:  # the server may be seconds from ready
+                error = failure
+                await asyncio.sleep(min(0.1 * (attempt + 1), 0.5))
+        else:
+            raise ConnectionFailedError(
+                f"Could not connect to instance {details.id} over SSH at "
+                f"{details.ip}:{details.ssh_port}: {error}."
+            )
+        if stored is None:
+            key = connection.get_server_host_key()
+            if key is not None:
+                known.add(details.id, key.export_public_key().decode().strip())
+        self._connections[details.id] = connection
+        self._targets[details.id] = details
+        return connection
+
+    def _register(self, keys: list[str]) -> None:
+        path = Path(self._sandbox.home) / "ssh" / "authorized_keys"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        present = path.read_text() if path.exists() else ""
+        for key in keys:
+            public = Path(key).with_suffix(".pub").read_text().strip()
+            if public and public not in present:
+                with path.open("a") as file:
+                    file.write(public + "\n")
+
+    # -- operations --------------------------------------------------------------------------
+
+    async def run_async(self, details: InstanceDetails, command: str, *,
+                        timeout: float | None = None,
+                        on_output: Callable[[str], None] | None = None) -> RunResult:
+        """Run ``command`` and collect (and stream) its output; see :meth:`run`."""
+        connection = await self.connection(details)
+        process = await connection.create_process(command, encoding="utf-8", errors="replace")
+        out: list[str] = []
+        err: list[str] = []
+
+        async def pump(stream: Any, into: list[str]) -> None:
+            async for line in stream:
+                if not line:  # the end of the stream
+                    break
+                into.append(line)
+                if on_output is not None:
+                    on_output(line.rstrip("\n"))
+
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(pump(process.stdout, out), pump(process.stderr, err),
+                               process.wait_closed()), timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                process.send_signal("INT")
+                process.close()
+            raise
+        status = process.exit_status
+        if status is None:
+            status = 128 + 15 if process.exit_signal else -1
+        return RunResult("".join(out), "".join(err), status)
+
+    def run(self, details: InstanceDetails, command: str, *, timeout: float | None = None,
+            on_output: Callable[[str], None] | None = None) -> RunResult:
+        """Run ``command``; ``on_output`` gets each line (without its newline) in this thread.
+
+        Ctrl-C (KeyboardInterrupt) stops the remote process and re-raises. Exit status 127 is
+        :class:`RemoteCommandError` ("not found"); other statuses are in the result.
+        """
+        lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        future = self.submit(self.run_async(details, command, timeout=timeout,
+                                            on_output=lines.put if on_output else None))
+
+        def drain() -> None:
+            while on_output is not None:
+                try:
+                    on_output(lines.get_nowait())
+                except queue.Empty:
+                    return
+
+        try:
+            while True:
+                try:
+                    result: RunResult = future.result(timeout=0.05)
+                    break
+                except concurrent.futures.TimeoutError:
+                    drain()
+        except KeyboardInterrupt:
+            future.cancel()
+            with contextlib.suppress(BaseException):
+                future.result(timeout=5)
+            drain()
+            raise
+        except (asyncio.TimeoutError, TimeoutError):
+            drain()
+            raise RemoteCommandError(
+                f"The command on instance {details.id} did not finish within {timeout} s "
+                "and was stopped.") from None
+        drain()
+        return self.checked(details, command, result)
+
+    @staticmethod
+    def checked(details: InstanceDetails, command: str, result: RunResult) -> RunResult:
+        """``result``, unless the command was not found (exit status 127): one sentence."""
+        if result.exit_status == 127:
+            try:
+                word = shlex.split(command)[0]
+            except (ValueError, IndexError):
+                word = command.strip()
+            raise RemoteCommandError(
+                f"{word!r} was not found on instance {details.id} (exit status 127).")
+        return result
+
+    async def upload_async(self, details: InstanceDetails, local: str | os.PathLike[str],
+                           remote: str, progress: Callable[[int, int], None] | None = None
+                           ) -> None:
+        """Copy the file ``local`` to ``remote`` (relative to the instance home) over SFTP."""
+        if not Path(local).is_file():
+            raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
+        connection = await self.connection(details)
+        async with connection.start_sftp_client() as sftp:
+            await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
+
+    async def download_async(self, details: InstanceDetails, remote: str,
+                             local: str | os.PathLike[str],
+                             progress: Callable[[int, int], None] | None = None) -> None:
+        """Copy ``remote`` on the instance to the file ``local`` over SFTP."""
+        import asyncssh
+
+        connection = await self.connection(details)
+        async with connection.start_sftp_client() as sftp:
+            try:
+                await sftp.get(remote, os.fspath(local), progress_handler=_progress(progress))
+            except asyncssh.SFTPNoSuchFile:
+                raise InvalidInputError(
+                    f"{remote!r} does not exist on instance {details.id}.") from None
+
+    @contextlib.contextmanager
+    def forward(self, details: InstanceDetails, remote_port: int) -> Iterator[str]:
+        """Forward a free local port to ``remote_port`` on the instance; yield its URL."""
+        async def start() -> Any:
+            connection = await self.connection(details)
+            return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
+
+        listener = self.call(start())
+        try:
+            yield f"http://127.0.0.1:{listener.get_port()}"
+        finally:
+            async def stop() -> None:
+                listener.close()
+                await listener.wait_closed()
+
+            with contextlib.suppress(Exception):
+                self.call(stop())
+
+
+def _progress(progress: Callable[[int, int], None] | None) -> Any:
+    if progress is None:
+        return None
+    return lambda source, destination, done, total: progress(done, total)
+
+
+def _loaded(paths: list[str]) -> list[Any]:
+    import asyncssh
+
+    keys = []
+    for path in paths:
+        with contextlib.suppress(asyncssh.KeyImportError, OSError, ValueError):
+            keys.append(asyncssh.read_private_key(path))
+    return keys

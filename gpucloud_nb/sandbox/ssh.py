@@ -1,0 +1,425 @@
+"""A real SSH server (asyncssh) for every active sandbox instance, on loopback only.
+
+    >>> servers = InstanceServers(config, store)   # create_app does this; its lifespan runs it
+    >>> await servers.start()                      # then every 0.2 s: open and close servers
+    $ ssh -p 40122 ubuntu@127.0.0.1 nvidia-smi     # the instance's ip and sshPort
+
+A sandbox instance is the user's own machine: commands run as the local user who started the
+sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the instance's
+``doc["sshPort"]`` at create (re-bound after a restart, or a new free port stored if it is taken).
+
+- **Life time.** A vm, baremetal or container instance gets its server when it turns ``active``;
+  once it is ``deleting`` the server is closed, its connections dropped and its processes killed,
+  so new connections are refused.
+- **Auth.** Public key only, for the instance's ``sshUser``: the ``sshKey`` given at create, or,
+  if none was given, any key registered in ``<home>/ssh/authorized_keys`` (OpenSSH format, one
+  key a line; the package's client appends its key there before it connects). Passwords and
+  keyboard-interactive are refused.
+- **Commands** run with ``/bin/sh -c`` in the instance's home ``<home>/instances/<id>`` (HOME and
+  cwd); ``PATH`` starts with a directory holding ``nvidia-smi`` (the offer's GPUs in nvidia-smi's
+  table layout) and, for images whose os names vllm, ``vllm`` (``vllm serve MODEL [--port 8000]``
+  serves the sandbox's OpenAI-compatible model, see :mod:`gpucloud_nb.sandbox.vllm`). A signal
+  from the client, or the channel closing before the command ends, kills its process group.
+- **Port 8000.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
+  port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); other ports are refused.
+- **Files.** SFTP is served rooted at the instance home. A volume attached at create is the
+  directory ``<home>/volumes/<volumeId>``, linked into the instance home at the path of its
+  ``volumes`` entry (``/mnt/<name>`` is ``~/mnt/<name>`` in commands, ``/mnt/<name>`` over SFTP):
+  its files outlive the instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncssh
+
+from gpucloud_nb.sandbox.home import private_dir
+from gpucloud_nb.sandbox.lifecycle import status_of
+
+if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.server import SandboxConfig
+    from gpucloud_nb.sandbox.store import InstanceRecord, Store
+
+__all__ = ["InstanceServers", "free_port", "nvidia_smi_text"]
+
+logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
+_PERIOD = 0.2
+MODEL_PORT = 8000
+
+
+def free_port() -> int:
+    """A loopback TCP port that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def nvidia_smi_text(doc: dict[str, Any]) -> str:
+    """What ``nvidia-smi`` prints on an instance: its GPUs in nvidia-smi's table layout."""
+    model = str(doc.get("gpuModel") or "GPU")
+    count = int(doc.get("gpuCount") or 1)
+    mib = round(float(doc.get("vramPerGpu") or 0) * 1024)
+    stamp = time.strftime("%a %b %d %H:%M:%S %Y")
+    rule = "+-----------------------------------------+------------------------+----------------------+"
+    lines = [
+        stamp,
+        rule,
+        "| NVIDIA-SMI 550.54.15 (gpucloud-nb sandbox) Driver Version: 550.54.15  CUDA Version: 12.4 |",
+        "|-----------------------------------------+------------------------+----------------------+",
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|=========================================+========================+======================|",
+    ]
+    for index in range(count):
+        name = f"NVIDIA {model}"[:26]
+        memory = f"0MiB / {mib}MiB"
+        lines += [
+            f"| {index:>3}  {name:<26}     On  |   00000000:{index + 1:02X}:00.0 Off |"
+            "                    0 |",
+            f"| N/A   34C    P0             70W /  700W | {memory:>22} |      0%      Default |",
+            rule,
+        ]
+    lines += [
+        "",
+        "+-----------------------------------------------------------------------------------------+",
+        "| Processes:                                                                              |",
+        "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+        "|=========================================================================================|",
+        "|  No running processes found                                                             |",
+        "+-----------------------------------------------------------------------------------------+",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _load_or_make_host_key(path: Path) -> asyncssh.SSHKey:
+    if path.exists():
+        return asyncssh.read_private_key(str(path))
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(path))
+    path.chmod(0o600)
+    return key
+
+
+def _parse_keys(text: str) -> list[asyncssh.SSHKey]:
+    keys = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            with contextlib.suppress(asyncssh.KeyImportError, ValueError):
+                keys.append(asyncssh.import_public_key(line))
+    return keys
+
+
+class InstanceServers:
+    """The SSH servers of a sandbox's active instances, kept in step with its state.
+
+    ``start()`` makes the home (a temporary directory when ``config.home`` is ``None``) and a
+    task that every 0.2 s opens a server for each newly active instance and closes those of
+    instances that are deleting or deleted; ``stop()`` closes them all (and the temporary home).
+    """
+
+    def __init__(self, config: SandboxConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.home: Path | None = None
+        self._temporary = False
+        self._servers: dict[str, _InstanceServer] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def authorized_keys(self) -> Path:
+        """The file of keys registered by clients, accepted for instances created without one."""
+        assert self.home is not None
+        return self.home / "ssh" / "authorized_keys"
+
+    def server(self, instance_id: str) -> _InstanceServer | None:
+        """The running server of ``instance_id``, if any."""
+        return self._servers.get(instance_id)
+
+    async def start(self) -> None:
+        """Make the home and start the reconciler task."""
+        if self.config.home is None:
+            self.home = Path(tempfile.mkdtemp(prefix="gpucloud-nb-sandbox-"))
+            self._temporary = True
+        else:
+            self.home = private_dir(self.config.home)
+        private_dir(self.home / "ssh")
+        await self.reconcile()
+        self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(_PERIOD)
+            try:
+                await self.reconcile()
+            except Exception:  # keep serving the others; the log has the trace
+                logger.exception("The sandbox failed to update its SSH servers.")
+
+    async def reconcile(self) -> None:
+        """Open servers for active instances, close those of instances no longer active."""
+        now = time.time_ns() // 1_000_000
+        wanted = {record.id: record for record in self.store.live_instances()
+                  if status_of(record, now).name == "active"}
+        for instance_id in [i for i in self._servers if i not in wanted]:
+            await self._servers.pop(instance_id).close()
+        for instance_id, record in wanted.items():
+            if instance_id not in self._servers:
+                try:
+                    self._servers[instance_id] = await _InstanceServer.open(self, record)
+                except OSError:
+                    logger.exception("The SSH server of instance %s did not start.", instance_id)
+
+    async def stop(self) -> None:
+        """Close every server and stop the reconciler; remove a temporary home."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for server in list(self._servers.values()):
+            await server.close()
+        self._servers.clear()
+        if self._temporary and self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+class _InstanceServer:
+    """One instance's asyncssh server, its directories and the processes it started."""
+
+    def __init__(self, servers: InstanceServers, record: InstanceRecord) -> None:
+        assert servers.home is not None
+        self.servers = servers
+        self.record = record
+        self.user = str(record.doc.get("sshUser") or "ubuntu")
+        self.home = private_dir(servers.home / "instances" / record.id)
+        self.bin = private_dir(servers.home / "ssh" / "bin" / record.id)
+        self.model_port = free_port()
+        self.groups: set[int] = set()
+        self.connections: set[asyncssh.SSHServerConnection] = set()
+        self.acceptor: asyncssh.SSHAcceptor | None = None
+        self.port = 0
+
+    @classmethod
+    async def open(cls, servers: InstanceServers, record: InstanceRecord) -> _InstanceServer:
+        self = cls(servers, record)
+        self._mount_volumes()
+        self._write_commands()
+        await self._listen()
+        return self
+
+    def _mount_volumes(self) -> None:
+        assert self.servers.home is not None
+        for volume_id, path in self.record.doc.get("volumes") or []:
+            target = private_dir(self.servers.home / "volumes" / str(volume_id))
+            link = self.home / str(path).lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                continue
+            link.symlink_to(target, target_is_directory=True)
+
+    def _write_commands(self) -> None:
+        smi = self.bin / "nvidia-smi"
+        smi.write_text("#!/bin/sh\ncat <<'GPUCLOUD_EOF'\n" + nvidia_smi_text(self.record.doc)
+                       + "GPUCLOUD_EOF\n")
+        smi.chmod(0o755)
+        if "vllm" in str(self.record.doc.get("os") or "").lower():
+            vllm = self.bin / "vllm"
+            vllm.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+                            "-m gpucloud_nb.sandbox.vllm \"$@\"\n")
+            vllm.chmod(0o755)
+
+    async def _listen(self) -> None:
+        assert self.servers.home is not None
+        keys = private_dir(self.servers.home / "ssh" / "host_keys")
+        host_key = _load_or_make_host_key(keys / self.record.id)
+        stored = int(self.record.doc.get("sshPort") or 0)
+        chroot = os.fsencode(self.home)
+        options: dict[str, Any] = {
+            "server_host_keys": [host_key],
+            "process_factory": self._process,
+            "sftp_factory": lambda chan: asyncssh.SFTPServer(chan, chroot=chroot),
+            "encoding": None,
+            "allow_scp": True,
+            "line_editor": False,
+            "x11_forwarding": False,
+            "agent_forwarding": False,
+        }
+        try:
+            self.acceptor = await asyncssh.create_server(lambda: _Auth(self), "127.0.0.1", stored,
+                                                         **options)
+            self.port = stored
+        except OSError:
+            self.port = free_port()
+            self.acceptor = await asyncssh.create_server(lambda: _Auth(self), "127.0.0.1",
+                                                         self.port, **options)
+            doc = dict(self.record.doc, sshPort=self.port)
+            self.servers.store.update_instance_doc(self.record.id, doc)
+
+    def accepts(self, key: asyncssh.SSHKey) -> bool:
+        """True when ``key`` may log in: the create-time key, else a registered one."""
+        given = str(self.record.doc.get("sshPublicKey") or "")
+        if given:
+            allowed = _parse_keys(given)
+        else:
+            path = self.servers.authorized_keys
+            allowed = _parse_keys(path.read_text()) if path.exists() else []
+        wanted = key.public_data
+        return any(candidate.public_data == wanted for candidate in allowed)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in [n for n in env if n.startswith(("GPUCLOUD_", "JPY_", "VIRTUAL_ENV"))]:
+            env.pop(name)
+        env.update({
+            "HOME": str(self.home),
+            "USER": os.environ.get("USER", self.user),
+            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "GPUCLOUD_PORT_8000": str(self.model_port),
+            "GPUCLOUD_INSTANCE_ID": self.record.id,
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    async def _process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        command = process.command or "exec /bin/sh -i"
+        try:
+            child = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", command, cwd=self.home, env=self.environment(),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as error:
+            process.stderr.write(f"{error}\n".encode())
+            process.exit(127)
+            return
+        self.groups.add(child.pid)
+        pumps = [asyncio.create_task(_pump_out(child.stdout, process.stdout)),
+                 asyncio.create_task(_pump_out(child.stderr, process.stderr))]
+        feeder = asyncio.create_task(_pump_in(process, child))
+        closed = asyncio.create_task(process.wait_closed())
+        done = asyncio.ensure_future(asyncio.gather(child.wait(), *pumps))
+        await asyncio.wait([done, closed, feeder], return_when=asyncio.FIRST_COMPLETED)
+        while not done.done():
+            if closed.done() or (feeder.done() and feeder.result() is not None):
+                sig = feeder.result() if feeder.done() and feeder.result() else signal.SIGTERM
+                _kill_group(child.pid, sig)
+                try:
+                    await asyncio.wait_for(asyncio.shield(done), 2)
+                except asyncio.TimeoutError:
+                    _kill_group(child.pid, signal.SIGKILL)
+                    await asyncio.wait([done], timeout=2)
+                break
+            await asyncio.wait([done, closed, feeder], return_when=asyncio.FIRST_COMPLETED)
+        feeder.cancel()
+        closed.cancel()
+        try:  # forget the group once empty; one left running in the background (nohup) is
+            os.killpg(child.pid, 0)  # killed with the instance
+        except (ProcessLookupError, PermissionError):
+            self.groups.discard(child.pid)
+        with contextlib.suppress(Exception):
+            process.exit(child.returncode if child.returncode is not None and
+                         child.returncode >= 0 else 128 + abs(child.returncode or 15))
+
+    async def close(self) -> None:
+        if self.acceptor is not None:
+            self.acceptor.close()
+            with contextlib.suppress(Exception):
+                await self.acceptor.wait_closed()
+        for connection in list(self.connections):
+            connection.close()
+        for group in list(self.groups):
+            _kill_group(group, signal.SIGKILL)
+        self.groups.clear()
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:
+    if reader is None:
+        return
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            return
+        try:
+            writer.write(data)
+            await writer.drain()
+        except Exception:  # the channel went away; keep draining so the child is not blocked
+            continue
+
+
+async def _pump_in(process: Any, child: asyncio.subprocess.Process) -> int | None:
+    """Copy the client's stdin to the child; return a signal number the client sent, if any."""
+    names = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL,
+             "HUP": signal.SIGHUP, "QUIT": signal.SIGQUIT}
+    assert child.stdin is not None
+    while True:
+        try:
+            data = await process.stdin.read(65536)
+        except asyncssh.SignalReceived as received:
+            return int(names.get(received.signal, signal.SIGTERM))
+        except (asyncssh.BreakReceived, asyncssh.TerminalSizeChanged):
+            continue
+        except Exception:
+            return None
+        if not data:
+            with contextlib.suppress(Exception):
+                child.stdin.close()
+            await asyncio.Event().wait()  # stdin ended; only a signal or close matters now
+        try:
+            child.stdin.write(data)
+            await child.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            await asyncio.Event().wait()
+
+
+class _Auth(asyncssh.SSHServer):
+    """asyncssh server callbacks: public keys only, for the instance's user; port 8000 only."""
+
+    def __init__(self, server: _InstanceServer) -> None:
+        self.server = server
+        self.connection: Any = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.connection = conn
+        self.server.connections.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self.connection)
+
+    def begin_auth(self, username: str) -> bool:
+        return True  # always ask for a key
+
+    def password_auth_supported(self) -> bool:
+        return False
+
+    def kbdint_auth_supported(self) -> bool:
+        return False
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        return username == self.server.user and self.server.accepts(key)
+
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str,
+                             orig_port: int) -> Any:
+        if dest_port != MODEL_PORT or dest_host not in ("localhost", "127.0.0.1", "::1"):
+            return False
+        return self.connection.forward_connection("127.0.0.1", self.server.model_port)

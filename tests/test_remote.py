@@ -1,0 +1,198 @@
+"""cloud.instances.run/upload/download/forward over real SSH to sandbox instances."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.client.remote import RemoteCommandError, key_dir
+from gpucloud_nb.errors import ConnectionFailedError, InvalidInputError, NotFoundError
+from gpucloud_nb.sandbox import Sandbox
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home without ~/.ssh keys, so the client generates its own (and must not write ~/.ssh)."""
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+def launch(cloud: GPUCloud, os_name: str | None = None, wait: bool = True) -> Any:
+    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm"
+                 and (os_name is None or os_name in o.configuration.os))
+    instance = cloud.instances.create(
+        name="remote-test", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": os_name or offer.configuration.os[0]})
+    return cloud.instances.wait_until_active(instance.id, timeout=30) if wait else instance
+
+
+def test_run_returns_output_and_status_with_a_generated_key(box: GPUCloud, own_home: Path) -> None:
+    instance = launch(box)
+    result = box.instances.run(instance.id, "nvidia-smi; echo oops >&2; exit 3")
+    assert "NVIDIA-SMI" in result.stdout and result.stderr == "oops\n"
+    assert result.exit_status == 3 and not result.ok
+    assert not (own_home / ".ssh").exists()  # never writes into ~/.ssh
+    assert (key_dir(box.sandbox) / "id_ed25519").exists()
+
+
+def test_run_streams_lines_before_the_command_ends(box: GPUCloud) -> None:
+    instance = launch(box)
+    arrivals: list[tuple[float, str]] = []
+    started = time.monotonic()
+    result = box.instances.run(
+        instance.id, "for i in 1 2 3 4; do echo line $i; sleep 1; done",
+        on_output=lambda line: arrivals.append((time.monotonic() - started, line)))
+    ended = time.monotonic() - started
+    assert [line for _, line in arrivals] == ["line 1", "line 2", "line 3", "line 4"]
+    assert ended >= 3.0 and arrivals[0][0] < ended - 2.0  # the first line came seconds early
+    assert result.stdout == "line 1\nline 2\nline 3\nline 4\n"
+
+
+def test_interrupting_stops_the_remote_process(box: GPUCloud) -> None:
+    instance = launch(box)
+    pids: list[int] = []
+
+    def interrupt(line: str) -> None:
+        pids.append(int(line.split()[1]))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        box.instances.run(instance.id, "echo pid $$; sleep 60; echo never", on_output=interrupt)
+    # A sandbox instance is this machine, so its process ids are ours to check.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pids[0], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the remote process group is still running after the interrupt")
+    assert box.instances.run(instance.id, "echo still usable").stdout == "still usable\n"
+
+
+def test_upload_and_download_of_50_mb_keep_the_sha256(box: GPUCloud, tmp_path: Path) -> None:
+    instance = launch(box)
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(50 * 1024 * 1024))
+    progress: list[tuple[int, int]] = []
+    box.instances.upload(instance.id, source, "big.bin",
+                         progress=lambda done, total: progress.append((done, total)))
+    assert progress[-1] == (50 * 1024 * 1024, 50 * 1024 * 1024) and len(progress) > 10
+    remote_sum = box.instances.run(instance.id, "sha256sum big.bin").stdout.split()[0]
+    back = tmp_path / "back.bin"
+    box.instances.download(instance.id, "big.bin", back)
+    expected = hashlib.sha256(source.read_bytes()).hexdigest()
+    assert remote_sum == expected
+    assert hashlib.sha256(back.read_bytes()).hexdigest() == expected
+
+
+def test_forward_8000_answers_models_after_vllm_serve(box: GPUCloud) -> None:
+    instance = launch(box, "ubuntu-22.04-vllm")
+    started = box.instances.run(
+        instance.id,
+        "nohup vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000 > vllm.log 2>&1 &\n"
+        "for i in $(seq 100); do grep -q 'startup complete' vllm.log && break; sleep 0.1; done\n"
+        "cat vllm.log")
+    assert "startup complete" in started.stdout
+    with box.instances.forward(instance.id, 8000) as url:
+        assert url.startswith("http://127.0.0.1:")
+        answer = httpx.get(f"{url}/v1/models", headers={"x-api-key": "sandbox-secret"})
+        assert answer.status_code == 200 and answer.json()["data"]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/v1/models")  # the local port closes with the block
+
+
+def test_a_changed_host_key_is_refused(sandbox: Sandbox, box: GPUCloud) -> None:
+    instance = launch(box)
+    box.instances.run(instance.id, "true")
+    known = key_dir(sandbox) / "known_hosts"
+    assert any(x.startswith(f"{instance.id} ssh-ed25519 ") for x in known.read_text().splitlines())
+    other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    known.write_text(f"{instance.id} {other}\n")
+    fresh = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    fresh.sandbox = sandbox
+    try:
+        with pytest.raises(ConnectionFailedError, match="different SSH host key"):
+            fresh.instances.run(instance.id, "true")
+    finally:
+        fresh.close()
+
+
+def test_bad_input_is_one_sentence(sandbox_factory: Any, box: GPUCloud) -> None:
+    instance = launch(box)
+    with pytest.raises(RemoteCommandError, match=r"'no-such-tool' was not found on instance"):
+        box.instances.run(instance.id, "no-such-tool --help")
+    with pytest.raises(NotFoundError, match="not found"):
+        box.instances.run("0123456789abcdef01234567", "true")
+    slow = sandbox_factory(launch_seconds=60)
+    cloud = GPUCloud(api_key=slow.api_key, base_url=slow.management_url)
+    cloud.sandbox = slow
+    pending = launch(cloud, wait=False)
+    with pytest.raises(InvalidInputError, match="is still pending"):
+        cloud.instances.run(pending.id, "true", wait=0)
+    box.instances.delete(instance.id)
+    with pytest.raises(InvalidInputError, match="only an active instance"):
+        box.instances.run(instance.id, "true")
+    cloud.close()
+
+
+def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> None:
+    import asyncio
+
+    from gpucloud_nb import AsyncGPUCloud
+
+    sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    sync.sandbox = sandbox
+    instance = launch(sync, wait=False)
+    sync.close()
+    local = tmp_path / "a.txt"
+    local.write_text("async\n")
+    lines: list[str] = []
+
+    async def use() -> Any:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            cloud.sandbox = sandbox
+            result = await cloud.instances.run(instance.id, "echo one; echo two",
+                                               on_output=lines.append)  # waits while pending
+            await cloud.instances.upload(instance.id, local, "a.txt")
+            await cloud.instances.download(instance.id, "a.txt", tmp_path / "b.txt")
+            return result
+
+    result = asyncio.run(use())
+    assert result.stdout == "one\ntwo\n" and lines == ["one", "two"]
+    assert (tmp_path / "b.txt").read_text() == "async\n"
+
+
+def test_the_real_cloud_path_sends_and_uses_the_clients_own_key(sandbox: Sandbox,
+                                                                 own_home: Path) -> None:
+    """A client that does not know the sandbox (as on the real cloud) sends its key at create."""
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    try:
+        instance = launch(cloud)
+        assert instance.ssh_key["name"] == "gpucloud-nb"  # the generated key's comment
+        assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
+        assert not (own_home / ".ssh").exists()
+        assert (key_dir(None) / "id_ed25519").exists()
+        assert not (Path(sandbox.home) / "ssh" / "authorized_keys").exists()  # nothing registered
+    finally:
+        cloud.close()
