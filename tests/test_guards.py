@@ -49,6 +49,18 @@ def test_allowed_hosts_include_the_bound_host() -> None:
     assert "myhost" in allowed_hosts("myhost")
     assert "[::1]" in allowed_hosts("::1")
     assert "evil.example" not in allowed_hosts("127.0.0.1")
+    assert allowed_hosts("0.0.0.0") is None and allowed_hosts("::") is None
+
+
+def test_a_class_server_on_every_address_answers_by_the_teachers_name(sandbox_factory) -> None:
+    """Students reach a --host 0.0.0.0 server by the name they know; the key still guards it."""
+    box = sandbox_factory(host="0.0.0.0", api_key="class-key-0123456789",
+                          inference_secret="class-secret-0123456789")
+    url = f"http://127.0.0.1:{box.port}/gpu-cloud/volumes"  # only loopback traffic in tests
+    named = httpx.get(url, headers={"x-api-key": "class-key-0123456789",
+                                    "host": f"teacher-laptop.local:{box.port}"})
+    assert named.status_code == 200
+    assert httpx.get(url, headers={"host": "teacher-laptop.local"}).status_code == 403
 
 
 def test_deep_json_is_400_on_management(sandbox_api: httpx.Client) -> None:

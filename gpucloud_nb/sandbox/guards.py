@@ -2,7 +2,8 @@
 
 The sandbox is a network service on this machine, so a web page the user opens could reach it
 through a DNS name that points at 127.0.0.1 (DNS rebinding). :class:`Guard` answers 421 to any
-request whose ``Host`` is not the bound address or a loopback name, and counts body bytes as they
+request whose ``Host`` is not the bound address or a loopback name (a server bound to every
+address, for a class, accepts any name: it needs a custom key anyway), and counts body bytes as they
 arrive: once a body passes its path's limit, it answers 413 at once and reads no further, chunked
 or not (before, a 210 MB chunked upload was spooled in full before its 413).
 
@@ -33,13 +34,22 @@ ErrorResponse = Callable[[int, str, str], Response]
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-def allowed_hosts(bound: str) -> frozenset[str]:
+#: Binding to every address: a class server that students reach by the teacher's name or IP.
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def allowed_hosts(bound: str) -> frozenset[str] | None:
     """The ``Host`` names (without port, lowercase) accepted by a server bound to ``bound``.
+
+    ``None`` (any name) for a wildcard bind: that server is meant to be reached from other
+    machines by whatever name they know it by, and it only runs with a custom key and secret.
 
         >>> sorted(allowed_hosts("127.0.0.1"))
         ['127.0.0.1', '[::1]', 'localhost']
     """
     bound = bound.strip().lower()
+    if bound in WILDCARDS:
+        return None
     names = set(_LOOPBACK_NAMES)
     if bound:
         names.add(f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound)
@@ -67,10 +77,10 @@ class Guard:
     of the app that owns the path.
     """
 
-    def __init__(self, app: ASGIApp, *, hosts: Iterable[str],
+    def __init__(self, app: ASGIApp, *, hosts: Iterable[str] | None,
                  limits: Sequence[tuple[str, int, str]], error: ErrorResponse) -> None:
         self.app = app
-        self.hosts = frozenset(hosts)
+        self.hosts = None if hosts is None else frozenset(hosts)
         self.limits = list(limits)
         self.error = error
 
@@ -86,7 +96,7 @@ class Guard:
         path = scope.get("path", "")
         host = next((value.decode("latin-1") for key, value in scope.get("headers", ())
                      if key == b"host"), None)
-        if host is None or _host_name(host) not in self.hosts:
+        if self.hosts is not None and (host is None or _host_name(host) not in self.hosts):
             shown = "missing" if host is None else repr(host[:60])
             await self.error(421, f"The Host header ({shown}) does not name this sandbox; use "
                                   "http://127.0.0.1 or http://localhost.", path)(
