@@ -72,6 +72,7 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_IMAGE_BYTES",
     "MB",
+    "REENCODE_PIXELS",
     "CheckedAudio",
     "CheckedImage",
     "check_audio",
@@ -109,6 +110,10 @@ MAX_DECODED_PIXELS = 400_000_000
 """Most pixels decoded to check one animation (frames × width × height), to bound the work."""
 
 THUMBNAIL_PIXELS = 40_000_000
+#: The most pixels re-encoded (``convert``, ``max_side``, fitting under 20 MB): one RGBA copy of
+#: 40 million pixels is 160 MB, so a re-encode stays under 300 MB. A JPEG over it is decoded at
+#: reduced scale when ``max_side`` allows; anything else over it is refused in one sentence.
+REENCODE_PIXELS = 40_000_000
 """Largest image (in pixels) a :func:`thumbnail` decodes in full; JPEGs decode reduced instead."""
 
 _IMAGE_MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -661,6 +666,21 @@ def _fit_as_jpeg(image: Image.Image, subject: str) -> tuple[bytes, tuple[int, in
         f"{subject} is still {value} as a JPEG; images may be at most {limit}.")
 
 
+def _within_reencode_budget(image: Image.Image, subject: str, max_side: int | None) -> None:
+    """Before loading ``image`` to re-encode it: decode a JPEG smaller, or refuse a huge image."""
+    width, height = image.size
+    if width * height <= REENCODE_PIXELS:
+        return
+    if image.format == "JPEG" and max_side:
+        image.draft(image.mode, _scaled_size(width, height, max_side))  # a reduced decode
+        if image.size[0] * image.size[1] <= REENCODE_PIXELS:
+            return
+    raise InvalidInputError(
+        f"{subject} is {width}×{height} ({width * height / 1e6:.0f} million pixels); "
+        f"re-encoding an image over {REENCODE_PIXELS // 1_000_000} million pixels would take too "
+        "much memory here: make it smaller first.")
+
+
 def _reencode(image: Image.Image, subject: str, name: str | None, *, source_format: str,
               purpose: str, max_side: int | None, convert: bool,
               transpose: bool) -> CheckedImage:
@@ -743,6 +763,7 @@ def _check_image_bytes(data: bytes, subject: str, name: str | None, *, convert: 
                 raise InvalidInputError(
                     f"{subject} is {_article(fmt)} {fmt} image; send {_FORMATS_TEXT}, "
                     "or pass convert=True to convert it.")
+            _within_reencode_budget(image, subject, max_side)
             _load_strict(image, subject)
             return _reencode(image, subject, name, source_format=fmt, purpose="convert",
                              max_side=max_side, convert=True, transpose=True)
@@ -754,11 +775,13 @@ def _check_image_bytes(data: bytes, subject: str, name: str | None, *, convert: 
             "be appended to it); pass convert=True to send the picture alone.")
     if trailing and not too_big and not (max_side and max(width, height) > max_side):
         with _open_image(data, subject) as image:
+            _within_reencode_budget(image, subject, None)
             _load_strict(image, subject)
             return _reencode(image, subject, name, source_format=fmt, purpose="downscale",
                              max_side=None, convert=True, transpose=False)
     if too_big or (max_side and max(width, height) > max_side):
         with _open_image(data, subject) as image:
+            _within_reencode_budget(image, subject, max_side)
             _load_strict(image, subject)
             return _reencode(image, subject, name, source_format=fmt,
                              purpose="fit" if too_big else "downscale", max_side=max_side,

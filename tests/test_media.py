@@ -608,3 +608,19 @@ def test_thumbnails_never_decode_a_huge_png_in_full() -> None:
     Image.new("RGB", (3000, 2000), "blue").save(buffer, "JPEG")
     data, fmt = thumbnail(buffer.getvalue(), 96) or (b"", "")
     assert fmt == "jpeg" and max(Image.open(io.BytesIO(data)).size) <= 96
+
+
+def test_re_encoding_a_huge_image_is_bounded() -> None:
+    """max_side or convert on a 9400×9400 PNG would decode 265 MB: refused in one sentence."""
+    buffer = io.BytesIO()
+    Image.new("1", (9400, 9400)).save(buffer, "PNG")
+    with pytest.raises(InvalidInputError, match="88 million pixels.*make it smaller first"):
+        check_image(buffer.getvalue(), max_side=1024)
+
+
+def test_a_huge_jpeg_is_downscaled_through_a_reduced_decode() -> None:
+    buffer = io.BytesIO()
+    Image.new("L", (9000, 5000), 128).save(buffer, "JPEG")
+    checked = check_image(buffer.getvalue(), max_side=1000)
+    assert max(checked.width, checked.height) == 1000
+    assert Image.open(io.BytesIO(checked.data)).size == (checked.width, checked.height)
