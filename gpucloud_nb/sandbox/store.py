@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -145,7 +146,7 @@ def _dump(doc: dict[str, Any]) -> str:
 APPLICATION_ID = 0x47434E42  # "GCNB"
 """``PRAGMA application_id`` of every state file this sandbox writes (bytes 68-71 of the file)."""
 
-_OUR_TABLES = {"instances", "volumes", "sqlite_sequence"}
+_OUR_TABLES = {*re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _SCHEMA), "sqlite_sequence"}
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -183,19 +184,18 @@ def _check_state_file(path: str) -> None:
     if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
         raise StateFileError(f"The sandbox state file {path} is not a SQLite database; "
                              "give a new file name.")
-    application_id = int.from_bytes(head[68:72], "big")
-    if application_id == APPLICATION_ID:
+    # Read through SQLite, not the header bytes: a sandbox using the file keeps its latest
+    # pages (the application_id among them) in the write-ahead log until a checkpoint.
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        application_id, tables = -1, {"?"}
+    if application_id == APPLICATION_ID or (application_id == 0 and tables <= _OUR_TABLES):
         return
-    if application_id == 0:
-        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-        try:
-            with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-                tables = {row[0] for row in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.DatabaseError:
-            tables = {"?"}
-        if tables <= _OUR_TABLES:
-            return
     raise StateFileError(f"The sandbox state file {path} belongs to another program; "
                          "give a new file name.")
 
