@@ -49,7 +49,24 @@ def _sentence(error: Exception) -> str:
             "the instance may still be billing.")
 
 
-class AutoDelete:
+class _Timers:
+    """What both kinds of timers share: extending is rescheduling from what remains."""
+
+    def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
+        raise NotImplementedError
+
+    def remaining(self, instance_id: str) -> float | None:
+        raise NotImplementedError
+
+    def extend(self, instance_id: str, by: float | timedelta) -> datetime:
+        """Push the deletion of ``instance_id`` back by ``by`` seconds. Returns the new time."""
+        remaining = self.remaining(instance_id)
+        if remaining is None:
+            raise InvalidInputError(f"Instance {instance_id} has no auto-delete timer to extend.")
+        return self.schedule(instance_id, remaining + seconds(by))
+
+
+class AutoDelete(_Timers):
     """The auto-delete timers of one client.
 
     ``deleted`` maps each instance the timers deleted to when; ``failures`` maps an instance
@@ -77,13 +94,6 @@ class AutoDelete:
             self._timers[instance_id] = (timer, time.monotonic() + delay)
         timer.start()
         return datetime.now(timezone.utc) + timedelta(seconds=delay)
-
-    def extend(self, instance_id: str, by: float | timedelta) -> datetime:
-        """Push the deletion of ``instance_id`` back by ``by`` seconds. Returns the new time."""
-        remaining = self.remaining(instance_id)
-        if remaining is None:
-            raise InvalidInputError(f"Instance {instance_id} has no auto-delete timer to extend.")
-        return self.schedule(instance_id, remaining + seconds(by))
 
     def cancel(self, instance_id: str) -> bool:
         """Stop the timer of ``instance_id``; the instance keeps running. True if there was one."""
@@ -137,7 +147,7 @@ class AutoDelete:
                     del self._timers[instance_id]
 
 
-class ServiceAutoDelete:
+class ServiceAutoDelete(_Timers):
     """Auto-delete timers kept by the sandbox service: they fire whether or not a kernel runs.
 
     The same methods as :class:`AutoDelete`, over the sandbox-only endpoints
@@ -172,13 +182,6 @@ class ServiceAutoDelete:
         self._send("PUT", self._path(instance_id), {"at": at})
         self._cached = None
         return when
-
-    def extend(self, instance_id: str, by: float | timedelta) -> datetime:
-        """Push the deletion of ``instance_id`` back by ``by`` seconds. Returns the new time."""
-        remaining = self.remaining(instance_id)
-        if remaining is None:
-            raise InvalidInputError(f"Instance {instance_id} has no auto-delete timer to extend.")
-        return self.schedule(instance_id, remaining + seconds(by))
 
     def cancel(self, instance_id: str) -> bool:
         """Stop the timer of ``instance_id``; the instance keeps running. True if there was one."""
