@@ -102,8 +102,6 @@ def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> Non
         assert ours().count("gpucloud-nb-instances-refresh") == 20
         assert "gpucloud-chat-loop" in ours()
         assert all(browser._debouncer.pending for browser in browsers)
-        loop_started = 0 if others_chatting else 1  # another test's open chat already has it
-        assert threading.active_count() >= baseline + 20 + 20 + 3 + loop_started  # and debouncers
 
         for widget in [*panels, *browsers, *chats]:
             widget.close()
@@ -132,6 +130,7 @@ def test_a_dropped_panel_is_collected_and_stops_polling(sandbox_factory) -> None
                   transport=counter) as cloud:
         launch(cloud, "pending")
         existing = widgets_now()
+        refreshing = ours().count("gpucloud-nb-instances-refresh")  # other tests' open panels
         panel = InstancesPanel(cloud, interval=0.05)
         assert panel.auto_refreshing
         sent = counter.sent
@@ -140,7 +139,7 @@ def test_a_dropped_panel_is_collected_and_stops_polling(sandbox_factory) -> None
         dropped = weakref.ref(panel)
         del panel
         wait_for(lambda: collected(dropped))
-        wait_for(lambda: "gpucloud-nb-instances-refresh" not in ours())
+        wait_for(lambda: ours().count("gpucloud-nb-instances-refresh") <= refreshing)
         sent = counter.sent
         time.sleep(0.4)  # eight intervals
         assert counter.sent == sent
