@@ -183,6 +183,14 @@ class Comms:
             comm.DummyComm.publish_msg = original  # type: ignore[method-assign]
 
 
+def shown(value: Any) -> list[str]:
+    """Every text a user could see of ``value``: repr, str, and an exception's traceback."""
+    texts = [repr(value), str(value)]
+    if isinstance(value, BaseException):
+        texts += ["".join(traceback.format_exception(value)), repr(value.args)]
+    return texts
+
+
 def widget_states(roots: Iterable[Any]) -> list[str]:
     """The state of every live widget, and of every widget reachable from ``roots``."""
     import ipywidgets
@@ -232,10 +240,7 @@ def test_widgets_logs_and_errors_hold_no_secret(leak_box: Sandbox, caplog: pytes
 
     def note(*values: Any) -> None:
         for value in values:
-            seen.extend([repr(value), str(value)])
-            if isinstance(value, BaseException):
-                seen.append("".join(traceback.format_exception(value)))
-                seen.append(repr(value.args))
+            seen.extend(shown(value))
 
     cloud = GPUCloud(api_key=KEY, base_url=leak_box.management_url)
     bad_cloud = GPUCloud(api_key=WRONG_KEY, base_url=leak_box.management_url)
@@ -351,10 +356,7 @@ def test_stream_error_events_and_url_passwords_hold_no_secret(
 
     def note(*values: Any) -> None:
         for value in values:
-            seen.extend([repr(value), str(value)])
-            if isinstance(value, BaseException):
-                seen.append("".join(traceback.format_exception(value)))
-                seen.append(repr(value.args))
+            seen.extend(shown(value))
 
     echo = f"engine crashed serving {SECRET} for http://bob:{URL_PASSWORD}@127.0.0.1:9/v1"
     with FakeChatServer(["Hel", "lo"], secret=SECRET, fail_with=echo) as server, \
