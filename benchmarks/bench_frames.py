@@ -179,6 +179,7 @@ def run(n: int = 10_000, regions: int = 3, repeat: int = 7) -> list[Row]:
                     "loads": (nothing, lambda _: json.loads(body)),
                     "pipeline": (nothing, lambda _: cloud.instances.offers_frame()),
                     "frame": (parsed, offers_frame),
+                    "body": (nothing, lambda _: offers_frame(body)),
                     "normalize": (parsed, lambda data: pd.json_normalize(
                         data, record_path="availability", meta=_META)),
                 },
@@ -186,9 +187,11 @@ def run(n: int = 10_000, regions: int = 3, repeat: int = 7) -> list[Row]:
             )
     finally:
         server.close()
-    loads, pipeline, frame, normalize = (best[k] for k in ("loads", "pipeline", "frame",
-                                                             "normalize"))
+    loads, pipeline, frame, normalize, from_body = (
+        best[k] for k in ("loads", "pipeline", "frame", "normalize", "body"))
     return [
+        ("offers_frame on the body (bytes) vs json.loads", from_body, loads, from_body / loads,
+         "<= 0.8x"),
         ("offers fetch-parse-frame (cloud.instances.offers_frame) vs json.loads", pipeline, loads,
          pipeline / loads, "<= 1.5x"),
         ("offers_frame on parsed JSON vs json.loads", frame, loads, frame / loads, ""),

@@ -1,8 +1,12 @@
-"""Typed records for every resource of the GPU cloud interface.
+"""The wire records of the GPU cloud interface: one msgspec schema for client, frames and widgets.
 
-Records are parsed from the JSON the cloud sends. Attribute names are the snake_case of the spec's
-camelCase fields (``hourlyPrice`` → ``hourly_price``); unknown extra fields are kept in ``raw`` and
-never break parsing; missing fields fall back to an empty value rather than failing.
+Every resource the cloud sends is a :class:`msgspec.Struct` here, and nowhere else. Attribute names
+are the snake_case of the spec's camelCase fields (``hourlyPrice`` → ``hourly_price``); the
+spec's own name is each field's wire name, so a JSON body decodes straight into records with no
+dict made on the way (:func:`decode_list`). Decoding is tolerant, as the cloud drifts: unknown
+fields are skipped, numbers and flags sent as text are read, and a null, missing or wrongly typed
+value becomes the field's empty value (``""``, NaN, ``0``, ``False``, ``None``, ``()``) rather
+than failing. Only a body that is not JSON, or a list where an object belongs, is refused.
 
     >>> offer = InstanceOffer.from_json(payload)
     >>> offer.gpu_name, offer.hourly_price, offer.available_regions
@@ -11,23 +15,30 @@ never break parsing; missing fields fall back to an empty value rather than fail
 Choices where the spec says "not shown":
 
 - ``deletedAt`` is a required date-time string even on live instances. The sandbox sends the Unix
-  epoch there; both the epoch and an empty or null value parse to ``deleted_at=None``.
+  epoch there; both the epoch and an empty or null value parse to ``deleted_at=None``. A date-time
+  without a zone is read as UTC.
 - ``region`` (an object), the items of ``volumes`` and ``sshKey`` have no documented structure:
   they are kept as sent. ``Instance.region_id`` reads the usual keys (``id``, ``region``, ``name``).
-- Records are frozen, except :class:`Instance` and :class:`InstanceDetails`: panels re-read them
-  every few seconds, and a frozen dataclass's ``__init__`` costs about ten times a plain one's.
-  Assigning to one changes only that snapshot, never the cloud.
-- ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour`` is its float value and
-  ``price_per_gb_per_hour_text`` the text as sent.
+- Records are frozen, except :class:`Instance` and :class:`InstanceDetails`, which panels re-read
+  every few seconds; assigning to one changes only that snapshot, never the cloud.
+- ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour_text`` is the text as sent
+  and ``price_per_gb_per_hour`` its float value.
+- ``cloudProvider`` may be an object or a bare id string; both give a :class:`VolumeProvider`.
+- ``autoDeleteAt`` is the sandbox's own field (the time its auto-delete timer fires); the real
+  cloud does not send it, so ``auto_delete_at`` is ``None`` there.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+import msgspec.inspect as mi
 
 __all__ = [
     "INSTANCE_STATUSES",
@@ -38,31 +49,43 @@ __all__ = [
     "InstanceDetails",
     "InstanceOffer",
     "PortForward",
+    "Record",
     "Volume",
     "VolumeOffer",
     "VolumeProvider",
+    "decode_list",
     "parse_datetime",
+    "to_float",
+    "to_int",
 ]
 
 INSTANCE_STATUSES = ("pending", "active", "error", "deleted", "deleting")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+NAN = math.nan
+
+R = TypeVar("R", bound="Record")
+
+
+# --------------------------------------------------------------------------- loose values
 
 
 def _str(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _float(value: Any) -> float:
+def to_float(value: Any) -> float:
+    """A number read loosely: ``"2.49"`` → 2.49; ``None`` or ``"n/a"`` → NaN."""
     try:
         return float(value)
     except (TypeError, ValueError):
-        return float("nan")
+        return NAN
 
 
-def _int(value: Any) -> int:
+def to_int(value: Any) -> int:
+    """A whole number read loosely: ``"4"`` or ``4.0`` → 4; ``None``, NaN or ``"n/a"`` → 0."""
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
 
 
@@ -98,6 +121,8 @@ def parse_datetime(value: Any) -> datetime | None:
         >>> parse_datetime("2026-11-22T11:42:10.123Z")
         datetime.datetime(2026, 11, 22, 11, 42, 10, 123000, tzinfo=datetime.timezone.utc)
     """
+    if isinstance(value, datetime):
+        return _utc_or_none(value)
     if not isinstance(value, str) or not value:
         return None
     return _parse_text(value)
@@ -110,100 +135,162 @@ def _parse_text(value: str) -> datetime | None:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return None if parsed <= EPOCH else parsed
+    return _utc_or_none(parsed)
 
 
-@dataclass(frozen=True, slots=True)
-class CloudProvider:
+def _utc_or_none(value: datetime) -> datetime | None:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return None if value <= EPOCH else value
+
+
+def _port(value: Any) -> int | None:
+    number = to_int(value)
+    return number if 0 < number < 65536 else None
+
+
+# --------------------------------------------------------------------------- the schema
+
+
+class Record:
+    """Base of every wire record: decoded from the spec's JSON, tolerant of drift.
+
+        >>> Volume.from_json({"_id": "vol-1", "sizeInGb": "100"}).size_in_gb
+        100.0
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def from_json(cls: type[R], data: Any) -> R:
+        """Parse one record from its wire JSON (a mapping); anything else gives an empty record.
+
+            >>> InstanceOffer.from_json({"instanceId": "h100-1x", "hourlyPrice": "2.49"}).hourly_price
+            2.49
+        """
+        try:
+            return msgspec.convert(data, cls, strict=False)
+        except msgspec.ValidationError:
+            return _loose(cls, data)
+
+
+class _Frozen(Record, msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """A record that never changes once read."""
+
+
+class _Mutable(Record, msgspec.Struct, kw_only=True, rename="camel", gc=False):
+    """A record panels re-read every few seconds (see the module docstring)."""
+
+
+def _fix_datetimes(record: msgspec.Struct, names: tuple[str, ...]) -> None:
+    """After decoding: the epoch sentinel becomes ``None`` and a naive date-time UTC."""
+    for name in names:
+        value = getattr(record, name)
+        if value is not None and (value.tzinfo is None or value <= EPOCH):
+            msgspec.structs.force_setattr(record, name, _utc_or_none(value))
+
+
+def _loose(cls: type[R], data: Any) -> R:
+    """Build ``cls`` from ``data`` field by field, reading each value as its type allows."""
+    info = _struct_info(cls)
+    data = _dict(data)
+    values = {}
+    for field in info.fields:
+        if field.encode_name in data:
+            values[field.name] = _read(field.type, data[field.encode_name])
+    return cls(**values)
+
+
+_INFO: dict[type[Record], mi.StructType] = {}
+
+
+def _struct_info(cls: type[Record]) -> mi.StructType:
+    info = _INFO.get(cls)
+    if info is None:
+        found = mi.type_info(cls)
+        assert isinstance(found, mi.StructType)
+        info = _INFO[cls] = found
+    return info
+
+
+def _record_class(kind: mi.StructType) -> type[Record]:
+    assert issubclass(kind.cls, Record)
+    return kind.cls
+
+
+def _read(kind: mi.Type, value: Any) -> Any:
+    """``value`` read as ``kind`` the loose way (see the module docstring)."""
+    if isinstance(kind, mi.StrType):
+        return _str(value)
+    if isinstance(kind, mi.FloatType):
+        return to_float(value)
+    if isinstance(kind, mi.IntType):
+        return to_int(value)
+    if isinstance(kind, mi.BoolType):
+        return _bool(value)
+    if isinstance(kind, mi.StructType):
+        return _record_class(kind).from_json(value)
+    if isinstance(kind, mi.VarTupleType | mi.ListType):
+        items = [_read(kind.item_type, item) for item in _list(value)]
+        return tuple(items) if isinstance(kind, mi.VarTupleType) else items
+    if isinstance(kind, mi.DictType):
+        return _dict(value)
+    if isinstance(kind, mi.UnionType):
+        return _read_union(kind, value)
+    return value  # Any: kept as sent
+
+
+def _read_union(kind: mi.UnionType, value: Any) -> Any:
+    if value is None:
+        return None
+    for option in kind.types:
+        if isinstance(option, mi.DateTimeType):
+            return parse_datetime(value)
+        if isinstance(option, mi.StructType):
+            return _record_class(option).from_json(value)
+    return value
+
+
+class CloudProvider(_Frozen, frozen=True):
     """The provider of an instance offer (``cloud`` in the spec)."""
 
-    id: str
-    name: str
-
-    @classmethod
-    def from_json(cls, data: Any) -> CloudProvider:
-        data = _dict(data)
-        return cls(id=_str(data.get("_id")), name=_str(data.get("name")))
+    id: str = msgspec.field(default="", name="_id")
+    name: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Configuration:
+class Configuration(_Frozen, frozen=True):
     """The hardware of an offer; ``os`` lists the images usable at instance creation."""
 
-    ram_gb: float
-    storage_gb: float
-    vcpu: float
-    vram_gb: float
-    os: tuple[str, ...]
-    interconnect: str
-
-    @classmethod
-    def from_json(cls, data: Any) -> Configuration:
-        data = _dict(data)
-        return cls(
-            ram_gb=_float(data.get("ramGB")),
-            storage_gb=_float(data.get("storageGB")),
-            vcpu=_float(data.get("vCpu")),
-            vram_gb=_float(data.get("vRamGB")),
-            os=tuple(_str(name) for name in _list(data.get("os"))),
-            interconnect=_str(data.get("interconnect")),
-        )
+    ram_gb: float = msgspec.field(default=NAN, name="ramGB")
+    storage_gb: float = msgspec.field(default=NAN, name="storageGB")
+    vcpu: float = msgspec.field(default=NAN, name="vCpu")
+    vram_gb: float = msgspec.field(default=NAN, name="vRamGB")
+    os: tuple[str, ...] = ()
+    interconnect: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Availability:
+class Availability(_Frozen, frozen=True):
     """Whether an offer can be launched in one region."""
 
-    region: str
-    name: str
-    country_code: str
-    available: bool
-
-    @classmethod
-    def from_json(cls, data: Any) -> Availability:
-        data = _dict(data)
-        return cls(
-            region=_str(data.get("region")),
-            name=_str(data.get("name")),
-            country_code=_str(data.get("countryCode")),
-            available=_bool(data.get("available")),
-        )
+    region: str = ""
+    name: str = ""
+    country_code: str = ""
+    available: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceOffer:
+class InstanceOffer(_Frozen, frozen=True):
     """A rentable GPU instance configuration from ``GET /gpu-cloud/instances/offers``."""
 
-    gpu_name: str
-    gpu_count: int
-    nvlink: bool
-    deployment_type: str
-    instance_id: str
-    cloud_init_available: bool
-    cloud: CloudProvider
-    configuration: Configuration
-    hourly_price: float
-    availability: tuple[Availability, ...]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, data: Any) -> InstanceOffer:
-        data = _dict(data)
-        return cls(
-            gpu_name=_str(data.get("gpuName")),
-            gpu_count=_int(data.get("gpuCount")),
-            nvlink=_bool(data.get("nvlink")),
-            deployment_type=_str(data.get("deploymentType")),
-            instance_id=_str(data.get("instanceId")),
-            cloud_init_available=_bool(data.get("cloudInitAvailable")),
-            cloud=CloudProvider.from_json(data.get("cloud")),
-            configuration=Configuration.from_json(data.get("configuration")),
-            hourly_price=_float(data.get("hourlyPrice")),
-            availability=tuple(Availability.from_json(a) for a in _list(data.get("availability"))),
-            raw=data,
-        )
+    gpu_name: str = ""
+    gpu_count: int = 0
+    nvlink: bool = False
+    deployment_type: str = ""
+    instance_id: str = ""
+    cloud_init_available: bool = False
+    cloud: CloudProvider = msgspec.field(default_factory=CloudProvider)
+    configuration: Configuration = msgspec.field(default_factory=Configuration)
+    hourly_price: float = NAN
+    availability: tuple[Availability, ...] = ()
 
     @property
     def available_regions(self) -> tuple[str, ...]:
@@ -221,57 +308,85 @@ class InstanceOffer:
                 f"provider={self.cloud.id!r}, available_regions={self.available_regions!r})")
 
 
-def _instance_common(data: dict[str, Any]) -> tuple[Any, ...]:
-    """The fields of :class:`_InstanceBase`, in declaration order.
+class PortForward(msgspec.Struct, frozen=True, eq=False, rename="camel", gc=False):
+    """One item of an instance's ``portForwards``: a port of the instance and where it is reached.
 
-    Positional, because ``cls(**fields)`` with two dozen keywords costs more than the rest of the
-    parsing together, and ``instances.list()`` parses every instance on every poll (the reason
-    the instance records are not frozen either); ``tests/test_models.py`` checks every field
-    lands where it belongs.
+    The spec says only "array of string". Strings are read as ``"INTERNAL:EXTERNAL"`` (``"8000:
+    32768"``: the instance's port 8000 is reached on port 32768 of its address); the real cloud
+    also sends objects ``{internalPort, externalPort}``. Anything else keeps its text, with
+    ``None`` ports. ``str()`` gives ``"8000:32768"``; two forwards are equal when their ports are.
+
+        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 32768})
+        PortForward(internal_port=8000, external_port=32768)
     """
-    get = data.get
-    region = get("region")
-    return (
-        _str(get("_id")), _str(get("name")), _str(get("provider")), _str(get("status")),
-        {} if region is None else region, _list(get("volumes")),
-        _int(get("gpuCount")), _str(get("gpuModel")),
-        _float(get("ram")), _float(get("storage")), _float(get("vramPerGpu")), _float(get("vcpus")),
-        _str(get("interconnect")), _bool(get("nvlink")), _str(get("os")), _str(get("ip")),
-        _str(get("sshUser")), _int(get("sshPort")),
-        _str(get("dockerImage")), _str(get("dockerCommand")), _float(get("hourlyPrice")),
-        parse_datetime(get("createdAt")), parse_datetime(get("deletedAt")),
-        parse_datetime(get("updatedAt")),
-    )
+
+    internal_port: int | None = None
+    external_port: int | None = None
+    text: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> PortForward:
+        """Read one item of ``portForwards``: an object or an ``"INTERNAL:EXTERNAL"`` string."""
+        if isinstance(data, Mapping):
+            internal, external = _port(data.get("internalPort")), _port(data.get("externalPort"))
+            return cls(internal, external, f"{internal or '?'}:{external or '?'}")
+        text = _str(data)
+        head, sep, tail = text.partition(":")
+        if sep:
+            return cls(_port(head), _port(tail), text)
+        return cls(_port(text), None, text)
+
+    def __str__(self) -> str:
+        if self.internal_port is not None and self.external_port is not None:
+            return f"{self.internal_port}:{self.external_port}"
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"PortForward(internal_port={self.internal_port!r}, external_port={self.external_port!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PortForward):
+            return NotImplemented
+        return (self.internal_port, self.external_port) == (other.internal_port, other.external_port)
+
+    def __hash__(self) -> int:
+        return hash((self.internal_port, self.external_port))
 
 
-@dataclass(slots=True, repr=False)
-class _InstanceBase:
+class _InstanceBase(_Mutable):
     """Fields and conveniences shared by :class:`Instance` and :class:`InstanceDetails`."""
 
-    id: str
-    name: str
-    provider: str
-    status: str
-    region: Any
-    volumes: list[Any]
-    gpu_count: int
-    gpu_model: str
-    ram: float
-    storage: float
-    vram_per_gpu: float
-    vcpus: float
-    interconnect: str
-    nvlink: bool
-    os: str
-    ip: str
-    ssh_user: str
-    ssh_port: int
-    docker_image: str
-    docker_command: str
-    hourly_price: float
-    created_at: datetime | None
-    deleted_at: datetime | None
-    updated_at: datetime | None
+    _datetime_fields: ClassVar[tuple[str, ...]] = (
+        "created_at", "deleted_at", "updated_at", "auto_delete_at")
+
+    def __post_init__(self) -> None:
+        _fix_datetimes(self, self._datetime_fields)
+
+    id: str = msgspec.field(default="", name="_id")
+    name: str = ""
+    provider: str = ""
+    status: str = ""
+    region: Any = msgspec.field(default_factory=dict)
+    volumes: list[Any] = msgspec.field(default_factory=list)
+    gpu_count: int = 0
+    gpu_model: str = ""
+    ram: float = NAN
+    storage: float = NAN
+    vram_per_gpu: float = NAN
+    vcpus: float = NAN
+    interconnect: str = ""
+    nvlink: bool = False
+    os: str = ""
+    ip: str = ""
+    ssh_user: str = ""
+    ssh_port: int = 0
+    docker_image: str = ""
+    docker_command: str = ""
+    hourly_price: float = NAN
+    created_at: datetime | None = None
+    deleted_at: datetime | None = None
+    updated_at: datetime | None = None
+    auto_delete_at: datetime | None = None
 
     @property
     def region_id(self) -> str:
@@ -321,144 +436,125 @@ class _InstanceBase:
                 f"region={self.region_id!r}, hourly_price={self.hourly_price:g}, ip={self.ip!r})")
 
 
-@dataclass(slots=True, repr=False)
 class Instance(_InstanceBase):
     """A GPU instance as returned by create and list."""
 
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @classmethod
-    def from_json(cls, data: Any) -> Instance:
-        data = _dict(data)
-        return cls(*_instance_common(data), data)
-
-
-@dataclass(slots=True, repr=False)
 class InstanceDetails(_InstanceBase):
     """One instance in full, from ``GET /gpu-cloud/instances/{id}``."""
 
-    is_pending: bool
-    ssh_key: dict[str, Any]
-    port_forwards: tuple[PortForward, ...]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    is_pending: bool = False
+    ssh_key: dict[str, Any] = msgspec.field(default_factory=dict)
+    port_forwards: tuple[PortForward, ...] = ()
 
     @classmethod
     def from_json(cls, data: Any) -> InstanceDetails:
-        data = _dict(data)
-        return cls(*_instance_common(data), _bool(data.get("isPending")), _dict(data.get("sshKey")),
-                   tuple(PortForward.from_json(p) for p in _list(data.get("portForwards"))), data)
+        """Parse the details; ``portForwards`` items may be strings or objects (see PortForward)."""
+        forwards = data.get("portForwards") if isinstance(data, Mapping) else None
+        if not forwards:
+            return super().from_json(data)
+        parsed = super().from_json({k: v for k, v in data.items() if k != "portForwards"})
+        parsed.port_forwards = tuple(PortForward.from_json(item) for item in _list(forwards))
+        return parsed
 
 
-@dataclass(frozen=True, slots=True)
-class PortForward:
-    """One item of an instance's ``portForwards``: a port of the instance and where it is reached.
-
-    The spec says only "array of string". Strings are read as ``"INTERNAL:EXTERNAL"`` (``"8000:
-    32768"``: the instance's port 8000 is reached on port 32768 of its address); the real cloud
-    also sends objects ``{internalPort, externalPort}``. Anything else keeps its text, with
-    ``None`` ports. ``str()`` gives ``"8000:32768"``.
-
-        >>> PortForward.from_json({"internalPort": 8000, "externalPort": 32768})
-        PortForward(internal_port=8000, external_port=32768)
-    """
-
-    internal_port: int | None
-    external_port: int | None
-    text: str = field(default="", repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, data: Any) -> PortForward:
-        if isinstance(data, Mapping):
-            internal, external = _port(data.get("internalPort")), _port(data.get("externalPort"))
-            return cls(internal, external, f"{internal or '?'}:{external or '?'}")
-        text = _str(data)
-        head, sep, tail = text.partition(":")
-        if sep:
-            return cls(_port(head), _port(tail), text)
-        return cls(_port(text), None, text)
-
-    def __str__(self) -> str:
-        if self.internal_port is not None and self.external_port is not None:
-            return f"{self.internal_port}:{self.external_port}"
-        return self.text
-
-
-def _port(value: Any) -> int | None:
-    number = _int(value)
-    return number if 0 < number < 65536 else None
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeProvider:
+class VolumeProvider(_Frozen, frozen=True):
     """The provider of a volume or volume offer (``cloudProvider`` in the spec)."""
 
-    id: str
-    display_name: str
+    id: str = msgspec.field(default="", name="_id")
+    display_name: str = ""
 
     @classmethod
     def from_json(cls, data: Any) -> VolumeProvider:
+        """Read a provider object, or a bare id string (then the id is its name too)."""
         if isinstance(data, str):
             return cls(id=data, display_name=data)
-        data = _dict(data)
-        return cls(id=_str(data.get("_id")), display_name=_str(data.get("displayName")))
+        return super().from_json(data)
 
 
-@dataclass(frozen=True, slots=True)
-class VolumeOffer:
+class VolumeOffer(_Frozen, frozen=True):
     """A persistent-storage configuration from ``GET /gpu-cloud/volumes/offers``."""
 
-    cloud_provider: VolumeProvider
-    min_size_in_gb: float
-    price_per_gb_per_hour: float
-    price_per_gb_per_hour_text: str
-    regions: tuple[str, ...]
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    cloud_provider: VolumeProvider = msgspec.field(default_factory=VolumeProvider)
+    min_size_in_gb: float = NAN
+    price_per_gb_per_hour_text: str = msgspec.field(default="", name="pricePerGbPerHour")
+    regions: tuple[str, ...] = ()
 
-    @classmethod
-    def from_json(cls, data: Any) -> VolumeOffer:
-        data = _dict(data)
-        price = data.get("pricePerGbPerHour")
-        return cls(
-            cloud_provider=VolumeProvider.from_json(data.get("cloudProvider")),
-            min_size_in_gb=_float(data.get("minSizeInGb")),
-            price_per_gb_per_hour=_float(price),
-            price_per_gb_per_hour_text=_str(price),
-            regions=tuple(_str(r) for r in _list(data.get("regions"))),
-            raw=data,
-        )
+    @property
+    def price_per_gb_per_hour(self) -> float:
+        """The price per GB and hour as a number (NaN when the text is not one)."""
+        return to_float(self.price_per_gb_per_hour_text or None)
 
 
-@dataclass(frozen=True, slots=True)
-class Volume:
+class Volume(_Frozen, frozen=True):
     """A persistent volume; it keeps data beyond the life of an instance."""
 
-    id: str
-    user: str
-    name: str
-    size_in_gb: float
-    region: str
-    created_at: datetime | None
-    updated_at: datetime | None
-    cloud_provider: VolumeProvider | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _datetime_fields: ClassVar[tuple[str, ...]] = ("created_at", "updated_at")
 
-    @classmethod
-    def from_json(cls, data: Any) -> Volume:
-        data = _dict(data)
-        provider = data.get("cloudProvider")
-        return cls(
-            id=_str(data.get("_id")),
-            user=_str(data.get("user")),
-            name=_str(data.get("name")),
-            size_in_gb=_float(data.get("sizeInGb")),
-            region=_str(data.get("region")),
-            created_at=parse_datetime(data.get("createdAt")),
-            updated_at=parse_datetime(data.get("updatedAt")),
-            cloud_provider=None if provider is None else VolumeProvider.from_json(provider),
-            raw=data,
-        )
+    def __post_init__(self) -> None:
+        _fix_datetimes(self, self._datetime_fields)
+
+    id: str = msgspec.field(default="", name="_id")
+    user: str = ""
+    name: str = ""
+    size_in_gb: float = NAN
+    region: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    cloud_provider: VolumeProvider | None = None
 
     def __repr__(self) -> str:
         provider = self.cloud_provider.id if self.cloud_provider else None
         return (f"Volume(id={self.id!r}, name={self.name!r}, size_in_gb={self.size_in_gb:g}, "
                 f"region={self.region!r}, provider={provider!r})")
+
+
+# --------------------------------------------------------------------------- decoding bodies
+
+
+_DECODERS: dict[type[Record], msgspec.json.Decoder[Any]] = {}
+
+
+def _list_decoder(cls: type[R]) -> msgspec.json.Decoder[list[R]]:
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = msgspec.json.Decoder(list[cls], strict=False)  # type: ignore[valid-type]
+    return decoder
+
+
+def decode_list(cls: type[R], body: bytes | bytearray | memoryview | str, what: str) -> list[R]:
+    """Decode a JSON array body straight into records, without a dict per item.
+
+    A body the schema does not fit (a null or odd value somewhere) is read item by item with
+    :meth:`Record.from_json`. A body that is not JSON, or not an array, raises :class:`ValueError`
+    with one sentence naming ``what``.
+
+        >>> decode_list(InstanceOffer, b'[{"instanceId": "h100-1x"}]', "offers")[0].instance_id
+        'h100-1x'
+    """
+    text = bytes(body) if isinstance(body, memoryview) else body
+    try:
+        return _list_decoder(cls).decode(text)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        raise ValueError(f"The {what} are not valid JSON.") from None
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError(f"The {what} are not a JSON array.")
+    return [cls.from_json(item) for item in data]
+
+
+def convert_list(cls: type[R], items: Iterable[Any]) -> list[R]:
+    """Records from a list of records or of wire JSON objects (those are parsed, loosely).
+
+        >>> convert_list(Volume, [{"_id": "vol-1"}])[0].id
+        'vol-1'
+    """
+    items = items if isinstance(items, list) else list(items)
+    if all(type(item) is cls for item in items):
+        return items
+    try:
+        return msgspec.convert(items, list[cls], strict=False)  # type: ignore[valid-type]
+    except msgspec.ValidationError:
+        return [item if isinstance(item, cls) else cls.from_json(item) for item in items]

@@ -9,14 +9,16 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.models import Instance
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 EPOCH = "1970-01-01T00:00:00.000Z"
 
 
-def item(status: str, *, updated: datetime = T0, deleted: str = EPOCH) -> dict[str, object]:
-    return {"_id": "i1", "status": status, "hourlyPrice": 2.0, "createdAt": T0.isoformat(),
-            "updatedAt": updated.isoformat(), "deletedAt": deleted}
+def item(status: str, *, updated: datetime = T0, deleted: str = EPOCH) -> Instance:
+    return Instance.from_json({"_id": "i1", "status": status, "hourlyPrice": 2.0,
+                               "createdAt": T0.isoformat(), "updatedAt": updated.isoformat(),
+                               "deletedAt": deleted})
 
 
 def test_pending_and_error_cost_nothing() -> None:

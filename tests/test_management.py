@@ -289,7 +289,7 @@ def test_volume_life_cycle_and_attach(cloud: GPUCloud) -> None:
     volume_offer = next(v for v in cloud.volumes.offers()
                         if v.cloud_provider.id == offer.cloud.id and region in v.regions)
     assert volume_offer.price_per_gb_per_hour > 0
-    assert volume_offer.price_per_gb_per_hour_text == volume_offer.raw["pricePerGbPerHour"]
+    assert volume_offer.price_per_gb_per_hour == float(volume_offer.price_per_gb_per_hour_text)
 
     with pytest.raises(InvalidInputError, match="must be at least"):
         cloud.volumes.create(name="tiny", cloud_provider=offer.cloud.id, region=region,

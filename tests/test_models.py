@@ -48,7 +48,7 @@ def test_every_instance_field_lands_in_its_attribute() -> None:
     instance = Instance.from_json(INSTANCE)
     assert {name: getattr(instance, name) for name in EXPECTED} == EXPECTED
     assert instance.updated_at == datetime(2026, 11, 22, 11, tzinfo=timezone.utc)
-    assert instance.raw == INSTANCE and instance.region_id == "eu-west-1"
+    assert instance.region_id == "eu-west-1"
 
 
 def test_every_instance_details_field_lands_in_its_attribute() -> None:
@@ -59,7 +59,6 @@ def test_every_instance_details_field_lands_in_its_attribute() -> None:
     assert details.is_pending is False and details.ssh_key == {"_id": "key-3", "name": "laptop"}
     assert details.updated_at == datetime(2026, 11, 22, 11, tzinfo=timezone.utc)
     assert details.port_forwards == (PortForward(8888, 8888), PortForward(22, None))
-    assert details.raw == payload
 
 
 def test_port_forwards_as_objects_become_typed_pairs() -> None:
@@ -83,7 +82,7 @@ def test_instances_tolerate_drift_missing_fields_and_extra_fields() -> None:
     assert instance.ssh_port == 0 and math.isnan(instance.ram) and instance.name == ""
     assert instance.region_id == "us-east-1" and instance.volumes == []
     assert instance.deleted_at is None and instance.created_at is None
-    assert instance.raw["somethingNew"] == {"nested": [1, 2]}
+    assert not hasattr(instance, "something_new") and not hasattr(instance, "raw")  # skipped
     assert Instance.from_json(None).id == ""  # not even an object: an empty record, no crash
 
 

@@ -7,20 +7,19 @@ time of that transition). For an instance first seen already deleted, the start 
 ``createdAt`` is used instead: an upper bound, flagged ``estimated``.
 
     >>> ledger = Ledger()
-    >>> ledger.observe(instance_json)          # every create, list and get passes through here
-    >>> ledger.bill(instance_json, now)
+    >>> ledger.observe(instance)          # every create, list and get passes through here
+    >>> ledger.bill(instance, now)
     Bill(start=..., end=..., hours=0.25, spend=0.62, estimated=False)
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from gpucloud_nb.models import parse_datetime
+from gpucloud_nb.models import Instance, InstanceDetails
 
 __all__ = ["Bill", "Ledger"]
 
@@ -45,29 +44,27 @@ class Ledger:
         self._activated: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
-    def observe(self, item: Mapping[str, Any], now: datetime | None = None) -> None:
+    def observe(self, instance: Instance | InstanceDetails, now: datetime | None = None) -> None:
         """Record the activation time of an instance seen ``active`` for the first time."""
-        if item.get("status") != "active":
+        if instance.status != "active" or not instance.id:
             return
-        key = str(item.get("_id", ""))
         with self._lock:
-            if key and key not in self._activated:
-                seen = parse_datetime(item.get("updatedAt")) or now
+            if instance.id not in self._activated:
+                seen = instance.updated_at or now
                 if seen is not None:
-                    self._activated[key] = seen
+                    self._activated[instance.id] = seen
 
-    def bill(self, item: Mapping[str, Any], now: datetime) -> Bill:
-        """The bill of one instance (the spec's Instance JSON) at ``now``."""
-        self.observe(item, now)
-        status = item.get("status")
-        price = float(item.get("hourlyPrice") or 0.0)
-        if status not in _BILLED:
+    def bill(self, instance: Instance | InstanceDetails, now: datetime) -> Bill:
+        """The bill of one instance at ``now``."""
+        self.observe(instance, now)
+        price = 0.0 if math.isnan(instance.hourly_price) else instance.hourly_price
+        if instance.status not in _BILLED:
             return Bill(None, None, 0.0, 0.0, False)
         with self._lock:
-            start = self._activated.get(str(item.get("_id", "")))
+            start = self._activated.get(instance.id)
         estimated = start is None
         if start is None:
-            start = parse_datetime(item.get("createdAt")) or now
-        end = (parse_datetime(item.get("deletedAt")) or now) if status == "deleted" else now
+            start = instance.created_at or now
+        end = (instance.deleted_at or now) if instance.status == "deleted" else now
         hours = max((end - start).total_seconds(), 0.0) / 3600
         return Bill(start, end, hours, hours * price, estimated)

@@ -30,6 +30,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -352,10 +353,10 @@ class _InstancesOps(_Resource[D]):
         params = (None if deployment_type is None
                   else _offer_params(None, None, None, None, None, deployment_type))
         data = yield from self._core.send(Call("GET", "/gpu-cloud/instances", params=params))
-        items = _json_list(data)
-        for item in items:
-            self._core.ledger.observe(item)
-        return [Instance.from_json(item) for item in items]
+        instances = [Instance.from_json(item) for item in _json_list(data)]
+        for instance in instances:
+            self._core.ledger.observe(instance)
+        return instances
 
     def get(self, id: str) -> Op[InstanceDetails]:
         """Read one instance in full.
@@ -366,9 +367,9 @@ class _InstancesOps(_Resource[D]):
         data = yield from self._core.send(
             Call("GET", f"/gpu-cloud/instances/{_path_id(id)}", what=f"Instance {id}")
         )
-        if isinstance(data, dict):
-            self._core.ledger.observe(data)
-        return InstanceDetails.from_json(data)
+        details = InstanceDetails.from_json(data)
+        self._core.ledger.observe(details)
+        return details
 
     def delete(self, id: str) -> Op[None]:
         """Delete an instance; its data is lost unless it sits on a volume.
@@ -431,14 +432,14 @@ class _InstancesOps(_Resource[D]):
         now = _now()
         deadlines = self._core.auto_delete.deadlines()
         rows = []
-        for item in _json_list(data):
-            bill = self._core.ledger.bill(item, now)
+        for instance in (Instance.from_json(item) for item in _json_list(data)):
+            bill = self._core.ledger.bill(instance, now)
             rows.append({
-                "_id": item.get("_id"), "name": item.get("name"), "status": item.get("status"),
-                "hourlyPrice": float(item.get("hourlyPrice") or 0.0),
+                "_id": instance.id, "name": instance.name, "status": instance.status,
+                "hourlyPrice": 0.0 if math.isnan(instance.hourly_price) else instance.hourly_price,
                 "billedFrom": bill.start, "billedUntil": bill.end, "hoursBilled": bill.hours,
                 "spend": bill.spend, "estimated": bill.estimated,
-                "autoDeleteAt": deadlines.get(str(item.get("_id"))),
+                "autoDeleteAt": deadlines.get(instance.id),
             })
         from gpucloud_nb import frames
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError
-from gpucloud_nb.models import Instance, parse_datetime
+from gpucloud_nb.models import Instance
 
 __all__ = ["BUSY", "Poller", "public_url"]
 
@@ -189,11 +189,11 @@ class Poller:
         deadlines = cloud.auto_delete.deadlines()
         rows, bills = [], []
         for instance in instances:
-            bill = self._ledger.bill(instance.raw, now)
+            bill = self._ledger.bill(instance, now)
             bills.append(bill.spend)
             if instance.status == "deleted":
                 continue
-            deadline = parse_datetime(instance.raw.get("autoDeleteAt")) or deadlines.get(instance.id)
+            deadline = instance.auto_delete_at or deadlines.get(instance.id)
             rows.append({
                 "id": instance.id, "name": instance.name, "status": instance.status,
                 "gpuModel": instance.gpu_model, "gpuCount": instance.gpu_count,

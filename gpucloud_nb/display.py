@@ -1,0 +1,76 @@
+"""Prices as people read them: dollars in tables, price columns styled, server text escaped.
+
+:func:`format_price` writes one price; :func:`style_prices` turns a DataFrame into a pandas Styler
+that shows its price columns as dollars and escapes every other cell, since names come from the
+server. Both are re-exported by :mod:`gpucloud_nb.frames`.
+
+    >>> style_prices(offers_frame(offers).head())   # in a notebook cell: $2.49, $0.00014 ...
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:  # importing the Styler needs jinja2: only style_prices pays for it
+    from pandas.io.formats.style import Styler
+
+__all__ = ["format_price", "style_prices"]
+
+# Price-like columns that style_prices formats as currency, besides any name with these words.
+_PRICE_COLUMNS = frozenset(
+    {"hourlyPrice", "pricePerGpuHour", "pricePerGbPerHour", "pricePerGbMonth"}
+)
+_PRICE_WORDS = ("price", "spend", "hourly", "cost")
+
+
+def format_price(value: Any) -> str:
+    """A price as dollars: cents from $0.10 up, two significant digits below.
+
+        >>> format_price(2.49), format_price(0.00014), format_price(1234.5)
+        ('$2.49', '$0.00014', '$1,234.50')
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    if not math.isfinite(number):
+        return ""
+    magnitude = abs(number)
+    if magnitude >= 0.1 or magnitude == 0:
+        text = f"{magnitude:,.2f}"
+    else:
+        digits = 1 - math.floor(math.log10(magnitude))
+        text = f"{magnitude:.{digits}f}"
+    return f"-${text}" if number < 0 else f"${text}"
+
+
+def _is_price_column(name: Any, series: pd.Series) -> bool:
+    if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
+        return False
+    if name in _PRICE_COLUMNS:
+        return True
+    lowered = str(name).lower()
+    return any(word in lowered for word in _PRICE_WORDS)
+
+
+def style_prices(df: pd.DataFrame, columns: Sequence[str] | None = None) -> Styler:
+    """A :class:`~pandas.io.formats.style.Styler` showing price columns as dollars, index hidden.
+
+    Formats ``hourlyPrice``, ``pricePerGpuHour``, ``pricePerGbPerHour``, ``pricePerGbMonth`` and
+    any numeric column whose name mentions price, spend, hourly or cost (or exactly ``columns``,
+    when given) with :func:`format_price`. Every other cell, and the column names, are
+    HTML-escaped: names and images come from the server, and a name like
+    ``<img src=x onerror=...>`` must show as text, never run. The frame itself is left a plain
+    DataFrame.
+
+        >>> style_prices(offers_frame(offers).head())   # in a notebook cell: $2.49, $0.00014 ...
+    """
+    if columns is None:
+        columns = [c for c in df.columns if _is_price_column(c, df[c])]
+    styler = df.style.format(escape="html").format_index(escape="html", axis="columns")
+    styler = styler.format(format_price, subset=list(columns), na_rep="")
+    return styler.hide(axis="index")
