@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpucloud_nb import GPUCloud, frames, models
+from gpucloud_nb import GPUCloud, models
 from gpucloud_nb.frames import (
     INSTANCE_COLUMNS,
     OFFER_COLUMNS,
