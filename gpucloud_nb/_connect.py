@@ -1,7 +1,7 @@
 """``connect()``: the real cloud when a key is set, otherwise the local sandbox.
 
     >>> from gpucloud_nb import connect
-    >>> cloud = connect()
+    >>> cloud = connect()  # doctest: +SKIP
     gpucloud-nb: SANDBOX — a simulated cloud on this machine at http://127.0.0.1:…; no real GPUs, no charges.
 """
 
@@ -70,7 +70,7 @@ def connect(
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
 
-        >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)
+        >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
@@ -105,7 +105,7 @@ def _cleanup(cloud: GPUCloud) -> None:
     """
     if not cloud.created_instance_ids:
         return
-    with GPUCloud(api_key=cloud._core.key.reveal(), base_url=cloud.base_url) as own:
+    with cloud.own_client() as own:
         for instance_id in cloud.created_instance_ids:
             try:
                 if own.instances.get(instance_id).status not in ("deleting", "deleted"):

@@ -158,7 +158,7 @@ def use(cloud: GPUCloud | None) -> None:
     """Make ``%gpucloud`` use ``cloud`` from now on; ``None`` forgets it (next use connects).
 
         >>> import gpucloud_nb.magics
-        >>> gpucloud_nb.magics.use(GPUCloud(api_key=..., base_url=...))
+        >>> gpucloud_nb.magics.use(GPUCloud(api_key=..., base_url=...))  # doctest: +SKIP
     """
     _replace(cloud, owned=False)
 
@@ -166,7 +166,7 @@ def use(cloud: GPUCloud | None) -> None:
 def current_cloud() -> GPUCloud:
     """The client ``%gpucloud`` uses, connecting with ``connect()`` on first use.
 
-        >>> cloud = gpucloud_nb.magics.current_cloud()
+        >>> cloud = gpucloud_nb.magics.current_cloud()  # doctest: +SKIP
     """
     if _session["cloud"] is None:
         from gpucloud_nb._connect import connect
@@ -577,7 +577,7 @@ class GPUCloudMagics(Magics):
             raise _Stop(f"{error} The session's cloud is unchanged.") from None
         _replace(cloud, owned=True)
         _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
-             f"{cloud.api_key_hint}.")
+             f"{cloud.key_hint}.")
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:

@@ -1,9 +1,11 @@
-"""The spec's rules for create requests, as pure functions over wire-format JSON.
+"""The spec's rules for create requests: a request body checked against the offers' records.
 
-The client calls them to refuse a request before sending it; the sandbox calls them to answer 400.
-Each returns ``None`` when the request is acceptable, else one plain sentence saying what is wrong.
+The client calls them to refuse a request before sending it (``cloud.instances.check_create``);
+the sandbox calls them to answer 400. The body is the wire JSON about to be sent or just received;
+offers and volumes are :mod:`gpucloud_nb.models` records. Each returns ``None`` when the request
+is acceptable, else one plain sentence saying what is wrong.
 
-    >>> instance_create_problem({"name": "a", ...}, offers)
+    >>> instance_create_problem({"name": "a", ...}, offers)  # doctest: +SKIP
     "Offer 'h100-1x' has no OS image 'windows'; choose one of: ubuntu-22.04, ubuntu-24.04."
 
 Rules the spec leaves "not shown", chosen here and documented once:
@@ -25,9 +27,13 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["find_offer", "instance_create_problem", "volume_create_problem"]
+from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
+
+__all__ = ["UNCHECKED", "find_offer", "instance_create_problem", "volume_create_problem"]
 
 _MISSING = object()
+#: ``volume=`` default of :func:`instance_create_problem`: leave the volume checks to the server.
+UNCHECKED = object()
 
 
 def _type_problem(body: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str,
@@ -49,13 +55,17 @@ def _first(*problems: str | None) -> str | None:
     return next((p for p in problems if p), None)
 
 
-def find_offer(offers: Iterable[Mapping[str, Any]], instance_id: str,
-               cloud_provider: str | None = None) -> Mapping[str, Any] | None:
-    """Return the offer with this ``instanceId`` (and provider ``_id``, when given), or ``None``."""
+def find_offer(offers: Iterable[InstanceOffer], instance_id: str,
+               cloud_provider: str | None = None) -> InstanceOffer | None:
+    """Return the offer with this ``instanceId`` (and provider ``_id``, when given), or ``None``.
+
+        >>> find_offer([InstanceOffer(instance_id="h100-1x")], "h100-1x").instance_id
+        'h100-1x'
+    """
     for offer in offers:
-        if offer.get("instanceId") != instance_id:
+        if offer.instance_id != instance_id:
             continue
-        if cloud_provider is None or (offer.get("cloud") or {}).get("_id") == cloud_provider:
+        if cloud_provider is None or offer.cloud.id == cloud_provider:
             return offer
     return None
 
@@ -67,8 +77,8 @@ def _names(values: Iterable[str]) -> str:
 
 def instance_create_problem(
     body: Mapping[str, Any],
-    offers: Iterable[Mapping[str, Any]],
-    volume: Mapping[str, Any] | object | None = _MISSING,
+    offers: Iterable[InstanceOffer],
+    volume: Volume | object | None = UNCHECKED,
 ) -> str | None:
     """Check a CreateInstance body against the offers; ``volume`` is the volume ``volumeId`` names.
 
@@ -119,48 +129,45 @@ def instance_create_problem(
             return f"Offer '{instance_id}' is not sold by provider '{provider}'."
         return f"There is no offer with instanceId '{instance_id}'."
 
-    availability = [a for a in offer.get("availability") or [] if isinstance(a, Mapping)]
-    here = [a for a in availability if a.get("region") == region]
-    open_regions = [str(a.get("region")) for a in availability if a.get("available")]
+    here = [a for a in offer.availability if a.region == region]
+    open_regions = list(offer.available_regions)
     if not here:
         return (f"Offer '{instance_id}' is not offered in region '{region}'; "
                 f"it is available in: {_names(open_regions)}.")
-    if not any(a.get("available") for a in here):
+    if not any(a.available for a in here):
         return (f"Offer '{instance_id}' is not available in region '{region}' right now; "
                 f"it is available in: {_names(open_regions)}.")
 
-    deployment = offer.get("deploymentType")
+    deployment = offer.deployment_type
     if deployment == "container":
         if container is None:
             return f"Offer '{instance_id}' is a container offer: dockerContainer.image is required."
     elif vm is None:
         return f"Offer '{instance_id}' is a {deployment} offer: vm.os is required."
     if vm is not None:
-        images = [str(o) for o in (offer.get("configuration") or {}).get("os") or []]
+        images = list(offer.configuration.os)
         if vm["os"] not in images and (images or deployment != "container"):
             return (f"Offer '{instance_id}' has no OS image '{vm['os']}'; "
                     f"choose one of: {_names(images)}.")
-        if vm.get("base64CloudInitScript") is not None and not offer.get("cloudInitAvailable"):
+        if vm.get("base64CloudInitScript") is not None and not offer.cloud_init_available:
             return f"Offer '{instance_id}' does not support cloud-init scripts."
 
-    if volume is not _MISSING and body.get("volumeId") is not None:
+    if volume is not UNCHECKED and body.get("volumeId") is not None:
         volume_id = body["volumeId"]
-        if not isinstance(volume, Mapping):
+        if not isinstance(volume, Volume):
             return f"Volume {volume_id} not found."
-        volume_provider = volume.get("cloudProvider")
-        if isinstance(volume_provider, Mapping):
-            volume_provider = volume_provider.get("_id")
-        if volume_provider is not None and volume_provider != provider:
+        volume_provider = volume.cloud_provider.id if volume.cloud_provider else None
+        if volume_provider and volume_provider != provider:
             return (f"Volume {volume_id} belongs to provider '{volume_provider}', "
                     f"not '{provider}'.")
-        if volume.get("region") != region:
-            return (f"Volume {volume_id} is in region '{volume.get('region')}'; "
+        if volume.region != region:
+            return (f"Volume {volume_id} is in region '{volume.region}'; "
                     f"the instance is being created in '{region}'.")
     return None
 
 
 def volume_create_problem(body: Mapping[str, Any],
-                          volume_offers: Iterable[Mapping[str, Any]]) -> str | None:
+                          volume_offers: Iterable[VolumeOffer]) -> str | None:
     """Check a CreateVolume body against the volume offers."""
     if not isinstance(body, Mapping):
         return "The request body must be a JSON object."
@@ -168,22 +175,21 @@ def volume_create_problem(body: Mapping[str, Any],
         _type_problem(body, "cloudProvider", str, "a string (the provider _id)", required=True),
         _type_problem(body, "region", str, "a string", required=True),
         _type_problem(body, "name", str, "a string", required=True),
-        _type_problem(body, "sizeInGb", int | float, "a number", required=True),
+        _type_problem(body, "sizeInGb", (int, float), "a number", required=True),
     )
     if problem:
         return problem
     provider, region, size = body["cloudProvider"], body["region"], body["sizeInGb"]
     if size <= 0:
         return f"sizeInGb must be a positive number of GB; {size} was given."
-    offer = next((o for o in volume_offers
-                  if ((o.get("cloudProvider") or {}).get("_id")) == provider), None)
+    offer = next((o for o in volume_offers if o.cloud_provider.id == provider), None)
     if offer is None:
         return f"Provider '{provider}' offers no volumes."
-    regions = [str(r) for r in offer.get("regions") or []]
+    regions = list(offer.regions)
     if regions and region not in regions:
         return (f"Provider '{provider}' offers no volumes in region '{region}'; "
                 f"choose one of: {_names(regions)}.")
-    minimum = offer.get("minSizeInGb") or 0
+    minimum = offer.min_size_in_gb if offer.min_size_in_gb > 0 else 0
     if size < minimum:
         return (f"A volume from '{provider}' must be at least {minimum:g} GB; "
                 f"{size:g} GB was asked for.")

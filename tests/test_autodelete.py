@@ -219,7 +219,7 @@ def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
         twin = cloud._twin
         assert twin is not None
         await cloud.aclose()
-        assert twin._http.is_closed       # closed with the client, not leaked
+        assert twin.driver.http.is_closed  # closed with the client, not leaked
         await asyncio.sleep(0.8)          # the second fires after aclose()
         return first.id, second.id
 

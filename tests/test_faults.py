@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
@@ -256,8 +255,8 @@ def test_a_create_that_keeps_failing_raises_and_names_the_status(sandbox_factory
     box = sandbox_factory()
     offer = vm_offer(client_for(box))
     failing = client_for(sandbox_factory(faults=Faults(error_every=1)), max_retries=1)
-    wire = msgspec.to_builtins(offer)  # the offer as the cloud sent it: no offers read
-    failing._core._catalogues["/gpu-cloud/instances/offers"] = (float("inf"), [wire])
+    # the offers as if already read: the create is the first request to the failing server
+    failing._core._catalogues["/gpu-cloud/instances/offers"] = (float("inf"), [offer])
     with pytest.raises(GPUCloudError) as error:
         failing.instances.create(**create_args(offer, "never"))
     assert "500" in str(error.value)

@@ -260,7 +260,7 @@ def test_cloud_init_text_and_file(cloud: GPUCloud, tmp_path) -> None:
 
 
 def test_cloud_init_is_base64_encoded_on_the_wire() -> None:
-    from gpucloud_nb.client.management import _vm_body
+    from gpucloud_nb.client.create import _vm_body
 
     body = _vm_body({"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"})
     assert base64.b64decode(body["base64CloudInitScript"]) == b"#cloud-config\n"
@@ -370,7 +370,7 @@ def test_repr_masks_the_key(sandbox) -> None:
     key = "sk-live-ABCDEFGHIJKLMNOPQRSTUVWX"
     cloud = GPUCloud(api_key=key, base_url=sandbox.management_url)
     assert key not in repr(cloud) and "UVWX" in repr(cloud)
-    assert cloud.api_key_hint == "sk-…UVWX"
+    assert cloud.key_hint == "sk-…UVWX"
 
 
 def test_a_real_server_that_redirects_is_named_not_followed(sandbox) -> None:

@@ -247,7 +247,7 @@ def test_widgets_logs_and_errors_hold_no_secret(leak_box: Sandbox, caplog: pytes
     chat_client = InferenceClient(leak_box.inference_url, SECRET)
     bad_chat_client = InferenceClient(leak_box.inference_url, WRONG_SECRET)
     note(cloud, bad_cloud, chat_client, bad_chat_client, leak_box, leak_box.config,
-         cloud.api_key_hint)
+         cloud.key_hint)
 
     with Comms().recording() as comms:
         # offers browser → launch form → a real launch

@@ -9,7 +9,7 @@ no-double-create rule and polling are therefore written once for both clients.
     >>> def get_volume(id):
     ...     data = yield from send(Call("GET", f"/gpu-cloud/volumes/{id}"), policy)
     ...     return Volume.from_json(data)
-    >>> SyncDriver(httpx.Client(...)).run(get_volume("vol-1"))
+    >>> SyncDriver(httpx.Client(...)).run(get_volume("vol-1"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import functools
 import random
 import time
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import httpx
 
@@ -38,8 +37,6 @@ __all__ = [
     "Sleep",
     "SyncDriver",
     "error_from_response",
-    "run_async",
-    "run_sync",
     "send",
 ]
 
@@ -87,7 +84,7 @@ class RetryPolicy:
     ``min(max_backoff, backoff * 2**n)``. A ``Retry-After`` header is honoured, up to
     ``max_retry_after`` seconds.
 
-        >>> GPUCloud(max_retries=5)   # builds RetryPolicy(max_retries=5)
+        >>> GPUCloud(max_retries=5)   # builds RetryPolicy(max_retries=5)  # doctest: +SKIP
     """
 
     max_retries: int = 3
@@ -345,7 +342,7 @@ class SyncDriver:
             try:
                 step = op.send(value) if error is None else op.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value  # type: ignore[no-any-return,unused-ignore]
             value, error = None, None
             if isinstance(step, Sleep):
                 time.sleep(step.seconds)
@@ -372,7 +369,7 @@ class AsyncDriver:
             try:
                 step = op.send(value) if error is None else op.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value  # type: ignore[no-any-return,unused-ignore]
             value, error = None, None
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
@@ -384,25 +381,3 @@ class AsyncDriver:
                 )
             except httpx.TransportError as exc:
                 error = exc
-
-
-def run_sync(method: Callable[Concatenate[S, P], Op[T]]) -> Callable[Concatenate[S, P], T]:
-    """Turn an operation method into a blocking method of a sync resource."""
-
-    @functools.wraps(method)
-    def blocking(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._driver.run(method(self, *args, **kwargs))  # type: ignore[no-any-return]
-
-    return blocking
-
-
-def run_async(
-    method: Callable[Concatenate[S, P], Op[T]],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """Turn an operation method into a coroutine method of an async resource."""
-
-    @functools.wraps(method)
-    async def coroutine(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._driver.run(method(self, *args, **kwargs))  # type: ignore[no-any-return]
-
-    return coroutine

@@ -1,7 +1,7 @@
 """The sandbox's management API: every endpoint of the spec as a Starlette app over SQLite state.
 
-    >>> app = create_app(SandboxConfig(launch_seconds=1.0))
-    >>> uvicorn.run(app, port=8765)     # or Sandbox(...).start(), or `gpucloud-nb sandbox`
+    >>> app = create_app(SandboxConfig(launch_seconds=1.0))  # doctest: +SKIP
+    >>> uvicorn.run(app, port=8765)     # or Sandbox(...).start(), or `gpucloud-nb sandbox`  # doctest: +SKIP
 
 Statuses: 200, 201 (create), 204 with no body (delete). Every error has the spec's body
 ``{statusCode, timestamp, path, message}`` with a one-sentence ``message``. Choices where the spec
@@ -51,6 +51,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
@@ -263,6 +264,7 @@ class _Catalogue:
             self.by_key.setdefault((str(provider), str(offer.get("instanceId"))), offer)
         self.volume_offers = [dict(offer) for offer in volume_offers]
         self.volume_offers_body = _dumps(self.volume_offers)
+        self.volume_offer_records = [VolumeOffer.from_json(offer) for offer in self.volume_offers]
 
     def listing(self, positions: Sequence[int]) -> bytes:
         return b"[" + b",".join(self.encoded[p] for p in positions) + b"]"
@@ -325,8 +327,9 @@ class _Management:
         volume_id = body.get("volumeId")
         volume_record = self.store.volume(request.state.user, volume_id) \
             if isinstance(volume_id, str) else None
-        volume = None if volume_record is None else volume_json(volume_record)
-        problem = instance_create_problem(body, [offer] if offer else [], volume) \
+        volume = None if volume_record is None else Volume.from_json(volume_json(volume_record))
+        checked = [InstanceOffer.from_json(offer)] if offer else []
+        problem = instance_create_problem(body, checked, volume) \
             or _extra_instance_problem(body)
         if problem:
             raise _Problem(400, problem)
@@ -341,7 +344,7 @@ class _Management:
             "provider": offer["cloud"]["name"],
             "region": {"id": region, "name": here.get("name", region),
                        "countryCode": here.get("countryCode", "")},
-            "volumes": [] if volume is None else [[volume["_id"], f"/mnt/{volume['name']}"]],
+            "volumes": [] if volume is None else [[volume.id, f"/mnt/{volume.name}"]],
             "gpuCount": offer["gpuCount"],
             "gpuModel": offer["gpuName"],
             "ram": configuration["ramGB"],
@@ -364,7 +367,7 @@ class _Management:
         try:
             record = self.store.insert_instance(
                 user=request.state.user, deployment_type=offer["deploymentType"],
-                volume_id=None if volume is None else volume["_id"],
+                volume_id=None if volume is None else volume.id,
                 created_ms=now, ready_ms=now + self.launch_ms,
                 fails=body["name"].endswith(FAIL_SUFFIX), doc=doc,
             )
@@ -401,7 +404,8 @@ class _Management:
     async def create_volume(self, request: Request) -> Response:
         body = await _json_object(request)
         offers = self.catalogue.volume_offers
-        problem = volume_create_problem(body, offers) or _extra_volume_problem(body)
+        problem = volume_create_problem(body, self.catalogue.volume_offer_records) \
+            or _extra_volume_problem(body)
         if problem:
             raise _Problem(400, problem)
         offer = next(o for o in offers if o["cloudProvider"]["_id"] == body["cloudProvider"])
@@ -488,12 +492,9 @@ def create_app(config: SandboxConfig) -> Starlette:
     from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 
     routes = management.routes() + service_routes(management)
-    try:
-        from gpucloud_nb.sandbox.inference import create_inference_app
-    except ImportError:
-        create_inference_app = None
-    if create_inference_app is not None:
-        routes.append(Mount("/inference", app=create_inference_app(config)))
+    from gpucloud_nb.sandbox.inference import create_inference_app
+
+    routes.append(Mount("/inference", app=create_inference_app(config)))
     servers = InstanceServers(config, store)
 
     @contextlib.asynccontextmanager
@@ -521,7 +522,7 @@ def create_app(config: SandboxConfig) -> Starlette:
         from gpucloud_nb.sandbox.faults import FaultInjector
 
         return FaultInjector(guarded, config.faults)  # type: ignore[return-value]  # passes .state on
-    return guarded  # type: ignore[no-any-return]
+    return guarded
 
 
 def _guarded(app: Any, config: SandboxConfig) -> Any:

@@ -1,7 +1,7 @@
 """Run the sandbox cloud over real HTTP: in a background thread, or in the foreground for the CLI.
 
     >>> from gpucloud_nb.sandbox import Sandbox
-    >>> with Sandbox(launch_seconds=1.0) as sandbox:
+    >>> with Sandbox(launch_seconds=1.0) as sandbox:  # doctest: +SKIP
     ...     httpx.get(f"{sandbox.management_url}/gpu-cloud/volumes",
     ...               headers={"x-api-key": sandbox.api_key}).status_code
     200
@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpucloud_nb._secrets import mask, mask_url
 
 if TYPE_CHECKING:
     import uvicorn
+    from starlette.applications import Starlette
 
     from gpucloud_nb.sandbox.faults import Faults
 
@@ -213,6 +214,11 @@ class Sandbox:
         return self.config.inference_secret
 
     @property
+    def launch_seconds(self) -> float:
+        """How long a new instance stays ``pending`` before it is ``active``."""
+        return self.config.launch_seconds
+
+    @property
     def port(self) -> int:
         """The port the server listens on (known once started)."""
         if self._port is None:
@@ -238,7 +244,8 @@ class Sandbox:
         """
         if self._server is None:
             raise RuntimeError("The sandbox is not started; call start() first.")
-        return self._server.config.app.state.ssh.home
+        app = cast("Starlette", self._server.config.app)
+        return app.state.ssh.home
 
     @property
     def running(self) -> bool:

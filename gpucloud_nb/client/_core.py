@@ -1,0 +1,138 @@
+"""What the resources of one management client share: driver, key, retries, caches, timers.
+
+``instances`` and ``volumes`` of a :class:`~gpucloud_nb.client.management.GPUCloud` hold one
+:class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
+no-double-create rule (:meth:`Core.create_once`) and the offers cache are written here once.
+
+    >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60)  # doctest: +SKIP
+    >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, TypeVar
+
+from gpucloud_nb._secrets import Secret
+from gpucloud_nb.client._ops import (
+    AsyncDriver,
+    Call,
+    Op,
+    OutcomeUnknown,
+    RetryPolicy,
+    Sleep,
+    SyncDriver,
+    send,
+)
+from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.remote import Remote
+from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
+from gpucloud_nb.models import Record, decode_list, parse_datetime
+
+__all__ = ["CREATE_LOOKUP_SLACK", "Core", "D", "json_list", "now"]
+
+CREATE_LOOKUP_SLACK = timedelta(minutes=2)
+D = TypeVar("D", SyncDriver, AsyncDriver)
+R = TypeVar("R", bound=Record)
+
+
+def now() -> datetime:
+    """The current time, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def json_list(data: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON array answer; anything but an array is one sentence."""
+    if not isinstance(data, list):
+        raise ConnectionFailedError("The server answered with something other than a list.")
+    return [item for item in data if isinstance(item, dict)]
+
+
+class Core(Generic[D]):
+    """Settings and state shared by the resources of one client."""
+
+    def __init__(self, driver: D, key: Secret, policy: RetryPolicy,
+                 max_hourly_cost: float | None, offers_ttl: float) -> None:
+        self.driver: D = driver
+        self.key = key
+        self.policy = policy
+        self.max_hourly_cost = max_hourly_cost
+        self.offers_ttl = offers_ttl
+        self.created_instance_ids: list[str] = []
+        self.ledger = Ledger()
+        self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
+        self.delete_now: Callable[[str], None] | None = None
+        self.sandbox: Any = None
+        self.remote: Remote | None = None
+        self._catalogues: dict[str, tuple[float, list[Any]]] = {}
+
+    def send(self, call: Call) -> Op[Any]:
+        """One request, retried by the policy, with the key masked in any error."""
+        return send(call, self.policy, secrets=(self.key.reveal(),))
+
+    def delete_from_timer(self, instance_id: str) -> None:
+        """What an auto-delete timer in this process calls when it fires."""
+        if self.delete_now is None:
+            raise ConnectionFailedError("This client cannot delete from a timer.")
+        self.delete_now(instance_id)
+
+    def catalogue(self, path: str, cls: type[R]) -> Op[list[R]]:
+        """The offers at ``path`` as records, fetched at most once per ``offers_ttl`` seconds."""
+        moment = time.monotonic()
+        cached = self._catalogues.get(path)
+        if cached and moment - cached[0] < self.offers_ttl:
+            return list(cached[1])
+        body = yield from self.send(Call("GET", path, decode=False))
+        try:
+            offers = decode_list(cls, body or b"[]", "offers")
+        except ValueError as error:
+            raise ConnectionFailedError(f"The server's answer to GET {path} was unreadable: "
+                                        f"{str(error).removeprefix('The ').rstrip('.')}.") from None
+        self._catalogues[path] = (moment, offers)
+        return list(offers)
+
+    def create_once(self, path: str, body: dict[str, Any], what: str,
+                    made: str) -> Op[dict[str, Any]]:
+        """POST a create; when its outcome is unknown, adopt what it made before trying again."""
+        name = body["name"]
+        started = now()
+        attempt = 0
+        while True:
+            try:
+                created: dict[str, Any] = yield from self.send(
+                    Call("POST", path, json=body, idempotent=False))
+                return created
+            except OutcomeUnknown as lost:
+                yield Sleep(self.policy.delay(attempt))
+                try:
+                    found = yield from self.find_created(path, name, started)
+                except GPUCloudError as error:
+                    raise ConnectionFailedError(
+                        f"Creating {what} '{name}': the answer was lost ({lost.message}) and "
+                        f"checking whether it was {made} failed too ({error.message}); look at "
+                        f"the list of {what}s before trying again."
+                    ) from None
+                if found is not None:
+                    return found
+                if attempt >= self.policy.max_retries:
+                    raise ConnectionFailedError(
+                        f"Creating {what} '{name}' failed ({lost.message}) and no {what} of that "
+                        f"name exists, so nothing was {made}; try again."
+                    ) from None
+                attempt += 1
+
+    def find_created(self, path: str, name: str, started: datetime) -> Op[dict[str, Any] | None]:
+        """Look for what a create with an unknown outcome may have made."""
+        data = yield from self.send(Call("GET", path))
+        since = started - CREATE_LOOKUP_SLACK
+        found = [
+            item for item in json_list(data)
+            if item.get("name") == name
+            and item.get("status") not in ("deleted", "deleting")
+            and (parse_datetime(item.get("createdAt")) or since) >= since
+        ]
+        found.sort(key=lambda item: str(item.get("createdAt", "")))
+        return found[-1] if found else None

@@ -1,0 +1,533 @@
+"""``cloud.instances``: offers, create, list, get, delete and wait, sync and async; SSH use.
+
+Each operation is written once, as a sans-IO generator of :class:`InstanceOps`; the public
+classes :class:`Instances` and :class:`AsyncInstances` run it with their driver, one typed line
+per method, so ``cloud.instances.get(id)`` is an :class:`~gpucloud_nb.models.InstanceDetails` to
+a type checker and ``await acloud.instances.get(id)`` too.
+
+    >>> instance = cloud.instances.create(name="train-1", cloud_provider="p1",  # doctest: +SKIP
+    ...                                   instance_id="h100-1x", region="us-east-1",
+    ...                                   vm={"os": "ubuntu-22.04"})
+    >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
+    'ssh -p 40122 ubuntu@127.0.0.1'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from gpucloud_nb.client import create as creating
+from gpucloud_nb.client._core import Core, D, json_list, now
+from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
+from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
+from gpucloud_nb.errors import (
+    GPUCloudError,
+    InstanceFailedError,
+    InvalidInputError,
+    WaitTimeoutError,
+)
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+
+if TYPE_CHECKING:
+    import pandas
+
+T = TypeVar("T")
+
+__all__ = ["DEPLOYMENT_TYPES", "AsyncInstances", "InstanceOps", "Instances", "ProgressCallback",
+           "path_id"]
+
+DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
+ProgressCallback = Callable[[InstanceDetails, float], Any]
+OFFERS_PATH = "/gpu-cloud/instances/offers"
+
+
+def path_id(id: str) -> str:
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
+    return id
+
+
+def offer_params(
+    region: str | None, num_gpus: int | str | None, gpu_type: str | None,
+    available: bool | None, sort: str | None, deployment_type: str | None,
+) -> dict[str, str]:
+    """The query of ``GET /gpu-cloud/instances/offers``; a bad ``sort`` or type is one sentence."""
+    if sort is not None and sort != "price":
+        raise InvalidInputError(
+            f"sort must be 'price' (the only order the cloud offers), not {sort!r}.")
+    if deployment_type is not None and deployment_type not in DEPLOYMENT_TYPES:
+        raise InvalidInputError(
+            f"deployment_type must be one of vm, container, baremetal, not {deployment_type!r}."
+        )
+    params = {
+        "region": region,
+        "numGpus": None if num_gpus is None else str(num_gpus),
+        "gpuType": gpu_type,
+        "available": None if available is None else ("true" if available else "false"),
+        "sort": sort,
+        "deploymentType": deployment_type,
+    }
+    return {key: value for key, value in params.items() if value is not None}
+
+
+class InstanceOps(Generic[D]):
+    """The instance operations as sans-IO generators, shared by the sync and async classes."""
+
+    def __init__(self, core: Core[D]) -> None:
+        self.core: Core[D] = core
+
+    def offers(self, params: dict[str, str]) -> Op[list[InstanceOffer]]:
+        body = yield from self.core.send(Call("GET", OFFERS_PATH, params=params, decode=False))
+        from gpucloud_nb.models import decode_list
+
+        try:
+            return decode_list(InstanceOffer, body or b"[]", "offers")
+        except ValueError as error:
+            raise self._unreadable(error) from None
+
+    def offers_frame(self, params: dict[str, str]) -> Op[pandas.DataFrame]:
+        body = yield from self.core.send(Call("GET", OFFERS_PATH, params=params, decode=False))
+        from gpucloud_nb import frames
+
+        try:
+            return frames.offers_frame(body or b"[]")
+        except ValueError as error:  # not JSON, or not a JSON array
+            raise self._unreadable(error) from None
+
+    @staticmethod
+    def _unreadable(error: ValueError) -> GPUCloudError:
+        from gpucloud_nb.errors import ConnectionFailedError
+
+        reason = str(error).removeprefix("The ").rstrip(".")
+        return ConnectionFailedError(
+            f"The server's answer to GET {OFFERS_PATH} was unreadable: {reason}.")
+
+    def problems(self, kwargs: Mapping[str, Any]) -> Op[list[str]]:
+        """Why a create with these arguments would be refused (rules, then the cost cap)."""
+        try:
+            body = creating.instance_body(**kwargs)
+        except InvalidInputError as error:
+            return [error.message]
+        offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
+        running: list[Instance] = []
+        if self.core.max_hourly_cost is not None:
+            data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
+            running = [Instance.from_json(item) for item in json_list(data)]
+        return creating.launch_problems(body, offers, cap=self.core.max_hourly_cost,
+                                        running=running)
+
+    def create(self, kwargs: dict[str, Any], delete_after: float | timedelta | None) -> Op[Instance]:
+        delay = None if delete_after is None else seconds(delete_after)
+        if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
+                and self.core.sandbox is None):
+            kwargs["ssh_key"] = default_public_key()  # so that run/upload/forward can log in
+        problems = yield from self.problems(kwargs)
+        if problems:
+            raise InvalidInputError(problems[0])
+        body = creating.instance_body(**kwargs)
+        data = yield from self.core.create_once("/gpu-cloud/instances", body, "instance",
+                                                "launched")
+        instance = Instance.from_json(data)
+        self.core.created_instance_ids.append(instance.id)
+        if delay is not None:
+            self.core.auto_delete.schedule(instance.id, delay)
+        return instance
+
+    def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
+        params = (None if deployment_type is None
+                  else offer_params(None, None, None, None, None, deployment_type))
+        data = yield from self.core.send(Call("GET", "/gpu-cloud/instances", params=params))
+        instances = [Instance.from_json(item) for item in json_list(data)]
+        for instance in instances:
+            self.core.ledger.observe(instance)
+        return instances
+
+    def get(self, id: str) -> Op[InstanceDetails]:
+        data = yield from self.core.send(
+            Call("GET", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
+        details = InstanceDetails.from_json(data)
+        self.core.ledger.observe(details)
+        return details
+
+    def delete(self, id: str) -> Op[None]:
+        yield from self.core.send(
+            Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
+        self.core.auto_delete.cancel(id)
+        if self.core.remote is not None:
+            self.core.remote.forget(id)
+
+    def wait_until_active(self, id: str, timeout: float, on_progress: ProgressCallback | None,
+                          poll_interval: float, max_poll_interval: float) -> Op[InstanceDetails]:
+        start = time.monotonic()
+        interval = poll_interval
+        while True:
+            details = yield from self.get(id)
+            elapsed = time.monotonic() - start
+            if on_progress is not None:
+                on_progress(details, elapsed)
+            if details.status == "active":
+                return details
+            if details.status in ("error", "deleting", "deleted"):
+                raise InstanceFailedError(
+                    f"Instance {details.name or id} is {details.status}; it will not become active."
+                )
+            if elapsed >= timeout:
+                raise WaitTimeoutError(
+                    f"Instance {details.name or id} is still {details.status} after {timeout:g} s; "
+                    "it may yet become active: wait again or check instances.get()."
+                )
+            yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
+            interval = min(interval * 1.5, max_poll_interval)
+
+    def spend(self) -> Op[pandas.DataFrame]:
+        data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
+        moment = now()
+        deadlines = self.core.auto_delete.deadlines()
+        rows = []
+        for instance in (Instance.from_json(item) for item in json_list(data)):
+            bill = self.core.ledger.bill(instance, moment)
+            rows.append({
+                "_id": instance.id, "name": instance.name, "status": instance.status,
+                "hourlyPrice": 0.0 if math.isnan(instance.hourly_price) else instance.hourly_price,
+                "billedFrom": bill.start, "billedUntil": bill.end, "hoursBilled": bill.hours,
+                "spend": bill.spend, "estimated": bill.estimated,
+                "autoDeleteAt": deadlines.get(instance.id),
+            })
+        from gpucloud_nb import frames
+
+        return frames.spend_frame(rows)
+
+
+def _create_kwargs(name: str, cloud_provider: str, instance_id: str, region: str,
+                   volume_id: str | None, vm: creating.VmSpec | None,
+                   docker_container: Mapping[str, Any] | str | None, ssh_key_id: str | None,
+                   ssh_key: str | None) -> dict[str, Any]:
+    return {"name": name, "cloud_provider": cloud_provider, "instance_id": instance_id,
+            "region": region, "volume_id": volume_id, "vm": vm,
+            "docker_container": docker_container, "ssh_key_id": ssh_key_id, "ssh_key": ssh_key}
+
+
+class Instances:
+    """``cloud.instances``: offers, create, list, get, delete and wait for instances; use them
+    over SSH with ``run``, ``upload``, ``download`` and ``forward`` (see
+    :mod:`gpucloud_nb.client.remote`).
+
+        >>> [i.status for i in cloud.instances.list()]  # doctest: +SKIP
+        ['active']
+    """
+
+    def __init__(self, core: Core[SyncDriver]) -> None:
+        self._ops = InstanceOps(core)
+        self._core = core
+
+    def _run(self, op: Op[T]) -> T:
+        return self._core.driver.run(op)
+
+    def offers(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> list[InstanceOffer]:
+        """List instance offers, filtered by the cloud; ``sort="price"`` orders by hourly price.
+
+            >>> cloud.instances.offers(gpu_type="H100", num_gpus=8, available=True)  # doctest: +SKIP
+        """
+        return self._run(self._ops.offers(
+            offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)))
+
+    def offers_frame(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> pandas.DataFrame:
+        """The offers as a DataFrame, one row per offer and region, available first, then cheapest.
+
+            >>> cloud.instances.offers_frame(gpu_type="H100").head()  # doctest: +SKIP
+        """
+        return self._run(self._ops.offers_frame(
+            offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)))
+
+    def check_create(
+        self, *, name: str, cloud_provider: str, instance_id: str, region: str,
+        volume_id: str | None = None, vm: creating.VmSpec | None = None,
+        docker_container: Mapping[str, Any] | str | None = None,
+        ssh_key_id: str | None = None, ssh_key: str | None = None,
+    ) -> list[str]:
+        """The reasons :meth:`create` would refuse these arguments, without sending anything.
+
+        The spec's rules against the offer (region, OS image, cloud-init, provider), then the
+        ``max_hourly_cost`` cap; ``[]`` when the launch may go ahead.
+
+            >>> cloud.instances.check_create(name="a", cloud_provider="p1",  # doctest: +SKIP
+            ...                              instance_id="h100-1x", region="mars-1", vm="ubuntu-22.04")
+            ["Offer 'h100-1x' is not offered in region 'mars-1'; it is available in: us-east-1."]
+        """
+        return self._run(self._ops.problems(_create_kwargs(
+            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
+            ssh_key_id, ssh_key)))
+
+    def create(
+        self, *, name: str, cloud_provider: str, instance_id: str, region: str,
+        volume_id: str | None = None, vm: creating.VmSpec | None = None,
+        docker_container: Mapping[str, Any] | str | None = None,
+        ssh_key_id: str | None = None, ssh_key: str | None = None,
+        delete_after: float | timedelta | None = None,
+    ) -> Instance:
+        """Launch an instance from an offer, checked against the offer before anything is sent.
+
+        ``vm`` is ``{"os": ..., "cloud_init": text or path}`` for vm and baremetal offers (the
+        script is base64-encoded for you); ``docker_container`` is ``{"image": ...}`` or the
+        image name, for container offers. ``ssh_key`` (OpenSSH public-key text) or ``ssh_key_id``
+        lets you log in; on the real cloud, with neither, the client's own key is sent
+        (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
+        ``delete_after`` (seconds or a ``timedelta``) deletes the instance when the time is up
+        (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
+        cloud it runs in this Python process, and a killed kernel cannot delete. A launch
+        :meth:`check_create` finds a reason against raises
+        :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
+
+            >>> cloud.instances.create(  # doctest: +SKIP
+            ...     name="demo", cloud_provider="p1", instance_id="h100-1x",
+            ...     region="us-east-1", vm={"os": "ubuntu-22.04"})
+        """
+        return self._run(self._ops.create(_create_kwargs(
+            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
+            ssh_key_id, ssh_key), delete_after))
+
+    def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
+        """List the instances, optionally of one deployment type.
+
+            >>> [i.status for i in cloud.instances.list()]  # doctest: +SKIP
+        """
+        return self._run(self._ops.list(deployment_type))
+
+    def get(self, id: str) -> InstanceDetails:
+        """Read one instance in full.
+
+            >>> cloud.instances.get(instance.id).status  # doctest: +SKIP
+            'active'
+        """
+        return self._run(self._ops.get(id))
+
+    def delete(self, id: str) -> None:
+        """Delete an instance; its data is lost unless it sits on a volume.
+
+        Its auto-delete timer, if any, is cancelled.
+
+            >>> cloud.instances.delete(instance.id)  # doctest: +SKIP
+        """
+        self._run(self._ops.delete(id))
+
+    def wait_until_active(
+        self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,
+        poll_interval: float = 0.5, max_poll_interval: float = 10.0,
+    ) -> InstanceDetails:
+        """Poll until the instance is ``active``, with backoff, and return its details.
+
+        ``on_progress(details, elapsed_seconds)`` is called after every poll. Raises
+        :class:`~gpucloud_nb.errors.InstanceFailedError` on ``error``, ``deleting`` or
+        ``deleted``, and :class:`~gpucloud_nb.errors.WaitTimeoutError` after ``timeout`` seconds
+        (the instance may still come up).
+
+            >>> cloud.instances.wait_until_active(instance.id, on_progress=print)  # doctest: +SKIP
+        """
+        return self._run(self._ops.wait_until_active(id, timeout, on_progress, poll_interval,
+                                                     max_poll_interval))
+
+    def spend(self) -> pandas.DataFrame:
+        """Spend so far: one row per instance (hourly price × hours billed) and the total.
+
+        Billing runs while an instance is active or deleting (see ``client.billing``); the total
+        is in ``frame.attrs["total"]``.
+
+            >>> cloud.instances.spend().attrs["total"]  # doctest: +SKIP
+            1.84
+        """
+        return self._run(self._ops.spend())
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
+                                 lambda: core.sandbox)
+        return core.remote
+
+    def _target(self, id: str, wait: float) -> InstanceDetails:
+        return self._remote().target(path_id(id), wait)
+
+    def run(self, id: str, command: str, *, timeout: float | None = None,
+            on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
+        """Run the shell ``command`` on the instance over SSH and return its output and status.
+
+        ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
+        instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
+        status 127 (command not found) raises :class:`~gpucloud_nb.client.remote.RemoteCommandError`.
+
+            >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
+            0
+        """
+        return self._remote().run(self._target(id, wait), command, timeout=timeout,
+                                  on_output=on_output)
+
+    def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+               progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy the local file ``local`` to ``remote`` on the instance (SFTP; relative paths
+        start in the instance's home). ``progress(done_bytes, total_bytes)`` follows large files.
+
+            >>> cloud.instances.upload(instance.id, "train.py", "train.py")  # doctest: +SKIP
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().upload_async(target, local, remote, progress))
+
+    def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
+        """Copy ``remote`` on the instance to the local file ``local`` (SFTP).
+
+            >>> cloud.instances.download(instance.id, "results.csv", "results.csv")  # doctest: +SKIP
+        """
+        target = self._target(id, wait)
+        self._remote().call(self._remote().download_async(target, remote, local, progress))
+
+    def forward(self, id: str, remote_port: int, *,
+                wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
+        """Forward a free local port to ``remote_port`` on the instance; yields its local URL.
+
+            >>> with cloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
+            ...     ChatWidget(InferenceClient(url, secret))
+        """
+        return self._remote().forward(self._target(id, wait), remote_port)
+
+
+class AsyncInstances:
+    """``cloud.instances`` of :class:`~gpucloud_nb.client.management.AsyncGPUCloud`: the same
+    methods as coroutines.
+
+        >>> [i.status for i in await acloud.instances.list()]  # doctest: +SKIP
+        ['active']
+    """
+
+    def __init__(self, core: Core[AsyncDriver]) -> None:
+        self._ops = InstanceOps(core)
+        self._core = core
+
+    def _run(self, op: Op[T]) -> Coroutine[Any, Any, T]:
+        return self._core.driver.run(op)
+
+    async def offers(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> list[InstanceOffer]:
+        """The coroutine twin of :meth:`Instances.offers`."""
+        return await self._run(self._ops.offers(
+            offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)))
+
+    async def offers_frame(
+        self, region: str | None = None, num_gpus: int | str | None = None,
+        gpu_type: str | None = None, available: bool | None = None,
+        sort: str | None = None, deployment_type: str | None = None,
+    ) -> pandas.DataFrame:
+        """The coroutine twin of :meth:`Instances.offers_frame`."""
+        return await self._run(self._ops.offers_frame(
+            offer_params(region, num_gpus, gpu_type, available, sort, deployment_type)))
+
+    async def check_create(
+        self, *, name: str, cloud_provider: str, instance_id: str, region: str,
+        volume_id: str | None = None, vm: creating.VmSpec | None = None,
+        docker_container: Mapping[str, Any] | str | None = None,
+        ssh_key_id: str | None = None, ssh_key: str | None = None,
+    ) -> list[str]:
+        """The coroutine twin of :meth:`Instances.check_create`."""
+        return await self._run(self._ops.problems(_create_kwargs(
+            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
+            ssh_key_id, ssh_key)))
+
+    async def create(
+        self, *, name: str, cloud_provider: str, instance_id: str, region: str,
+        volume_id: str | None = None, vm: creating.VmSpec | None = None,
+        docker_container: Mapping[str, Any] | str | None = None,
+        ssh_key_id: str | None = None, ssh_key: str | None = None,
+        delete_after: float | timedelta | None = None,
+    ) -> Instance:
+        """The coroutine twin of :meth:`Instances.create`."""
+        return await self._run(self._ops.create(_create_kwargs(
+            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
+            ssh_key_id, ssh_key), delete_after))
+
+    async def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
+        """The coroutine twin of :meth:`Instances.list`."""
+        return await self._run(self._ops.list(deployment_type))
+
+    async def get(self, id: str) -> InstanceDetails:
+        """The coroutine twin of :meth:`Instances.get`."""
+        return await self._run(self._ops.get(id))
+
+    async def delete(self, id: str) -> None:
+        """The coroutine twin of :meth:`Instances.delete`."""
+        await self._run(self._ops.delete(id))
+
+    async def wait_until_active(
+        self, id: str, timeout: float = 900.0, *, on_progress: ProgressCallback | None = None,
+        poll_interval: float = 0.5, max_poll_interval: float = 10.0,
+    ) -> InstanceDetails:
+        """The coroutine twin of :meth:`Instances.wait_until_active`."""
+        return await self._run(self._ops.wait_until_active(id, timeout, on_progress,
+                                                           poll_interval, max_poll_interval))
+
+    async def spend(self) -> pandas.DataFrame:
+        """The coroutine twin of :meth:`Instances.spend`."""
+        return await self._run(self._ops.spend())
+
+    def _remote(self) -> Remote:
+        core = self._core
+        if core.remote is None:
+            def no_sync(*args: Any) -> Any:
+                raise RuntimeError("The async client fetches details itself.")
+
+            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox)
+        return core.remote
+
+    async def _target(self, id: str, wait: float) -> InstanceDetails:
+        details = await self.get(path_id(id))
+        if details.status == "pending" and wait > 0:
+            details = await self.wait_until_active(id, timeout=wait)
+        return reachable(details)
+
+    async def run(self, id: str, command: str, *, timeout: float | None = None,
+                  on_output: Callable[[str], None] | None = None,
+                  wait: float = 60.0) -> RunResult:
+        """The coroutine twin of :meth:`Instances.run` (``on_output`` runs on the SSH loop)."""
+        remote = self._remote()
+        target = await self._target(id, wait)
+        return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
+            remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+
+    async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
+                     progress: Callable[[int, int], None] | None = None,
+                     wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.upload`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().upload_async(target, local, remote, progress)))
+
+    async def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
+                       progress: Callable[[int, int], None] | None = None,
+                       wait: float = 60.0) -> None:
+        """The coroutine twin of :meth:`Instances.download`."""
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(self._remote().submit(
+            self._remote().download_async(target, remote, local, progress)))
