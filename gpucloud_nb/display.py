@@ -4,21 +4,21 @@
 that shows its price columns as dollars and escapes every other cell, since names come from the
 server. Both are re-exported by :mod:`gpucloud_nb.frames`.
 
-    >>> style_prices(offers_frame(offers).head())   # in a notebook cell: $2.49, $0.00014 ...
+    >>> style_prices(offers_frame(offers).head())  # in a notebook cell: $2.49, $0.00014 ...  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
 if TYPE_CHECKING:  # importing the Styler needs jinja2: only style_prices pays for it
     from pandas.io.formats.style import Styler
 
-__all__ = ["format_price", "style_prices"]
+__all__ = ["format_price", "per_hour", "style_prices"]
 
 # Price-like columns that style_prices formats as currency, besides any name with these words.
 _PRICE_COLUMNS = frozenset(
@@ -48,6 +48,16 @@ def format_price(value: Any) -> str:
     return f"-${text}" if number < 0 else f"${text}"
 
 
+def per_hour(value: float | None) -> str:
+    """An hourly price: ``$2.49/h``; ``""`` for a missing one.
+
+        >>> per_hour(2.49)
+        '$2.49/h'
+    """
+    text = format_price(value)
+    return f"{text}/h" if text else ""
+
+
 def _is_price_column(name: Any, series: pd.Series) -> bool:
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         return False
@@ -67,10 +77,10 @@ def style_prices(df: pd.DataFrame, columns: Sequence[str] | None = None) -> Styl
     ``<img src=x onerror=...>`` must show as text, never run. The frame itself is left a plain
     DataFrame.
 
-        >>> style_prices(offers_frame(offers).head())   # in a notebook cell: $2.49, $0.00014 ...
+        >>> style_prices(offers_frame(offers).head())  # doctest: +SKIP
     """
     if columns is None:
         columns = [c for c in df.columns if _is_price_column(c, df[c])]
     styler = df.style.format(escape="html").format_index(escape="html", axis="columns")
     styler = styler.format(format_price, subset=list(columns), na_rep="")
-    return styler.hide(axis="index")
+    return cast("Styler", styler.hide(axis="index"))

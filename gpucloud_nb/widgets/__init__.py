@@ -1,7 +1,7 @@
 """ipywidgets UIs for the GPU cloud: browse offers, launch instances, manage them, chat.
 
     >>> from gpucloud_nb.widgets import OffersBrowser, LaunchForm, InstancesPanel
-    >>> OffersBrowser(cloud)          # the last expression of a cell displays the widget
+    >>> OffersBrowser(cloud)          # the last expression of a cell displays the widget  # doctest: +SKIP
 
 Every widget works from code as well as by clicking, shows errors as one sentence in its own
 status line, never holds the API key in any widget state, and exposes stable CSS classes (listed

@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 import ipywidgets as widgets
 
 from gpucloud_nb._secrets import scrub, scrub_exception
+from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.frames import format_price
 
 __all__ = [
     "STYLE",
@@ -72,19 +72,22 @@ class WaitStopped(GPUCloudError):
 # --------------------------------------------------------------------------- errors
 
 
-def describe_error(error: BaseException, *secrets: str | None) -> str:
+def describe_error(error: BaseException, *secrets: str | None,
+                   mask: Callable[[str], str] = str) -> str:
     """One sentence for the screen: the error's own for ours, a labelled one for the unexpected.
 
     The traceback of an unexpected one goes to the debug log. ``secrets``, and any URL's user
-    name and password, are masked in both (:func:`gpucloud_nb._secrets.scrub`).
+    name and password, are masked in both (:func:`gpucloud_nb._secrets.scrub`), and so is
+    whatever ``mask`` masks (a client's :meth:`~gpucloud_nb.client.inference.InferenceClient.scrub`).
     """
     if isinstance(error, GPUCloudError):
-        return scrub(str(error), *secrets)
-    log.debug("Unexpected error in a gpucloud_nb widget:\n%s", scrub_exception(error, *secrets))
+        return mask(scrub(str(error), *secrets))
+    log.debug("Unexpected error in a gpucloud_nb widget:\n%s",
+              mask(scrub_exception(error, *secrets)))
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     kind = type(error).__name__
-    return scrub(f"Something went wrong: {kind}: {message}" if message
-                 else f"Something went wrong: {kind}.", *secrets)
+    return mask(scrub(f"Something went wrong: {kind}: {message}" if message
+                      else f"Something went wrong: {kind}.", *secrets))
 
 
 _COLOURS = {"info": "#555", "success": "#1b7f3b", "error": "#b00020", "warning": "#8a5a00"}
@@ -307,12 +310,6 @@ def money(value: float | None) -> str:
     return format_price(value)
 
 
-def per_hour(value: float | None) -> str:
-    """An hourly price: ``$2.49/h``."""
-    text = money(value)
-    return f"{text}/h" if text else ""
-
-
 def per_day(hourly: float | None) -> str:
     """An hourly price as a daily one: ``$59.76/day``."""
     try:
@@ -381,8 +378,8 @@ def choose(dropdown: widgets.Dropdown, value: Any, unknown_label: str | None = N
     Selects by index: ipywidgets 8 shows a blank dropdown for ``value = None`` even when an
     option ("any", "none") has that value.
 
-        >>> choose(region_dropdown, None)            # shows "any"
-        >>> choose(region_dropdown, "mars-1", "{} (no offers)")
+        >>> choose(region_dropdown, None)            # shows "any"  # doctest: +SKIP
+        >>> choose(region_dropdown, "mars-1", "{} (no offers)")  # doctest: +SKIP
     """
     values = [v for _, v in dropdown.options]
     if value not in values:

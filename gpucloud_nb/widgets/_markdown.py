@@ -26,6 +26,7 @@ import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import nh3
 from markdown_it import MarkdownIt
@@ -75,7 +76,7 @@ _CLEANER = nh3.Cleaner(
 )
 
 
-def _image_as_link(self, tokens: Sequence[Token], idx: int, options, env) -> str:  # type: ignore[no-untyped-def]
+def _image_as_link(self, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
     """``![alt](url)`` → a link to the image, so no image loads by itself."""
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env) or "image"

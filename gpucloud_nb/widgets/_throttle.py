@@ -1,10 +1,10 @@
 """Rate-limit a repeated action on an asyncio loop, in runs per second and in bytes per second.
 
-    >>> throttle = Throttle(0.1, flush)     # inside a coroutine on the loop that will run flush
-    >>> for chunk in chunks:
+    >>> throttle = Throttle(0.1, flush)  # doctest: +SKIP
+    >>> for chunk in chunks:  # doctest: +SKIP
     ...     buffer.append(chunk)
     ...     throttle.poke()                 # flush now, or once the interval has passed
-    >>> throttle.flush()                    # the last pending call, at once
+    >>> throttle.flush()                    # the last pending call, at once  # doctest: +SKIP
 
 The first ``poke`` runs the action at once (the first words of a reply show without delay);
 later pokes within the interval of the last run schedule one call for the end of the interval

@@ -2,10 +2,10 @@
 
     >>> from gpucloud_nb import connect
     >>> from gpucloud_nb.widgets import ChatWidget
-    >>> chat = ChatWidget(connect().sandbox_inference())
-    >>> chat                                   # the panel; type and press Enter
-    >>> await chat.send("What colour is this?", images=["red.png"])   # or from code
-    >>> print(chat.to_markdown())
+    >>> chat = ChatWidget(connect().sandbox_inference())  # doctest: +SKIP
+    >>> chat                                   # the panel; type and press Enter  # doctest: +SKIP
+    >>> await chat.send("What colour is this?", images=["red.png"])   # or from code  # doctest: +SKIP
+    >>> print(chat.to_markdown())  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from traitlets import Bool, Unicode
 
 from gpucloud_nb import media
 from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._common import StatusLine, describe_error, iter_widgets
@@ -171,12 +172,16 @@ class _LoopThread:
             self.loop.close()
 
 
-@atexit.register
-def _stop_loop_thread() -> None:
-    with _LoopThread._lock:
-        instance, _LoopThread._instance = _LoopThread._instance, None
-    if instance is not None:
-        instance.shutdown()
+    @classmethod
+    def stop_all(cls) -> None:
+        """Stop the loop whoever still uses it (at interpreter exit)."""
+        with cls._lock:
+            instance, cls._instance = cls._instance, None
+        if instance is not None:
+            instance.shutdown()
+
+
+atexit.register(_LoopThread.stop_all)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -215,7 +220,7 @@ class ChatTurn:
     @classmethod
     def refused(cls, sentence: str, kind: str = "chat") -> ChatTurn:
         turn = cls(kind)
-        turn._finish("refused", error=sentence)
+        turn.finish("refused", error=sentence)
         return turn
 
     @property
@@ -262,7 +267,21 @@ class ChatTurn:
             self._cancelled = True
             self._task.cancel()
 
-    def _finish(self, status: str, error: str | None = None) -> None:
+    @property
+    def stop_requested(self) -> bool:
+        """True once :meth:`stop` was called, even before the turn started running."""
+        return self._stop_requested
+
+    def run_as(self, task: asyncio.Task[Any] | None) -> None:
+        """Record the task that runs this turn, so :meth:`stop` can cancel it."""
+        self._task = task
+
+    def follow(self, text: Callable[[], str]) -> None:
+        """Read :attr:`text` from ``text`` while the reply streams (joined when read)."""
+        self._live = text
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """Settle the turn as ``status`` (with the sentence shown, if it failed)."""
         self.status = status
         if error is not None:
             self.error = error
@@ -435,6 +454,10 @@ class _ReplyView:
 # --------------------------------------------------------------------------- the widget
 
 
+class _ErrorLine(widgets.HTML):
+    """An error line in the message list (``errors`` finds them by their class)."""
+
+
 class ChatWidget(widgets.VBox):
     """A chat panel for an inference endpoint: model picker, streamed replies, images and audio.
 
@@ -515,13 +538,12 @@ class ChatWidget(widgets.VBox):
     ``gpucloud-chat-upload-hint``, ``gpucloud-chat-status``, ``gpucloud-chat-style``.
     """
 
-    def __init__(self, client: Any, model: str | None = None, *, secret: str | None = None,
-                 system_prompt: str = "", temperature: float = 0.7, max_tokens: int | None = None,
-                 async_client: Any = None, **kwargs: Any) -> None:
-        from gpucloud_nb.client.inference import InferenceClient
-
+    def __init__(self, client: InferenceClient | str, model: str | None = None, *,
+                 secret: str | None = None, system_prompt: str = "", temperature: float = 0.7,
+                 max_tokens: int | None = None, async_client: AsyncInferenceClient | None = None,
+                 **kwargs: Any) -> None:
         if isinstance(client, str):
-            client = InferenceClient(client, secret)  # type: ignore[arg-type]
+            client = InferenceClient(client, secret)
         elif secret is not None:
             raise InvalidInputError("Pass secret= only with an endpoint URL; an InferenceClient "
                                     "already holds its secret.")
@@ -683,7 +705,7 @@ class ChatWidget(widgets.VBox):
             self.status.error(error)
             return False
         except Exception as error:
-            self.status.error(describe_error(error, self._secret()))
+            self.status.error(describe_error(error, mask=self._scrub))
             return False
         with self._lock:
             self._pending.append(attachment)
@@ -852,7 +874,7 @@ class ChatWidget(widgets.VBox):
                     box.send({"do": "focus"})
             return turn
         except Exception as error:  # a click handler never raises
-            self.status.error(describe_error(error, self._secret()))
+            self.status.error(describe_error(error, mask=self._scrub))
             return None
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
@@ -874,7 +896,7 @@ class ChatWidget(widgets.VBox):
             self.transcribe(bytes(item["content"]), name=item.get("name") or None,
                             send=self._audio_sends.value)
         except Exception as error:
-            self.status.error(describe_error(error, self._secret()))
+            self.status.error(describe_error(error, mask=self._scrub))
         finally:
             self._audio_upload.value = ()
 
@@ -924,28 +946,28 @@ class ChatWidget(widgets.VBox):
         generation = self._generation
 
         async def run() -> None:
-            turn._task = asyncio.current_task()
+            turn.run_as(asyncio.current_task())
             outcome, sentence = "done", None
             try:
                 if previous is not None and not previous.done():
                     await asyncio.wrap_future(previous)
-                if turn._stop_requested:
+                if turn.stop_requested:
                     raise asyncio.CancelledError
                 turn.status = "running"
                 await body(turn, generation)
             except asyncio.CancelledError:
                 outcome = "stopped"
             except BaseException as error:  # never a traceback in the notebook
-                log.debug("A chat request failed:\n%s", scrub_exception(error, self._secret()))
+                log.debug("A chat request failed:\n%s", self._scrub(scrub_exception(error)))
                 outcome, sentence = "error", self._sentence(error)
                 if generation == self._generation:
                     self._show_error(sentence)
             finally:
                 self._after_turn(turn)
-                turn._finish(outcome, sentence)
+                turn.finish(outcome, sentence)
 
         if on_running_loop:
-            turn._task = loop.create_task(run())
+            turn.run_as(loop.create_task(run()))
         else:
             asyncio.run_coroutine_threadsafe(run(), loop)
         return turn
@@ -958,9 +980,9 @@ class ChatWidget(widgets.VBox):
 
     def _open_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
         if self._async_client is not None:
-            return contextlib.nullcontext(self._async_client)  # type: ignore[return-value]
+            return contextlib.nullcontext(self._async_client)
         # The async twin shares the client's Secret object: the secret never sits in a widget.
-        return self._client.to_async()  # type: ignore[no-any-return]
+        return self._client.to_async()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": float(self._temperature.value)}
@@ -1006,7 +1028,7 @@ class ChatWidget(widgets.VBox):
                                     max_interval=FLUSH_MAX_INTERVAL)
                 self._append(reply.box, generation)
                 self.status.clear()
-                turn._live = lambda: stream.text  # joined when read, not once per chunk
+                turn.follow(lambda: stream.text)  # joined when read, not once per chunk
                 async for chunk in stream:
                     if chunk.delta:
                         reply.append(chunk.delta)
@@ -1031,7 +1053,7 @@ class ChatWidget(widgets.VBox):
                     if reply.text:
                         with self._lock:
                             if generation == self._generation:
-                                self._history.append({"role": "assistant", "content": stream.text})
+                                self._history.append({"role": "assistant", "content": turn.text})
                                 self._meta.append({"stopped": marker is not None,
                                                    "incomplete": failed})
                     elif marker:
@@ -1095,7 +1117,7 @@ class ChatWidget(widgets.VBox):
                             _dom_classes=(CSS_CLASSES["message"], CSS_CLASSES["assistant"]))
 
     def _sentence(self, error: BaseException) -> str:
-        sentence = describe_error(error, self._secret())
+        sentence = describe_error(error, mask=self._scrub)
         if isinstance(error, RateLimitError) and "try again" not in sentence.lower():
             if error.retry_after is not None:
                 sentence = f"{sentence.rstrip('.')}. Try again in {max(1, math.ceil(error.retry_after))} s."
@@ -1103,18 +1125,14 @@ class ChatWidget(widgets.VBox):
                 sentence = f"{sentence.rstrip('.')}. Try again in a few seconds."
         return self._scrub(sentence)
 
-    def _secret(self) -> str | None:
-        secret = getattr(self._client, "_secret", None)
-        return secret.reveal() if hasattr(secret, "reveal") else None
-
     def _scrub(self, text: str) -> str:
         """``text`` with the client's secret and any URL's password masked."""
-        return scrub(text, self._secret())
+        return self._client.scrub(scrub(text))
 
     def _show_error(self, error: BaseException | str) -> None:
         sentence = error if isinstance(error, str) else self._sentence(error)
-        line = widgets.HTML(f"<span>⚠ {html.escape(sentence)}</span>",
-                            _dom_classes=(CSS_CLASSES["error"],))
+        line = _ErrorLine(f"<span>⚠ {html.escape(sentence)}</span>",
+                          _dom_classes=(CSS_CLASSES["error"],))
         self._append(line)
 
     @property
@@ -1122,7 +1140,7 @@ class ChatWidget(widgets.VBox):
         """The error lines shown in the panel, oldest first."""
         found = []
         for child in self._messages.children:
-            if CSS_CLASSES["error"] in child._dom_classes:
+            if isinstance(child, _ErrorLine):
                 found.append(html.unescape(re.sub(r"<[^>]+>", "", child.value)).removeprefix("⚠ "))
         return found
 

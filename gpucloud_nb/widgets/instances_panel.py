@@ -1,10 +1,10 @@
 """``InstancesPanel``: your instances with status, age, price and spend; details; safe delete.
 
-    >>> panel = InstancesPanel(cloud)
-    >>> panel.frame[["name", "status", "hourlyPrice", "spend"]]
-    >>> panel.details(instance_id)               # InstanceDetails, also shown in the panel
-    >>> panel.request_delete(instance_id)        # "Delete train-1? Its data is lost unless ..."
-    >>> panel.confirm_delete()                   # or panel.cancel_delete()
+    >>> panel = InstancesPanel(cloud)  # doctest: +SKIP
+    >>> panel.frame[["name", "status", "hourlyPrice", "spend"]]  # doctest: +SKIP
+    >>> panel.details(instance_id)               # InstanceDetails, also shown in the panel  # doctest: +SKIP
+    >>> panel.request_delete(instance_id)  # "Delete train-1? Its data is lost unless ..."  # doctest: +SKIP
+    >>> panel.confirm_delete()                   # or panel.cancel_delete()  # doctest: +SKIP
 
 Choices, written down once:
 
@@ -239,7 +239,8 @@ class InstancesPanel(widgets.VBox):
     def _render_actions(self) -> None:
         instance = self.selected
         live = instance is not None and instance.status not in ("deleting", "deleted")
-        timed = live and self._cloud.auto_delete.remaining(instance.id) is not None
+        timed = instance is not None and live \
+            and self._cloud.auto_delete.remaining(instance.id) is not None
         self.auto_delete_set.description = "Extend to this" if timed else "Set auto-delete"
         controls = [self.auto_delete_minutes, self.auto_delete_set] if live else []
         self.actions.children = (*controls, self.auto_delete_cancel) if timed else tuple(controls)

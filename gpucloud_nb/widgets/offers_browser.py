@@ -1,9 +1,9 @@
 """``OffersBrowser``: filter the GPU offers catalogue, see it as a table, open a launch form.
 
-    >>> browser = OffersBrowser(cloud)
-    >>> browser.set_filters(gpu="H100", min_gpus=2, region="us-east-1", max_price=20)
-    >>> browser.frame.head()                     # the rows the table shows, as a DataFrame
-    >>> form = browser.select("nimbus-h100-sxm5-2x-vm", region="us-east-1")
+    >>> browser = OffersBrowser(cloud)  # doctest: +SKIP
+    >>> browser.set_filters(gpu="H100", min_gpus=2, region="us-east-1", max_price=20)  # doctest: +SKIP
+    >>> browser.frame.head()                     # the rows the table shows, as a DataFrame  # doctest: +SKIP
+    >>> form = browser.select("nimbus-h100-sxm5-2x-vm", region="us-east-1")  # doctest: +SKIP
 
 Choices, written down once:
 
@@ -244,7 +244,7 @@ class OffersBrowser(widgets.VBox):
     def set_filters(self, **filters: Any) -> pd.DataFrame:
         """Change filters by name (see :data:`FILTER_NAMES`) and apply them at once.
 
-            >>> browser.set_filters(gpu="H100", min_gpus=2, min_vram=80, vram="per_gpu",
+            >>> browser.set_filters(gpu="H100", min_gpus=2, min_vram=80, vram="per_gpu",  # doctest: +SKIP
             ...                     region="us-east-1", deployment_type="vm",
             ...                     available_only=True, max_price=20)
 
