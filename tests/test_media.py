@@ -560,20 +560,18 @@ def test_oversize_bytes_are_refused_before_decoding(monkeypatch: pytest.MonkeyPa
     def no_decoding(*args: object, **kwargs: object) -> None:
         raise AssertionError("opened before its size was checked")
 
-    monkeypatch.setattr(media, "_open_image", no_decoding)
+    monkeypatch.setattr(media.images, "_open_image", no_decoding)
     data = _many_frame_gif(3)[:-1] + b"\0" * 20_000_001  # a GIF head, then junk
     with pytest.raises(InvalidInputError, match="images may be at most 20 MB"):
         check_image(data)
 
 
 def test_an_oversize_data_url_is_refused_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpucloud_nb.media as media_module
-
     def no_decoding(*args: object, **kwargs: object) -> None:
         raise AssertionError("decoded before its size was checked")
 
     url = "data:image/gif;base64," + "A" * 27_000_000
-    monkeypatch.setattr(media_module, "parse_data_url", no_decoding)
+    monkeypatch.setattr(media.images, "parse_data_url", no_decoding)
     with pytest.raises(InvalidInputError, match="images may be at most 20 MB"):
         check_image(url)
 
