@@ -4,7 +4,7 @@ This package imports neither ipywidgets nor IPython, and pandas only inside the 
 conveniences.
 
     >>> from gpucloud_nb.client import GPUCloud
-    >>> GPUCloud(api_key="...", base_url="https://...").volumes.list()
+    >>> GPUCloud(api_key="...", base_url="https://...").volumes.list()  # doctest: +SKIP
 """
 
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient

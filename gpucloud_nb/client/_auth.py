@@ -16,7 +16,7 @@ __all__ = ["ApiKeyAuth", "settings"]
 class ApiKeyAuth(httpx.Auth):
     """Adds ``x-api-key`` to each request, so the key never sits in the client's headers.
 
-        >>> httpx.Client(auth=ApiKeyAuth(Secret("sk-...")))
+        >>> httpx.Client(auth=ApiKeyAuth(Secret("sk-...")))  # doctest: +SKIP
     """
 
     def __init__(self, key: Secret) -> None:
@@ -33,7 +33,7 @@ def settings(api_key: str | None, base_url: str | None) -> tuple[Secret, str]:
     A user name and password in the URL (``http://user:pass@host``) are not sent (the key
     authenticates); reprs and messages show the URL as ``http://***@host``.
 
-        >>> settings(None, None)     # GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL
+        >>> settings(None, None)     # GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL  # doctest: +SKIP
     """
     key = api_key or os.environ.get("GPUCLOUD_API_KEY")
     url = base_url or os.environ.get("GPUCLOUD_BASE_URL")

@@ -9,11 +9,11 @@ kernel's timer cannot do, plainly: a kernel that is killed, restarted or loses i
 delete anything, and the cloud keeps billing; keep ``cloud.spend()`` in view and delete by hand
 when in doubt.
 
-    >>> instance = cloud.instances.create(..., delete_after=3600)
-    >>> cloud.auto_delete.remaining(instance.id)
+    >>> instance = cloud.instances.create(..., delete_after=3600)  # doctest: +SKIP
+    >>> cloud.auto_delete.remaining(instance.id)  # doctest: +SKIP
     3599.2
-    >>> cloud.auto_delete.extend(instance.id, 1800)
-    >>> cloud.auto_delete.cancel(instance.id)
+    >>> cloud.auto_delete.extend(instance.id, 1800)  # doctest: +SKIP
+    >>> cloud.auto_delete.cancel(instance.id)  # doctest: +SKIP
 """
 
 from __future__ import annotations

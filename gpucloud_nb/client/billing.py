@@ -7,8 +7,8 @@ time of that transition). For an instance first seen already deleted, the start 
 ``createdAt`` is used instead: an upper bound, flagged ``estimated``.
 
     >>> ledger = Ledger()
-    >>> ledger.observe(instance)          # every create, list and get passes through here
-    >>> ledger.bill(instance, now)
+    >>> ledger.observe(instance)          # every create, list and get passes through here  # doctest: +SKIP
+    >>> ledger.bill(instance, now)  # doctest: +SKIP
     Bill(start=..., end=..., hours=0.25, spend=0.62, estimated=False)
 """
 

@@ -1,9 +1,9 @@
 """Use an instance over SSH: run commands, copy files, forward a port. Sandbox or real cloud.
 
-    >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status
+    >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
     0
-    >>> cloud.instances.upload(instance.id, "data.csv", "data.csv")
-    >>> with cloud.instances.forward(instance.id, 8000) as url:
+    >>> cloud.instances.upload(instance.id, "data.csv", "data.csv")  # doctest: +SKIP
+    >>> with cloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
     ...     InferenceClient(url, secret).models()
 
 One code path for the sandbox and the real cloud: the instance's ``ip``, ``sshPort`` and
@@ -255,6 +255,7 @@ class Remote:
             self._register(keys)
         known = _KnownHosts(directory / "known_hosts")
         stored = known.get(details.id)
+        trusted: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None
         trusted = ([asyncssh.import_public_key(stored)], [], []) if stored else None
         error: Exception | None = None
         for attempt in range(_CONNECT_TRIES):
