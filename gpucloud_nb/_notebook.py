@@ -44,7 +44,7 @@ def can_prompt() -> bool:
     when standard input is a terminal.
 
         >>> from gpucloud_nb import can_prompt
-        >>> secret = getpass("Secret: ") if can_prompt() else os.environ["MY_SECRET"]
+        >>> secret = getpass("Secret: ") if can_prompt() else os.environ["MY_SECRET"]  # doctest: +SKIP
     """
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None

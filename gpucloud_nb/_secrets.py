@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from typing import NoReturn
 
 # scheme://userinfo@ : everything up to the last "@" before the host's end is user name or password
 # (one already masked, "***" or "…", is left as it is)
@@ -60,7 +61,7 @@ def scrub(text: str, *secrets: str | None) -> str:
 def scrub_exception(error: BaseException, *secrets: str | None) -> str:
     """``error``'s traceback (with its causes) as text, scrubbed like :func:`scrub`: for a log.
 
-        >>> log.debug("The request failed:\n%s", scrub_exception(error, secret))
+        >>> log.debug("The request failed:\\n%s", scrub_exception(error, secret))  # doctest: +SKIP
     """
     return scrub("".join(traceback.format_exception(error)), *secrets)
 
@@ -95,5 +96,5 @@ class Secret:
     def __hash__(self) -> int:
         return hash(self._value)
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("A Secret cannot be pickled.")

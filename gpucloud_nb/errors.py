@@ -19,7 +19,7 @@ Every HTTP failure carries the fields of the spec's error body (``statusCode``, 
 ``path``, ``timestamp``) as ``status_code``, ``message``, ``path`` and ``timestamp``. ``str(error)``
 is one plain sentence, fit to show in a notebook; it never contains an API key or secret.
 
-    >>> try:
+    >>> try:  # doctest: +SKIP
     ...     cloud.volumes.get("vol-123")
     ... except NotFoundError as error:
     ...     print(error)
@@ -60,7 +60,8 @@ class GPUCloudError(Exception):
 class InvalidInputError(GPUCloudError, ValueError):
     """Refused before sending: the request would break a rule of the spec or of the chosen offer.
 
-        >>> cloud.volumes.create(name="data", cloud_provider="p1", region="eu", size_in_gb=1)
+        >>> cloud.volumes.create(  # doctest: +SKIP
+        ...     name="data", cloud_provider="p1", region="eu", size_in_gb=1)
         InvalidInputError: A volume from p1 must be at least 50 GB; 1 GB was asked for.
     """
 

@@ -6,8 +6,8 @@ attributes, and returns a plain :class:`pandas.DataFrame` whose columns keep the
 names, so that what students read in the spec is what they sort and filter by. Nothing here does
 I/O.
 
-    >>> df = offers_frame(cloud.instances.offers())
-    >>> df[df.available & (df.gpuName == "H100 SXM5")].head(3)
+    >>> df = offers_frame(cloud.instances.offers())  # doctest: +SKIP
+    >>> df[df.available & (df.gpuName == "H100 SXM5")].head(3)  # doctest: +SKIP
 
 Choices where the spec says "not shown" or leaves room:
 
@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from itertools import count, repeat
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -224,14 +224,14 @@ def _datetimes(values: list[Any]) -> pd.DatetimeIndex:
         pd.Series(clean, dtype=object), utc=True, format="ISO8601", errors="coerce"
     )
     index = pd.DatetimeIndex(parsed).astype(_DATETIME_DTYPE)
-    return pd.DatetimeIndex(index.where(~(index <= _EPOCH)))
+    return cast("pd.DatetimeIndex", pd.DatetimeIndex(index.where(~(index <= _EPOCH))))
 
 
 def _utc(now: datetime | pd.Timestamp | str | None) -> pd.Timestamp:
     stamp = pd.Timestamp.now(tz="UTC") if now is None else pd.Timestamp(now)
     if stamp.tzinfo is None:
-        return stamp.tz_localize("UTC")
-    return stamp.tz_convert("UTC")
+        return cast("pd.Timestamp", stamp.tz_localize("UTC"))
+    return cast("pd.Timestamp", stamp.tz_convert("UTC"))
 
 
 # --------------------------------------------------------------------------- offers
@@ -388,8 +388,8 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
     text, the other names ``category``. Rows are sorted by ``available`` (True first),
     ``hourlyPrice``, ``instanceId`` and ``region``, stably; the index is ``0..n-1``.
 
-        >>> df = offers_frame(body)   # or offers_frame(json.loads(body)), or records
-        >>> df.loc[df.available, ["gpuName", "gpuCount", "hourlyPrice", "region"]].head(2)
+        >>> df = offers_frame(body)   # or offers_frame(json.loads(body)), or records  # doctest: +SKIP
+        >>> df.loc[df.available, ["gpuName", "gpuCount", "hourlyPrice", "region"]].head(2)  # doctest: +SKIP
             gpuName  gpuCount  hourlyPrice     region
         0  RTX 4090         1         0.44  eu-west-1
         1  RTX 4090         1         0.44  us-east-1
@@ -445,7 +445,7 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
         "countryCode": row_cat(country),
         "available": available[order],
     }
-    return pd.DataFrame(frame, columns=list(OFFER_COLUMNS), copy=False)
+    return cast("pd.DataFrame", pd.DataFrame(frame, columns=list(OFFER_COLUMNS), copy=False))
 
 
 # --------------------------------------------------------------------------- instances
@@ -464,7 +464,8 @@ def instances_frame(
     ``age = now - createdAt`` with ``now`` defaulting to the current UTC time (a naive ``now``
     is read as UTC).
 
-        >>> instances_frame(cloud.instances.list())[["name", "status", "hourlyPrice", "age"]]
+        >>> frame = instances_frame(cloud.instances.list())  # doctest: +SKIP
+        >>> frame[["name", "status", "hourlyPrice", "age"]]  # doctest: +SKIP
                 name  status  hourlyPrice                    age
         0  llm-lab-2  active         2.49 0 days 00:12:03.120000
     """
@@ -497,7 +498,7 @@ def instances_frame(
 
 def _newest_first(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.sort_values("createdAt", ascending=False, na_position="last", kind="stable")
-    return frame.reset_index(drop=True)
+    return cast("pd.DataFrame", frame.reset_index(drop=True))
 
 
 # --------------------------------------------------------------------------- volumes
@@ -511,7 +512,7 @@ def volumes_frame(volumes: Iterable[Any] | None) -> pd.DataFrame:
     ``providerName`` come from ``cloudProvider._id``/``displayName`` (NA when absent),
     ``sizeInGb`` is ``float64``, ``createdAt``/``updatedAt`` UTC datetimes.
 
-        >>> volumes_frame(cloud.volumes.list())[["name", "sizeInGb", "region"]]
+        >>> volumes_frame(cloud.volumes.list())[["name", "sizeInGb", "region"]]  # doctest: +SKIP
              name  sizeInGb     region
         0  models     100.0  us-east-1
     """
@@ -542,7 +543,7 @@ def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
     ``pricePerGbPerHour`` is the float value of the spec's decimal string (NaN if unparsable),
     ``pricePerGbMonth = pricePerGbPerHour × 730`` and ``regions`` a comma-joined string.
 
-        >>> volume_offers_frame(cloud.volumes.offers())
+        >>> volume_offers_frame(cloud.volumes.offers())  # doctest: +SKIP
           providerId providerName  minSizeInGb  pricePerGbPerHour  pricePerGbMonth     regions
         0   lambda       Lambda         10.0            0.00014           0.1022  us-east-1
     """
@@ -560,7 +561,7 @@ def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
         columns=list(VOLUME_OFFER_COLUMNS),
     )
     frame = frame.sort_values(["pricePerGbPerHour", "providerId"], kind="stable")
-    return frame.reset_index(drop=True)
+    return cast("pd.DataFrame", frame.reset_index(drop=True))
 
 
 def spend_frame(rows: Iterable[Mapping[str, Any]] | None) -> pd.DataFrame:
@@ -573,8 +574,8 @@ def spend_frame(rows: Iterable[Mapping[str, Any]] | None) -> pd.DataFrame:
     ``autoDeleteAt`` stays an ``object`` column holding a datetime or ``None`` (no timer), so
     ``row["autoDeleteAt"] is None`` reads naturally. Rows keep their input order.
 
-        >>> frame = spend_frame(rows)
-        >>> frame.attrs["total"]
+        >>> frame = spend_frame(rows)  # doctest: +SKIP
+        >>> frame.attrs["total"]  # doctest: +SKIP
         1.84
     """
     data = _dicts(rows)
@@ -595,4 +596,4 @@ def spend_frame(rows: Iterable[Mapping[str, Any]] | None) -> pd.DataFrame:
         columns[key] = _col(data, key)
     frame = pd.DataFrame(columns, columns=[*SPEND_COLUMNS, *extra])
     frame.attrs["total"] = float(np.nansum(frame["spend"].to_numpy()))
-    return frame
+    return cast("pd.DataFrame", frame)

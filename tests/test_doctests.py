@@ -64,7 +64,9 @@ def _modules() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _modules())
-def test_docstring_examples_run_or_are_marked(name: str) -> None:
+def test_docstring_examples_run_or_are_marked(
+        name: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # an example that writes a file writes it here, not in the repo
     module = importlib.import_module(name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(

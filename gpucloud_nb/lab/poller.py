@@ -9,7 +9,7 @@ Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.L
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
 
     >>> poller = Poller(lambda: connect(quiet=True))
-    >>> (await poller.snapshot())["totals"]
+    >>> (await poller.snapshot())["totals"]  # doctest: +SKIP
     {'hourly': 1.23, 'spend': 0.41, 'running': 2, 'committed': 1.23}
 """
 

@@ -1,7 +1,7 @@
 """The sandbox: a faithful local implementation of the GPU cloud, served over real HTTP.
 
     >>> from gpucloud_nb.sandbox import Sandbox
-    >>> with Sandbox() as sandbox:
+    >>> with Sandbox() as sandbox:  # doctest: +SKIP
     ...     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     ...     cloud.instances.offers(gpu_type="h100", sort="price")[0].hourly_price
     2.19

@@ -4,7 +4,7 @@
     >>> from gpucloud_nb.sandbox.faults import Faults
     >>> faults = Faults(error_every=3, rate_limit_every=4, retry_after=0.1, drop_create_every=1,
     ...                 extra_fields=True)
-    >>> with Sandbox(faults=faults) as sandbox:
+    >>> with Sandbox(faults=faults) as sandbox:  # doctest: +SKIP
     ...     ...                                  # every 3rd request 500, every 4th 429, and so on
 
     $ gpucloud-nb sandbox --faults "error_every=3,rate_limit_every=4,slow_every=2,extra_fields"

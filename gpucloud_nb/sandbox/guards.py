@@ -7,7 +7,7 @@ address, for a class, accepts any name: it needs a custom key anyway), and count
 arrive: once a body passes its path's limit, it answers 413 at once and reads no further, chunked
 or not (before, a 210 MB chunked upload was spooled in full before its 413).
 
-    >>> app = Guard(app, hosts=allowed_hosts("127.0.0.1"), limits=[("/inference", 64 * MB)],
+    >>> app = Guard(app, hosts=allowed_hosts("127.0.0.1"), limits=[("/inference", 64 * MB)],  # doctest: +SKIP
     ...             error=lambda status, message, path: Response(...))
 
 :func:`json_depth_problem` is the check both apps run on a parsed JSON body: nesting deeper than

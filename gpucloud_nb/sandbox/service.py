@@ -2,7 +2,7 @@
 
     >>> from gpucloud_nb.sandbox.service import find_or_start
     >>> runtime = find_or_start()          # the running service, or a new detached one
-    >>> runtime.management_url
+    >>> runtime.management_url  # doctest: +SKIP
     'http://127.0.0.1:41877'
 
 The home (:func:`gpucloud_nb.sandbox.home.default_home`, mode 0700) holds:
@@ -66,6 +66,12 @@ START_LOCK = "start.lock"
 SERVICE_LOCK = "service.lock"
 START_TIMEOUT = 30.0
 _LOG_ROTATE_BYTES = 5_000_000
+
+# Windows: the service leaves the kernel's console and process group (setsid does it elsewhere).
+if sys.platform == "win32":  # pragma: no cover
+    _DETACHED = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+else:
+    _DETACHED = 0
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,7 @@ def find(home: Path | None = None) -> Runtime | None:
 
 def _try_lock(file: IO[bytes]) -> bool:
     """Take an exclusive lock on ``file`` without waiting; True if taken."""
-    if os.name == "nt":  # pragma: no cover - Windows: a byte-range lock on the first byte
+    if sys.platform == "win32":  # pragma: no cover - Windows: a byte-range lock on the first byte
         import msvcrt
 
         try:
@@ -313,8 +319,7 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             cwd=home, close_fds=True, start_new_session=True,  # setsid: outlives the kernel
-            creationflags=(subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-                           if os.name == "nt" else 0),
+            creationflags=_DETACHED,
         )
     _children.append(process)
     threading.Thread(target=_reap, args=(process,), name="gpucloud-nb-reap", daemon=True).start()

@@ -6,7 +6,7 @@ float, any rate, any number of channels); any other format goes through ``ffmpeg
 when one is on ``PATH``.
 
     >>> from gpucloud_nb.sandbox.speech import transcribe
-    >>> transcribe(open("notebooks/data/hello.wav", "rb").read(), "hello.wav")
+    >>> transcribe(open("notebooks/data/hello.wav", "rb").read(), "hello.wav")  # doctest: +SKIP
     'hello nice to meet you'
 
 The decoder loads a ~37 MB model (about half a second), so it is created on first use and then
@@ -182,7 +182,7 @@ def to_pcm16k(data: bytes, filename: str | None = None) -> bytes:
     WAV is decoded in-process (channels averaged, rate converted); other formats need ``ffmpeg``
     or ``sox`` on ``PATH``, else :class:`ValueError` says so.
 
-        >>> len(to_pcm16k(one_second_of_44100_hz_stereo_wav))
+        >>> len(to_pcm16k(one_second_of_44100_hz_stereo_wav))  # doctest: +SKIP
         32000
     """
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
@@ -234,7 +234,7 @@ def transcribe(data: bytes, filename: str | None = None) -> str:
     recognised. Audio up to a minute is decoded as one utterance; longer audio is cut at pauses
     and the pieces' words are joined. Raises :class:`ValueError` for audio it cannot decode.
 
-        >>> transcribe(wav_bytes, "hello.wav")
+        >>> transcribe(wav_bytes, "hello.wav")  # doctest: +SKIP
         'hello nice to meet you'
     """
     pcm = to_pcm16k(data, filename)

@@ -1,7 +1,7 @@
 """A real SSH server (asyncssh) for every active sandbox instance, on loopback only.
 
-    >>> servers = InstanceServers(config, store)   # create_app does this; its lifespan runs it
-    >>> await servers.start()                      # then every 0.2 s: open and close servers
+    >>> servers = InstanceServers(config, store)  # doctest: +SKIP
+    >>> await servers.start()  # then every 0.2 s: open and close servers  # doctest: +SKIP
     $ ssh -p 40122 ubuntu@127.0.0.1 nvidia-smi     # the instance's ip and sshPort
 
 A sandbox instance is the user's own machine: commands run as the local user who started the
@@ -310,19 +310,19 @@ class _InstanceServer:
                  asyncio.create_task(_pump_out(child.stderr, process.stderr))]
         feeder = asyncio.create_task(_pump_in(process, child))
         closed = asyncio.create_task(process.wait_closed())
-        done = asyncio.ensure_future(asyncio.gather(child.wait(), *pumps))
-        await asyncio.wait([done, closed, feeder], return_when=asyncio.FIRST_COMPLETED)
+        done: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(child.wait(), *pumps))
+        watched: list[asyncio.Future[Any]] = [done, closed, feeder]
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         while not done.done():
             if closed.done() or (feeder.done() and feeder.result() is not None):
-                sig = feeder.result() if feeder.done() and feeder.result() else signal.SIGTERM
-                _kill_group(child.pid, sig)
+                _kill_group(child.pid, (feeder.result() if feeder.done() else None) or signal.SIGTERM)
                 try:
                     await asyncio.wait_for(asyncio.shield(done), 2)
                 except asyncio.TimeoutError:
                     _kill_group(child.pid, signal.SIGKILL)
                     await asyncio.wait([done], timeout=2)
                 break
-            await asyncio.wait([done, closed, feeder], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         feeder.cancel()
         closed.cancel()
         try:  # forget the group once empty; one left running in the background (nohup) is

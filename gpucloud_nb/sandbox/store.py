@@ -5,8 +5,9 @@ derived from its stored times when it is read (see :mod:`gpucloud_nb.sandbox.lif
 restarted sandbox carries on exactly where it stopped.
 
     >>> store = Store("sandbox.db")            # or Store() for a private in-memory database
-    >>> volume = store.insert_volume(user="u1", created_ms=now_ms, doc={"name": "data", ...})
-    >>> store.volume("u1", volume.id).doc["name"]
+    >>> volume = store.insert_volume(  # doctest: +SKIP
+    ...     user="u1", created_ms=now_ms, doc={"name": "data", ...})
+    >>> store.volume("u1", volume.id).doc["name"]  # doctest: +SKIP
     'data'
 
 Every write is committed before the method returns, so a caller that answers 201 after it has

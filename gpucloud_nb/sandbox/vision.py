@@ -249,7 +249,8 @@ def dominant_colours(image: Image.Image, *, count: int = 3,
     palette = quantised.getpalette() or []
     total = work.width * work.height
     groups: dict[str, list[int]] = {}
-    for pixels, index in quantised.getcolors() or []:
+    for pixels, colour in quantised.getcolors() or []:
+        index = int(colour)  # type: ignore[arg-type]  # a palette image counts palette indices
         rgb = (palette[3 * index], palette[3 * index + 1], palette[3 * index + 2])
         group = groups.setdefault(_nearest_colour(rgb), [0, 0, 0, 0])
         group[0] += pixels
@@ -329,7 +330,7 @@ def describe(messages: Sequence[Mapping[str, Any]]) -> str:
     dominant colours. Web-address images are not fetched. The same messages always give the same
     reply.
 
-        >>> describe([{"role": "user", "content": [
+        >>> describe([{"role": "user", "content": [  # doctest: +SKIP
         ...     {"type": "text", "text": "What colour is this?"},
         ...     {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}]}])
         'You asked: “What colour is this?” (4 words). ... Image 1 is a PNG image of 64×48 ...'
@@ -340,7 +341,8 @@ def describe(messages: Sequence[Mapping[str, Any]]) -> str:
     sentences: list[str] = []
     if last_user is None:
         sentences.append("There is no user message for me to answer yet.")
-        texts, images = [], []
+        texts: list[str] = []
+        images: list[Any] = []
     else:
         texts, images = _parts(last_user.get("content"))
         prompt = "\n".join(t for t in texts if t.strip())

@@ -617,7 +617,7 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 def create_inference_app(config: SandboxConfig) -> Starlette:
     """The inference endpoint as an ASGI app, to mount at ``/inference``.
 
-        >>> Mount("/inference", app=create_inference_app(SandboxConfig()))
+        >>> Mount("/inference", app=create_inference_app(SandboxConfig()))  # doctest: +SKIP
     """
     inference = _Inference(config)
     app = Starlette(routes=inference.routes(),
