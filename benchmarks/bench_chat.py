@@ -348,9 +348,9 @@ def flush_costs(chars: int, flush_every: int = 400) -> tuple[list[tuple[int, flo
     import ipywidgets as widgets
     from ipywidgets.widgets.widget_string import HTMLStyle
 
-    from gpucloud_nb.widgets.chat import _ReplyView
+    from gpucloud_nb.widgets._chat_reply import ReplyView
 
-    view = _ReplyView(widgets.Layout(), HTMLStyle(), widgets.Layout())
+    view = ReplyView(widgets.Layout(), HTMLStyle(), widgets.Layout())
     costs: list[tuple[int, float]] = []
     length = since = 0
     clock = time.perf_counter

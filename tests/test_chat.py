@@ -31,8 +31,9 @@ from benchmarks.bench_chat import FakeChatServer, markdown_reply, recording
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets._chat_input import ChatInput
+from gpucloud_nb.widgets._chat_turn import LoopThread
 from gpucloud_nb.widgets._common import iter_widgets
-from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget, _LoopThread
+from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget
 
 WAIT = 30
 NOW = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
@@ -626,7 +627,7 @@ def test_the_loop_thread_ends_when_the_last_chat_closes(client: InferenceClient)
     import gc
 
     gc.collect()  # chats other tests dropped without closing are collected (and so released)
-    for leftover in list(_LoopThread._users):  # and those still open belong to finished tests
+    for leftover in list(LoopThread._users):  # and those still open belong to finished tests
         leftover.close()
     first, second = ChatWidget(client), ChatWidget(client)
     assert first.send("Hello").wait(WAIT).status == "done"

@@ -76,9 +76,9 @@ def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> Non
         warm = InferenceClient(sandbox.inference_url, sandbox.inference_secret)
         warm.chat("Hello!")  # the sandbox's own worker thread starts here, not below
         warm.close()
-        from gpucloud_nb.widgets.chat import _LoopThread
+        from gpucloud_nb.widgets._chat_turn import LoopThread
 
-        others_chatting = len(_LoopThread._users) > 0
+        others_chatting = len(LoopThread._users) > 0
         baseline = threading.active_count()
         before = ours()
         panels = [InstancesPanel(cloud, interval=0.05) for _ in range(20)]

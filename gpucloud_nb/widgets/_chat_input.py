@@ -5,6 +5,8 @@ tiny anywidget whose front-end view handles the key and sends ``{"event": "submi
 proper widget module, not HTML injected into the page, and its value syncs like any widget's.
 Enter keys stop at the box, so JupyterLab's Shift+Enter (run cell) does not fire while typing.
 
+The Send button always works too.
+
     >>> box = ChatInput(placeholder="Message")
     >>> box.on_msg(lambda widget, content, buffers: print(content))   # {'event': 'submit'}
 """
