@@ -118,19 +118,17 @@ import argparse
 import getpass
 import math
 import os
-import re
-import shlex
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from gpucloud_nb._secrets import mask_url, scrub
-from gpucloud_nb.client.management import DEPLOYMENT_TYPES, GPUCloud
+from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
+from gpucloud_nb.magics_parse import PROG, HelpShown, Stop, parse
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
 
 if TYPE_CHECKING:
@@ -139,12 +137,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GPUCloudMagics", "current_cloud", "load_ipython_extension", "use"]
 
-PROG = "%gpucloud"
-COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "volumes")
-VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
-#: Options that would put a secret into a cell; refused before parsing.
-SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
 #: Instance statuses that still hold their volumes (the sandbox refuses a delete then).
 HOLDING_STATUSES = ("pending", "active", "error")
 
@@ -227,249 +219,6 @@ def _warn(text: str) -> None:
     print(_clean(" ".join(text.splitlines())), file=sys.stderr, flush=True)
 
 
-class _Stop(Exception):
-    """End the command: ``message`` (if any) is printed to stderr and the magic returns None."""
-
-    def __init__(self, message: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class _HelpShown(Exception):
-    """argparse printed help (or usage) and would have exited."""
-
-
-# --------------------------------------------------------------------------- argument parsing
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser that never exits the process: errors become one line of usage error."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _Stop(f"{self.prog}: {message}; try {self.prog} --help")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            raise _Stop(message.strip())
-        raise _HelpShown()
-
-
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
-
-
-def _size(text: str) -> int | float:
-    # float() would also take "1_000", "١٠٠" (Arabic-Indic digits) and "nan": plain digits only.
-    if not _NUMBER.fullmatch(text.removeprefix("-")):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GB")
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GB")
-    return int(value) if value.is_integer() else value
-
-
-def _gpus(text: str) -> int:
-    # int() would also take "1_0" and non-ASCII digits: plain digits 0-9 only.
-    if not (text.isascii() and text.removeprefix("-").isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs")
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of GPUs")
-    return value
-
-
-SYNOPSIS = """\
-commands (each has its own --help):
-  %gpucloud connect [--sandbox | --base-url URL]
-  %gpucloud offers [--gpu NAME] [--gpus N] [--region R] [--type vm|container|baremetal] [--all]
-  %gpucloud instances [--type vm|container|baremetal] [--all]
-  %gpucloud instance ID
-  %gpucloud delete ID [--yes]
-  %gpucloud launch [OFFER_ID] [--provider ID]
-  %gpucloud chat [ENDPOINT] [--model MODEL]
-  %gpucloud spend
-  %gpucloud volumes [list]
-  %gpucloud volumes offers
-  %gpucloud volumes create NAME --size GB --region R [--provider ID]
-  %gpucloud volumes get ID
-  %gpucloud volumes delete ID [--yes]
-  %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
-  %gpucloud put LOCAL INSTANCE:REMOTE
-  %gpucloud get INSTANCE:REMOTE LOCAL
-
-Results are returned, so `df = %gpucloud offers --gpu H100` works.
-Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
-
-
-def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
-    prefix = f"{PROG} volumes" if subparsers.dest == "volumes_command" else PROG
-    parser: _Parser = subparsers.add_parser(
-        name, description=summary, epilog=f"example: {example}", prog=f"{prefix} {name}",
-        allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    return parser
-
-
-@lru_cache(maxsize=1)
-def _parser() -> _Parser:
-    """The parser of the whole ``%gpucloud`` command line, built once."""
-    root = _Parser(
-        prog=PROG, usage="%%gpucloud COMMAND [ARGUMENTS] [--help]", allow_abbrev=False,
-        description="Use the GPU cloud from a notebook: offers, instances, volumes, launch, chat.",
-        epilog=SYNOPSIS, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = root.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
-                                   help=argparse.SUPPRESS)
-
-    p = _sub(commands, "connect", "Choose the cloud for this session (the key is never typed "
-             "in the cell).", "%gpucloud connect --base-url https://api.example-gpu.cloud")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--sandbox", action="store_true", help="use the local sandbox cloud")
-    where.add_argument("--base-url", metavar="URL", help="the cloud's base URL; the key comes "
-                       "from GPUCLOUD_API_KEY or a hidden prompt")
-    p.set_defaults(handler="connect")
-
-    p = _sub(commands, "offers", "Instance offers as a DataFrame, one row per offer and region.",
-             "df = %gpucloud offers --gpu H100 --gpus 8 --type vm")
-    p.add_argument("--gpu", metavar="NAME", help="part of the GPU name, e.g. H100")
-    p.add_argument("--gpus", metavar="N", type=_gpus, help="number of GPUs")
-    p.add_argument("--region", metavar="R", help="region id, e.g. us-east-1")
-    p.add_argument("--type", choices=DEPLOYMENT_TYPES, help="deployment type")
-    p.add_argument("--all", action="store_true", help="include rows that are not available")
-    p.set_defaults(handler="offers")
-
-    p = _sub(commands, "instances", "Your instances as a DataFrame, newest first.",
-             "%gpucloud instances --type vm")
-    p.add_argument("--type", choices=DEPLOYMENT_TYPES, help="deployment type")
-    p.add_argument("--all", action="store_true", help="include deleted instances")
-    p.set_defaults(handler="instances")
-
-    p = _sub(commands, "instance", "One instance in full.", "%gpucloud instance ID")
-    p.add_argument("id", metavar="ID", help="the instance _id")
-    p.set_defaults(handler="instance")
-
-    p = _sub(commands, "delete", "Delete an instance (its data is lost unless on a volume).",
-             "%gpucloud delete ID --yes")
-    p.add_argument("id", metavar="ID", help="the instance _id")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    p.set_defaults(handler="delete")
-
-    p = _sub(commands, "launch", "The launch form, prefilled with an offer when given.",
-             "%gpucloud launch nimbus-h100-sxm5-1x-vm")
-    p.add_argument("offer", metavar="OFFER_ID", nargs="?", help="an offer's instanceId")
-    p.add_argument("--provider", metavar="ID", help="provider _id or name; needed when several "
-                   "providers sell offers with this instanceId")
-    p.set_defaults(handler="launch")
-
-    p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "
-             "default).", "%gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/")
-    p.add_argument("endpoint", metavar="ENDPOINT", nargs="?",
-                   help="the inference instance's URL; its secret is asked for")
-    p.add_argument("--model", metavar="MODEL", help="the model identifier (default: the first)")
-    p.set_defaults(handler="chat")
-
-    p = _sub(commands, "spend", "Spend so far as a DataFrame.", "%gpucloud spend")
-    p.set_defaults(handler="spend")
-
-    volumes = _sub(commands, "volumes", "Persistent volumes, which keep data beyond the life of "
-                   "an instance.", '%gpucloud volumes create "my data" --size 100 --region us-east-1')
-    volumes.usage = "%%gpucloud volumes [COMMAND] [ARGUMENTS] [--help]"
-    volumes.epilog = "commands (each has its own --help):\n" + "\n".join(
-        line for line in SYNOPSIS.splitlines() if line.startswith("  %gpucloud volumes"))
-    volumes.set_defaults(handler="volumes_list")
-    actions = volumes.add_subparsers(dest="volumes_command", metavar="COMMAND",
-                                     parser_class=_Parser, help=argparse.SUPPRESS)
-
-    p = _sub(actions, "list", "Your volumes as a DataFrame, newest first.", "%gpucloud volumes")
-    p.set_defaults(handler="volumes_list")
-
-    p = _sub(actions, "offers", "Volume offers as a DataFrame.", "%gpucloud volumes offers")
-    p.set_defaults(handler="volumes_offers")
-
-    p = _sub(actions, "create", "Create a volume.",
-             '%gpucloud volumes create "my data" --size 100 --region us-east-1')
-    p.add_argument("name", metavar="NAME", help="the volume's name (quote it if it has spaces)")
-    p.add_argument("--size", metavar="GB", type=_size, required=True, help="size in GB")
-    p.add_argument("--region", metavar="R", required=True, help="region id, e.g. us-east-1")
-    p.add_argument("--provider", metavar="ID", help="provider _id or display name; optional "
-                   "when one provider alone sells volumes in the region")
-    p.set_defaults(handler="volumes_create")
-
-    p = _sub(actions, "get", "One volume.", "%gpucloud volumes get ID")
-    p.add_argument("id", metavar="ID", help="the volume _id")
-    p.set_defaults(handler="volumes_get")
-
-    p = _sub(actions, "delete", "Delete a volume and the data on it.",
-             "%gpucloud volumes delete ID --yes")
-    p.add_argument("id", metavar="ID", help="the volume _id")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    p.set_defaults(handler="volumes_delete")
-    return root
-
-
-def _check_words(words: Sequence[str]) -> None:
-    """Refuse secret options and unknown subcommands with one sentence, before argparse."""
-    for word in words:
-        option = word.split("=", 1)[0].lower().replace("_", "-")
-        if option in SECRET_OPTIONS and "secret" in option:
-            raise _Stop(
-                f"{PROG}: {option} is refused: a secret typed into a cell is saved in the "
-                "notebook and its history; %gpucloud chat ENDPOINT asks for it in a hidden prompt."
-            )
-        if option in SECRET_OPTIONS:
-            raise _Stop(
-                f"{PROG}: {option} is refused: a key typed into a cell is saved in the notebook "
-                "and its history; set GPUCLOUD_API_KEY, or run %gpucloud connect --base-url URL "
-                "and type the key when asked."
-            )
-    if words and not words[0].startswith("-") and words[0] not in COMMANDS:
-        raise _Stop(f"{PROG}: unknown subcommand {_word(words[0])}; try {PROG} --help")
-    if (len(words) > 1 and words[0] == "volumes" and not words[1].startswith("-")
-            and words[1] not in VOLUME_COMMANDS):
-        raise _Stop(f"{PROG} volumes: unknown subcommand {_word(words[1])}; "
-                    f"try {PROG} volumes --help")
-
-
-def _word(word: str) -> str:
-    """A word of the cell, quoted, in an error: a long one (a pasted key?) is cut to its start."""
-    return repr(word) if len(word) <= 24 else repr(word[:8] + "…")
-
-
-def _masked(extra: Sequence[str]) -> str:
-    """Unrecognized arguments for an error, with option values hidden.
-
-    ``--API-KEY=sk-…`` shows as ``--API-KEY=…``, and the word after an unknown option (its value,
-    most likely) as ``…``: the cell may hold a secret under a name we do not know.
-    """
-    shown: list[str] = []
-    after_option = False
-    for word in extra:
-        if word.startswith("-"):
-            name, has_value, _ = word.partition("=")
-            shown.append(name + ("=…" if has_value else ""))
-            after_option = not has_value
-        else:
-            shown.append("…" if after_option else word)
-            after_option = False
-    return " ".join(shown)
-
-
-def parse(line: str) -> argparse.Namespace:
-    """Parse a ``%gpucloud`` line; raises ``_Stop`` (usage error) or ``_HelpShown``."""
-    try:
-        words = shlex.split(line)
-    except ValueError as error:
-        raise _Stop(f"{PROG}: {error} in the arguments; check the quotes") from None
-    _check_words(words)
-    args, extra = _parser().parse_known_args(words)
-    if extra:
-        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None)) if w)
-        raise _Stop(f"{where}: unrecognized arguments: {_masked(extra)}; try {where} --help")
-    if args.command is None:
-        _parser().print_help()
-        raise _HelpShown()
-    return args
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -479,7 +228,7 @@ def _confirm(question: str, refusal: str) -> bool:
         answer = input(f"{_clean(question)} [y/N] ")
     except (EOFError, NotImplementedError):
         # No stdin (a non-interactive run, or a frontend without input support).
-        raise _Stop(refusal) from None
+        raise Stop(refusal) from None
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -488,7 +237,7 @@ def _ask_secret(prompt: str) -> str:
     try:
         value = getpass.getpass(prompt)
     except (EOFError, NotImplementedError):
-        raise _Stop("No secret could be asked for here (no input is possible in this run).") from None
+        raise Stop("No secret could be asked for here (no input is possible in this run).") from None
     return (value or "").strip()
 
 
@@ -520,9 +269,9 @@ class GPUCloudMagics(Magics):
             args = parse(line)
             handler: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.handler}")
             return handler(args)
-        except _HelpShown:
+        except HelpShown:
             return None
-        except _Stop as stop:
+        except Stop as stop:
             if stop.message:
                 _warn(stop.message)
             return None
@@ -563,18 +312,18 @@ class GPUCloudMagics(Magics):
                 return None
         else:
             if not args.base_url.startswith(("http://", "https://")):
-                raise _Stop(f"The base URL must start with http:// or https://, "
+                raise Stop(f"The base URL must start with http:// or https://, "
                             f"not {mask_url(args.base_url)!r}.")
             key = os.environ.get("GPUCLOUD_API_KEY") or _ask_secret(
                 f"API key for {mask_url(args.base_url)} (hidden): ")
             if not key:
-                raise _Stop("No API key was given; the session's cloud is unchanged.")
+                raise Stop("No API key was given; the session's cloud is unchanged.")
             cloud = GPUCloud(api_key=key, base_url=args.base_url)
         try:
             cloud.volumes.list()  # one cheap request: a wrong key or URL is reported now
         except GPUCloudError as error:
             cloud.close()
-            raise _Stop(f"{error} The session's cloud is unchanged.") from None
+            raise Stop(f"{error} The session's cloud is unchanged.") from None
         _replace(cloud, owned=True)
         _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
              f"{cloud.key_hint}.")
@@ -613,7 +362,7 @@ class GPUCloudMagics(Magics):
         instance = cloud.instances.get(args.id)
         label = _label(instance.name, instance.id)
         if instance.status in ("deleting", "deleted"):
-            raise _Stop(f"Instance {label} is already {instance.status}.")
+            raise Stop(f"Instance {label} is already {instance.status}.")
         fate = instance.data_fate(cloud.volumes.list())
         if not args.yes and not _confirm(
             f"Delete instance {label}? {fate[0].upper()}{fate[1:]}.",
@@ -634,12 +383,12 @@ class GPUCloudMagics(Magics):
         cloud = self.cloud
         offer: InstanceOffer | None = None
         if args.offer is None and args.provider is not None:
-            raise _Stop(f"{PROG} launch: --provider needs an OFFER_ID; "
+            raise Stop(f"{PROG} launch: --provider needs an OFFER_ID; "
                         f"try {PROG} launch --help")
         if args.offer is not None:
             offers = cloud.instances.offers()
             if not any(o.instance_id == args.offer for o in offers):
-                raise _Stop(f"There is no offer with instanceId {args.offer!r}; "
+                raise Stop(f"There is no offer with instanceId {args.offer!r}; "
                             "see %gpucloud offers --all.")
             offer = find_offer(offers, args.offer, args.provider, choose="--provider ID")
         return LaunchForm(cloud, offer=offer)
@@ -650,17 +399,17 @@ class GPUCloudMagics(Magics):
         if args.endpoint is None:
             cloud = self.cloud
             if not cloud.is_sandbox:
-                raise _Stop("On the real cloud, give the inference instance's URL: "
+                raise Stop("On the real cloud, give the inference instance's URL: "
                             "%gpucloud chat https://<id>-<hash>.<domain>/ (its secret is asked "
                             "for, never typed in the cell).")
             client = cloud.sandbox_inference()
         else:
             if not args.endpoint.startswith(("http://", "https://")):
-                raise _Stop(f"The endpoint must be a URL starting with http:// or https://, "
+                raise Stop(f"The endpoint must be a URL starting with http:// or https://, "
                             f"not {args.endpoint!r}.")
             secret = _ask_secret(f"Inference secret for {args.endpoint} (hidden): ")
             if not secret:
-                raise _Stop("No secret was given; the chat was not opened.")
+                raise Stop("No secret was given; the chat was not opened.")
             from gpucloud_nb.client.inference import InferenceClient
 
             client = InferenceClient(args.endpoint, secret)
@@ -747,7 +496,7 @@ class GPUCloudMagics(Magics):
                    if i.status in HOLDING_STATUSES and i.holds_volume(volume.id)]
         if holders:
             users = _names(f"{_label(i.name, i.id)}, which is {i.status}" for i in holders)
-            raise _Stop(f"Volume {label} is attached to instance {users}; delete the instance "
+            raise Stop(f"Volume {label} is attached to instance {users}; delete the instance "
                         f"first (%gpucloud delete {holders[0].id}).")
         if not args.yes and not _confirm(
             f"Delete volume {label}, {_gb(volume.size_in_gb)}, and all the data on it?",
@@ -759,7 +508,7 @@ class GPUCloudMagics(Magics):
             cloud.volumes.delete(volume.id)
         except BadRequestError as error:
             if "attached to instance" in str(error):
-                raise _Stop(f"{error} Delete the instance first; the volume was not deleted.") \
+                raise Stop(f"{error} Delete the instance first; the volume was not deleted.") \
                     from None
             raise
         _say(f"Deleted volume {label}.")
