@@ -65,6 +65,14 @@ from starlette.routing import Route
 from gpucloud_nb.media import MAX_AUDIO_BYTES, MAX_IMAGE_BYTES, MB
 from gpucloud_nb.sandbox.guards import json_depth_problem
 from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
+from gpucloud_nb.sandbox.inference.request_checks import (
+    Problem,
+    check_messages,
+    check_number,
+    json_response,
+    positive_int,
+    shown,
+)
 from gpucloud_nb.sandbox.inference.upstream import (
     UPSTREAM_KEY_VARIABLE,
     Upstream,
@@ -79,40 +87,13 @@ __all__ = ["MAX_AUDIO_BYTES", "MAX_CHAT_BODY_BYTES", "create_inference_app"]
 
 MAX_CHAT_BODY_BYTES = 64 * MB
 MULTIPART_SLACK = 1 * MB  # form fields and boundaries around the file
-ROLES = ("system", "developer", "user", "assistant", "tool")
 IMAGE_TOKENS = 85
 IMAGE_FETCH_TIMEOUT = 10.0
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class Problem(Exception):
-    """An OpenAI-style error answer."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type = status, message, type
-        self.code, self.param, self.headers = code, param, dict(headers or {})
-
-    def response(self) -> Response:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
-        return _json(body, self.status, headers=self.headers)
-
-
-def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-                    status_code=status, media_type="application/json", headers=headers)
-
-
 def _sse(data: Any) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
-
-
-def _shown(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _megabytes(size: int, limit: int = MAX_AUDIO_BYTES) -> str:
@@ -129,72 +110,6 @@ def _model_records() -> list[dict[str, Any]]:
 
 def _model_ids() -> list[str]:
     return [record["id"] for record in _model_records()]
-
-
-# -- chat bodies ------------------------------------------------------------------------------
-
-
-def _check_part(part: Any, where: str) -> int:
-    """Check one content part; return the number of images in it (0 or 1)."""
-    if not isinstance(part, dict):
-        raise Problem(400, f"{where} must be an object with a 'type'.", param=where)
-    kind = part.get("type")
-    if kind == "text":
-        if not isinstance(part.get("text"), str):
-            raise Problem(400, f"{where}.text must be a string.", param=f"{where}.text")
-        return 0
-    if kind == "image_url":
-        image = part.get("image_url")
-        if not isinstance(image, dict) or not isinstance(image.get("url"), str) or not image["url"]:
-            raise Problem(400, f"{where}.image_url must be an object with a 'url' string.",
-                          param=f"{where}.image_url")
-        return 1
-    raise Problem(400, f"{where}.type must be 'text' or 'image_url', not {_shown(kind)!r}.",
-                  param=f"{where}.type")
-
-
-def _check_messages(messages: Any) -> tuple[int, int]:
-    """Check the messages; return (words of text, images) for the usage counts."""
-    if not isinstance(messages, list) or not messages:
-        raise Problem(400, "'messages' must be a non-empty array of messages.", param="messages")
-    words = images = 0
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise Problem(400, f"{where} must be an object with 'role' and 'content'.", param=where)
-        role = message.get("role")
-        if role not in ROLES:
-            raise Problem(400, f"{where}.role must be one of {', '.join(ROLES)}, not "
-                               f"{_shown(role)!r}.", param=f"{where}.role")
-        content = message.get("content")
-        if isinstance(content, str):
-            words += len(content.split())
-        elif isinstance(content, list):
-            for number, part in enumerate(content):
-                images += _check_part(part, f"{where}.content[{number}]")
-                if part.get("type") == "text":
-                    words += len(part["text"].split())
-        elif not (content is None and role == "assistant"):
-            raise Problem(400, f"{where}.content must be a string or an array of parts.",
-                          param=f"{where}.content")
-    return words, images
-
-
-def _positive_int(body: Mapping[str, Any], name: str, limit: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-        raise Problem(400, f"'{name}' must be a whole number from 1 to {limit}.", param=name)
-    return value
-
-
-def _check_number(body: Mapping[str, Any], name: str, low: float, high: float) -> None:
-    value = body.get(name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise Problem(400, f"'{name}' must be a number from {low:g} to {high:g}.", param=name)
 
 
 # -- images -----------------------------------------------------------------------------------
@@ -308,7 +223,7 @@ async def _fetch_images(messages: list[Any], allowed: bool) -> dict[str, bytes]:
             try:
                 fetched[url] = await _fetch_one(client, url)
             except (_CouldNotFetch, httpx.HTTPError, ValueError):
-                raise Problem(400, f"The image at {_shown(url)} could not be fetched.",
+                raise Problem(400, f"The image at {shown(url)} could not be fetched.",
                               code="invalid_image_url") from None
     return fetched
 
@@ -339,7 +254,7 @@ def _reply(messages: list[Any], fetched: Mapping[str, bytes]) -> str:
             checked = media.check_image(data, name=f"The image in {where}")
         except ValueError as exc:
             if _is_web(url):  # say nothing of what is at someone else's address
-                raise Problem(400, f"The image at {_shown(url)} could not be fetched.",
+                raise Problem(400, f"The image at {shown(url)} could not be fetched.",
                               code="invalid_image_url", param=where) from None
             raise Problem(400, str(exc), code="invalid_image", param=where) from None
         part["image_url"] = {**part["image_url"], "url": checked.data_url()}
@@ -391,7 +306,7 @@ class _Inference:
                 return problem.response()
             except UpstreamUnreachable as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
-                                    f"could not be reached ({_shown(exc)}).",
+                                    f"could not be reached ({shown(exc)}).",
                                type="server_error", code="upstream_unreachable").response()
             except UpstreamRefused as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
@@ -409,7 +324,7 @@ class _Inference:
             raise Problem(400, "You must provide a model parameter (see GET /v1/models).",
                           param=param)
         if model not in _model_ids():
-            raise Problem(404, f"The model '{_shown(model)}' does not exist.",
+            raise Problem(404, f"The model '{shown(model)}' does not exist.",
                           code="model_not_found", param=param)
         return model
 
@@ -433,7 +348,7 @@ class _Inference:
     async def models(self, request: Request) -> Response:
         if self.upstream is not None:
             return await self.upstream.request("GET", "/v1/models")
-        return _json({"object": "list", "data": _model_records()})
+        return json_response({"object": "list", "data": _model_records()})
 
     # POST /v1/chat/completions
 
@@ -457,14 +372,14 @@ class _Inference:
                 return await self.upstream.stream("/v1/chat/completions", raw, content_type)
             return await self.upstream.request("POST", "/v1/chat/completions", raw, content_type)
 
-        words, images = _check_messages(body.get("messages"))
+        words, images = check_messages(body.get("messages"))
         model = self._known(body.get("model"))
-        max_tokens = _positive_int(body, "max_completion_tokens", 1_000_000)
+        max_tokens = positive_int(body, "max_completion_tokens", 1_000_000)
         if max_tokens is None:
-            max_tokens = _positive_int(body, "max_tokens", 1_000_000)
-        n = _positive_int(body, "n", 16) or 1
-        _check_number(body, "temperature", 0, 2)
-        _check_number(body, "top_p", 0, 1)
+            max_tokens = positive_int(body, "max_tokens", 1_000_000)
+        n = positive_int(body, "n", 16) or 1
+        check_number(body, "temperature", 0, 2)
+        check_number(body, "top_p", 0, 1)
         options = body.get("stream_options")
         if options is not None and (not stream or not isinstance(options, dict)):
             raise Problem(400, "'stream_options' is an object, allowed only with stream: true.",
@@ -488,7 +403,7 @@ class _Inference:
         if not stream:
             choices = [{"index": i, "message": {"role": "assistant", "content": text},
                         "logprobs": None, "finish_reason": finish} for i in range(n)]
-            return _json({"id": completion_id, "object": "chat.completion", "created": created,
+            return json_response({"id": completion_id, "object": "chat.completion", "created": created,
                           "model": model, "choices": choices, "usage": usage})
         head = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
                 "model": model}
@@ -549,14 +464,14 @@ class _Inference:
         if response_format == "text":
             return PlainTextResponse(text + "\n")
         if response_format == "verbose_json":
-            return _json({"task": "transcribe", "language": "english", "duration": duration,
+            return json_response({"task": "transcribe", "language": "english", "duration": duration,
                           "text": text, "segments": [], "model": model})
         if response_format in ("srt", "vtt"):
             end = time.strftime("%H:%M:%S", time.gmtime(duration or 0))
             if response_format == "srt":
                 return PlainTextResponse(f"1\n00:00:00,000 --> {end},000\n{text}\n")
             return PlainTextResponse(f"WEBVTT\n\n00:00:00.000 --> {end}.000\n{text}\n")
-        return _json({"text": text})
+        return json_response({"text": text})
 
     async def _read_form(self, request: Request) -> tuple[bytes, int, str, str, str]:
         async with request.form(max_files=1, max_fields=20) as form:
