@@ -1,0 +1,81 @@
+# mypy: disable-error-code="unused-coroutine"
+"""A user's script, type-checked (never run) by tests/test_types.py: every public method of the
+clients gives its real record type, and its async twin a coroutine of it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, assert_type
+
+import pandas as pd
+
+from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient, connect
+from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
+from gpucloud_nb.client.management import SandboxInfo
+from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+
+
+def sync_cloud(cloud: GPUCloud) -> None:
+    assert_type(connect(), GPUCloud)
+    assert_type(cloud.instances.offers(available=True), list[InstanceOffer])
+    assert_type(cloud.instances.offers_frame(), pd.DataFrame)
+    assert_type(cloud.instances.check_create(
+        name="a", cloud_provider="p", instance_id="i", region="r"), list[str])
+    assert_type(cloud.instances.create(
+        name="a", cloud_provider="p", instance_id="i", region="r"), Instance)
+    assert_type(cloud.instances.list(), list[Instance])
+    assert_type(cloud.instances.get("x"), InstanceDetails)
+    assert_type(cloud.instances.delete("x"), None)
+    assert_type(cloud.instances.wait_until_active("x"), InstanceDetails)
+    assert_type(cloud.instances.spend(), pd.DataFrame)
+    assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
+    assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
+    assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
+    assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
+    assert_type(cloud.volumes.offers(), list[VolumeOffer])
+    assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
+                Volume)
+    assert_type(cloud.volumes.list(), list[Volume])
+    assert_type(cloud.volumes.get("v"), Volume)
+    assert_type(cloud.volumes.delete("v"), None)
+    assert_type(cloud.is_sandbox, bool)
+    assert_type(cloud.sandbox_info, SandboxInfo | None)
+    assert_type(cloud.key_hint, str)
+    assert_type(cloud.max_hourly_cost, float | None)
+    assert_type(cloud.spend(), pd.DataFrame)
+    assert_type(cloud.sandbox_inference(), InferenceClient)
+
+
+def async_cloud(cloud: AsyncGPUCloud) -> None:
+    assert_type(cloud.instances.offers(), Coroutine[Any, Any, list[InstanceOffer]])
+    assert_type(cloud.instances.offers_frame(), Coroutine[Any, Any, pd.DataFrame])
+    assert_type(cloud.instances.create(
+        name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, Instance])
+    assert_type(cloud.instances.list(), Coroutine[Any, Any, list[Instance]])
+    assert_type(cloud.instances.get("x"), Coroutine[Any, Any, InstanceDetails])
+    assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])
+    assert_type(cloud.instances.wait_until_active("x"), Coroutine[Any, Any, InstanceDetails])
+    assert_type(cloud.instances.run("x", "ls"), Coroutine[Any, Any, RunResult])
+    assert_type(cloud.volumes.offers(), Coroutine[Any, Any, list[VolumeOffer]])
+    assert_type(cloud.volumes.list(), Coroutine[Any, Any, list[Volume]])
+    assert_type(cloud.volumes.get("v"), Coroutine[Any, Any, Volume])
+    assert_type(cloud.volumes.delete("v"), Coroutine[Any, Any, None])
+    assert_type(cloud.spend(), Coroutine[Any, Any, pd.DataFrame])
+
+
+def inference(chat: InferenceClient, achat: AsyncInferenceClient) -> None:
+    assert_type(chat.models(), list[str])
+    assert_type(chat.model_records(), list[ModelInfo])
+    assert_type(chat.transcribe(b"RIFF"), Transcription)
+    assert_type(chat.chat("Hi"), ChatCompletion)
+    assert_type(chat.chat("Hi", stream=True), ChatStream)
+    assert_type(chat.to_async(), AsyncInferenceClient)
+    assert_type(chat.scrub("text"), str)
+    assert_type(achat.models(), Coroutine[Any, Any, list[str]])
+    assert_type(achat.model_records(), Coroutine[Any, Any, list[ModelInfo]])
+    assert_type(achat.transcribe(b"RIFF"), Coroutine[Any, Any, Transcription])
+    assert_type(achat.chat("Hi"), Coroutine[Any, Any, ChatCompletion])
+    assert_type(achat.chat("Hi", stream=True), Coroutine[Any, Any, AsyncChatStream])
