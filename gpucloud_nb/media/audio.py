@@ -7,7 +7,6 @@ header (WAV, MP3, MP4/M4A, WEBM) against the spec's 4 hours.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from gpucloud_nb.media.inputs import (
     AudioInput,
     content_hint,
     duration_text,
-    read_path,
-    read_stream,
+    read_input,
     size_text,
 )
 from gpucloud_nb.media.limits import AUDIO_FAMILY, AUDIO_MIME, AUDIO_TEXT, MAX_AUDIO_BYTES, MAX_AUDIO_SECONDS
@@ -306,16 +304,11 @@ def check_audio(file: AudioInput, *, name: str | None = None) -> CheckedAudio:
 
     Raises :class:`InvalidInputError` with one sentence naming the file, the limit and the value.
     """
-    if isinstance(file, (bytes, bytearray, memoryview)):
-        data = bytes(file)
-        subject, size = name or THE_AUDIO, len(data)
-    elif isinstance(file, (str, os.PathLike)):
-        data, subject, size = read_path(file, name, what="an audio", limit=MAX_AUDIO_BYTES)
-    elif hasattr(file, "read"):
-        data, subject, size = read_stream(file, name, THE_AUDIO, MAX_AUDIO_BYTES)
-    else:
+    read = read_input(file, name, generic=THE_AUDIO, what="an audio", limit=MAX_AUDIO_BYTES)
+    if read is None:
         raise TypeError(
             f"file must be a path, bytes or a binary file, not {type(file).__name__}.")
+    data, subject, size = read
     if size > MAX_AUDIO_BYTES:
         value, limit = size_text(size, MAX_AUDIO_BYTES)
         raise InvalidInputError(f"{subject} is {value}; audio files may be at most {limit}.")

@@ -29,8 +29,7 @@ from gpucloud_nb.media.inputs import (
     content_hint,
     is_remote_url,
     parse_data_url,
-    read_path,
-    read_stream,
+    read_input,
     size_text,
 )
 from gpucloud_nb.media.limits import (
@@ -232,13 +231,9 @@ def check_image(image: ImageInput, *, convert: bool = False, max_side: int | Non
                 "(pass convert=True to re-encode it as JPEG).")
         _, data = parse_data_url(image)
         size = len(data)
-    elif isinstance(image, (bytes, bytearray, memoryview)):
-        data = bytes(image)
-        subject, size = name or THE_IMAGE, len(data)
-    elif isinstance(image, (str, os.PathLike)):
-        data, subject, size = read_path(image, name, what="an image", limit=limit)
-    elif hasattr(image, "read"):
-        data, subject, size = read_stream(image, name, THE_IMAGE, limit)
+    elif (read := read_input(image, name, generic=THE_IMAGE, what="an image",
+                             limit=limit)) is not None:
+        data, subject, size = read
     else:
         raise TypeError(
             "image must be a path, bytes, a binary file, a data: URL or a PIL.Image.Image, "

@@ -204,3 +204,17 @@ def read_stream(stream: IO[bytes], name: str | None, generic: str,
                 size = stream.seek(0, io.SEEK_END) - start
         return b"", subject, size
     return data, subject, size
+
+
+def read_input(source: object, name: str | None, *, generic: str, what: str,
+               limit: int | None) -> tuple[bytes, str, int] | None:
+    """Bytes, a path or a binary file object as ``(data, subject, size)`` (``data`` is ``b""``
+    when the size alone refused it); ``None`` for any other kind of value."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        return data, name or generic, len(data)
+    if isinstance(source, (str, os.PathLike)):
+        return read_path(source, name, what=what, limit=limit)
+    if hasattr(source, "read"):
+        return read_stream(source, name, generic, limit)  # type: ignore[arg-type]
+    return None
