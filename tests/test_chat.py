@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import httpx
 import ipywidgets as widgets
 import pytest
@@ -123,12 +124,9 @@ def all_state(chat: ChatWidget) -> str:
     return "\n".join(states)
 
 
+
 def wait_for(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+    helpers.wait_for(condition, timeout)
 
 
 # -- the panel ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
@@ -46,12 +47,6 @@ def launch(cloud: GPUCloud, name: str, volume_id: str | None = None) -> Instance
     return cloud.instances.create(**launch_arguments(cloud, name), volume_id=volume_id)
 
 
-def wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def status_in_panel(panel: InstancesPanel, instance_id: str) -> str | None:

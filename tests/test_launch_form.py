@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import html
 import json
-import time
 from datetime import datetime, timezone
 
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
@@ -34,12 +34,6 @@ def pick(cloud: GPUCloud, deployment_type: str, *, cloud_init: bool | None = Non
     raise AssertionError("no such offer in the sandbox")
 
 
-def wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def assert_disabled_because(form: LaunchForm, sentence: str) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
@@ -35,12 +35,6 @@ def classes(widget) -> set[str]:
     return {c for w in iter_widgets(widget) for c in getattr(w, "_dom_classes", ())}
 
 
-def wait_for(condition, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def test_starts_with_available_offers_and_a_count(browser: OffersBrowser, cloud: GPUCloud) -> None:

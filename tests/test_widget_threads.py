@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import Callable
 
+import helpers
 import httpx
 import pytest
 from ipywidgets.widgets import widget as ipywidget_module
@@ -25,11 +26,7 @@ from gpucloud_nb.widgets import InstancesPanel, OffersBrowser
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 6.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time; threads: {ours()}")
-        time.sleep(0.02)
+    helpers.wait_for(condition, timeout, what=lambda: f"threads: {ours()}")
 
 
 LOOP = "gpucloud-chat-loop"

@@ -11,6 +11,7 @@ import types
 import ipywidgets as widgets
 import pandas as pd
 import pytest
+from helpers import wait_for
 
 import gpucloud_nb.widgets as widget_package
 from gpucloud_nb.errors import InvalidInputError, NotFoundError
@@ -29,15 +30,6 @@ from gpucloud_nb.widgets._common import (
     set_options,
     settle,
 )
-
-
-def wait_for(condition, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
-
 
 # errors and the status line ------------------------------------------------------------------
 
