@@ -464,6 +464,17 @@ def test_mp3_is_recognised_with_duration(id3: bool) -> None:
     assert audio.duration_seconds == pytest.approx(200 * 1152 / 44100, rel=0.01)
 
 
+def test_an_mp3_tag_without_audio_frames_says_so() -> None:
+    tag_only = b"ID3\x04\x00\x00\x00\x00\x00\x0a" + bytes(10) + b"\xff\xfb\x90\x44" + bytes(50)
+    with pytest.raises(InvalidInputError, match=r"\(it has an MP3 tag but no audio frames after it\)"):
+        check_audio(tag_only)
+
+
+def test_a_cut_mp3_is_accepted_with_the_duration_of_what_is_there() -> None:
+    audio = check_audio(_mp3_frames(200)[: 417 * 100], name="cut.mp3")
+    assert audio.duration_seconds == pytest.approx(100 * 1152 / 44100, rel=0.02)
+
+
 def _box(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I4s", 8 + len(body), kind) + body
 

@@ -7,9 +7,13 @@ header (WAV, MP3, MP4/M4A, WEBM) against the spec's 4 hours.
 
 from __future__ import annotations
 
+import io
+import logging
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from tinytag import TinyTag
 
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.media.inputs import (
@@ -24,6 +28,8 @@ from gpucloud_nb.media.limits import AUDIO_FAMILY, AUDIO_MIME, AUDIO_TEXT, MAX_A
 from gpucloud_nb.media.results import CheckedAudio
 
 __all__ = ["check_audio"]
+
+log = logging.getLogger("gpucloud_nb.media")
 
 
 # Bitrates (kbit/s) by (MPEG-1?, layer) and sample rates by version, per the MPEG audio header.
@@ -98,25 +104,15 @@ def _id3_end(data: bytes) -> int:
     return 10 + size + footer
 
 
-def _mp3_duration(data: bytes, pos: int) -> float | None:
-    """Duration from a Xing/Info or VBRI header, else from the bitrate (constant-bitrate file)."""
-    frame = _mpeg_frame(data, pos)
-    if frame is None:
+def _tag_duration(data: bytes) -> float | None:
+    """Duration read by tinytag (MP3 frames and Xing/VBRI headers, MP4 ``mvhd``), if it can."""
+    try:
+        tag = TinyTag.get(file_obj=io.BytesIO(data))
+    except Exception:  # a third-party parser on untrusted bytes: unknown duration, size still checked
+        log.debug("tinytag could not read a duration", exc_info=True)
         return None
-    first = data[pos: pos + frame.length]
-    for tag in (b"Xing", b"Info"):
-        at = first.find(tag)
-        if at != -1 and at + 12 <= len(first):
-            flags = struct.unpack_from(">I", first, at + 4)[0]
-            if flags & 1:
-                frames = int(struct.unpack_from(">I", first, at + 8)[0])
-                return frames * frame.samples / frame.sample_rate
-    at = first.find(b"VBRI")
-    if at != -1 and at + 18 <= len(first):
-        frames = int(struct.unpack_from(">I", first, at + 14)[0])
-        return frames * frame.samples / frame.sample_rate
-    audio_bytes = len(data) - pos - (128 if data[-128:-125] == b"TAG" else 0)
-    return audio_bytes * 8 / frame.bitrate
+    duration = tag.duration
+    return float(duration) if duration else None
 
 
 def _wav_duration(data: bytes, subject: str) -> float:
@@ -139,45 +135,6 @@ def _wav_duration(data: bytes, subject: str) -> float:
         raise InvalidInputError(
             f"{subject} is a damaged WAV file: its format or data header is missing.")
     return float(data_size / byte_rate)
-
-
-def _box_iter(data: bytes, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
-    """MP4 boxes between ``start`` and ``end``: ``(type, body start, box end)``."""
-    pos = start
-    while pos + 8 <= end:
-        size, kind = struct.unpack_from(">I4s", data, pos)
-        header = 8
-        if size == 1:
-            if pos + 16 > end:
-                return
-            size = struct.unpack_from(">Q", data, pos + 8)[0]
-            header = 16
-        elif size == 0:
-            size = end - pos
-        if size < header:
-            return
-        yield kind, pos + header, min(pos + size, end)
-        pos += size
-
-
-def _mp4_duration(data: bytes) -> float | None:
-    """Duration from the ``moov/mvhd`` box (``None`` if absent or unknown)."""
-    for kind, body, end in _box_iter(data, 0, len(data)):
-        if kind != b"moov":
-            continue
-        for child, child_body, child_end in _box_iter(data, body, end):
-            if child != b"mvhd" or child_body + 32 > child_end:
-                continue
-            if data[child_body] == 1:
-                timescale, duration = struct.unpack_from(">IQ", data, child_body + 20)
-                unknown = 0xFFFFFFFFFFFFFFFF
-            else:
-                timescale, duration = struct.unpack_from(">II", data, child_body + 12)
-                unknown = 0xFFFFFFFF
-            if timescale and duration and duration != unknown:
-                return float(duration / timescale)
-            return None
-    return None
 
 
 def _ebml_vint(data: bytes, pos: int, *, keep_marker: bool) -> tuple[int, int] | None:
@@ -284,6 +241,8 @@ def _sniff_audio(data: bytes) -> tuple[str | None, str]:
     hint = content_hint(data)
     if hint == "its content is not a format Pillow knows":
         hint = "its content is not a known audio format"
+    elif hint == "it is MP3 audio":  # an ID3 tag, but no MPEG audio frame after it
+        hint = "it has an MP3 tag but no audio frames after it"
     return None, hint
 
 
@@ -321,11 +280,8 @@ def check_audio(file: AudioInput, *, name: str | None = None) -> CheckedAudio:
     duration: float | None
     if fmt == "wav":
         duration = _wav_duration(data, subject)
-    elif fmt in ("mp3", "mpga"):
-        position = _find_mpeg_audio(data, _id3_end(data))
-        duration = _mp3_duration(data, position) if position is not None else None
-    elif fmt in ("mp4", "m4a"):
-        duration = _mp4_duration(data)
+    elif fmt in ("mp3", "mpga", "mp4", "m4a"):
+        duration = _tag_duration(data)
     elif fmt == "webm":
         duration = _webm_duration(data)
     else:

@@ -32,6 +32,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
+from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
@@ -60,7 +61,7 @@ LIVE_INTERVAL = 10.0
 _MAX_FAILURES = 3
 
 
-def _spend_by_id(cloud: Any) -> dict[str, float]:
+def _spend_by_id(cloud: GPUCloud) -> dict[str, float]:
     frame = cloud.spend()
     return {str(key): float(amount) for key, amount in zip(frame["_id"], frame["spend"], strict=True)}
 
@@ -108,7 +109,7 @@ class InstancesPanel(widgets.VBox):
     ``gpucloud-error`` while it shows an error).
     """
 
-    def __init__(self, cloud: Any, *, interval: float = 2.0, show_deleted: bool = False,
+    def __init__(self, cloud: GPUCloud, *, interval: float = 2.0, show_deleted: bool = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_class("gpucloud-instances-panel")

@@ -31,6 +31,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
+from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.frames import OFFER_COLUMNS, offers_frame
 from gpucloud_nb.models import InstanceOffer
@@ -92,7 +93,7 @@ class OffersBrowser(widgets.VBox):
     ``gpucloud-offers-form`` (the box holding the launch form, ``gpucloud-launch-form``).
     """
 
-    def __init__(self, cloud: Any, *, debounce: float = 0.3, max_rows: int = 100,
+    def __init__(self, cloud: GPUCloud, *, debounce: float = 0.3, max_rows: int = 100,
                  columns: tuple[str, ...] = DEFAULT_COLUMNS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_class("gpucloud-offers-browser")
