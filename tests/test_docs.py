@@ -50,6 +50,21 @@ def test_no_reference_to_files_outside_the_repository() -> None:
         assert not [word for word in outside if word in text], path
 
 
+def test_architecture_names_every_module() -> None:
+    """ARCHITECTURE.md has a line for every module: its path, its name in a grouped row, or its
+    package."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    package = REPO / "gpucloud_nb"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        folder = path.parent.relative_to(package).as_posix()
+        if not any(f"`{name}" in text or f"{name}`" in text
+                   for name in (relative, path.name, f"{folder}/")):
+            missing.append(relative)
+    assert not missing, f"ARCHITECTURE.md has no line for {', '.join(missing)}"
+
+
 if __name__ == "__main__":
     CHOICES.write_text(render(), encoding="utf-8")
     sys.exit(0)
