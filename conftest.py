@@ -3,7 +3,8 @@
 The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set in
 ``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it):
 the user's real sandbox home is never touched. At the end the run stops every sandbox service it
-started, then fails if a service whose home is under the run's directory is still running.
+started, then fails if a service it started is still running: one whose home is under the run's
+directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``.
 
     def test_something(sandbox_home):       # a fresh home of its own, its service stopped after
         ...
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,13 @@ def pytest_configure(config: pytest.Config) -> None:
     global _HOMES_ROOT
     _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
     os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
+    # Every process this run starts inherits the mark, so a service left anywhere is found.
+    os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
 
 
-def find_services(root: Path) -> list[Any]:
-    """Running sandbox services whose home is under ``root`` (their command line says it)."""
+def find_services(root: Path, run: str | None = None) -> list[Any]:
+    """Running sandbox services whose home is under ``root`` (their command line says it), or,
+    with ``run``, that carry ``GPUCLOUD_NB_TEST_RUN=run`` in their environment."""
     import psutil
 
     found = []
@@ -41,6 +46,12 @@ def find_services(root: Path) -> list[Any]:
             at = command.index("--home") + 1
             if at < len(command) and Path(command[at]).is_relative_to(root):
                 found.append(process)
+            elif run is not None:
+                try:
+                    if process.environ().get("GPUCLOUD_NB_TEST_RUN") == run:
+                        found.append(process)
+                except (psutil.AccessDenied, psutil.NoSuchProcess):
+                    pass
     return found
 
 
@@ -53,7 +64,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for home in _HOMES_ROOT.iterdir():
         if home.is_dir():
             service.stop(home)
-    left = find_services(_HOMES_ROOT)
+    left = find_services(_HOMES_ROOT, os.environ.get("GPUCLOUD_NB_TEST_RUN"))
     for process in left:
         process.kill()
     if left:

@@ -182,8 +182,9 @@ def test_jupyter_lists_both_extensions_enabled() -> None:
     assert any("gpucloud_nb.lab" in line and "OK" in line for line in server.splitlines()), server
 
 
-def test_without_a_key_the_server_uses_the_sandbox_like_a_kernel(tmp_path: Path) -> None:
-    with jupyter_server(tmp_path, GPUCLOUD_SANDBOX_HOME=str(tmp_path / "sandbox-home")) as url:
+def test_without_a_key_the_server_uses_the_sandbox_like_a_kernel(
+        tmp_path: Path, sandbox_home: Path) -> None:
+    with jupyter_server(tmp_path, GPUCLOUD_SANDBOX_HOME=str(sandbox_home)) as url:
         headers = {"Authorization": f"token {TOKEN}"}
         info = httpx.get(f"{url}/gpucloud/info", headers=headers, timeout=60).json()
         snapshot = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=60).json()
