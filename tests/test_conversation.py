@@ -1,0 +1,72 @@
+"""conversation.py: a chat's history, the messages a request sends and its Markdown, no widgets."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from gpucloud_nb import InvalidInputError
+from gpucloud_nb.conversation import Conversation, make_attachment
+
+
+def png(width: int = 4, height: int = 3) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), "red").save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_a_turn_with_an_image_is_sent_as_parts_and_exported_with_its_note() -> None:
+    talk = Conversation()
+    picture = make_attachment(png())
+    assert picture.note == "4×3 PNG" and picture.url.startswith("data:image/png;base64,")
+    talk.add_user("What is this?", [picture])
+    talk.add_reply("A red square.", stopped=False, incomplete=False)
+    assert talk.request_messages("Be brief.") == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image_url", "image_url": {"url": picture.url}}]},
+        {"role": "assistant", "content": "A red square."},
+    ]
+    assert talk.to_markdown("Be brief.") == (
+        "## System\n\nBe brief.\n\n## User\n\nWhat is this?\n[image: 4×3 PNG]\n\n"
+        "## Assistant\n\nA red square.\n")
+
+
+def test_replies_cut_short_are_marked() -> None:
+    talk = Conversation()
+    talk.add_user("one")
+    talk.add_reply("partial", stopped=True, incomplete=False)
+    talk.add_user("two")
+    talk.add_reply("cut", stopped=False, incomplete=True)
+    text = talk.to_markdown("")
+    assert "partial\n[stopped]" in text and "cut\n[incomplete]" in text
+    assert not text.startswith("## System")
+
+
+def test_forget_removes_that_message_only_and_history_is_a_copy() -> None:
+    talk = Conversation()
+    first = talk.add_user("kept")
+    talk.add_reply("ok", stopped=False, incomplete=False)
+    failed = talk.add_user("never answered")
+    talk.forget(failed)
+    talk.forget(failed)  # twice is harmless
+    assert [m["content"] for m in talk.history] == ["kept", "ok"] and len(talk) == 2
+    talk.history[0]["content"] = "changed"
+    assert talk.history[0] is not first and talk.history[0]["content"] == "kept"
+    talk.clear()
+    assert talk.history == [] and talk.request_messages("  ") == []
+
+
+def test_a_refused_image_is_one_sentence_and_nothing_is_added() -> None:
+    talk = Conversation()
+    with pytest.raises(InvalidInputError, match="not an image|is a|format"):
+        talk.add_user("look", [make_attachment(b"%PDF-1.7 not a picture")])
+    assert talk.history == []
+
+
+def test_an_address_is_passed_through_without_a_thumbnail() -> None:
+    picture = make_attachment("http://127.0.0.1:9/cat.png")
+    assert picture.url == picture.note == "http://127.0.0.1:9/cat.png"
+    assert picture.thumbnail is None

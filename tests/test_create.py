@@ -1,0 +1,69 @@
+"""client/create.py and ``cloud.instances.check_create``: the reasons a launch would be refused,
+found without sending, over real HTTP against the sandbox."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from gpucloud_nb import GPUCloud, InvalidInputError
+from gpucloud_nb.client.create import instance_body
+from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.sandbox.server import Sandbox
+
+
+def a_vm_offer(cloud: GPUCloud) -> InstanceOffer:
+    return next(o for o in cloud.instances.offers(available=True, sort="price")
+                if o.deployment_type == "vm" and o.available_regions and o.configuration.os)
+
+
+def arguments(offer: InstanceOffer, **changes: object) -> dict[str, object]:
+    return {"name": "train-1", "cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
+            "region": offer.available_regions[0], "vm": offer.configuration.os[0], **changes}
+
+
+def test_a_launch_the_cloud_accepts_has_no_reasons_and_sends_nothing(cloud: GPUCloud,
+                                                                      observer: GPUCloud) -> None:
+    offer = a_vm_offer(cloud)
+    assert cloud.instances.check_create(**arguments(offer)) == []
+    assert observer.instances.list() == []  # checking created nothing
+
+
+def test_a_wrong_region_is_one_sentence_and_create_refuses_with_it(cloud: GPUCloud,
+                                                                   observer: GPUCloud) -> None:
+    offer = a_vm_offer(cloud)
+    reasons = cloud.instances.check_create(**arguments(offer, region="mars-1"))
+    assert len(reasons) == 1 and "mars-1" in reasons[0] and "\n" not in reasons[0]
+    with pytest.raises(InvalidInputError) as refused:
+        cloud.instances.create(**arguments(offer, region="mars-1"))
+    assert str(refused.value) == reasons[0]
+    assert observer.instances.list() == []
+
+
+def test_the_cost_cap_is_a_reason(sandbox: Sandbox, observer: GPUCloud) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=0.0001) as capped:
+        offer = a_vm_offer(capped)
+        reasons = capped.instances.check_create(**arguments(offer))
+    assert any("max_hourly_cost" in reason for reason in reasons), reasons
+    assert observer.instances.list() == []
+
+
+def test_the_body_is_built_in_one_place() -> None:
+    body = instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
+                         vm={"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"},
+                         ssh_key="ssh-ed25519 AAAA me")
+    assert body["sshKey"] == "ssh-ed25519 AAAA me" and "volumeId" not in body
+    assert base64.b64decode(body["vm"]["base64CloudInitScript"]) == b"#cloud-config\n"
+    with pytest.raises(InvalidInputError, match="once"):
+        instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
+                      vm={"os": "u", "cloud_init": "#x", "base64CloudInitScript": "I3g="})
+    container = instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
+                              docker_container="vllm/vllm-openai:latest")
+    assert container["dockerContainer"] == {"image": "vllm/vllm-openai:latest"}
+
+
+def test_a_vm_of_the_wrong_shape_is_one_sentence() -> None:
+    with pytest.raises(InvalidInputError):
+        instance_body(name="a", cloud_provider="p1", instance_id="x", region="r", vm=42)  # type: ignore[arg-type]
