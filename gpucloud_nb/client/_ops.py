@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
@@ -41,8 +41,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-P = ParamSpec("P")
-S = TypeVar("S")
 
 Flavor = Literal["management", "inference"]
 
@@ -329,6 +327,45 @@ def send(
         raise error
 
 
+class _Drive(Generic[T]):
+    """One operation being driven: what it asks for next, and the answers fed back to it.
+
+    The sync and async drivers differ only in how they sleep and send; stepping the generator,
+    and turning a transport failure into the exception the operation sees, live here once.
+    """
+
+    __slots__ = ("_error", "_op", "_value", "result")
+
+    def __init__(self, op: Op[T]) -> None:
+        self._op = op
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def next(self) -> Call | Sleep | None:
+        """The operation's next step, or ``None`` once it has returned (see :attr:`result`)."""
+        try:
+            step = self._op.send(self._value) if self._error is None else \
+                self._op.throw(self._error)
+        except StopIteration as stop:
+            self.result: T = stop.value
+            return None
+        self._value, self._error = None, None
+        return step
+
+    def answer(self, value: Any) -> None:
+        """What the last step gave (a response, or ``None`` after a sleep)."""
+        self._value = value
+
+    def fail(self, error: BaseException) -> None:
+        """The last request failed in transport; the operation decides whether to retry."""
+        self._error = error
+
+
+def _request_args(call: Call) -> dict[str, Any]:
+    return {"method": call.method, "url": call.path, "params": call.params or None,
+            "json": call.json, "data": call.data, "files": call.files}
+
+
 class SyncDriver:
     """Runs operations with an ``httpx.Client`` and ``time.sleep``."""
 
@@ -336,24 +373,16 @@ class SyncDriver:
         self.http = http
 
     def run(self, op: Op[T]) -> T:
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = op.send(value) if error is None else op.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return,unused-ignore]
-            value, error = None, None
+        drive = _Drive(op)
+        while (step := drive.next()) is not None:
             if isinstance(step, Sleep):
                 time.sleep(step.seconds)
                 continue
             try:
-                value = self.http.request(
-                    step.method, step.path, params=step.params or None, json=step.json,
-                    data=step.data, files=step.files,
-                )
+                drive.answer(self.http.request(**_request_args(step)))
             except httpx.TransportError as exc:
-                error = exc
+                drive.fail(exc)
+        return drive.result
 
 
 class AsyncDriver:
@@ -363,21 +392,13 @@ class AsyncDriver:
         self.http = http
 
     async def run(self, op: Op[T]) -> T:
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = op.send(value) if error is None else op.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return,unused-ignore]
-            value, error = None, None
+        drive = _Drive(op)
+        while (step := drive.next()) is not None:
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
                 continue
             try:
-                value = await self.http.request(
-                    step.method, step.path, params=step.params or None, json=step.json,
-                    data=step.data, files=step.files,
-                )
+                drive.answer(await self.http.request(**_request_args(step)))
             except httpx.TransportError as exc:
-                error = exc
+                drive.fail(exc)
+        return drive.result

@@ -55,7 +55,7 @@ from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
-from gpucloud_nb.sandbox.guards import json_depth_problem
+from gpucloud_nb.sandbox.guards import json_object
 from gpucloud_nb.sandbox.lifecycle import (
     FAIL_SUFFIX,
     details_json,
@@ -164,14 +164,9 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if not raw.strip():
         raise _Problem(400, "The request body must be a JSON object.")
     try:
-        body = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        raise _Problem(400, "The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _Problem(400, "The request body must be a JSON object.")
-    deep = json_depth_problem(body)
-    if deep:
-        raise _Problem(400, deep)
+        body = json_object(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except ValueError as problem:
+        raise _Problem(400, str(problem)) from None
     if not _valid_text(body):
         raise _Problem(400, "The request body contains text that is not valid Unicode.")
     return body

@@ -17,6 +17,7 @@ or not (before, a 210 MB chunked upload was spooled in full before its 413).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -139,6 +140,27 @@ class Guard:
             await self.app(scope, counting_receive, tracking_send)
         if over and not started:
             await self.error(413, message, scope.get("path", ""))(scope, receive, send)
+
+
+def json_object(raw: bytes | str, **loads: Any) -> dict[str, Any]:
+    """A request body as a JSON object, or :class:`ValueError` with the sentence to answer 400.
+
+    ``loads`` go to :func:`json.loads` (``parse_float=...``); too deep a body is refused too.
+
+        >>> json_object(b"[1]")
+        Traceback (most recent call last):
+        ValueError: The request body must be a JSON object.
+    """
+    try:
+        body = json.loads(raw, **loads)
+    except (ValueError, RecursionError):
+        raise ValueError("The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ValueError("The request body must be a JSON object.")
+    deep = json_depth_problem(body)
+    if deep:
+        raise ValueError(deep)
+    return body
 
 
 def json_depth_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:

@@ -63,7 +63,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gpucloud_nb.media import MAX_AUDIO_BYTES, MAX_IMAGE_BYTES, MB
-from gpucloud_nb.sandbox.guards import json_depth_problem
+from gpucloud_nb.sandbox.guards import json_object
 from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
 from gpucloud_nb.sandbox.inference.request_checks import (
     Problem,
@@ -355,14 +355,9 @@ class _Inference:
     async def chat(self, request: Request) -> Response:
         raw = await self._body(request, MAX_CHAT_BODY_BYTES)
         try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise Problem(400, "The request body is not valid JSON.") from None
-        if not isinstance(body, dict):
-            raise Problem(400, "The request body must be a JSON object.")
-        deep = json_depth_problem(body)
-        if deep:
-            raise Problem(400, deep)
+            body = json_object(raw)
+        except ValueError as problem:
+            raise Problem(400, str(problem)) from None
         stream = body.get("stream", False)
         if not isinstance(stream, bool) and stream is not None:
             raise Problem(400, "'stream' must be true or false.", param="stream")
