@@ -506,6 +506,12 @@ def _webm(milliseconds: float, doctype: bytes = b"webm") -> bytes:
     return header + _ebml(0x18538067, info + _ebml(0x1F43B675, bytes(32)))
 
 
+def test_an_mp4_whose_header_marks_the_duration_unknown_is_sent_without_one() -> None:
+    mvhd = _box(b"mvhd", bytes(4) + struct.pack(">IIII", 0, 0, 1000, 0xFFFFFFFF) + bytes(80))
+    data = _box(b"ftyp", b"M4A " + bytes(4) + b"isom") + _box(b"moov", mvhd) + _box(b"mdat", bytes(64))
+    assert check_audio(data, name="live.m4a").duration_seconds is None
+
+
 def test_webm_is_recognised_with_duration() -> None:
     audio = check_audio(_webm(12_500.0), name="rec.webm")
     assert (audio.format, audio.mime) == ("webm", "audio/webm")

@@ -112,7 +112,19 @@ def _tag_duration(data: bytes) -> float | None:
         log.debug("tinytag could not read a duration", exc_info=True)
         return None
     duration = tag.duration
-    return float(duration) if duration else None
+    if not duration or (duration > MAX_AUDIO_SECONDS and _marks_unknown(duration)):
+        return None
+    return float(duration)
+
+
+def _marks_unknown(seconds: float) -> bool:
+    """True when ``seconds`` is an MP4 header's "unknown" duration (all ones) that tinytag divided
+    by the file's timescale: the file's length is unknown, not over 4 hours."""
+    for marker in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+        scale = marker / seconds
+        if round(scale) >= 1 and abs(scale - round(scale)) < 1e-3:
+            return True
+    return False
 
 
 def _wav_duration(data: bytes, subject: str) -> float:
