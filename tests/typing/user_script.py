@@ -64,6 +64,16 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.volumes.get("v"), Coroutine[Any, Any, Volume])
     assert_type(cloud.volumes.delete("v"), Coroutine[Any, Any, None])
     assert_type(cloud.spend(), Coroutine[Any, Any, pd.DataFrame])
+    assert_type(cloud.instances.check_create(
+        name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, list[str]])
+    assert_type(cloud.instances.spend(), Coroutine[Any, Any, pd.DataFrame])
+    assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
+    assert_type(cloud.instances.download("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
+    assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
+                Coroutine[Any, Any, Volume])
+    assert_type(cloud.is_sandbox, bool)
+    assert_type(cloud.sandbox_info, SandboxInfo | None)
+    assert_type(cloud.key_hint, str)
 
 
 def inference(chat: InferenceClient, achat: AsyncInferenceClient) -> None:
