@@ -66,18 +66,17 @@ class _StreamBase:
         error = error_from_response(response, flavor="inference", secrets=self._secrets)
         return self._explain(error, self.model)
 
-    def _events_from_json(self, response: httpx.Response) -> Iterator[ServerSentEvent]:
+    def _events_from_json(self, response: httpx.Response) -> Iterator[ChatChunk]:
         """An endpoint that answered a stream request with one JSON completion: one chunk."""
         try:
             completion = ChatCompletion.from_json(response.json())
         except ValueError:
             raise ServerError("The endpoint answered the stream request with neither events nor "
                               "JSON.", status_code=response.status_code, path=CHAT_PATH) from None
-        chunk = {"id": completion.id, "model": completion.model, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": completion.text},
-                              "finish_reason": completion.finish_reason or "stop"}],
-                 "usage": completion.raw.get("usage")}
-        return iter([ServerSentEvent(data=json.dumps(chunk)), ServerSentEvent(data="[DONE]")])
+        return iter([ChatChunk(delta=completion.text, role="assistant",
+                               finish_reason=completion.finish_reason or "stop",
+                               usage=completion.usage, id=completion.id, model=completion.model,
+                               raw=completion.raw)])
 
     @staticmethod
     def _is_event_stream(response: httpx.Response) -> bool:
@@ -92,8 +91,10 @@ class _StreamBase:
         when = "while streaming the reply" if started else f"(POST {CHAT_PATH})"
         return ConnectionFailedError(f"The server {_describe(exc)} {when}.")
 
-    def _parse(self, event: ServerSentEvent) -> ChatChunk | object | None:
+    def _parse(self, event: ServerSentEvent | ChatChunk) -> ChatChunk | object | None:
         """A chunk, ``_DONE`` at ``[DONE]``, or ``None`` for an event to skip."""
+        if isinstance(event, ChatChunk):
+            return self._take(event)
         data = event.data.strip()
         if not data:
             return None
@@ -113,7 +114,10 @@ class _StreamBase:
                 "The endpoint failed while streaming."
             raise ServerError(scrub(text.rstrip(".") + ".", *self._secrets), status_code=500,
                               path=CHAT_PATH)
-        chunk = ChatChunk.from_json(payload)
+        return self._take(ChatChunk.from_json(payload))
+
+    def _take(self, chunk: ChatChunk) -> ChatChunk:
+        """Count ``chunk`` into the reply so far."""
         if chunk.delta:
             self._parts.append(chunk.delta)
         self.id = self.id or chunk.id
@@ -158,7 +162,7 @@ class ChatStream(_StreamBase):
                 response.read()
                 raise self._error(response)
             if self._is_event_stream(response):
-                self._events: Iterator[ServerSentEvent] = source.iter_sse()
+                self._events: Iterator[ServerSentEvent | ChatChunk] = source.iter_sse()
             else:
                 response.read()
                 self._events = self._events_from_json(response)
@@ -231,7 +235,7 @@ class AsyncChatStream(_StreamBase):
         ...         print(chunk.delta, end="")
     """
 
-    _events: AsyncIterator[ServerSentEvent] | Iterator[ServerSentEvent]
+    _events: AsyncIterator[ServerSentEvent] | Iterator[ChatChunk]
     _context: contextlib.AbstractAsyncContextManager[EventSource]
 
     @classmethod
@@ -282,6 +286,7 @@ class AsyncChatStream(_StreamBase):
     async def __anext__(self) -> ChatChunk:
         while not self.closed:
             try:
+                event: ServerSentEvent | ChatChunk
                 if isinstance(self._events, Iterator):
                     event = next(self._events)
                 else:
