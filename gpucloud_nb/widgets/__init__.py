@@ -30,13 +30,7 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        try:
-            module = importlib.import_module(_LAZY[name])
-        except ModuleNotFoundError as error:
-            if error.name != _LAZY[name]:
-                raise
-            raise AttributeError(f"{name} is not available: {_LAZY[name]} is missing.") from error
-        return getattr(module, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
