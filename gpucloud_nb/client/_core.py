@@ -32,7 +32,7 @@ from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
 from gpucloud_nb.models import Record, decode_list, parse_datetime
 
-__all__ = ["CREATE_LOOKUP_SLACK", "Core", "D", "json_list", "now"]
+__all__ = ["CREATE_LOOKUP_SLACK", "Core", "D", "decode_offers", "json_list", "now", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
 D = TypeVar("D", SyncDriver, AsyncDriver)
@@ -49,6 +49,20 @@ def json_list(data: Any) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise ConnectionFailedError("The server answered with something other than a list.")
     return [item for item in data if isinstance(item, dict)]
+
+
+def unreadable(path: str, error: ValueError) -> ConnectionFailedError:
+    """One sentence for an offers body that is not a JSON array of offers."""
+    reason = str(error).removeprefix("The ").rstrip(".")
+    return ConnectionFailedError(f"The server's answer to GET {path} was unreadable: {reason}.")
+
+
+def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
+    """The offers body of ``GET path`` as records, or :func:`unreadable`'s sentence."""
+    try:
+        return decode_list(cls, body or b"[]", "offers")
+    except ValueError as error:
+        raise unreadable(path, error) from None
 
 
 class Core(Generic[D]):
@@ -86,11 +100,7 @@ class Core(Generic[D]):
         if cached and moment - cached[0] < self.offers_ttl:
             return list(cached[1])
         body = yield from self.send(Call("GET", path, decode=False))
-        try:
-            offers = decode_list(cls, body or b"[]", "offers")
-        except ValueError as error:
-            raise ConnectionFailedError(f"The server's answer to GET {path} was unreadable: "
-                                        f"{str(error).removeprefix('The ').rstrip('.')}.") from None
+        offers = decode_offers(path, cls, body)
         self._catalogues[path] = (moment, offers)
         return list(offers)
 

@@ -25,12 +25,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpucloud_nb.client import create as creating
-from gpucloud_nb.client._core import Core, D, json_list, now
+from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
 from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
 from gpucloud_nb.errors import (
-    GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
     WaitTimeoutError,
@@ -92,12 +91,7 @@ class InstanceOps(Generic[D]):
 
     def offers(self, params: dict[str, str]) -> Op[list[InstanceOffer]]:
         body = yield from self.core.send(Call("GET", OFFERS_PATH, params=params, decode=False))
-        from gpucloud_nb.models import decode_list
-
-        try:
-            return decode_list(InstanceOffer, body or b"[]", "offers")
-        except ValueError as error:
-            raise self._unreadable(error) from None
+        return decode_offers(OFFERS_PATH, InstanceOffer, body)
 
     def offers_frame(self, params: dict[str, str]) -> Op[pandas.DataFrame]:
         body = yield from self.core.send(Call("GET", OFFERS_PATH, params=params, decode=False))
@@ -106,15 +100,7 @@ class InstanceOps(Generic[D]):
         try:
             return frames.offers_frame(body or b"[]")
         except ValueError as error:  # not JSON, or not a JSON array
-            raise self._unreadable(error) from None
-
-    @staticmethod
-    def _unreadable(error: ValueError) -> GPUCloudError:
-        from gpucloud_nb.errors import ConnectionFailedError
-
-        reason = str(error).removeprefix("The ").rstrip(".")
-        return ConnectionFailedError(
-            f"The server's answer to GET {OFFERS_PATH} was unreadable: {reason}.")
+            raise unreadable(OFFERS_PATH, error) from None
 
     def problems(self, kwargs: Mapping[str, Any]) -> Op[list[str]]:
         """Why a create with these arguments would be refused (rules, then the cost cap)."""
@@ -122,11 +108,13 @@ class InstanceOps(Generic[D]):
             body = creating.instance_body(**kwargs)
         except InvalidInputError as error:
             return [error.message]
+        return (yield from self._body_problems(body))
+
+    def _body_problems(self, body: Mapping[str, Any]) -> Op[builtins.list[str]]:
         offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
-        running: list[Instance] = []
+        running: builtins.list[Instance] = []
         if self.core.max_hourly_cost is not None:
-            data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
-            running = [Instance.from_json(item) for item in json_list(data)]
+            running = yield from self.list(None)
         return creating.launch_problems(body, offers, cap=self.core.max_hourly_cost,
                                         running=running)
 
@@ -135,10 +123,10 @@ class InstanceOps(Generic[D]):
         if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
                 and self.core.sandbox is None):
             kwargs["ssh_key"] = default_public_key()  # so that run/upload/forward can log in
-        problems = yield from self.problems(kwargs)
+        body = creating.instance_body(**kwargs)
+        problems = yield from self._body_problems(body)
         if problems:
             raise InvalidInputError(problems[0])
-        body = creating.instance_body(**kwargs)
         data = yield from self.core.create_once("/gpu-cloud/instances", body, "instance",
                                                 "launched")
         instance = Instance.from_json(data)
