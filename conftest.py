@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,6 +33,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
     # Every process this run starts inherits the mark, so a service left anywhere is found.
     os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
+    # A shell starts background jobs with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: interrupt tests (and Ctrl-C of the subprocesses they start) would hang.
+    # Restore the default so the suite behaves the same in the foreground and the background.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Notebooks (nbmake) and browser tests are ``slow``: ``-m "not slow"`` is the fast lane."""
+    for item in items:
+        if item.path.suffix == ".ipynb" or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
 
 
 def find_services(root: Path, run: str | None = None) -> list[Any]:

@@ -1,0 +1,37 @@
+"""The run-wide rules of conftest.py: the fast lane's marker and Ctrl-C in background runs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sigint_raises_keyboard_interrupt_in_the_tests() -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_run_started_in_the_background_still_interrupts() -> None:
+    """A shell's background job starts with SIGINT ignored; the run restores the default."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+         f"{Path(__file__).name}::test_sigint_raises_keyboard_interrupt_in_the_tests"],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout
+
+
+def test_the_fast_lane_leaves_out_notebooks_and_the_browser() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-m", "not slow"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    files = {line.split("::")[0] for line in ran.stdout.splitlines() if "::" in line}
+    assert "tests/test_conftest.py" in files
+    assert not [f for f in files if f.endswith(".ipynb") or f.startswith("tests/browser/")]
