@@ -4,7 +4,7 @@ A real cloud is another machine; a server thread in the benchmark's own process 
 client pay for the server's CPU time too. ``ServerProcess("sandbox")`` serves the sandbox (key
 :data:`KEY`, instances pending for 10 minutes); ``ServerProcess("hello")`` a bare
 Starlette app answering ``GET /hello``; ``ServerProcess("offers", "10000", "3")`` one answering
-``GET /gpu-cloud/instances/offers`` with :func:`benchmarks.bench_frames.make_offers` of those
+``GET /gpu-cloud/instances/offers`` with :func:`benchmarks._offers.make_offers` of those
 sizes, as one ready body. All are served the same way: uvicorn on a loopback socket, no access
 log.
 
@@ -50,7 +50,7 @@ def _serve(kind: str, *args: str) -> None:
     if kind == "offers":
         import json
 
-        from benchmarks.bench_frames import make_offers
+        from benchmarks._offers import make_offers
 
         body = json.dumps(make_offers(*map(int, args))).encode()
         path = "/gpu-cloud/instances/offers"
