@@ -543,6 +543,25 @@ def test_volume_validation_messages(sandbox_api: httpx.Client) -> None:
     assert sandbox_api.get("/gpu-cloud/volumes").json() == []
 
 
+@pytest.mark.parametrize(("name", "why"), [
+    ("../../../../tmp/x", "contains '/'"), ("a/b", "contains '/'"), ("/abs", "contains '/'"),
+    ("a\\b", "contains '\\'"), ("nul\0", "contains a NUL character"), ("..", "not '..'"),
+    (".", "not '.'"),
+])
+def test_a_volume_name_that_is_not_one_folder_is_a_400(sandbox: Sandbox, name: str,
+                                                        why: str) -> None:
+    offer = httpx.get(f"{sandbox.management_url}/gpu-cloud/volumes/offers",
+                      headers={"x-api-key": sandbox.api_key}).json()[0]
+    body = {"cloudProvider": offer["cloudProvider"]["_id"], "region": offer["regions"][0],
+            "name": name, "sizeInGb": offer["minSizeInGb"]}
+    response = httpx.post(f"{sandbox.management_url}/gpu-cloud/volumes", json=body,
+                          headers={"x-api-key": sandbox.api_key})
+    message = check_error(response, 400)
+    assert message.startswith("A volume name is one folder name") and why in message
+    assert httpx.get(f"{sandbox.management_url}/gpu-cloud/volumes",
+                     headers={"x-api-key": sandbox.api_key}).json() == []
+
+
 def test_volume_attaches_and_outlives_its_instance(sandbox_api: httpx.Client) -> None:
     offer, region = pick_offer(sandbox_api, "vm", with_volumes=True)
     volume = create_volume(sandbox_api, offer["cloud"]["_id"], region, name="work dir")
