@@ -277,6 +277,9 @@ class _Management:
         self.catalogue = offers
         # Each key is one account: what a key creates only that key sees.
         self.keys = [(key.encode("utf-8"), user_id(key)) for key in (config.api_key, *config.keys)]
+        # ... and has its own inference secret (GET /sandbox/inference tells it).
+        self.inference_secrets = {user_id(key): config.inference_secret_for(key)
+                                  for key in (config.api_key, *config.keys)}
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
