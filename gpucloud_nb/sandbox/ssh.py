@@ -104,8 +104,7 @@ def mount_point(volume_id: str, name: str) -> str:
         >>> mount_point("65a1", "data"), mount_point("65a1", "../../tmp/x")
         ('/mnt/data', '/mnt/65a1')
     """
-    safe = name and volume_name_problem(name) is None and name == name.strip()
-    return f"/mnt/{name if safe else volume_id}"
+    return f"/mnt/{name if name and volume_name_problem(name) is None else volume_id}"
 
 
 def free_port() -> int:
