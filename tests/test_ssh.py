@@ -272,3 +272,24 @@ def test_a_stored_volume_path_never_mounts_outside_the_instance_home(
     assert listed.stdout.split() == [volume.id]  # mounted at ~/mnt/<volume id> instead
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "home-machines", "state.db",
                                                           "state.db-shm", "state.db-wal"]
+
+
+def test_a_mnt_link_out_of_the_home_is_not_followed_when_mounting(sandbox_factory: Any,
+                                                                  tmp_path: Path) -> None:
+    home, state, outside = tmp_path / "home", tmp_path / "state.db", tmp_path / "outside"
+    outside.mkdir()
+    first = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    key, public = asyncssh_key()
+    offer = vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    details = launch(cloud, offer, ssh_key=public, volume_id=volume.id)
+    over_asyncssh(details.ssh_port, key,
+                  lambda c: c.run(f"rm -r ~/mnt && ln -s {outside} ~/mnt", check=True))
+    first.stop()
+    second = sandbox_factory(home=home, state=state)  # mounts the volume again
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    again.instances.wait_until_active(details.id, timeout=30)
+    listed = over_asyncssh(details.ssh_port, key, lambda c: c.run("echo up", check=True))
+    assert listed.stdout == "up\n" and list(outside.iterdir()) == []

@@ -312,22 +312,28 @@ class _InstanceServer:
     def _mount_volumes(self) -> None:
         """Link each attached volume at ``~/mnt/<folder>``, never anywhere outside the home."""
         assert self.servers.machines is not None
-        home = self.home.resolve()
-        for entry in self.record.doc.get("volumes") or []:
-            volume_id, path = (str(part) for part in entry)
+        entries = self.record.doc.get("volumes") or []
+        if not entries:
+            return
+        mnt = self.home / "mnt"
+        if not mnt.is_symlink():
+            mnt.mkdir(exist_ok=True)
+        if mnt.is_symlink() or not mnt.resolve().is_relative_to(self.home.resolve()):
+            logger.warning("Instance %s: ~/mnt leads out of its home; no volume is mounted.",
+                           self.record.id)
+            return
+        for entry in entries:
+            try:
+                volume_id, path = (str(part) for part in entry)
+            except (TypeError, ValueError):
+                volume_id, path = "", ""
             if not _VOLUME_ID.fullmatch(volume_id):
-                logger.warning("Instance %s: volume id %r is not mounted.", self.record.id,
-                               volume_id)
+                logger.warning("Instance %s: volume entry %r is not mounted.", self.record.id,
+                               entry)
                 continue
             folder = path.removeprefix("/mnt/")
             if path == folder or mount_point(volume_id, folder) != path:
                 folder = volume_id  # not /mnt/<one safe folder name>: see the module docstring
-            mnt = self.home / "mnt"
-            mnt.mkdir(exist_ok=True)
-            if mnt.is_symlink() or not mnt.resolve().is_relative_to(home):
-                logger.warning("Instance %s: ~/mnt leads out of its home; volumes not mounted.",
-                               self.record.id)
-                return
             link = mnt / folder
             if link.is_symlink() or link.exists():
                 continue
