@@ -9,7 +9,9 @@ The actions act on the background service of the sandbox home (``--home DIR``, e
 ``GPUCLOUD_SANDBOX_HOME``, else the user data dir; see :mod:`gpucloud_nb.sandbox.service`), the one
 ``connect()`` uses. ``status`` exits with 3 when no service runs; ``reset`` without ``--yes`` is
 refused. Serving with ``--home`` makes the foreground server that home's service (its state, its
-own key and secret, its runtime file). ``--keys FILE`` gives one account per key. Serving beyond
+own key and secret, its runtime file). ``--keys FILE`` gives one account per key (each with its
+own inference secret, read at ``GET /sandbox/inference``); their instances refuse SSH unless
+``--shared-shell`` is given, which warns that all accounts share one OS user. Serving beyond
 loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
@@ -125,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--keys", metavar="FILE", default=None,
                          help="management keys, one per line, each its own account "
                               "(blank lines and # comments ignored)")
+    sandbox.add_argument("--shared-shell", action="store_true",
+                         help="with --keys: allow SSH to instances although every account's shells "
+                              "run as this one OS user and can read each other's files")
     sandbox.add_argument("--yes", action="store_true", help="confirm `reset`")
     sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
                          help="how many lines `logs` shows (default: %(default)s)")
@@ -206,6 +211,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             offers=offers,
             faults=faults,
             allow_url_fetch=args.allow_url_fetch,
+            shared_shell=args.shared_shell,
         )
     except ValueError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
@@ -214,6 +220,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
+        if config.keys and config.shared_shell:
+            from gpucloud_nb.sandbox.ssh import SHARED_SHELL_WARNING
+
+            print(SHARED_SHELL_WARNING, file=sys.stderr, flush=True)
         defaults = [name for name, given in (("API key", args.api_key or args.keys),
                                              ("inference secret", args.inference_secret))
                     if given is None]

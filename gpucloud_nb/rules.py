@@ -18,6 +18,8 @@ Rules the spec leaves "not shown", chosen here and documented once:
 - The region must be one of the offer's ``availability`` entries, and ``available`` there.
 - A ``volumeId`` must name a volume of the same provider and region as the instance.
 - A volume's region must be one of its offer's ``regions``; its size at least ``minSizeInGb``.
+- A volume's name is one path segment: no ``/``, ``\\`` or NUL, and not ``.`` or ``..`` (the
+  sandbox mounts a volume at ``/mnt/<name>``, and such a name would walk out of that folder).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from typing import Any
 
 from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 
-__all__ = ["UNCHECKED", "find_offer", "instance_create_problem", "volume_create_problem"]
+__all__ = [
+    "UNCHECKED",
+    "find_offer",
+    "instance_create_problem",
+    "volume_create_problem",
+    "volume_name_problem",
+]
 
 _MISSING = object()
 #: ``volume=`` default of :func:`instance_create_problem`: leave the volume checks to the server.
@@ -166,6 +174,23 @@ def instance_create_problem(
     return None
 
 
+def volume_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a volume (one path segment), or ``None`` when it can.
+
+        >>> volume_name_problem("../../tmp/x")
+        "A volume name is one folder name: '../../tmp/x' contains '/'."
+    """
+    if not isinstance(name, str):
+        return "name must be a string."
+    shown = name if len(name) <= 40 else name[:37] + "…"
+    for character, label in (("/", "'/'"), ("\\", "'\\'"), ("\0", "a NUL character")):
+        if character in name:
+            return f"A volume name is one folder name: {shown!r} contains {label}."
+    if name.strip() in (".", ".."):
+        return f"A volume name is one folder name, not {name.strip()!r}."
+    return None
+
+
 def volume_create_problem(body: Mapping[str, Any],
                           volume_offers: Iterable[VolumeOffer]) -> str | None:
     """Check a CreateVolume body against the volume offers."""
@@ -177,6 +202,9 @@ def volume_create_problem(body: Mapping[str, Any],
         _type_problem(body, "name", str, "a string", required=True),
         _type_problem(body, "sizeInGb", (int, float), "a number", required=True),
     )
+    if problem:
+        return problem
+    problem = volume_name_problem(body["name"])
     if problem:
         return problem
     provider, region, size = body["cloudProvider"], body["region"], body["sizeInGb"]

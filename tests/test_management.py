@@ -310,6 +310,26 @@ def test_volume_life_cycle_and_attach(cloud: GPUCloud) -> None:
         cloud.volumes.get(volume.id)
 
 
+@pytest.mark.parametrize("name", ["../../../../tmp/x", "a/b", "..", ".", "back\\slash",
+                                  "nul\0byte"])
+def test_a_volume_name_that_is_not_one_folder_is_refused_before_anything_is_sent(
+        sandbox, name: str) -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=Counting()) as cloud:
+        with pytest.raises(InvalidInputError, match="A volume name is one folder name") as info:
+            cloud.volumes.create(name=name, cloud_provider="any", region="any", size_in_gb=100)
+        assert "\n" not in str(info.value) and "\0" not in str(info.value)
+    assert sent == []  # not even the offers
+
+
 # concurrency, async, persistence ------------------------------------------------------------
 
 

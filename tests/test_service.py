@@ -6,6 +6,7 @@ teardown; the run's session hook checks that no service outlives the suite.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -236,6 +237,57 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
         process.terminate()
         _, err = process.communicate(timeout=10)
     assert "student-a-key" not in err and "student-b-key" not in err  # a --keys key is secret
+
+
+def test_class_mode_shells_are_off_unless_shared_shell_which_warns(tmp_path: Path) -> None:
+    import asyncssh
+
+    from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL, SHARED_SHELL_WARNING
+
+    keys, home = tmp_path / "keys.txt", tmp_path / "class"
+    keys.write_text("student-a-key-0123456789\nstudent-b-key-0123456789\n")
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    # What a student's shell tries: the service's files by relative paths, then a harmless echo.
+    snoop = "cat ../../service.json ../../../service.json ../../runtime.json 2>&1; echo done"
+    errors: list[str] = []  # what each server printed on stderr
+
+    def serve_and_snoop(*extra: str) -> str:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--home", str(home),
+             "--keys", str(keys), "--launch-seconds", "0.1", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            base = process.stdout.readline().split(": ", 1)[1].strip()
+            cloud = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
+            offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+            instance = cloud.instances.create(
+                name="mine", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+                ssh_key=key.export_public_key().decode())
+            details = cloud.instances.wait_until_active(instance.id, timeout=30)
+
+            async def attempt() -> str:
+                async with asyncssh.connect(
+                        "127.0.0.1", details.ssh_port, username="ubuntu", client_keys=[key],
+                        known_hosts=None, agent_path=None, config=[]) as connection:
+                    try:
+                        return str((await connection.run(snoop)).stdout)
+                    except asyncssh.ChannelOpenError as refused:
+                        return f"refused: {refused.reason}"
+
+            return asyncio.run(attempt())
+        finally:
+            process.terminate()
+            errors.append(process.communicate(timeout=20)[1])
+
+    assert serve_and_snoop() == f"refused: {SHARED_SHELL_REFUSAL}"
+    assert SHARED_SHELL_WARNING not in errors[-1]
+    shared = serve_and_snoop("--shared-shell")
+    assert SHARED_SHELL_WARNING in errors[-1].splitlines()
+    assert shared.endswith("done\n") and shared.count("No such file or directory") == 3
+    assert "sandbox-" not in shared  # no key or secret of the home's reached the shell
+    assert (home / "service.json").exists()
 
 
 @pytest.mark.parametrize("options", [[], ["--api-key", "teacher-key-0123"],

@@ -16,6 +16,8 @@ says "not shown":
   count as absent; unknown query parameters are ignored. 413 for a body over 1 MB, answered
   as soon as the 1 MB is passed (chunked or not); 400 for JSON nested over 64 levels; 421 for a
   Host header that is not a loopback name or the bound host (see :mod:`.guards`).
+- A volume name is one folder name (no ``/``, ``\\``, NUL, and not ``.`` or ``..``; see
+  :mod:`gpucloud_nb.rules`): 400 otherwise. A volume is mounted at ``/mnt/<name>``.
 - Sandbox-only limits: names of at most 255 characters, ``sizeInGb`` at most 100000, JSON numbers
   must be finite, text must be valid Unicode; ``dockerContainer.command`` (optional, a string)
   becomes ``dockerCommand``. ``sshKeyId`` and ``sshKey`` may come together (the cloud's docs
@@ -63,7 +65,7 @@ from gpucloud_nb.sandbox.lifecycle import (
     iso,
     volume_json,
 )
-from gpucloud_nb.sandbox.ssh import InstanceServers, free_port
+from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
 
 if TYPE_CHECKING:
@@ -275,6 +277,9 @@ class _Management:
         self.catalogue = offers
         # Each key is one account: what a key creates only that key sees.
         self.keys = [(key.encode("utf-8"), user_id(key)) for key in (config.api_key, *config.keys)]
+        # ... and has its own inference secret (GET /sandbox/inference tells it).
+        self.inference_secrets = {user_id(key): config.inference_secret_for(key)
+                                  for key in (config.api_key, *config.keys)}
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
@@ -339,7 +344,7 @@ class _Management:
             "provider": offer["cloud"]["name"],
             "region": {"id": region, "name": here.get("name", region),
                        "countryCode": here.get("countryCode", "")},
-            "volumes": [] if volume is None else [[volume.id, f"/mnt/{volume.name}"]],
+            "volumes": [] if volume is None else [[volume.id, mount_point(volume.id, volume.name)]],
             "gpuCount": offer["gpuCount"],
             "gpuModel": offer["gpuName"],
             "ram": configuration["ramGB"],

@@ -5,8 +5,10 @@
     PosixPath('/home/ada/.local/share/gpucloud-nb/sandbox')
 
 The home holds the service's SQLite state, its runtime file (URLs, pid, key and secret; mode
-0600), its log, SSH host and client keys, ``known_hosts``, and one directory per instance and per
-volume. It is created private (mode 0700) where the OS allows it.
+0600), its log, SSH host and client keys and ``known_hosts``. It is created private (mode 0700)
+where the OS allows it. The instances' homes and the volumes live beside it, in
+``<home>-machines`` (see :mod:`gpucloud_nb.sandbox.ssh`), so that no instance shell starts
+inside the directory that holds the service's key.
 """
 
 from __future__ import annotations

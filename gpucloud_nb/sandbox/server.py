@@ -15,6 +15,8 @@ keyless use, not secrets. Importing this module is cheap: Starlette and uvicorn 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import os
 import signal
 import socket
@@ -65,8 +67,11 @@ class SandboxConfig:
     see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept. ``allow_url_fetch`` lets
     the inference endpoint download ``http(s)`` image URLs (public addresses only); off, they are
     refused with a sentence saying to send a ``data:`` URL. ``keys`` are more management keys,
-    each its own account (``--keys FILE``). A ``host`` beyond loopback is refused with the public
-    default key or secret.
+    each its own account (``--keys FILE``) with its own inference secret
+    (:meth:`inference_secret_for`) and rate-limit bucket. With ``keys``, instances refuse SSH
+    unless ``shared_shell`` (``--shared-shell``) accepts that every account's shells run as this
+    one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). A ``host`` beyond loopback is refused with
+    the public default key or secret.
     """
 
     host: str = "127.0.0.1"
@@ -86,6 +91,7 @@ class SandboxConfig:
     home: str | os.PathLike[str] | None = None
     allow_url_fetch: bool = False
     keys: tuple[str, ...] = ()
+    shared_shell: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
@@ -113,6 +119,24 @@ class SandboxConfig:
             from gpucloud_nb.sandbox.inference.upstream import upstream_base
 
             upstream_base(self.upstream)  # a bad URL is one line now, its password masked
+
+    def inference_secret_for(self, api_key: str) -> str:
+        """The inference secret of the account of ``api_key``.
+
+        The first account's is ``inference_secret``; each other account's (``keys``) is derived
+        from it and the account's key, so it is stable across restarts and differs per account.
+
+            >>> config = SandboxConfig(api_key="teacher", keys=("student-a", "student-b"))
+            >>> config.inference_secret_for("teacher") == config.inference_secret
+            True
+            >>> len({config.inference_secret_for(k) for k in ("teacher", "student-a", "student-b")})
+            3
+        """
+        if api_key == self.api_key:
+            return self.inference_secret
+        digest = hmac.new(self.inference_secret.encode(), f"gpucloud-nb account {api_key}".encode(),
+                          hashlib.sha256).hexdigest()
+        return f"sandbox-{digest[:32]}"
 
     def __repr__(self) -> str:
         custom = " offers=custom" if self.offers is not None else ""
@@ -237,9 +261,10 @@ class Sandbox:
 
     @property
     def home(self) -> Path:
-        """The directory of the sandbox's files: instance and volume directories, SSH keys.
+        """The directory of the sandbox's files: SSH host keys and registered client keys.
 
-        A temporary directory (removed on ``stop()``) unless ``config.home`` names one. The
+        A temporary directory (removed on ``stop()``) unless ``config.home`` names one. Instance
+        homes and volumes live beside it, never in it (see :mod:`gpucloud_nb.sandbox.ssh`). The
         package's SSH client keeps its key pair and ``known_hosts`` in ``home / "client"``.
         """
         if self._server is None:

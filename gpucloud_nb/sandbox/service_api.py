@@ -10,6 +10,8 @@ Every path needs ``x-api-key``, and each key sees only its own account:
 - ``GET /sandbox/status``: ``pid``, ``startedAt``, ``instances`` (count by status), ``volumes``,
   ``autoDeletes`` and ``spend`` (dollars so far: hourly price × time active or deleting; a launch
   that ended in ``error`` costs nothing).
+- ``GET /sandbox/inference``: ``{"url", "secret"}``, the inference endpoint's base (before
+  ``/v1``) and this account's own inference secret (each ``--keys`` account has its own).
 - ``GET /sandbox/auto-deletes``: ``[{"instanceId", "at"}]``, soonest first.
 - ``PUT /sandbox/instances/{id}/auto-delete`` with ``{"at": ISO 8601}``: delete the instance at
   that time (a time past means at once); 200 with ``{"instanceId", "at"}``, 404 for an unknown
@@ -108,6 +110,10 @@ def service_routes(management: _Management) -> list[BaseRoute]:
             "spend": round(sum(_spend(record, now) for record in records), 6),
         })
 
+    async def inference(request: Request) -> Response:
+        return _json({"url": f"{str(request.base_url).rstrip('/')}/inference",
+                      "secret": management.inference_secrets[request.state.user]})
+
     async def timers(request: Request) -> Response:
         return _json([{"instanceId": id_, "at": iso(at)}
                       for id_, at in store.auto_deletes(request.state.user).items()])
@@ -140,6 +146,7 @@ def service_routes(management: _Management) -> list[BaseRoute]:
     return [
         management.route("/sandbox/service", {"GET": service}),
         management.route("/sandbox/status", {"GET": status}),
+        management.route("/sandbox/inference", {"GET": inference}),
         management.route("/sandbox/auto-deletes", {"GET": timers}),
         management.route("/sandbox/instances/{id}/auto-delete",
                          {"GET": get_timer, "PUT": set_timer, "DELETE": cancel_timer}),

@@ -21,8 +21,10 @@ and the paths below it are the spec's: ``GET /v1/models``, ``POST /v1/chat/compl
   here must work on the cloud. A valid ``x-api-key`` is accepted whatever else comes with it (the
   ``openai`` SDK always sends an Authorization header: give it
   ``default_headers={"x-api-key": secret}``).
-- Rate limit: ``config.inference_rate_limit`` requests per second per secret, a token bucket that
-  allows bursts of one second's worth; every request counts, the stream as one.
+- Each account (management key) has its own secret (``config.inference_secret_for``; one when
+  the sandbox has one key) and its own rate limit: ``config.inference_rate_limit`` requests per
+  second per secret, a token bucket that allows bursts of one second's worth; every request
+  counts, the stream as one. An account reads its secret at ``GET /sandbox/inference``.
 - Sizes follow :mod:`gpucloud_nb.media`: 1 MB = 1,000,000 bytes, audio at most 25 MB, images at
   most 20 MB. A chat body may be up to 64 MB (a few images of 20 MB, base64-encoded).
 - Images are checked like the client checks them (``media.check_image``: JPEG, PNG, WEBP or GIF
@@ -267,10 +269,12 @@ def _reply(messages: list[Any], fetched: Mapping[str, bytes]) -> str:
 class _Inference:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
-        self.secret = config.inference_secret.encode()
+        keys = (config.api_key, *config.keys)
+        secrets = [config.inference_secret_for(key) for key in keys]
+        self.secrets = [secret.encode() for secret in secrets]  # one per account
         rate = config.inference_rate_limit
         self.limiter = TokenBuckets(rate) if rate else None
-        self.upstream = (Upstream(config.upstream, hide=(config.inference_secret, config.api_key))
+        self.upstream = (Upstream(config.upstream, hide=(*secrets, *keys))
                          if config.upstream else None)
         rate = config.stream_tokens_per_second
         self.token_delay = 1.0 / rate if rate and rate > 0 and math.isfinite(rate) else 0.0
@@ -285,11 +289,13 @@ class _Inference:
                     "default_headers={'x-api-key': secret})") if bearer else ""
             raise Problem(401, f"The x-api-key header is missing: send the instance's secret "
                                f"in it{hint}.", code="invalid_api_key")
-        if not hmac.compare_digest(given.encode("latin-1"), self.secret):
+        sent = given.encode("latin-1")
+        accounts = [n for n, secret in enumerate(self.secrets) if hmac.compare_digest(sent, secret)]
+        if not accounts:
             raise Problem(401, "Invalid API secret: send the instance's secret in the x-api-key "
                                "header.", code="invalid_api_key")
         if self.limiter is not None:
-            wait = self.limiter.take(self.config.inference_secret)
+            wait = self.limiter.take(f"account {accounts[0]}")
             if wait > 0:
                 raise Problem(429, f"Rate limit reached: at most {self.limiter.rate:g} requests "
                                    f"per second; try again in {wait:.2f} s.",
