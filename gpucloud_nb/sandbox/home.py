@@ -86,6 +86,7 @@ def checked_home(path: str | os.PathLike[str], *, create: bool = True) -> Path:
                 f"(mode {stat.S_IMODE(info.st_mode):04o}), so its files cannot be trusted; "
                 "`chmod 700` it if you trust what is inside, or set "
                 f"{HOME_VARIABLE} to a private directory.")
-        with contextlib.suppress(OSError):
-            directory.chmod(0o700)
+        if info.st_mode & 0o077:  # only ever tightened: a home made read-only stays so
+            with contextlib.suppress(OSError):
+                directory.chmod(stat.S_IMODE(info.st_mode) & 0o700)
     return directory
