@@ -338,7 +338,7 @@ def _status(home: Path) -> int:
         return 1
     if response.status_code != 200 or not isinstance(status, dict):
         what = f"HTTP {response.status_code}" if response.status_code != 200 \
-            else f"a JSON {type(status).__name__} instead of an object"
+            else "its answer is JSON but not an object"
         print(f"gpucloud-nb sandbox: error: the service did not report its status ({what}).",
               file=sys.stderr)
         return 1

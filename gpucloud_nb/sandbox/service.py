@@ -37,7 +37,6 @@ web framework: the client side of ``connect()`` stays light.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
@@ -548,8 +547,7 @@ def find_or_start(home: Path | None = None, *, launch_seconds: float | None = No
         return _find_or_start_locked(home, launch_seconds=launch_seconds, api_key=api_key,
                                      inference_secret=inference_secret, timeout=timeout)
     except OSError as error:  # a full disk, a read-only home: one sentence, not a traceback
-        reason = "no space left on the device" if error.errno == errno.ENOSPC \
-            else (error.strerror or str(error)).lower()
+        reason = error.strerror.lower() if error.strerror else str(error)
         raise ConnectionFailedError(
             f"The sandbox service cannot start: writing in its home {home} failed ({reason}); "
             f"free space there or set {HOME_VARIABLE} to a writable directory.") from None
