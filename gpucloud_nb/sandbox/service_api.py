@@ -10,8 +10,7 @@ Every path but the challenge needs ``x-api-key``, and each key sees only its own
   and the port the request came in on, keyed by the home's challenge secret). ``connect()`` asks
   it before it sends any key; 400 for a nonce that is not 16 to 128 hex digits, 404 from a
   server that is not a home's service.
-- ``GET /sandbox/service``: ``{"pid", "startedAt"}``; how ``connect()`` tells a live service
-  from a stale runtime file.
+- ``GET /sandbox/service``: ``{"pid", "startedAt"}`` of the serving process.
 - ``GET /sandbox/status``: ``pid``, ``startedAt``, ``instances`` (count by status), ``volumes``,
   ``autoDeletes`` and ``spend`` (dollars so far: hourly price × time active or deleting; a launch
   that ended in ``error`` costs nothing).
