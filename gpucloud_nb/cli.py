@@ -171,7 +171,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
             return 1
         except OSError as error:  # a full disk, a read-only home
-            print(f"gpucloud-nb sandbox: error: cannot write in the sandbox home {home}: "
+            print(f"gpucloud-nb sandbox: error: cannot write in the sandbox home {args.home}: "
                   f"{error.strerror or error}.", file=sys.stderr)
             return 1
         args.api_key = args.api_key or os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or own_key

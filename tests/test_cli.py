@@ -237,3 +237,11 @@ def test_a_status_answer_that_is_not_a_json_object_is_one_sentence(
     assert captured.out == "" and captured.err == (
         "gpucloud-nb sandbox: error: the service did not report its status (its answer is JSON "
         "but not an object).\n")
+
+
+def test_a_home_the_service_cannot_write_its_settings_in_is_one_line(sandbox_home: Path) -> None:
+    (sandbox_home / service.SETTINGS_FILE).mkdir()  # its settings cannot be written there
+    served = sandbox_action("--home", str(sandbox_home), "--port", "0")
+    assert served.returncode == 1 and served.stdout == ""
+    assert served.stderr == (f"gpucloud-nb sandbox: error: cannot write in the sandbox home "
+                             f"{sandbox_home}: Is a directory.\n")

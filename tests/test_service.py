@@ -158,7 +158,9 @@ def test_a_stale_runtime_file_whose_port_does_not_answer_is_replaced(fast: Path)
 
 
 def test_runtime_file_is_0600_and_home_0700(fast: Path) -> None:
-    connect(quiet=True)
+    pid = connect(quiet=True).sandbox.pid
+    assert (fast / "service.lock").read_text() == str(pid)  # the pid file of its lock
+    assert service.lock_holder(fast) == pid
     assert stat.S_IMODE((fast / service.RUNTIME_FILE).stat().st_mode) == 0o600
     assert stat.S_IMODE(fast.stat().st_mode) == 0o700
     text = (fast / service.RUNTIME_FILE).read_text()
