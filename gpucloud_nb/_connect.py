@@ -30,6 +30,11 @@ def shared_sandbox(launch_seconds: float | None = None) -> Any:
     ``launch_seconds`` (or ``GPUCLOUD_SANDBOX_LAUNCH_SECONDS``), ``GPUCLOUD_SANDBOX_API_KEY`` and
     ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` apply when this call starts the service; a running
     service keeps its own settings (``gpucloud-nb sandbox stop`` first to change them).
+
+    No key is sent to a service before it is verified (its pid is ours and holds the home's
+    lock, and it answers a challenge with the home's secret); a home another user could have
+    written in, or one that cannot be made or written, is a
+    :class:`~gpucloud_nb.errors.ConnectionFailedError` of one sentence.
     """
     from gpucloud_nb.sandbox.service import find_or_start  # no web stack: the service has it
 

@@ -7,6 +7,7 @@ teardown; the run's session hook checks that no service outlives the suite.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -16,15 +17,19 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from helpers import FakeService, as_other_user, wait_for
 
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.cli import main
+from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.sandbox import SandboxConfig, service
 
 pytestmark = pytest.mark.timeout(120)
+HELPERS = str(Path(__file__).with_name("helpers.py"))
 
 LAUNCH = textwrap.dedent("""
     from gpucloud_nb import connect
@@ -154,7 +159,9 @@ def test_a_stale_runtime_file_whose_port_does_not_answer_is_replaced(fast: Path)
 
 
 def test_runtime_file_is_0600_and_home_0700(fast: Path) -> None:
-    connect(quiet=True)
+    pid = connect(quiet=True).sandbox.pid
+    assert (fast / "service.lock").read_text() == str(pid)  # the pid file of its lock
+    assert service.lock_holder(fast) == pid
     assert stat.S_IMODE((fast / service.RUNTIME_FILE).stat().st_mode) == 0o600
     assert stat.S_IMODE(fast.stat().st_mode) == 0o700
     text = (fast / service.RUNTIME_FILE).read_text()
@@ -352,3 +359,72 @@ def test_a_hung_service_is_replaced(fast: Path) -> None:
     finally:
         if service.pid_alive(hung.pid):
             os.kill(hung.pid, signal.SIGKILL)
+
+
+def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
+    """Start the home's service, kill -9 it (its runtime file stays); return what it was."""
+    old = connect(quiet=True).sandbox
+    os.kill(old.pid, signal.SIGKILL)
+    wait_for(lambda: not service.pid_alive(old.pid), 10)
+    assert service.read_runtime(home) == old
+    return old
+
+
+def claim(home: Path, old: service.Runtime, pid: int) -> None:
+    """Point the left-behind runtime file at ``pid``, as pid reuse would."""
+    service.write_runtime(home, dataclasses.replace(old, pid=pid))
+
+
+def carried_a_secret(requests: list, old: service.Runtime) -> bool:
+    seen = json.dumps(requests)
+    return old.api_key in seen or old.inference_secret in seen
+
+
+@pytest.mark.parametrize("impostor", ["same user", "another user"])
+def test_connect_never_sends_the_key_to_an_impostor_on_the_old_port(
+        fast: Path, impostor: str, service_processes) -> None:
+    command = as_other_user([sys.executable, HELPERS, "0"]) if impostor == "another user" else []
+    old = killed_leaving_its_runtime_file(fast)
+    port = int(old.management_url.rsplit(":", 1)[1])
+    if impostor == "same user":  # a live pid of ours that is not the service: this process
+        with FakeService(port, pid=os.getpid()) as fake:
+            claim(fast, old, os.getpid())
+            cloud = connect(quiet=True)
+        requests, impostor_pid = fake.requests, os.getpid()
+    else:  # a process of another user on the old port, whose pid the runtime file names
+        process = subprocess.Popen([*command[:-1], str(port)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == f"listening {port}\n"
+            claim(fast, old, process.pid)
+            cloud = connect(quiet=True)
+        finally:
+            process.terminate()
+            out, _ = process.communicate(timeout=10)
+        requests, impostor_pid = [json.loads(line) for line in out.splitlines()], process.pid
+    assert not carried_a_secret(requests, old), [path for path, _ in requests]
+    assert cloud.sandbox.pid not in (old.pid, impostor_pid)
+    assert cloud.base_url != old.management_url  # the impostor kept the old port
+    assert [p.pid for p in service_processes(fast)] == [cloud.sandbox.pid]
+    assert cloud.volumes.list() == [] and service.find(fast) == cloud.sandbox
+
+
+def test_an_impostor_holding_the_lock_gets_a_challenge_without_the_key_and_is_refused(
+        fast: Path) -> None:
+    old = killed_leaving_its_runtime_file(fast)
+    port = int(old.management_url.rsplit(":", 1)[1])
+    lock = service.service_lock(fast)  # held by this process, whose pid the runtime file names
+    assert lock is not None
+    try:
+        with FakeService(port, pid=os.getpid()) as fake:
+            claim(fast, old, os.getpid())
+            with pytest.raises(ConnectionFailedError, match="holds .*service.lock but does not "
+                                                            "answer") as refused:
+                connect(quiet=True)
+    finally:
+        lock.close()
+    assert "\n" not in str(refused.value)
+    assert fake.requests and {urlsplit(path).path for path, _ in fake.requests} \
+        == {"/sandbox/challenge"}
+    assert not carried_a_secret(fake.requests, old)
+    assert all("x-api-key" not in {h.lower() for h in headers} for _, headers in fake.requests)

@@ -3,10 +3,14 @@
     $ curl -H "x-api-key: $KEY" -X PUT $BASE/sandbox/instances/$ID/auto-delete \\
            -d '{"at": "2026-11-24T12:00:00Z"}'
 
-Every path needs ``x-api-key``, and each key sees only its own account:
+Every path but the challenge needs ``x-api-key``, and each key sees only its own account:
 
-- ``GET /sandbox/service``: ``{"pid", "startedAt"}``; how ``connect()`` tells a live service
-  from a stale runtime file.
+- ``GET /sandbox/challenge?nonce=N`` (no key): ``{"proof"}``, the HMAC that proves this server is
+  the home's service (:func:`gpucloud_nb.sandbox.service.challenge_proof` of the nonce, the pid
+  and the port the request came in on, keyed by the home's challenge secret). ``connect()`` asks
+  it before it sends any key; 400 for a nonce that is not 16 to 128 hex digits, 404 from a
+  server that is not a home's service.
+- ``GET /sandbox/service``: ``{"pid", "startedAt"}`` of the serving process.
 - ``GET /sandbox/status``: ``pid``, ``startedAt``, ``instances`` (count by status), ``volumes``,
   ``autoDeletes`` and ``spend`` (dollars so far: hourly price × time active or deleting; a launch
   that ended in ``error`` costs nothing).
@@ -20,7 +24,10 @@ Every path needs ``x-api-key``, and each key sees only its own account:
 
 Timers live in the SQLite state, so they outlive every kernel and a restart of the service; an
 asyncio task started by the app's lifespan deletes each instance when it is due (at most a
-second late). On the real cloud there is no such endpoint: timers stay in the kernel.
+second late). The deletion is recorded as of the due time, so a timer that fell due while the
+service was down deletes at the restart but bills only up to when it was due (plus the usual
+``deleting`` time), as if the service had never stopped; an ``at`` in the past is stored as the
+time of the request. On the real cloud there is no such endpoint: timers stay in the kernel.
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.sandbox.lifecycle import iso, status_of
 
@@ -48,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["auto_delete_timers", "service_routes"]
 
 log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
+_NONCE = re.compile(r"[0-9a-f]{16,128}")
 
 
 def _now_ms() -> int:
@@ -84,7 +94,7 @@ def _spend(record: Any, now_ms: int) -> float:
 
 def service_routes(management: _Management) -> list[BaseRoute]:
     """The sandbox-only routes, checked by ``management``'s key check like every other."""
-    from gpucloud_nb.sandbox.app import _json, _json_object, _Problem
+    from gpucloud_nb.sandbox.app import _error, _json, _json_object, _Problem
 
     store = management.store
     started = iso(_now_ms())
@@ -93,6 +103,22 @@ def service_routes(management: _Management) -> list[BaseRoute]:
         event = getattr(request.app.state, "auto_delete_wake", None)
         if event is not None:
             event.set()
+
+    async def challenge(request: Request) -> Response:
+        from gpucloud_nb.sandbox.service import challenge_proof, challenge_secret
+
+        nonce = request.query_params.get("nonce", "")
+        try:
+            if not _NONCE.fullmatch(nonce):
+                raise _Problem(400, "nonce must be 16 to 128 lowercase hex digits.")
+            home = management.config.home
+            secret = challenge_secret(Path(home)) if home is not None else None
+            server = request.scope.get("server")
+            if secret is None or not server:
+                raise _Problem(404, "This sandbox is not the service of a sandbox home.")
+        except _Problem as problem:
+            return _error(problem.status, problem.message, request.url.path)
+        return _json({"proof": challenge_proof(secret, nonce, os.getpid(), int(server[1]))})
 
     async def service(request: Request) -> Response:
         return _json({"pid": os.getpid(), "startedAt": started})
@@ -120,7 +146,7 @@ def service_routes(management: _Management) -> list[BaseRoute]:
 
     async def set_timer(request: Request) -> Response:
         id_, user = request.path_params["id"], request.state.user
-        at = _at_ms(await _json_object(request))
+        at = max(_at_ms(await _json_object(request)), _now_ms())  # a time past means now
         if not store.set_auto_delete(user, id_, at):
             record = store.instance(user, id_)
             if record is None:
@@ -144,6 +170,7 @@ def service_routes(management: _Management) -> list[BaseRoute]:
         return Response(status_code=204)
 
     return [
+        Route("/sandbox/challenge", challenge, methods=["GET"]),  # no key: it proves the server
         management.route("/sandbox/service", {"GET": service}),
         management.route("/sandbox/status", {"GET": status}),
         management.route("/sandbox/inference", {"GET": inference}),
@@ -161,8 +188,10 @@ async def _auto_delete(app: Starlette, wake: asyncio.Event) -> None:
         timeout = 1.0
         try:
             now = _now_ms()
-            for user, id_ in store.due_auto_deletes(now):
-                if store.delete_instance(user, id_, delete_ms=now, gone_ms=now + delete_ms):
+            for user, id_, at in store.due_auto_deletes(now):
+                # Deleted as of when it was due: a timer that fell due while the service was
+                # down does not bill the downtime.
+                if store.delete_instance(user, id_, delete_ms=at, gone_ms=at + delete_ms):
                     log.info("Auto-deleted instance %s: its timer was due.", id_)
             due = store.next_auto_delete()
             if due is not None:
