@@ -51,12 +51,16 @@ class InstancesHandler(_Handler):
         self._answer(await self.poller.snapshot())
 
 
+class _BadSettings(ValueError):
+    pass
+
+
 def _seconds(body: dict[str, Any], name: str) -> float | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise tornado.web.HTTPError(400, reason=f"{name} must be a number of seconds.")
+        raise _BadSettings(f"{name} must be a number of seconds.")
     return float(value)
 
 
@@ -65,11 +69,13 @@ class SettingsHandler(_Handler):
     def put(self) -> None:
         try:
             body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise tornado.web.HTTPError(400, reason="The settings must be a JSON object.")
-        fast, slow = _seconds(body, "busyInterval"), _seconds(body, "idleInterval")
+            if not isinstance(body, dict):
+                raise _BadSettings("The settings must be a JSON object.")
+            fast, slow = _seconds(body, "busyInterval"), _seconds(body, "idleInterval")
+        except ValueError as error:  # not JSON, or not numbers of seconds
+            message = str(error) if isinstance(error, _BadSettings) else "The settings are not JSON."
+            self._answer({"message": message}, 400)
+            return
         self.poller.set_intervals(fast, slow)
         self._answer({"busyInterval": self.poller.fast, "idleInterval": self.poller.slow})
 
