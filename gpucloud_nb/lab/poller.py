@@ -152,6 +152,7 @@ class Poller:
         """Delete ``instance_id`` in the cloud; the snapshot shows it deleting at once."""
         cloud = await self._client()
         await cloud.instances.delete(instance_id)
+        self._stamp = changes.stamp(cloud.base_url)  # our own change: the nudge below covers it
         if self._snapshot is not None:
             for row in self._snapshot["instances"]:
                 if row["id"] == instance_id and row["status"] != "deleted":
