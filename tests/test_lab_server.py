@@ -447,6 +447,7 @@ def test_a_cloud_that_never_answers_never_slows_jupyters_own_routes(tmp_path: Pa
     assert elapsed < 5, elapsed
     assert snapshot["instances"] == []
     error = snapshot["error"]
+    print(f"the sidebar says: {error}")
     assert error and error.count(".") >= 1 and "\n" not in error and "Traceback" not in error, error
     assert_no_secret(error)
     assert len(deletes) == 8 and all(r.status_code == 502 for r in deletes), deletes
