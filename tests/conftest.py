@@ -30,8 +30,10 @@ FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
 @pytest.fixture(autouse=True)
 def _private_config_dir(tmp_path_factory: pytest.TempPathFactory,
                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys a client generates for the real cloud go to a temporary config dir, not the user's."""
+    """Keys a client generates for the real cloud go to a temporary config dir, not the user's,
+    and the change stamps of the run's sandboxes to a temporary cache dir."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from gpucloud_nb.client import changes
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
@@ -131,6 +132,7 @@ class InstanceOps(Generic[D]):
                                                 "launched")
         instance = Instance.from_json(data)
         self.core.created_instance_ids.append(instance.id)
+        changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if delay is not None:
             self.core.auto_delete.schedule(instance.id, delay)
         return instance
@@ -154,6 +156,7 @@ class InstanceOps(Generic[D]):
     def delete(self, id: str) -> Op[None]:
         yield from self.core.send(
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
+        changes.touch(str(self.core.driver.http.base_url))
         self.core.auto_delete.cancel(id)
         if self.core.remote is not None:
             self.core.remote.forget(id)
