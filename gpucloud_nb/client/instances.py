@@ -22,13 +22,20 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
-from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
+from gpucloud_nb.client.remote import (
+    Remote,
+    RunResult,
+    default_public_key,
+    reachable,
+    refuse_existing,
+)
 from gpucloud_nb.errors import (
     InstanceFailedError,
     InvalidInputError,
@@ -382,13 +389,17 @@ class Instances:
         self._remote().call(self._remote().upload_async(target, local, remote, progress))
 
     def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
-                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
-        """Copy ``remote`` on the instance to the local file ``local`` (SFTP).
+                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0,
+                 overwrite: bool = False) -> None:
+        """Copy ``remote`` on the instance to the local file ``local`` (SFTP); an existing
+        ``local`` is refused unless ``overwrite=True``, and nothing is written then.
 
             >>> cloud.instances.download(instance.id, "results.csv", "results.csv")  # doctest: +SKIP
         """
+        refuse_existing(Path(local), overwrite)
         target = self._target(id, wait)
-        self._remote().call(self._remote().download_async(target, remote, local, progress))
+        self._remote().call(self._remote().download_async(target, remote, local, progress,
+                                                          overwrite=overwrite))
 
     def forward(self, id: str, remote_port: int, *,
                 wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
@@ -514,8 +525,10 @@ class AsyncInstances:
 
     async def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
                        progress: Callable[[int, int], None] | None = None,
-                       wait: float = 60.0) -> None:
+                       wait: float = 60.0, overwrite: bool = False) -> None:
         """The coroutine twin of :meth:`Instances.download`."""
+        refuse_existing(Path(local), overwrite)
         target = await self._target(id, wait)
         await asyncio.wrap_future(self._remote().submit(
-            self._remote().download_async(target, remote, local, progress)))
+            self._remote().download_async(target, remote, local, progress,
+                                          overwrite=overwrite)))

@@ -27,6 +27,7 @@ loop per client and are cached per instance, so a second ``run`` costs one round
 from __future__ import annotations
 
 import asyncio
+import codecs
 import concurrent.futures
 import contextlib
 import os
@@ -46,25 +47,40 @@ if TYPE_CHECKING:
     from gpucloud_nb.models import InstanceDetails
 
 __all__ = [
+    "TAIL_BYTES",
     "Remote",
     "RemoteCommandError",
+    "RemoteTimeoutError",
     "RunResult",
     "default_public_key",
     "key_dir",
     "reachable",
+    "refuse_existing",
 ]
 
 _READ_ONLY_KEY = Path("~/.ssh/id_ed25519")
 _CONNECT_TRIES = 20
+TAIL_BYTES = 10 * 1024 * 1024
+"""How much of each stream a :class:`RunResult` keeps: the last 10 MiB."""
+_LINE_CHARS = 64 * 1024
+_BACKLOG = 64  # batches of lines waiting for the caller's thread before the reader pauses
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """What a remote command printed and how it ended."""
+    """What a remote command printed (the last :data:`TAIL_BYTES` of each stream) and how it ended.
+
+    ``stdout_dropped`` / ``stderr_dropped`` count the bytes that came before the kept tail.
+
+        >>> RunResult("ok\\n", "", 0).ok
+        True
+    """
 
     stdout: str
     stderr: str
     exit_status: int
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -74,6 +90,59 @@ class RunResult:
 
 class RemoteCommandError(GPUCloudError):
     """A remote command could not run (not found) or was stopped."""
+
+
+class RemoteTimeoutError(RemoteCommandError, TimeoutError):
+    """A remote command ran past its ``timeout``: it was stopped (SIGINT, then the channel closed)."""
+
+
+class _Tail:
+    """The last ``limit`` bytes of a stream, and how many came before them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.limit:  # trim in batches: amortised O(1) per byte
+            self.trim()
+
+    def trim(self) -> None:
+        extra = len(self.data) - self.limit
+        if extra > 0:
+            del self.data[:extra]
+            self.dropped += extra
+
+    def text(self) -> str:
+        self.trim()
+        return self.data.decode("utf-8", errors="backslashreplace")
+
+
+class _Lines:
+    """Bytes in, whole decoded lines out; a line longer than ``_LINE_CHARS`` comes in pieces."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
+        self.partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self.partial + self.decoder.decode(chunk)
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        if len(text) > _LINE_CHARS:  # rare: cut long lines (and a long unfinished one)
+            lines = [line[i:i + _LINE_CHARS] for line in lines
+                     for i in range(0, len(line) or 1, _LINE_CHARS)]
+            while len(self.partial) > _LINE_CHARS:
+                lines.append(self.partial[:_LINE_CHARS])
+                self.partial = self.partial[_LINE_CHARS:]
+        return lines
+
+    def end(self) -> list[str]:
+        rest = self.partial + self.decoder.decode(b"", final=True)
+        self.partial = ""
+        return [rest] if rest else []
 
 
 def key_dir(sandbox: Any) -> Path:
@@ -308,71 +377,89 @@ class Remote:
                         timeout: float | None = None,
                         on_output: Callable[[str], None] | None = None) -> RunResult:
         """Run ``command`` and collect (and stream) its output; see :meth:`run`."""
-        connection = await self.connection(details)
-        process = await connection.create_process(command, encoding="utf-8", errors="replace")
-        out: list[str] = []
-        err: list[str] = []
+        def each(batch: list[str]) -> None:
+            for line in batch:
+                on_output(line)  # type: ignore[misc]
 
-        async def pump(stream: Any, into: list[str]) -> None:
-            async for line in stream:
-                if not line:  # the end of the stream
+        return await self.execute(details, command, timeout=timeout,
+                                  emit=each if on_output is not None else None)
+
+    async def execute(self, details: InstanceDetails, command: str, *,
+                      timeout: float | None = None,
+                      emit: Callable[[list[str]], None] | None = None,
+                      backlog: Callable[[], int] = lambda: 0) -> RunResult:
+        """Run ``command``: ``emit`` gets batches of lines; reading pauses while ``backlog()``
+        is above ``_BACKLOG`` (so a flood waits for the reader instead of filling memory).
+
+        A ``timeout`` (seconds, from when the command starts) stops the remote process and
+        raises :class:`RemoteTimeoutError`.
+        """
+        connection = await self.connection(details)
+        process = await connection.create_process(command, encoding=None)
+        tails = (_Tail(TAIL_BYTES), _Tail(TAIL_BYTES))
+
+        async def pump(stream: Any, tail: _Tail) -> None:
+            lines = _Lines()
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
                     break
-                into.append(line)
-                if on_output is not None:
-                    on_output(line.rstrip("\n"))
+                tail.add(chunk)
+                if emit is not None:
+                    batch = lines.feed(chunk)
+                    if batch:
+                        emit(batch)
+                    while backlog() > _BACKLOG:
+                        await asyncio.sleep(0.005)
+            if emit is not None and (rest := lines.end()):
+                emit(rest)
 
         try:
             await asyncio.wait_for(
-                asyncio.gather(pump(process.stdout, out), pump(process.stderr, err),
+                asyncio.gather(pump(process.stdout, tails[0]), pump(process.stderr, tails[1]),
                                process.wait_closed()), timeout)
+        except (asyncio.TimeoutError, TimeoutError):  # one class on 3.11+, two on 3.10
+            _stop(process)
+            raise RemoteTimeoutError(
+                f"The command on instance {details.id} did not finish within {timeout:g} s "
+                "and was stopped.") from None
         except BaseException:
-            with contextlib.suppress(Exception):
-                process.send_signal("INT")
-                process.close()
+            _stop(process)
             raise
         status = process.exit_status
         if status is None:
             status = 128 + 15 if process.exit_signal else -1
-        return RunResult("".join(out), "".join(err), status)
+        return RunResult(tails[0].text(), tails[1].text(), status,
+                         tails[0].dropped, tails[1].dropped)
 
     def run(self, details: InstanceDetails, command: str, *, timeout: float | None = None,
             on_output: Callable[[str], None] | None = None) -> RunResult:
         """Run ``command``; ``on_output`` gets each line (without its newline) in this thread.
 
-        Ctrl-C (KeyboardInterrupt) stops the remote process and re-raises. Exit status 127 is
-        :class:`RemoteCommandError` ("not found"); other statuses are in the result.
+        Ctrl-C (KeyboardInterrupt), or any exception from ``on_output``, stops the remote
+        process and re-raises. A ``timeout`` raises :class:`RemoteTimeoutError`; exit status 127
+        is :class:`RemoteCommandError` ("not found"); other statuses are in the result.
         """
-        lines: queue.SimpleQueue[str] = queue.SimpleQueue()
-        future = self.submit(self.run_async(details, command, timeout=timeout,
-                                            on_output=lines.put if on_output else None))
-
-        def drain() -> None:
-            while on_output is not None:
-                try:
-                    on_output(lines.get_nowait())
-                except queue.Empty:
-                    return
-
+        batches: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        future = self.submit(self.execute(
+            details, command, timeout=timeout,
+            emit=batches.put if on_output is not None else None, backlog=batches.qsize))
         try:
-            while True:
+            # Done-ness is asked, never inferred from an exception: on 3.11+
+            # concurrent.futures.TimeoutError *is* TimeoutError, which the command may raise.
+            while not future.done():
                 try:
-                    result: RunResult = future.result(timeout=0.05)
-                    break
-                except concurrent.futures.TimeoutError:
-                    drain()
-        except KeyboardInterrupt:
+                    batch = batches.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                _deliver(batch, on_output)
+            while not batches.empty():
+                _deliver(batches.get_nowait(), on_output)
+        except BaseException:
             future.cancel()
-            with contextlib.suppress(BaseException):
-                future.result(timeout=5)
-            drain()
+            concurrent.futures.wait([future], timeout=5)
             raise
-        except (asyncio.TimeoutError, TimeoutError):
-            drain()
-            raise RemoteCommandError(
-                f"The command on instance {details.id} did not finish within {timeout} s "
-                "and was stopped.") from None
-        drain()
-        return self.checked(details, command, result)
+        return self.checked(details, command, future.result())
 
     @staticmethod
     def checked(details: InstanceDetails, command: str, result: RunResult) -> RunResult:
@@ -398,17 +485,38 @@ class Remote:
 
     async def download_async(self, details: InstanceDetails, remote: str,
                              local: str | os.PathLike[str],
-                             progress: Callable[[int, int], None] | None = None) -> None:
-        """Copy ``remote`` on the instance to the file ``local`` over SFTP."""
+                             progress: Callable[[int, int], None] | None = None, *,
+                             overwrite: bool = False) -> None:
+        """Copy ``remote`` on the instance to the file ``local`` over SFTP.
+
+        An existing ``local`` is refused unless ``overwrite`` (as ``cp -n``): the copy goes to a
+        temporary file beside it and is moved into place only once complete, so a refused or
+        failed download leaves nothing behind.
+        """
         import asyncssh
 
+        destination = Path(local)
+        refuse_existing(destination, overwrite)
         connection = await self.connection(details)
-        async with connection.start_sftp_client() as sftp:
-            try:
-                await sftp.get(remote, os.fspath(local), progress_handler=_progress(progress))
-            except asyncssh.SFTPNoSuchFile:
-                raise InvalidInputError(
-                    f"{remote!r} does not exist on instance {details.id}.") from None
+        partial = destination.with_name(f".{destination.name}.gpucloud-partial")
+        try:
+            async with connection.start_sftp_client() as sftp:
+                try:
+                    await sftp.get(remote, os.fspath(partial),
+                                   progress_handler=_progress(progress))
+                except asyncssh.SFTPNoSuchFile:
+                    raise InvalidInputError(
+                        f"{remote!r} does not exist on instance {details.id}.") from None
+            if overwrite:
+                partial.replace(destination)
+            else:
+                try:
+                    os.link(partial, destination)  # fails if the file appeared meanwhile
+                except FileExistsError:
+                    refuse_existing(destination, overwrite)
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
 
     @contextlib.contextmanager
     def forward(self, details: InstanceDetails, remote_port: int) -> Iterator[str]:
@@ -427,6 +535,27 @@ class Remote:
 
             with contextlib.suppress(Exception):
                 self.call(stop())
+
+
+def refuse_existing(local: Path, overwrite: bool) -> None:
+    """One sentence if ``local`` exists and ``overwrite`` is false (a download never clobbers)."""
+    if not overwrite and (local.exists() or local.is_symlink()):
+        raise InvalidInputError(f"{os.fspath(local)!r} already exists; pass overwrite=True "
+                                "(--force in %gpucloud get) to replace it.")
+
+
+def _deliver(batch: list[str], on_output: Callable[[str], None] | None) -> None:
+    if on_output is not None:
+        for line in batch:
+            on_output(line)
+
+
+def _stop(process: Any) -> None:
+    """Interrupt the remote process and close its channel (the server kills its group)."""
+    with contextlib.suppress(Exception):
+        process.send_signal("INT")
+    with contextlib.suppress(Exception):
+        process.close()
 
 
 def _progress(progress: Callable[[int, int], None] | None) -> Any:
