@@ -24,6 +24,8 @@ def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "user-home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
     return home
 
 
@@ -381,3 +383,131 @@ def test_download_refuses_an_existing_file_unless_overwrite(box: GPUCloud, tmp_p
     with pytest.raises(InvalidInputError, match="does not exist on instance"):
         box.instances.download(instance.id, "absent.txt", absent)
     assert sorted(folder.iterdir()) == [local]  # no partial file left behind
+
+
+# -- the printed ssh command works in a terminal (#25) -------------------------------------------
+
+
+def _openssh(command: str, home: Path, agent: str | None = None) -> Any:
+    """Run the printed ``command`` with the system OpenSSH, non-interactively, from ``home``.
+
+    OpenSSH takes ``~`` from the password database, not ``$HOME``; so, as root, ``home`` is
+    bind-mounted over that directory in a private mount namespace for the one command.
+    """
+    import pwd
+    import shlex
+    import shutil
+    import subprocess
+
+    words = shlex.split(command)
+    assert words[0] == "ssh"
+    real_home = pwd.getpwuid(os.getuid()).pw_dir
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("showing OpenSSH another home needs root and unshare (it reads ~ from "
+                    "the password database, not $HOME)")
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if agent is not None:
+        env["SSH_AUTH_SOCK"] = agent
+    inner = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *words[1:], "echo ok"]
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+         str(home), real_home, *inner],
+        env=env, capture_output=True, text=True, timeout=30, check=False)
+
+
+def _key_file(path: Path, kind: str = "ssh-ed25519") -> str:
+    import asyncssh
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = asyncssh.generate_private_key(kind, comment=f"test-{path.name}")
+    key.write_private_key(str(path))
+    path.chmod(0o600)
+    key.write_public_key(str(path) + ".pub")
+    return key.export_public_key().decode().strip()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[str]:
+    """A private ssh-agent on a socket in tmp_path; killed afterwards."""
+    import signal
+    import subprocess
+
+    socket = tmp_path / "agent.sock"
+    started = subprocess.run(["ssh-agent", "-a", str(socket)], capture_output=True, text=True,
+                             check=True, timeout=10)
+    pid = int(started.stdout.split("SSH_AGENT_PID=")[1].split(";")[0])
+    try:
+        yield str(socket)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+def test_the_printed_ssh_command_works_from_a_home_without_ssh_keys(box: GPUCloud,
+                                                                   own_home: Path) -> None:
+    instance = launch(box)
+    command = box.instances.ssh_command(instance.id)
+    own = key_dir(box.sandbox) / "id_ed25519"
+    assert f"-i {own} -o IdentitiesOnly=yes" in command and "-o BatchMode" not in command
+    assert f"HostKeyAlias={instance.id}" in command and command.endswith(
+        f"-p {instance.ssh_port} ubuntu@127.0.0.1")
+    ran = _openssh(command, own_home)
+    assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
+
+
+def test_the_printed_ssh_command_works_with_only_an_rsa_key(box: GPUCloud, own_home: Path) -> None:
+    _key_file(own_home / ".ssh" / "id_rsa", "ssh-rsa")
+    instance = launch(box)
+    command = box.instances.ssh_command(instance.id)
+    assert " -i " not in command  # OpenSSH finds ~/.ssh/id_rsa by itself
+    ran = _openssh(command, own_home)
+    assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
+
+
+def test_the_printed_ssh_command_works_with_only_an_agent(box: GPUCloud, own_home: Path,
+                                                          agent: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    hidden = tmp_path / "keys" / "agent_only"
+    _key_file(hidden)
+    subprocess.run(["ssh-add", str(hidden)], env={**os.environ, "SSH_AUTH_SOCK": agent},
+                   check=True, capture_output=True, timeout=10)
+    hidden.unlink()  # only the agent has it now
+    monkeypatch.setenv("SSH_AUTH_SOCK", agent)
+    cloud = GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url)
+    try:  # as on the real cloud: create sends the first key, the agent's
+        instance = launch(cloud)
+        assert instance.ssh_key["name"] == "test-agent_only"
+        command = cloud.instances.ssh_command(instance.id)
+        assert " -i " not in command
+        ran = _openssh(command, own_home, agent=agent)
+        assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
+    finally:
+        cloud.close()
+
+
+def test_an_explicit_identity_is_used_and_a_refusal_names_the_keys_tried(
+        sandbox: Sandbox, own_home: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = tmp_path / "keys" / "course_key"
+    _key_file(chosen)
+    _key_file(own_home / ".ssh" / "id_ecdsa", "ecdsa-sha2-nistp256")
+    monkeypatch.setenv("GPUCLOUD_SSH_KEY", str(chosen))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        instance = launch(cloud)
+        assert instance.ssh_key["name"] == "test-course_key"
+        command = cloud.instances.ssh_command(instance.id)
+        assert f"-i {chosen} -o IdentitiesOnly=yes" in command
+        ran = _openssh(command, own_home)
+        assert (ran.returncode, ran.stdout) == (0, "ok\n"), ran.stderr
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY")
+    with (GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as other,
+          pytest.raises(ConnectionFailedError) as refused):
+        other.instances.run(instance.id, "true")
+    message = str(refused.value)
+    assert message.startswith(f"Instance {instance.id} refused this client's SSH keys (tried "
+                              "~/.ssh/id_ecdsa, ")
+    assert "GPUCLOUD_SSH_KEY" in message and "ssh_identity=" in message
+    with pytest.raises(InvalidInputError, match="is not a file"):
+        GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                 ssh_identity=tmp_path / "missing")

@@ -129,7 +129,8 @@ class InstanceOps(Generic[D]):
         delay = None if delete_after is None else seconds(delete_after)
         if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
                 and self.core.sandbox is None):
-            kwargs["ssh_key"] = default_public_key()  # so that run/upload/forward can log in
+            # so that run/upload/forward can log in
+            kwargs["ssh_key"] = default_public_key(identity=self.core.ssh_identity)
         body = creating.instance_body(**kwargs)
         problems = yield from self._body_problems(body)
         if problems:
@@ -358,7 +359,7 @@ class Instances:
         core = self._core
         if core.remote is None:
             core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
-                                 lambda: core.sandbox)
+                                 lambda: core.sandbox, core.ssh_identity)
         return core.remote
 
     def _target(self, id: str, wait: float) -> InstanceDetails:
@@ -377,6 +378,18 @@ class Instances:
         """
         return self._remote().run(self._target(id, wait), command, timeout=timeout,
                                   on_output=on_output)
+
+    def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
+        """The ``ssh`` command that logs in to the instance from a terminal, as printed.
+
+        It names the key the instance accepted when OpenSSH would not find it by itself, and
+        the client's known_hosts (the host key is stored by connecting once, first). See
+        :mod:`gpucloud_nb.client.ssh_keys`.
+
+            >>> cloud.instances.ssh_command(instance.id)  # doctest: +SKIP
+            'ssh -i /home/me/.config/gpucloud-nb/ssh/id_ed25519 -o IdentitiesOnly=yes ...'
+        """
+        return self._remote().ssh_command(self._target(id, wait))
 
     def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
@@ -497,7 +510,7 @@ class AsyncInstances:
             def no_sync(*args: Any) -> Any:
                 raise RuntimeError("The async client fetches details itself.")
 
-            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox)
+            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox, core.ssh_identity)
         return core.remote
 
     async def _target(self, id: str, wait: float) -> InstanceDetails:
@@ -514,6 +527,13 @@ class AsyncInstances:
         target = await self._target(id, wait)
         return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
             remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+
+    async def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
+        """The coroutine twin of :meth:`Instances.ssh_command`."""
+        remote = self._remote()
+        target = await self._target(id, wait)
+        await asyncio.wrap_future(remote.submit(remote.connection(target)))
+        return remote.command_for(target)
 
     async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                      progress: Callable[[int, int], None] | None = None,

@@ -10,15 +10,20 @@ One code path for the sandbox and the real cloud: the instance's ``ip``, ``sshPo
 ``sshUser`` from the management API, and asyncssh. The connections live on one background event
 loop per client and are cached per instance, so a second ``run`` costs one round trip.
 
-- **Keys.** The client logs in with ``~/.ssh/id_ed25519`` if it exists (read only), otherwise with
+- **Keys.** The client offers keys as OpenSSH does (an explicit ``ssh_identity=`` /
+  ``GPUCLOUD_SSH_KEY``, the ssh-agent, ``~/.ssh/id_ed25519``, ``id_ecdsa``, ``id_rsa``), and last
   a key pair it generates once: in ``<sandbox home>/client`` for the sandbox, in the user config
-  dir (platformdirs) for the real cloud. It never writes into ``~/.ssh``. For the sandbox the
-  public key is registered in ``<sandbox home>/ssh/authorized_keys``, which the sandbox accepts
-  for instances created without ``ssh_key``; :func:`default_public_key` is what ``create``
-  sends when no key is given.
+  dir (platformdirs) for the real cloud; see :mod:`gpucloud_nb.client.ssh_keys`. It never writes
+  into ``~/.ssh``. For the sandbox the public keys are registered in
+  ``<sandbox home>/ssh/authorized_keys``, which the sandbox accepts for instances created without
+  ``ssh_key``; :func:`default_public_key` is what ``create`` sends when no key is given. A refusal
+  names the keys tried and how to give the right one.
 - **Host keys.** Accept-new: the first key an instance shows is stored in the client's own
-  ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each); a different key
-  later is refused with one sentence.
+  ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each: OpenSSH's format,
+  read by the printed command through ``HostKeyAlias``); a different key later is refused with
+  one sentence.
+- **The ssh command** (:meth:`Remote.ssh_command`) connects once, so that the host key is stored
+  and the accepted key known, then prints a command that works as printed in a terminal.
 - **Bad input** is one sentence: an unknown instance (404), one that is still pending after
   ``wait`` seconds, one that is deleting, deleted or failed, and a command the instance does not
   have (exit status 127).
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucloud_nb.client import ssh_keys
 from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -58,7 +64,6 @@ __all__ = [
     "refuse_existing",
 ]
 
-_READ_ONLY_KEY = Path("~/.ssh/id_ed25519")
 _CONNECT_TRIES = 20
 TAIL_BYTES = 10 * 1024 * 1024
 """How much of each stream a :class:`RunResult` keeps: the last 10 MiB."""
@@ -160,27 +165,11 @@ def key_dir(sandbox: Any) -> Path:
     return directory
 
 
-def _user_key() -> Path | None:
-    path = _READ_ONLY_KEY.expanduser()
-    return path if path.is_file() and path.with_suffix(".pub").is_file() else None
-
-
-def _own_key(directory: Path) -> Path:
-    import asyncssh
-
-    path = directory / "id_ed25519"
-    if not path.exists():
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
-        key.write_private_key(str(path))
-        path.chmod(0o600)
-        key.write_public_key(str(path.with_suffix(".pub")))
-    return path
-
-
-def default_public_key(sandbox: Any = None) -> str:
-    """The OpenSSH public key the client logs in with (``~/.ssh/id_ed25519.pub`` if present)."""
-    path = _user_key() or _own_key(key_dir(sandbox))
-    return path.with_suffix(".pub").read_text().strip()
+def default_public_key(sandbox: Any = None, identity: str | os.PathLike[str] | None = None
+                       ) -> str:
+    """The OpenSSH public key ``create`` sends when none is given: the first key the client
+    offers (see :mod:`gpucloud_nb.client.ssh_keys`)."""
+    return ssh_keys.identities_sync(identity, key_dir(sandbox))[0].public
 
 
 class _KnownHosts:
@@ -226,8 +215,11 @@ class Remote:
 
     def __init__(self, details: Callable[[str], InstanceDetails],
                  wait: Callable[[str, float], InstanceDetails],
-                 sandbox: Callable[[], Any] = lambda: None) -> None:
+                 sandbox: Callable[[], Any] = lambda: None,
+                 identity: str | os.PathLike[str] | None = None) -> None:
         self._details = details
+        self._identity = identity
+        self._accepted: dict[str, ssh_keys.Identity] = {}
         self._wait = wait
         self._sandbox_of = sandbox
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -319,19 +311,21 @@ class Remote:
         if cached is not None and not cached.is_closed():
             return cached
         directory = key_dir(self._sandbox)
-        keys = [str(p) for p in (_user_key(), _own_key(directory)) if p is not None]
+        offered = await ssh_keys.identities(self._identity, directory)
         if self._sandbox is not None and getattr(self._sandbox, "home", None) is not None:
-            self._register(keys)
+            self._register([identity.public for identity in offered])
         known = _KnownHosts(directory / "known_hosts")
         stored = known.get(details.id)
         trusted: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None
         trusted = ([asyncssh.import_public_key(stored)], [], []) if stored else None
         error: Exception | None = None
         for attempt in range(_CONNECT_TRIES):
+            offers = _offering([identity.pair for identity in offered])
             try:
                 connection = await asyncssh.connect(
                     details.ip, details.ssh_port, username=details.ssh_user or "ubuntu",
-                    client_keys=_loaded(keys), known_hosts=trusted, agent_path=None,
+                    client_factory=lambda chosen=offers: chosen, client_keys=None, known_hosts=trusted,
+                    agent_path=None,
                     config=[], preferred_auth="publickey", connect_timeout=15,
                 )
                 break
@@ -341,9 +335,12 @@ class Remote:
                     f"to connect (if it was rebuilt, remove its line from {known.path})."
                 ) from None
             except asyncssh.PermissionDenied:
+                tried = ", ".join(identity.label for identity in offered)
                 raise ConnectionFailedError(
-                    f"Instance {details.id} refused this client's SSH key; create it with "
-                    "ssh_key= set to your public key."
+                    f"Instance {details.id} refused this client's SSH keys (tried {tried}); "
+                    "give the private key whose public half the instance was created with as "
+                    "connect(ssh_identity=...) or GPUCloud(ssh_identity=...), or in "
+                    "GPUCLOUD_SSH_KEY."
                 ) from None
             except (OSError, asyncssh.Error) as failure:  # the server may be seconds from ready
                 error = failure
@@ -357,16 +354,32 @@ class Remote:
             key = connection.get_server_host_key()
             if key is not None:
                 known.add(details.id, key.export_public_key().decode().strip())
+        if offers.accepted is not None:
+            self._accepted[details.id] = offered[offers.accepted]
         self._connections[details.id] = connection
         self._targets[details.id] = details
         return connection
 
-    def _register(self, keys: list[str]) -> None:
+    def ssh_command(self, details: InstanceDetails) -> str:
+        """The ``ssh`` command that logs in to the instance from a terminal, as printed.
+
+        It connects first (once per client and instance), so the host key is stored in the
+        client's known_hosts and the key the instance accepts is known.
+        """
+        self.call(self.connection(details))
+        return self.command_for(details)
+
+    def command_for(self, details: InstanceDetails) -> str:
+        """The ``ssh`` command for an instance this client has connected to (see ssh_command)."""
+        return ssh_keys.ssh_command(
+            details.id, details.ip, details.ssh_port, details.ssh_user or "ubuntu",
+            self._accepted.get(details.id), key_dir(self._sandbox) / "known_hosts")
+
+    def _register(self, publics: list[str]) -> None:
         path = Path(self._sandbox.home) / "ssh" / "authorized_keys"
         path.parent.mkdir(parents=True, exist_ok=True)
         present = path.read_text() if path.exists() else ""
-        for key in keys:
-            public = Path(key).with_suffix(".pub").read_text().strip()
+        for public in publics:
             if public and public not in present:
                 with path.open("a") as file:
                     file.write(public + "\n")
@@ -564,11 +577,21 @@ def _progress(progress: Callable[[int, int], None] | None) -> Any:
     return lambda source, destination, done, total: progress(done, total)
 
 
-def _loaded(paths: list[str]) -> list[Any]:
+def _offering(pairs: list[Any]) -> Any:
+    """An asyncssh client that offers ``pairs`` one at a time; ``.accepted`` is the index of the
+    key the server accepted (None if none was)."""
     import asyncssh
 
-    keys = []
-    for path in paths:
-        with contextlib.suppress(asyncssh.KeyImportError, OSError, ValueError):
-            keys.append(asyncssh.read_private_key(path))
-    return keys
+    class Offers(asyncssh.SSHClient):
+        def __init__(self) -> None:
+            self.index = -1
+            self.accepted: int | None = None
+
+        def public_key_auth_requested(self) -> Any:
+            self.index += 1
+            return pairs[self.index] if self.index < len(pairs) else None
+
+        def auth_completed(self) -> None:
+            self.accepted = self.index if 0 <= self.index < len(pairs) else None
+
+    return Offers()
