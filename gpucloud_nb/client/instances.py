@@ -30,6 +30,7 @@ from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unr
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
 from gpucloud_nb.client.remote import (
+    KeysRefusedError,
     Remote,
     RunResult,
     default_public_key,
@@ -391,6 +392,15 @@ class Instances:
         """
         return self._remote().ssh_command(self._target(id, wait))
 
+    def ssh_key_in_use(self, id: str) -> str | None:
+        """The key this client logs in to the instance with, once it has connected (``run``,
+        ``ssh_command``...): where it comes from and its fingerprint; else ``None``.
+
+            >>> cloud.instances.ssh_key_in_use(instance.id)  # doctest: +SKIP
+            '~/.ssh/id_rsa (SHA256:1A2b...)'
+        """
+        return self._remote().key_in_use(path_id(id))
+
     def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
         """Copy the local file ``local`` to ``remote`` on the instance (SFTP; relative paths
@@ -532,8 +542,13 @@ class AsyncInstances:
         """The coroutine twin of :meth:`Instances.ssh_command`."""
         remote = self._remote()
         target = await self._target(id, wait)
-        await asyncio.wrap_future(remote.submit(remote.connection(target)))
+        with contextlib.suppress(KeysRefusedError):
+            await asyncio.wrap_future(remote.submit(remote.connection(target)))
         return remote.command_for(target)
+
+    def ssh_key_in_use(self, id: str) -> str | None:
+        """The same as :meth:`Instances.ssh_key_in_use` (no I/O)."""
+        return self._remote().key_in_use(path_id(id))
 
     async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                      progress: Callable[[int, int], None] | None = None,

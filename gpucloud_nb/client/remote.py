@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TAIL_BYTES",
+    "KeysRefusedError",
     "Remote",
     "RemoteCommandError",
     "RemoteTimeoutError",
@@ -95,6 +96,10 @@ class RunResult:
 
 class RemoteCommandError(GPUCloudError):
     """A remote command could not run (not found) or was stopped."""
+
+
+class KeysRefusedError(ConnectionFailedError):
+    """The instance refused every key the client offered (the sentence names them)."""
 
 
 class RemoteTimeoutError(RemoteCommandError, TimeoutError):
@@ -335,8 +340,13 @@ class Remote:
                     f"to connect (if it was rebuilt, remove its line from {known.path})."
                 ) from None
             except asyncssh.PermissionDenied:
+                if stored is None:  # still learn the host key, for a command using another key
+                    with contextlib.suppress(OSError, asyncssh.Error):
+                        shown = await asyncssh.get_server_host_key(details.ip, details.ssh_port)
+                        if shown is not None:
+                            known.add(details.id, shown.export_public_key().decode().strip())
                 tried = ", ".join(identity.label for identity in offered)
-                raise ConnectionFailedError(
+                raise KeysRefusedError(
                     f"Instance {details.id} refused this client's SSH keys (tried {tried}); "
                     "give the private key whose public half the instance was created with as "
                     "connect(ssh_identity=...) or GPUCloud(ssh_identity=...), or in "
@@ -364,10 +374,19 @@ class Remote:
         """The ``ssh`` command that logs in to the instance from a terminal, as printed.
 
         It connects first (once per client and instance), so the host key is stored in the
-        client's known_hosts and the key the instance accepts is known.
+        client's known_hosts and the key the instance accepts is known. If the instance refuses
+        every key this client has, the command names none: whoever holds the key it was
+        created with (in ``~/.ssh`` or an agent) can still use it.
         """
-        self.call(self.connection(details))
+        with contextlib.suppress(KeysRefusedError):
+            self.call(self.connection(details))
         return self.command_for(details)
+
+    def key_in_use(self, id: str) -> str | None:
+        """The key this client logged in to instance ``id`` with (where from, fingerprint), once
+        it has connected; else ``None``."""
+        identity = self._accepted.get(id)
+        return None if identity is None else str(identity)
 
     def command_for(self, details: InstanceDetails) -> str:
         """The ``ssh`` command for an instance this client has connected to (see ssh_command)."""

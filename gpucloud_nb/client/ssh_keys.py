@@ -48,6 +48,16 @@ class Identity:
     found_by_openssh: bool
     pair: Any
 
+    @property
+    def fingerprint(self) -> str:
+        """The public key's SHA256 fingerprint, as ``ssh-keygen -l`` shows it."""
+        import asyncssh
+
+        return str(asyncssh.import_public_key(self.public).get_fingerprint())
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.fingerprint})"
+
 
 def explicit_identity(given: str | os.PathLike[str] | None) -> Path | None:
     """``given``, else ``GPUCLOUD_SSH_KEY``, as a private key file; one sentence if missing."""

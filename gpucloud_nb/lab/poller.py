@@ -63,6 +63,7 @@ class Poller:
         self.list_requests = 0
         self._cloud: GPUCloud | None = None
         self._ledger = Ledger()
+        self._ssh: dict[str, str] = {}
         self._snapshot: dict[str, Any] | None = None
         self._first = asyncio.Event()
         self._wake = asyncio.Event()
@@ -176,6 +177,7 @@ class Poller:
             cloud = await self._client()
             self.list_requests += 1
             instances = await asyncio.get_running_loop().run_in_executor(None, cloud.instances.list)
+            await asyncio.get_running_loop().run_in_executor(None, self._learn_ssh, cloud, instances)
             self._snapshot = self._build(cloud, instances, datetime.now(timezone.utc))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
             message = (str(error) if isinstance(error, GPUCloudError)
@@ -184,6 +186,15 @@ class Poller:
             self._snapshot = {**old, "error": self.scrub(message),
                               "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
+
+    def _learn_ssh(self, cloud: GPUCloud, instances: list[Instance]) -> None:
+        """The working ssh command of each newly active instance, once (it connects once)."""
+        for instance in instances:
+            if instance.status == "active" and instance.ip and instance.id not in self._ssh:
+                try:
+                    self._ssh[instance.id] = cloud.instances.ssh_command(instance.id, wait=0)
+                except GPUCloudError:
+                    continue  # asked again at the next poll
 
     def _build(self, cloud: GPUCloud, instances: list[Instance], now: datetime) -> dict[str, Any]:
         deadlines = cloud.auto_delete.deadlines()
@@ -200,7 +211,7 @@ class Poller:
                 "hourlyPrice": instance.hourly_price, "createdAt": _iso(instance.created_at),
                 "billedFrom": _iso(bill.start), "spend": round(bill.spend, 6),
                 "estimated": bill.estimated, "autoDeleteAt": _iso(deadline),
-                "sshCommand": instance.ssh_command,
+                "sshCommand": self._ssh.get(instance.id),
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),
