@@ -18,7 +18,8 @@ returns a value.
 
 - **What the cell shows.** At most ``LINES_PER_SECOND`` lines a second are printed (a flood such
   as ``yes`` would otherwise freeze the notebook); the rest are counted and one line at the end
-  says how many were not shown. Every line is shown as text: terminal control sequences (colours,
+  says how many were not shown; a line is cut after ``LINE_CHARS_SHOWN`` characters, saying
+  how many more it had. Every line is shown as text: terminal control sequences (colours,
   cursor moves, OSC titles and clipboard writes) are removed, a carriage return keeps what a
   terminal would leave (the text after it), and other control characters and undecodable bytes
   are shown escaped (``\\x07``, ``\\xff``).
@@ -45,12 +46,14 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
     from gpucloud_nb.models import Instance
 
-__all__ = ["LINES_PER_SECOND", "RemoteUsage", "printable", "remote_magic", "resolve"]
+__all__ = ["LINES_PER_SECOND", "LINE_CHARS_SHOWN", "RemoteUsage", "printable", "remote_magic", "resolve"]
 
 _LIVE = ("pending", "active", "error")
 _BIG = 8 * 1024 * 1024
 LINES_PER_SECOND = 200
 """The most lines ``%%gpucloud run`` prints into a cell in one second."""
+LINE_CHARS_SHOWN = 2000
+"""The most characters of one line ``%%gpucloud run`` prints (the rest is counted)."""
 
 # ESC sequences: CSI (ESC [ or 0x9b), OSC/DCS/SOS/PM/APC strings up to BEL or ST (or the line's
 # end), then any other two-character escape.
@@ -93,7 +96,11 @@ class _Shown:
             self.hidden += 1
             return
         self.in_window += 1
-        print(printable(line), flush=True)
+        shown = printable(line)
+        if len(shown) > LINE_CHARS_SHOWN:
+            extra = len(shown) - LINE_CHARS_SHOWN
+            shown = f"{shown[:LINE_CHARS_SHOWN]} … ({extra:,} more characters)"
+        print(shown, flush=True)
 
     def summary(self, result: RunResult | None) -> None:
         if not self.hidden:

@@ -862,6 +862,8 @@ def test_cell_run_strips_terminal_controls_and_escapes_binary(magic: Magic,
                      "printf '\\033[2J\\033[10;1Hmoved \\001 bell\\007 \\377 end\\n'\n"
                      "printf '10%%\\r100%%\\n'")
     assert ran.out.splitlines() == ["red", "moved \\x01 bell\\x07 \\xff end", "100%"]
+    long = magic.cell("%%gpucloud run box-8\nhead -c 5000 /dev/zero | tr '\\0' x")
+    assert long.out == "x" * 2000 + " … (3,000 more characters)\n"
     assert "\x1b" not in ran.text and ran.err == ""
 
 
