@@ -66,6 +66,7 @@ def connect(
     sandbox: bool | None = None,
     launch_seconds: float | None = None,
     quiet: bool = False,
+    ssh_identity: str | os.PathLike[str] | None = None,
 ) -> GPUCloud:
     """Return a client: the real cloud if ``GPUCLOUD_API_KEY`` is set, else the local sandbox.
 
@@ -74,6 +75,7 @@ def connect(
     announced on stdout, so nobody mistakes it for the real cloud. Pass
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
+    ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
 
         >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
@@ -81,7 +83,7 @@ def connect(
     if use_sandbox:
         box = shared_sandbox(launch_seconds)
         cloud = GPUCloud(api_key=box.api_key, base_url=box.management_url,
-                         max_hourly_cost=max_hourly_cost)
+                         max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
         cloud.sandbox = box
         if not quiet:
             print(
@@ -96,7 +98,7 @@ def connect(
                       f"{', '.join(differing)}; `gpucloud-nb sandbox stop` first to apply yours.",
                       flush=True)
     else:
-        cloud = GPUCloud(max_hourly_cost=max_hourly_cost)
+        cloud = GPUCloud(max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
     if cleanup_on_exit:
         atexit.register(_cleanup, cloud)
     return cloud

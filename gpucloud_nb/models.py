@@ -423,7 +423,9 @@ class _InstanceBase(_Mutable):
 
     @property
     def ssh_command(self) -> str | None:
-        """``ssh -p PORT user@ip`` once the instance has an address, else ``None``."""
+        """``ssh -p PORT user@ip`` once the instance has an address, else ``None``: the address
+        only. ``cloud.instances.ssh_command(id)`` gives the command that works as printed (with
+        the key and the host key options); every display uses that one."""
         if not self.ip:
             return None
         user = f"{self.ssh_user}@" if self.ssh_user else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -271,7 +272,12 @@ def test_instances_come_with_spend_and_the_delete_reaches_the_cloud(
     wait_for(api, lambda s: row_of(s, instance_id)["spend"] > 0)
     row = row_of(snapshot, instance_id)
     assert row["name"] == "priced" and row["gpuCount"] >= 1 and row["gpuModel"]
-    assert row["sshCommand"].startswith("ssh ")
+    shown = wait_for(api, lambda s: (row_of(s, instance_id) or {}).get("sshCommand"))
+    command = row_of(shown, instance_id)["sshCommand"]  # the server's own client's command
+    words = shlex.split(command)
+    assert words[0] == "ssh" and f"HostKeyAlias={instance_id}" in words
+    known = Path(next(w for w in words if w.startswith("UserKnownHostsFile=")).split("=", 1)[1])
+    assert any(line.startswith(f"{instance_id} ssh-") for line in known.read_text().splitlines())
     assert snapshot["sandbox"] is False and snapshot["cap"] == CAP
     totals = snapshot["totals"]
     assert totals["running"] == sum(1 for r in snapshot["instances"] if r["status"] == "active")

@@ -11,6 +11,7 @@ import pytest
 from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client.remote import key_dir
 from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
@@ -178,7 +179,12 @@ def test_launch_by_click_follows_progress_to_active(cloud: GPUCloud, observer: G
     assert form.progress.value == 1.0 and form.progress.bar_style == "success"
     assert "active after" in form.elapsed.value
     assert details.ip and details.ip in form.result.value
-    assert form.ssh_command.value == details.ssh_command and details.ssh_command.startswith("ssh ")
+    # The form's key is not this client's: the command names no -i, but the host key is stored.
+    assert form.ssh_command.value == cloud.instances.ssh_command(details.id)
+    assert form.ssh_command.value.startswith("ssh -o UserKnownHostsFile=")
+    assert f"HostKeyAlias={details.id}" in form.ssh_command.value
+    known = (key_dir(None) / "known_hosts").read_text().splitlines()
+    assert any(line.startswith(f"{details.id} ssh-") for line in known)
     assert "$" in form.result.value and "/h" in form.result.value
     assert form.status.text == "train-1 is active."
     assert not form.launching and not form.launch_button.disabled

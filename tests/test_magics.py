@@ -785,8 +785,86 @@ def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_c
     assert magic(f"get nobody:notes.txt {back}").err == (
         "No instance has the name or id 'nobody'; %gpucloud instances lists them.\n")
     assert magic(f"put {local} box-3").err.startswith("%gpucloud put: write the remote side")
-    assert "does not exist on instance" in magic(f"get box-3:absent.txt {back}").err
+    assert "does not exist on instance" in magic(f"get box-3:absent.txt {tmp_path / 'a'}").err
     assert magic("run box-3").err.startswith("%gpucloud run runs a cell")
+
+
+def test_get_refuses_to_overwrite_a_local_file_without_force(magic: Magic, ssh_cloud: GPUCloud,
+                                                              tmp_path: Any) -> None:
+    details = _active(ssh_cloud, "box-5")
+    ssh_cloud.instances.run(details.id, "echo theirs > r.txt")
+    mine = tmp_path / "r.txt"
+    mine.write_text("mine\n")
+    refused = magic(f"get box-5:r.txt {mine}")
+    assert refused.out == "" and refused.err == (
+        f"{str(mine)!r} already exists; pass overwrite=True (--force in %gpucloud get) "
+        "to replace it.\n")
+    assert mine.read_text() == "mine\n"
+    forced = magic(f"get box-5:r.txt {mine} --force")
+    assert forced.err == "" and mine.read_text() == "theirs\n"
+
+
+def test_cell_run_timeout_stops_the_process_with_one_line(magic: Magic,
+                                                          ssh_cloud: GPUCloud) -> None:
+    import _thread
+    import os
+    import threading
+    import time
+
+    details = _active(ssh_cloud, "box-6")
+    ssh_cloud.instances.run(details.id, "true")
+    watchdog = threading.Timer(20.0, _thread.interrupt_main)  # the old code never returned
+    watchdog.start()
+    started = time.monotonic()
+    ran = magic.cell("%%gpucloud run box-6 --timeout 2\necho pid $$\nsleep 60")
+    elapsed = time.monotonic() - started
+    watchdog.cancel()
+    assert ran.err == (f"The command on instance {details.id} did not finish within 2 s "
+                       "and was stopped.\n"), ran.err
+    assert elapsed < 2 + 2 + 1  # one more second for the name lookup
+    pid = int(ran.out.split("pid ")[1].split()[0])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail("the remote sleep is still running after the timeout")
+
+
+def test_cell_run_shows_a_flood_at_a_bounded_rate_and_keeps_the_result(
+        magic: Magic, ssh_cloud: GPUCloud, shell: InteractiveShell,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from gpucloud_nb import magics_remote
+
+    monkeypatch.setattr(magics_remote, "LINES_PER_SECOND", 50)
+    _active(ssh_cloud, "box-7")
+    started = time.monotonic()
+    ran = magic.cell("%%gpucloud run box-7\nyes | head -n 200000")
+    seconds = time.monotonic() - started
+    lines = ran.out.splitlines()
+    shown = [line for line in lines if line == "y"]
+    assert len(shown) <= 50 * (seconds + 1)
+    assert lines[-1] == (f"… {200000 - len(shown):,} lines not shown; the last 10 MiB of each "
+                         "stream is in _gpucloud_run.stdout and .stderr.")
+    assert len(lines) == len(shown) + 1 and ran.err == ""
+    assert shell.user_ns["_gpucloud_run"].stdout == "y\n" * 200000
+
+
+def test_cell_run_strips_terminal_controls_and_escapes_binary(magic: Magic,
+                                                              ssh_cloud: GPUCloud) -> None:
+    _active(ssh_cloud, "box-8")
+    ran = magic.cell("%%gpucloud run box-8\n"
+                     "printf '\\033]0;owned\\007\\033]52;c;ZXZpbA==\\007\\033[31mred\\033[0m\\n'\n"
+                     "printf '\\033[2J\\033[10;1Hmoved \\001 bell\\007 \\377 end\\n'\n"
+                     "printf '10%%\\r100%%\\n'")
+    assert ran.out.splitlines() == ["red", "moved \\x01 bell\\x07 \\xff end", "100%"]
+    long = magic.cell("%%gpucloud run box-8\nhead -c 5000 /dev/zero | tr '\\0' x")
+    assert long.out == "x" * 2000 + " … (3,000 more characters)\n"
+    assert "\x1b" not in ran.text and ran.err == ""
 
 
 # hostile or odd input ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ no-double-create rule (:meth:`Core.create_once`) and the offers cache are writte
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -81,6 +82,7 @@ class Core(Generic[D]):
         self.delete_now: Callable[[str], None] | None = None
         self.sandbox: Any = None
         self.remote: Remote | None = None
+        self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
 
     def send(self, call: Call) -> Op[Any]:

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpucloud_nb.client import changes
@@ -29,7 +30,14 @@ from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
-from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
+from gpucloud_nb.client.remote import (
+    KeysRefusedError,
+    Remote,
+    RunResult,
+    default_public_key,
+    reachable,
+    refuse_existing,
+)
 from gpucloud_nb.errors import (
     InstanceFailedError,
     InvalidInputError,
@@ -123,7 +131,8 @@ class InstanceOps(Generic[D]):
         delay = None if delete_after is None else seconds(delete_after)
         if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
                 and self.core.sandbox is None):
-            kwargs["ssh_key"] = default_public_key()  # so that run/upload/forward can log in
+            # so that run/upload/forward can log in
+            kwargs["ssh_key"] = default_public_key(identity=self.core.ssh_identity)
         body = creating.instance_body(**kwargs)
         problems = yield from self._body_problems(body)
         if problems:
@@ -354,7 +363,7 @@ class Instances:
         core = self._core
         if core.remote is None:
             core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
-                                 lambda: core.sandbox)
+                                 lambda: core.sandbox, core.ssh_identity)
         return core.remote
 
     def _target(self, id: str, wait: float) -> InstanceDetails:
@@ -374,6 +383,27 @@ class Instances:
         return self._remote().run(self._target(id, wait), command, timeout=timeout,
                                   on_output=on_output)
 
+    def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
+        """The ``ssh`` command that logs in to the instance from a terminal, as printed.
+
+        It names the key the instance accepted when OpenSSH would not find it by itself, and
+        the client's known_hosts (the host key is stored by connecting once, first). See
+        :mod:`gpucloud_nb.client.ssh_keys`.
+
+            >>> cloud.instances.ssh_command(instance.id)  # doctest: +SKIP
+            'ssh -i /home/me/.config/gpucloud-nb/ssh/id_ed25519 -o IdentitiesOnly=yes ...'
+        """
+        return self._remote().ssh_command(self._target(id, wait))
+
+    def ssh_key_in_use(self, id: str) -> str | None:
+        """The key this client logs in to the instance with, once it has connected (``run``,
+        ``ssh_command``...): where it comes from and its fingerprint; else ``None``.
+
+            >>> cloud.instances.ssh_key_in_use(instance.id)  # doctest: +SKIP
+            '~/.ssh/id_rsa (SHA256:1A2b...)'
+        """
+        return self._remote().key_in_use(path_id(id))
+
     def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
         """Copy the local file ``local`` to ``remote`` on the instance (SFTP; relative paths
@@ -385,13 +415,17 @@ class Instances:
         self._remote().call(self._remote().upload_async(target, local, remote, progress))
 
     def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
-                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0) -> None:
-        """Copy ``remote`` on the instance to the local file ``local`` (SFTP).
+                 progress: Callable[[int, int], None] | None = None, wait: float = 60.0,
+                 overwrite: bool = False) -> None:
+        """Copy ``remote`` on the instance to the local file ``local`` (SFTP); an existing
+        ``local`` is refused unless ``overwrite=True``, and nothing is written then.
 
             >>> cloud.instances.download(instance.id, "results.csv", "results.csv")  # doctest: +SKIP
         """
+        refuse_existing(Path(local), overwrite)
         target = self._target(id, wait)
-        self._remote().call(self._remote().download_async(target, remote, local, progress))
+        self._remote().call(self._remote().download_async(target, remote, local, progress,
+                                                          overwrite=overwrite))
 
     def forward(self, id: str, remote_port: int, *,
                 wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
@@ -489,7 +523,7 @@ class AsyncInstances:
             def no_sync(*args: Any) -> Any:
                 raise RuntimeError("The async client fetches details itself.")
 
-            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox)
+            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox, core.ssh_identity)
         return core.remote
 
     async def _target(self, id: str, wait: float) -> InstanceDetails:
@@ -507,6 +541,18 @@ class AsyncInstances:
         return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
             remote.run_async(target, command, timeout=timeout, on_output=on_output))))
 
+    async def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
+        """The coroutine twin of :meth:`Instances.ssh_command`."""
+        remote = self._remote()
+        target = await self._target(id, wait)
+        with contextlib.suppress(KeysRefusedError):
+            await asyncio.wrap_future(remote.submit(remote.connection(target)))
+        return remote.command_for(target)
+
+    def ssh_key_in_use(self, id: str) -> str | None:
+        """The same as :meth:`Instances.ssh_key_in_use` (no I/O)."""
+        return self._remote().key_in_use(path_id(id))
+
     async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
                      progress: Callable[[int, int], None] | None = None,
                      wait: float = 60.0) -> None:
@@ -517,8 +563,10 @@ class AsyncInstances:
 
     async def download(self, id: str, remote: str, local: str | os.PathLike[str], *,
                        progress: Callable[[int, int], None] | None = None,
-                       wait: float = 60.0) -> None:
+                       wait: float = 60.0, overwrite: bool = False) -> None:
         """The coroutine twin of :meth:`Instances.download`."""
+        refuse_existing(Path(local), overwrite)
         target = await self._target(id, wait)
         await asyncio.wrap_future(self._remote().submit(
-            self._remote().download_async(target, remote, local, progress)))
+            self._remote().download_async(target, remote, local, progress,
+                                          overwrite=overwrite)))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from gpucloud_nb.client.instances import (
     Instances,
     ProgressCallback,
 )
+from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import InvalidInputError
 
@@ -206,6 +208,8 @@ class GPUCloud(_CloudBase):
 
     The key and base URL fall back to ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``. Reads and
     deletes are retried ``max_retries`` times; creates never blindly (see the module docs).
+    ``ssh_identity`` is the private key file ``run``/``upload``/``ssh_command`` log in with
+    first (else ``GPUCLOUD_SSH_KEY``; see :mod:`gpucloud_nb.client.ssh_keys`).
 
         >>> cloud = GPUCloud(max_hourly_cost=10)  # doctest: +SKIP
         >>> cloud.instances.offers_frame(available=True).head()  # doctest: +SKIP
@@ -215,12 +219,14 @@ class GPUCloud(_CloudBase):
         self, api_key: str | None = None, base_url: str | None = None, *,
         timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
+        ssh_identity: str | os.PathLike[str] | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
+        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
@@ -260,7 +266,7 @@ class AsyncGPUCloud(_CloudBase):
         self, api_key: str | None = None, base_url: str | None = None, *,
         timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
         offers_ttl: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
-        max_connections: int = 100,
+        max_connections: int = 100, ssh_identity: str | os.PathLike[str] | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         limits = httpx.Limits(max_connections=max_connections)
@@ -269,6 +275,7 @@ class AsyncGPUCloud(_CloudBase):
                                        transport=transport, limits=limits)
         self._core = Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
+        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer

@@ -80,6 +80,7 @@ class Poller:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-lab")
         self._stamp: int | None = None
         self._ledger = Ledger()
+        self._ssh: dict[str, str] = {}
         self._snapshot: dict[str, Any] | None = None
         self._first = asyncio.Event()
         self._wake = asyncio.Event()
@@ -199,6 +200,7 @@ class Poller:
             instances = await cloud.instances.list()
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, cloud.auto_delete.deadlines)
+            await self._learn_ssh(cloud, instances)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
             message = (str(error) if isinstance(error, GPUCloudError)
@@ -207,6 +209,15 @@ class Poller:
             self._snapshot = {**old, "error": self.scrub(message),
                               "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
+
+    async def _learn_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
+        """The working ssh command of each newly active instance, once (it connects once)."""
+        for instance in instances:
+            if instance.status == "active" and instance.ip and instance.id not in self._ssh:
+                try:
+                    self._ssh[instance.id] = await cloud.instances.ssh_command(instance.id, wait=0)
+                except GPUCloudError:
+                    continue  # asked again at the next poll
 
     def _build(self, cloud: AsyncGPUCloud, instances: list[Instance],
                deadlines: dict[str, datetime], now: datetime) -> dict[str, Any]:
@@ -227,7 +238,7 @@ class Poller:
                 "billedFrom": _iso(bill.start), "spend": round(bill.spend, 6),
                 "estimated": bill.estimated, "autoDeleteAt": _iso(deadline),
                 "autoDeleteBy": None if deadline is None else keeper,
-                "sshCommand": instance.ssh_command,
+                "sshCommand": self._ssh.get(instance.id),
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),

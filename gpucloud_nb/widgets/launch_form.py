@@ -43,7 +43,7 @@ import ipywidgets as widgets
 
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
@@ -540,7 +540,10 @@ class LaunchForm(LaunchFields):
             self.status.error(error)
 
     def _show_result(self, details: InstanceDetails) -> None:
-        ssh = details.ssh_command or ""
+        try:  # the command that works as printed (it connects once to learn the host key)
+            ssh = self._cloud.instances.ssh_command(details.id, wait=0) if details.ip else ""
+        except GPUCloudError as error:
+            ssh = str(error)
         self.result.value = result_html(details)
         self.ssh_command.value = ssh
         show(self.ssh_command, bool(ssh))

@@ -34,6 +34,9 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
+    assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True), None)
+    assert_type(cloud.instances.ssh_command("x"), str)
+    assert_type(cloud.instances.ssh_key_in_use("x"), str | None)
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
     assert_type(cloud.volumes.offers(), list[VolumeOffer])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
@@ -69,6 +72,7 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.spend(), Coroutine[Any, Any, pd.DataFrame])
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
+    assert_type(cloud.instances.ssh_command("x"), Coroutine[Any, Any, str])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Coroutine[Any, Any, Volume])
     assert_type(cloud.is_sandbox, bool)
