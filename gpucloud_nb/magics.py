@@ -28,16 +28,18 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud instances --type container
 
-``%gpucloud instance ID``
-    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...)::
+``%gpucloud instance INSTANCE``
+    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...).
+    INSTANCE, here and below, is an instance's ``_id`` or its name (unique among the instances
+    not deleted; see :mod:`gpucloud_nb.client.instances`)::
 
         details = %gpucloud instance 6650f0c2a1b2c3d4e5f60718
 
-``%gpucloud delete ID [--yes]``
+``%gpucloud delete INSTANCE [--yes]``
     Delete an instance, after a y/N confirmation unless ``--yes``; says which volumes keep its
     data::
 
-        %gpucloud delete 6650f0c2a1b2c3d4e5f60718 --yes
+        %gpucloud delete my-box --yes
 
 ``%gpucloud launch [OFFER_ID] [--provider ID]``
     The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID. Two providers
@@ -127,6 +129,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.magics_parse import PROG, HelpShown, Stop, parse
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -443,7 +446,7 @@ class GPUCloudMagics(Magics):
                          f"the {len(selling)} of {len(here)} providers there selling "
                          f"{_gb(args.size)}")
                 chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
-                          f"(${offer.price_per_gb_per_hour:g}/GB/h; choose another with "
+                          f"({format_price(offer.price_per_gb_per_hour)}/GB/h; choose another with "
                           "--provider)")
         _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
              f"{chosen}, {_gb(volume.size_in_gb)}.")

@@ -214,8 +214,8 @@ def test_help_prints_every_subcommand_and_returns_none(magic: Magic, line: str) 
     assert run.value is None and run.err == ""
     assert run.out.startswith("usage: %gpucloud")
     for synopsis in ("connect [--sandbox | --base-url URL]", "offers [--gpu NAME]", "instances",
-                     "instance ID", "delete ID [--yes]", "launch [OFFER_ID]", "chat [ENDPOINT]",
-                     "spend", "volumes create NAME --size GB --region R [--provider ID]",
+                     "instance INSTANCE", "delete INSTANCE [--yes]", "launch [OFFER_ID]",
+                     "chat [ENDPOINT]", "spend", "volumes create NAME --size GB --region R [--provider ID]",
                      "volumes delete ID [--yes]"):
         assert f"%gpucloud {synopsis}" in run.out
 
@@ -307,6 +307,16 @@ def test_create_picks_the_cheapest_provider_where_several_sell_volumes(magic: Ma
     assert run.value.cloud_provider.id == cheapest.cloud_provider.id
     assert f"with {cheapest.cloud_provider.display_name}, the cheapest of {len(here)}" in run.out
     assert "--provider" in run.out
+    # Prices read as money ($0.00009/GB/h), never as 9e-05.
+    offers = cloud.volumes.offers()
+    tiny = next(r for r in sorted({r for o in offers for r in o.regions})
+                if len([o for o in offers if r in o.regions]) > 1
+                and min(o.price_per_gb_per_hour for o in offers if r in o.regions) < 1e-4)
+    least = min((o for o in offers if tiny in o.regions), key=lambda o: o.price_per_gb_per_hour)
+    priced = magic(f"volumes create tiny-price --size {max(least.min_size_in_gb, 100):g} "
+                   f"--region {tiny}")
+    price = f"{least.price_per_gb_per_hour:.10f}".rstrip("0")
+    assert f"(${price}/GB/h;" in priced.out and "e-0" not in priced.out
     magics.use(None)
     cloud.volumes.delete(run.value.id)
 
@@ -455,7 +465,23 @@ def test_instances_instance_and_delete(magic: Magic, cloud: GPUCloud,
     assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
     assert _one_sentence(magic(f"delete {instance.id} --yes")).startswith(
         f"Instance notebook box ({instance.id}) is already delet")
-    assert _one_sentence(magic("instance nope")) == "Instance nope not found."
+    assert _one_sentence(magic("instance nope")) == (
+        "Instance nope not found: no instance has that id or name.")
+
+
+def test_names_work_where_ids_do(magic: Magic, cloud: GPUCloud,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _, box = _launch(cloud, name="magic-box")
+    assert magic("instance magic-box").value.id == box.id
+    _, twin = _launch(cloud, name="twin")
+    _, other = _launch(cloud, name="twin")
+    assert _one_sentence(magic("delete twin --yes")) == (
+        f"2 instances are named 'twin' ({twin.id}, {other.id}); give the id of the one you mean.")
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("asked"))
+    run = magic("delete magic-box --yes")
+    assert run.err == "" and run.out.startswith(f"Deleted instance magic-box ({box.id});")
+    assert cloud.instances.get(box.id).status in ("deleting", "deleted")
+    assert {cloud.instances.get(i.id).status for i in (twin, other)} <= {"pending", "active"}
 
 
 def test_deleting_an_instance_names_the_volume_that_keeps_its_data(
@@ -617,9 +643,9 @@ def test_connect_with_a_wrong_key_keeps_the_previous_cloud(
                               "from 'vm', 'container', 'baremetal'); try %gpucloud offers --help"),
         ("offers --gpus two", "%gpucloud offers: argument --gpus: 'two' is not a whole number of "
                               "GPUs; try %gpucloud offers --help"),
-        ("instance", "%gpucloud instance: the following arguments are required: ID; "
+        ("instance", "%gpucloud instance: the following arguments are required: INSTANCE; "
                      "try %gpucloud instance --help"),
-        ("delete", "%gpucloud delete: the following arguments are required: ID; "
+        ("delete", "%gpucloud delete: the following arguments are required: INSTANCE; "
                    "try %gpucloud delete --help"),
         ("connect --sandbox --base-url http://x", "%gpucloud connect: argument --base-url: not "
          "allowed with argument --sandbox; try %gpucloud connect --help"),
@@ -665,7 +691,8 @@ def test_errors_in_a_cell_show_no_traceback(magic: Magic, reader: GPUCloud, line
 def test_an_api_error_is_one_sentence(magic: Magic, reader: GPUCloud) -> None:
     assert _one_sentence(magic("volumes get vol-123")) == "Volume vol-123 not found."
     assert _one_sentence(magic("volumes delete vol-123 --yes")) == "Volume vol-123 not found."
-    assert _one_sentence(magic("delete i-123 --yes")) == "Instance i-123 not found."
+    assert _one_sentence(magic("delete i-123 --yes")) == (
+        "Instance i-123 not found: no instance has that id or name.")
 
 
 def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box: Any) -> None:
@@ -783,7 +810,7 @@ def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_c
     got = magic(f"get box-3:notes.txt {back}")
     assert got.err == "" and back.read_text() == "hello instance\n"
     assert magic(f"get nobody:notes.txt {back}").err == (
-        "No instance has the name or id 'nobody'; %gpucloud instances lists them.\n")
+        "Instance nobody not found: no instance has that id or name.\n")
     assert magic(f"put {local} box-3").err.startswith("%gpucloud put: write the remote side")
     assert "does not exist on instance" in magic(f"get box-3:absent.txt {back}").err
     assert magic("run box-3").err.startswith("%gpucloud run runs a cell")

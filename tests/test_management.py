@@ -170,6 +170,73 @@ def test_an_odd_id_is_refused_before_anything_is_sent(sandbox, bad: str) -> None
     assert sent == []
 
 
+def _counting_cloud(sandbox) -> tuple[GPUCloud, list[httpx.Request]]:
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    return GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                    transport=Counting()), sent
+
+
+def test_names_work_wherever_ids_do(sandbox, observer: GPUCloud) -> None:
+    cloud, sent = _counting_cloud(sandbox)
+    with cloud:
+        args = launch_args(first_offer(cloud))
+        alpha = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        twins = [cloud.instances.create(**(args | {"name": "twin"})) for _ in range(2)]  # type: ignore[arg-type]
+        # An instance named with another's id: the id wins, it is never taken for a name.
+        decoy = cloud.instances.create(**(args | {"name": alpha.id}))  # type: ignore[arg-type]
+
+        sent.clear()
+        assert cloud.instances.get(alpha.id).id == alpha.id
+        assert [r.url.path for r in sent] == [f"/gpu-cloud/instances/{alpha.id}"]  # no list
+
+        sent.clear()
+        assert cloud.instances.get("alpha").id == alpha.id
+        assert [r.method for r in sent] == ["GET", "GET", "GET"]  # tried as id, one list, get
+        assert cloud.instances.wait_until_active("alpha", timeout=30).status == "active"
+
+        with pytest.raises(InvalidInputError) as info:
+            cloud.instances.delete("twin")
+        assert str(info.value) == (f"2 instances are named 'twin' ({twins[0].id}, {twins[1].id}); "
+                                   "give the id of the one you mean.")
+        with pytest.raises(NotFoundError, match="Instance nobody not found: no instance has that "
+                                                "id or name."):
+            cloud.instances.get("nobody")
+        assert {i.status for i in observer.instances.list()} <= {"pending", "active"}  # none deleted
+
+        cloud.instances.delete("alpha")
+        assert observer.instances.get(alpha.id).status in ("deleting", "deleted")
+        assert observer.instances.get(decoy.id).status in ("pending", "active")
+        # A new "alpha" is the one found by name; the deleted one is not in the way.
+        again = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        assert cloud.instances.get("alpha").id == again.id
+
+
+def test_names_work_in_the_async_client(sandbox) -> None:
+    async def main() -> None:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offers = await cloud.instances.offers(deployment_type="vm", available=True)
+            args = launch_args(offers[0])
+            made = await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            assert (await cloud.instances.get("beta")).id == made.id
+            assert (await cloud.instances.wait_until_active("beta", timeout=30)).id == made.id
+            await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="2 instances are named 'beta'"):
+                await cloud.instances.delete("beta")
+            await cloud.instances.delete(made.id)
+            assert (await cloud.instances.get(made.id)).status in ("deleting", "deleted")
+            with pytest.raises(NotFoundError, match="no instance has that id or name"):
+                await cloud.instances.delete("gamma")
+
+    asyncio.run(main())
+
+
 # client-side validation: refused before anything is sent ------------------------------------
 
 
