@@ -24,7 +24,9 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
         df = %gpucloud offers --gpu H100 --gpus 8 --region us-east-1 --type vm
 
 ``%gpucloud instances [--type vm|container|baremetal] [--all]``
-    Your instances as a DataFrame, newest first; deleted ones only with ``--all``::
+    Your instances as a DataFrame, newest first; deleted ones only with ``--all``. Lists are
+    shown as a person reads them (name first, ids last, dollars, local times; see
+    :mod:`gpucloud_nb.tables`), while the DataFrame keeps the raw values::
 
         %gpucloud instances --type container
 
@@ -54,8 +56,9 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/
 
-``%gpucloud spend``
-    Spend so far as a DataFrame (``cloud.spend()``)::
+``%gpucloud spend [--all]``
+    Spend so far as a DataFrame (``cloud.spend()``), shown with a total row; deleted instances
+    are shown only with ``--all`` (the total counts them either way)::
 
         %gpucloud spend
 
@@ -333,7 +336,7 @@ class GPUCloudMagics(Magics):
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
-        return self.cloud.spend()
+        return self.cloud.spend(include_deleted=args.all)
 
     # ------------------------------------------------------------------ offers, instances
 

@@ -86,7 +86,7 @@ commands (each has its own --help):
   %gpucloud delete INSTANCE [--yes]
   %gpucloud launch [OFFER_ID] [--provider ID]
   %gpucloud chat [ENDPOINT] [--model MODEL]
-  %gpucloud spend
+  %gpucloud spend [--all]
   %gpucloud volumes [list]
   %gpucloud volumes offers
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
@@ -167,7 +167,8 @@ def _parser() -> _Parser:
     p.add_argument("--model", metavar="MODEL", help="the model identifier (default: the first)")
     p.set_defaults(handler="chat")
 
-    p = _sub(commands, "spend", "Spend so far as a DataFrame.", "%gpucloud spend")
+    p = _sub(commands, "spend", "Spend so far as a DataFrame, with a total row.", "%gpucloud spend")
+    p.add_argument("--all", action="store_true", help="show deleted instances too")
     p.set_defaults(handler="spend")
 
     volumes = _sub(commands, "volumes", "Persistent volumes, which keep data beyond the life of "

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpucloud_nb.magics as magics
@@ -543,7 +544,7 @@ def test_chat_without_an_endpoint_on_the_real_cloud_asks_for_one(magic: Magic, c
 def test_spend_returns_the_clients_frame(magic: Magic, cloud: GPUCloud,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     frame = pd.DataFrame({"name": ["a"], "spend": [0.5]})
-    monkeypatch.setattr(GPUCloud, "spend", lambda self: frame, raising=False)
+    monkeypatch.setattr(GPUCloud, "spend", lambda self, include_deleted=False: frame, raising=False)
     assert magic("spend").value is frame
 
 
@@ -551,6 +552,26 @@ def test_spend_against_the_sandbox(magic: Magic, cloud: GPUCloud) -> None:
     _, instance = _launch(cloud)
     spend = magic("spend").value
     assert isinstance(spend, pd.DataFrame) and spend["_id"].tolist() == [instance.id]
+
+
+def test_spend_and_instances_are_shown_for_reading(magic: Magic, cloud: GPUCloud) -> None:
+    _, kept = _launch(cloud, name="kept")
+    _, gone = _launch(cloud, name="gone")
+    cloud.instances.delete(gone.id)
+    wait_for(lambda: cloud.instances.get(gone.id).status == "deleted")
+    spend = magic("spend").value
+    assert set(spend["_id"]) == {kept.id, gone.id}  # the frame keeps every row, raw
+    shown = repr(spend).splitlines()
+    assert shown[0].split()[0] == "name" and shown[0].split()[-1] == "_id"
+    assert shown[-1].lstrip().startswith("Total (1 deleted not shown) ")
+    assert "gone" not in [line.split()[0] for line in shown]
+    shown_all = repr(magic("spend --all").value).splitlines()
+    assert "gone" in [line.split()[0] for line in shown_all]
+    assert shown_all[-1].split()[0] == "Total"
+    listed = magic.cell("%gpucloud instances")
+    header = next(line for line in listed.out.splitlines() if "status" in line)
+    assert header.split()[0] == "name" and header.split()[-1] == "_id"
+    assert "gone" not in listed.out and "kept" in listed.out
 
 
 # --------------------------------------------------------------------------- connect

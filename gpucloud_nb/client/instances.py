@@ -226,7 +226,7 @@ class InstanceOps(Generic[D]):
             interval = min(interval * 1.5, max_poll_interval)
             details = yield from self._get(id)
 
-    def spend(self) -> Op[pandas.DataFrame]:
+    def spend(self, include_deleted: bool) -> Op[pandas.DataFrame]:
         data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
         moment = now()
         deadlines = self.core.auto_delete.deadlines()
@@ -242,7 +242,7 @@ class InstanceOps(Generic[D]):
             })
         from gpucloud_nb import frames
 
-        return frames.spend_frame(rows)
+        return frames.spend_frame(rows, include_deleted=include_deleted)
 
 
 def _create_kwargs(name: str, cloud_provider: str, instance_id: str, region: str,
@@ -381,16 +381,17 @@ class Instances:
         return self._run(self._ops.wait_until_active(id, timeout, on_progress, poll_interval,
                                                      max_poll_interval))
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far: one row per instance (hourly price × hours billed) and the total.
 
         Billing runs while an instance is active or deleting (see ``client.billing``); the total
-        is in ``frame.attrs["total"]``.
+        is in ``frame.attrs["total"]``. Deleted instances keep their rows; the table's display
+        hides them unless ``include_deleted`` (see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.instances.spend().attrs["total"]  # doctest: +SKIP
             1.84
         """
-        return self._run(self._ops.spend())
+        return self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core
@@ -521,9 +522,9 @@ class AsyncInstances:
         return await self._run(self._ops.wait_until_active(id, timeout, on_progress,
                                                            poll_interval, max_poll_interval))
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """The coroutine twin of :meth:`Instances.spend`."""
-        return await self._run(self._ops.spend())
+        return await self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core
