@@ -308,13 +308,13 @@ class GPUCloudMagics(Magics):
     def _connect(self, args: argparse.Namespace) -> None:
         from gpucloud_nb._connect import connect
 
-        if args.sandbox:
-            _replace(connect(sandbox=True), owned=True)
-            return None
-        if args.base_url is None:
-            cloud = connect()
+        if args.sandbox or args.base_url is None:
+            cloud = connect(sandbox=True if args.sandbox else None, quiet=True)
             if cloud.is_sandbox:
                 _replace(cloud, owned=True)
+                # The command's answer, every time (connect()'s banner shows once per kernel).
+                _say(f"Connected to the SANDBOX at {cloud.base_url}:\n  a simulated cloud on "
+                     "this machine, no real GPUs, no charges.")
                 return None
         else:
             if not args.base_url.startswith(("http://", "https://")):

@@ -128,7 +128,11 @@ def no_cloud() -> Iterator[None]:
 
 
 @pytest.fixture
-def magic(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> Iterator[Magic]:
+def magic(shell: InteractiveShell, capsys: pytest.CaptureFixture[str],
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[Magic]:
+    import gpucloud_nb._connect as connecting
+
+    monkeypatch.setattr(connecting, "_announced", set())  # each test is a fresh kernel
     runner = Magic(shell, capsys)
     yield runner
     seen = "\n".join([*runner.transcript, capsys.readouterr().out])
@@ -579,11 +583,23 @@ def test_spend_and_instances_are_shown_for_reading(magic: Magic, cloud: GPUCloud
 
 def test_first_use_connects_to_the_sandbox_without_a_key(magic: Magic,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpucloud_nb._connect as connecting
+
     monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
     magics.use(None)
     run = magic("volumes offers")
-    assert isinstance(run.value, pd.DataFrame) and "SANDBOX" in run.out
+    assert isinstance(run.value, pd.DataFrame) and "gpucloud-nb: SANDBOX" in run.out
     assert magics.current_cloud().is_sandbox
+    # Short lines, broken at spaces: JupyterLab would break a long one mid-word.
+    banner = run.out[run.out.index("gpucloud-nb: SANDBOX"):].splitlines()[:3]
+    assert magics.current_cloud().base_url in banner[1]
+    assert all(len(line) <= 88 for line in banner), banner
+    # Once per kernel: neither the next magic nor another connect() repeats it.
+    magics.use(None)
+    assert "SANDBOX" not in magic("volumes offers").out
+    with connecting.connect() as again:
+        assert again.is_sandbox
+    assert magic("volumes").err == "" and "SANDBOX" not in magic("volumes").out
 
 
 def test_connect_without_options_and_without_a_key_is_the_sandbox(
