@@ -4,9 +4,9 @@ Every function takes the typed records of :mod:`gpucloud_nb.models` (or the raw 
 cloud sends, which is parsed into them first, so both read alike), builds its columns from their
 attributes, and returns a plain :class:`pandas.DataFrame` whose columns keep the spec's field
 names, so that what students read in the spec is what they sort and filter by. Nothing here does
-I/O. The instance, volume and spend frames are :class:`~gpucloud_nb.tables.Table`: the same
-raw values, displayed as a person reads them (name first, ids last, dollars, local times, a total
-row for spend).
+I/O. The instance, volume, volume offer and spend frames are :class:`~gpucloud_nb.tables.Table`:
+the same raw values, displayed as a person reads them (name first, ids last, dollars, local
+times, a total row for spend).
 
     >>> df = offers_frame(cloud.instances.offers())  # doctest: +SKIP
     >>> df[df.available & (df.gpuName == "H100 SXM5")].head(3)  # doctest: +SKIP
@@ -538,7 +538,7 @@ def volumes_frame(volumes: Iterable[Any] | None) -> Table:
     return table(_newest_first(frame))
 
 
-def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
+def volume_offers_frame(offers: Iterable[Any] | None) -> Table:
     """One row per volume offer, cheapest first, with the monthly price per GB.
 
     Takes :class:`~gpucloud_nb.models.VolumeOffer` records or the raw JSON of
@@ -564,7 +564,7 @@ def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
         columns=list(VOLUME_OFFER_COLUMNS),
     )
     frame = frame.sort_values(["pricePerGbPerHour", "providerId"], kind="stable")
-    return cast("pd.DataFrame", frame.reset_index(drop=True))
+    return table(frame.reset_index(drop=True))
 
 
 def spend_frame(rows: Iterable[Mapping[str, Any]] | None, *,

@@ -11,7 +11,7 @@ from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.display import format_price
-from gpucloud_nb.frames import instances_frame, volumes_frame
+from gpucloud_nb.frames import instances_frame, volume_offers_frame, volumes_frame
 from gpucloud_nb.tables import Table
 
 
@@ -105,3 +105,15 @@ def test_a_table_escapes_server_text_and_reads_when_empty() -> None:
     html = table._repr_html_()
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
     assert "(no rows)" in repr(instances_frame([]))
+
+
+def test_volume_offer_prices_read_as_money(cloud: GPUCloud) -> None:
+    offers = volume_offers_frame(cloud.volumes.offers())
+    assert offers["pricePerGbPerHour"].dtype == "float64"  # raw for code
+    html, text = offers._repr_html_(), repr(offers)
+    assert _headers(html)[0] == "providerName" and _headers(html)[-1] == "providerId"
+    tiny = offers["pricePerGbPerHour"].min()
+    assert tiny < 1e-4
+    money = "$" + f"{tiny:.10f}".rstrip("0")  # $0.00009, never 9e-05
+    assert f">{money}<" in html and money in text
+    assert "e-0" not in html + text
