@@ -237,6 +237,20 @@ def test_names_work_in_the_async_client(sandbox) -> None:
     asyncio.run(main())
 
 
+def test_names_work_over_ssh(sandbox, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh: the client's own key is used
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        made = cloud.instances.create(**launch_args(first_offer(cloud), "ssh-box"))  # type: ignore[arg-type]
+        assert cloud.instances.run("ssh-box", "echo hello", wait=30).stdout == "hello\n"
+        local = tmp_path / "notes.txt"
+        local.write_text("by name\n")
+        cloud.instances.upload("ssh-box", local, "notes.txt")
+        cloud.instances.download("ssh-box", "notes.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "by name\n"
+        assert cloud.instances.run(made.id, "cat notes.txt").stdout == "by name\n"
+
+
 # client-side validation: refused before anything is sent ------------------------------------
 
 
