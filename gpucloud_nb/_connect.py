@@ -79,16 +79,14 @@ def connect(
         cloud = GPUCloud(api_key=box.api_key, base_url=box.management_url,
                          max_hourly_cost=max_hourly_cost)
         cloud.sandbox = box
-        if not quiet and box.management_url not in _announced:
-            # Once per process (per kernel), in short lines: JupyterLab breaks a long output
-            # line anywhere, even mid-word, so no line here needs wrapping.
-            _announced.add(box.management_url)
-            print(
-                "gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, no "
-                f"charges.\n  It runs at {box.management_url}\n  To use the real cloud, set "
-                "GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.",
-                flush=True,
-            )
+        if not quiet:
+            if box.management_url not in _announced:
+                # Once per process (per kernel), in short lines: JupyterLab breaks a long output
+                # line anywhere, even mid-word, so no line here needs wrapping.
+                _announced.add(box.management_url)
+                print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
+                      f"no charges.\n  It runs at {box.management_url}\n  To use the real "
+                      "cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
             differing = _differences(box, launch_seconds)
             if differing:
                 print(f"gpucloud-nb: the sandbox service was already running and keeps its own "
