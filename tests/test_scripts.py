@@ -64,7 +64,7 @@ def test_the_lab_command_serves_the_notebooks(tmp_path: Path) -> None:
         assert home.headers["location"].split("?")[0].endswith("/lab/tree/01-quickstart.ipynb")
         news = httpx.get(f"http://127.0.0.1:{port}/lab/api/settings/"
                          "@jupyterlab/apputils-extension:notification", params={"token": "t0k"})
-        assert news.json()["composite"]["fetchNews"] == "false"
+        assert news.json()["schema"]["properties"]["fetchNews"]["default"] == "false"  # "Never"
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=30)
