@@ -13,6 +13,7 @@ from pandas.testing import assert_frame_equal
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import (
     AuthenticationError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -235,6 +236,38 @@ def test_names_work_in_the_async_client(sandbox) -> None:
                 await cloud.instances.delete("gamma")
 
     asyncio.run(main())
+
+
+def test_a_name_works_where_the_cloud_answers_400_for_a_malformed_id() -> None:
+    # A real server may validate ids (a Mongo ObjectId) and answer 400 to a name in the path,
+    # which the sandbox never does: hence a MockTransport.
+    live = {"_id": "6650f0c2a1b2c3d4e5f60718", "name": "train", "status": "active"}
+    busy = {"_id": "busy", "name": "other", "status": "pending"}
+    seen: list[str] = []
+
+    def cloud_api(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/gpu-cloud/instances":
+            return httpx.Response(200, json=[live, busy])
+        if request.url.path.endswith(live["_id"]):
+            return httpx.Response(200 if request.method == "GET" else 204,
+                                  json=live if request.method == "GET" else None)
+        if request.method == "DELETE" and request.url.path.endswith("/busy"):
+            return httpx.Response(400, json={"statusCode": 400, "message": "Instance is busy"})
+        return httpx.Response(400, json={"statusCode": 400, "message": "id must be a mongodb id"})
+
+    with GPUCloud(api_key="k", base_url="http://127.0.0.1:9",
+                  transport=httpx.MockTransport(cloud_api)) as cloud:
+        assert cloud.instances.get("train").id == live["_id"]
+        assert seen == ["GET /gpu-cloud/instances/train", "GET /gpu-cloud/instances",
+                        f"GET /gpu-cloud/instances/{live['_id']}"]
+        cloud.instances.delete("train")
+        assert seen[-1] == f"DELETE /gpu-cloud/instances/{live['_id']}"
+        with pytest.raises(NotFoundError, match="no instance has that id or name"):
+            cloud.instances.get("nobody")
+        # A 400 for an id that exists is about something else: the server's sentence stays.
+        with pytest.raises(BadRequestError, match="Instance is busy"):
+            cloud.instances.delete("busy")
 
 
 def test_names_work_over_ssh(sandbox, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

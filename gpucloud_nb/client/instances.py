@@ -8,9 +8,10 @@ a type checker and ``await acloud.instances.get(id)`` too.
 Every method that takes an instance (``get``, ``delete``, ``wait_until_active``, ``run``,
 ``upload``, ``download``, ``forward``) takes its ``_id`` or its name. Chosen where the interface
 is silent: the argument is tried as an id first, so an id costs no extra request and is never
-taken for a name; only when the cloud answers 404 is it looked up by name, with one list
-request. A name must be unique among the instances not deleted or being deleted (such a one is
-found by name only when no other has it); otherwise the error names the ids that match.
+taken for a name; only when the cloud answers 404 (or 400, which a server that checks the
+shape of its ids may send) is it looked up by name, with one list request. A name must be
+unique among the instances not deleted or being deleted (such a one is found by name only when
+no other has it); otherwise the error names the ids that match.
 An argument that cannot be an id (empty, ``..``, or holding ``/``, ``?`` or ``#``) is refused
 before anything is sent.
 
@@ -40,6 +41,8 @@ from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
 from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, reachable
 from gpucloud_nb.errors import (
+    APIError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -159,17 +162,23 @@ class InstanceOps(Generic[D]):
         """``op(id)`` for the instance whose id or name is ``given`` (see the module docs).
 
         ``given`` is tried as an id first, so an id is never taken for a name and costs nothing
-        extra; only when the cloud answers 404 is it looked up by name, with one list request.
+        extra; only when the cloud answers 404 (or 400, as a server that checks the shape of ids
+        may) is it looked up by name, with one list request.
         """
         try:
             return (yield from op(path_id(given)))
-        except NotFoundError as missing:
+        except (NotFoundError, BadRequestError) as missing:
+            if isinstance(missing, BadRequestError) and missing.status_code != 400:
+                raise
             id = yield from self._named(given, missing)
         return (yield from op(id))
 
-    def _named(self, given: str, missing: NotFoundError) -> Op[str]:
+    def _named(self, given: str, missing: APIError) -> Op[str]:
         """The id of the one instance named ``given``, preferring those not (being) deleted."""
-        named = [i for i in (yield from self.list(None)) if i.name == given and i.id != given]
+        instances = yield from self.list(None)
+        if any(i.id == given for i in instances):
+            raise missing  # the id exists, so the refusal was about something else: as sent
+        named = [i for i in instances if i.name == given]
         chosen = [i for i in named if i.status not in ("deleting", "deleted")] or named
         if len(chosen) == 1:
             return chosen[0].id
