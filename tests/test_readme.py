@@ -37,9 +37,12 @@ ISOLATION = ("GPUCLOUD_SANDBOX_HOME", "GPUCLOUD_NB_TEST_RUN")
 
 def test_every_python_and_ipython_block_runs(monkeypatch: pytest.MonkeyPatch,
                                              capfd: pytest.CaptureFixture[str]) -> None:
+    import gpucloud_nb._connect as connecting
+
     for name in list(os.environ):
         if name.startswith("GPUCLOUD_") and name not in ISOLATION:
             monkeypatch.delenv(name)
+    monkeypatch.setattr(connecting, "_announced", set())  # a fresh kernel, leaving no trace
     InteractiveShell.clear_instance()
     shell = InteractiveShell.instance()
     try:
