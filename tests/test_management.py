@@ -13,6 +13,7 @@ from pandas.testing import assert_frame_equal
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import (
     AuthenticationError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -168,6 +169,119 @@ def test_an_odd_id_is_refused_before_anything_is_sent(sandbox, bad: str) -> None
                 call(bad)
             assert "\n" not in str(info.value)
     assert sent == []
+
+
+def _counting_cloud(sandbox) -> tuple[GPUCloud, list[httpx.Request]]:
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    return GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                    transport=Counting()), sent
+
+
+def test_names_work_wherever_ids_do(sandbox, observer: GPUCloud) -> None:
+    cloud, sent = _counting_cloud(sandbox)
+    with cloud:
+        args = launch_args(first_offer(cloud))
+        alpha = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        twins = [cloud.instances.create(**(args | {"name": "twin"})) for _ in range(2)]  # type: ignore[arg-type]
+        # An instance named with another's id: the id wins, it is never taken for a name.
+        decoy = cloud.instances.create(**(args | {"name": alpha.id}))  # type: ignore[arg-type]
+
+        sent.clear()
+        assert cloud.instances.get(alpha.id).id == alpha.id
+        assert [r.url.path for r in sent] == [f"/gpu-cloud/instances/{alpha.id}"]  # no list
+
+        sent.clear()
+        assert cloud.instances.get("alpha").id == alpha.id
+        assert [r.method for r in sent] == ["GET", "GET", "GET"]  # tried as id, one list, get
+        assert cloud.instances.wait_until_active("alpha", timeout=30).status == "active"
+
+        with pytest.raises(InvalidInputError) as info:
+            cloud.instances.delete("twin")
+        assert str(info.value) == (f"2 instances are named 'twin' ({twins[0].id}, {twins[1].id}); "
+                                   "give the id of the one you mean.")
+        with pytest.raises(NotFoundError, match="Instance nobody not found: no instance has that "
+                                                "id or name."):
+            cloud.instances.get("nobody")
+        assert {i.status for i in observer.instances.list()} <= {"pending", "active"}  # none deleted
+
+        cloud.instances.delete("alpha")
+        assert observer.instances.get(alpha.id).status in ("deleting", "deleted")
+        assert observer.instances.get(decoy.id).status in ("pending", "active")
+        # A new "alpha" is the one found by name; the deleted one is not in the way.
+        again = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        assert cloud.instances.get("alpha").id == again.id
+
+
+def test_names_work_in_the_async_client(sandbox) -> None:
+    async def main() -> None:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offers = await cloud.instances.offers(deployment_type="vm", available=True)
+            args = launch_args(offers[0])
+            made = await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            assert (await cloud.instances.get("beta")).id == made.id
+            assert (await cloud.instances.wait_until_active("beta", timeout=30)).id == made.id
+            await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="2 instances are named 'beta'"):
+                await cloud.instances.delete("beta")
+            await cloud.instances.delete(made.id)
+            assert (await cloud.instances.get(made.id)).status in ("deleting", "deleted")
+            with pytest.raises(NotFoundError, match="no instance has that id or name"):
+                await cloud.instances.delete("gamma")
+
+    asyncio.run(main())
+
+
+def test_a_name_works_where_the_cloud_answers_400_for_a_malformed_id() -> None:
+    # A real server may validate ids (a Mongo ObjectId) and answer 400 to a name in the path,
+    # which the sandbox never does: hence a MockTransport.
+    live = {"_id": "6650f0c2a1b2c3d4e5f60718", "name": "train", "status": "active"}
+    busy = {"_id": "busy", "name": "other", "status": "pending"}
+    seen: list[str] = []
+
+    def cloud_api(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/gpu-cloud/instances":
+            return httpx.Response(200, json=[live, busy])
+        if request.url.path.endswith(live["_id"]):
+            return httpx.Response(200 if request.method == "GET" else 204,
+                                  json=live if request.method == "GET" else None)
+        if request.method == "DELETE" and request.url.path.endswith("/busy"):
+            return httpx.Response(400, json={"statusCode": 400, "message": "Instance is busy"})
+        return httpx.Response(400, json={"statusCode": 400, "message": "id must be a mongodb id"})
+
+    with GPUCloud(api_key="k", base_url="http://127.0.0.1:9",
+                  transport=httpx.MockTransport(cloud_api)) as cloud:
+        assert cloud.instances.get("train").id == live["_id"]
+        assert seen == ["GET /gpu-cloud/instances/train", "GET /gpu-cloud/instances",
+                        f"GET /gpu-cloud/instances/{live['_id']}"]
+        cloud.instances.delete("train")
+        assert seen[-1] == f"DELETE /gpu-cloud/instances/{live['_id']}"
+        with pytest.raises(NotFoundError, match="no instance has that id or name"):
+            cloud.instances.get("nobody")
+        # A 400 for an id that exists is about something else: the server's sentence stays.
+        with pytest.raises(BadRequestError, match="Instance is busy"):
+            cloud.instances.delete("busy")
+
+
+def test_names_work_over_ssh(sandbox, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh: the client's own key is used
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        made = cloud.instances.create(**launch_args(first_offer(cloud), "ssh-box"))  # type: ignore[arg-type]
+        assert cloud.instances.run("ssh-box", "echo hello", wait=30).stdout == "hello\n"
+        local = tmp_path / "notes.txt"
+        local.write_text("by name\n")
+        cloud.instances.upload("ssh-box", local, "notes.txt")
+        cloud.instances.download("ssh-box", "notes.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "by name\n"
+        assert cloud.instances.run(made.id, "cat notes.txt").stdout == "by name\n"
 
 
 # client-side validation: refused before anything is sent ------------------------------------

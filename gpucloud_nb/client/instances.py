@@ -5,11 +5,22 @@ classes :class:`Instances` and :class:`AsyncInstances` run it with their driver,
 per method, so ``cloud.instances.get(id)`` is an :class:`~gpucloud_nb.models.InstanceDetails` to
 a type checker and ``await acloud.instances.get(id)`` too.
 
+Every method that takes an instance (``get``, ``delete``, ``wait_until_active``, ``run``,
+``upload``, ``download``, ``forward``) takes its ``_id`` or its name. Chosen where the interface
+is silent: the argument is tried as an id first, so an id costs no extra request and is never
+taken for a name; only when the cloud answers 404 (or 400, which a server that checks the
+shape of its ids may send) is it looked up by name, with one list request. A name must be
+unique among the instances not deleted or being deleted (such a one is found by name only when
+no other has it); otherwise the error names the ids that match.
+An argument that cannot be an id (empty, ``..``, or holding ``/``, ``?`` or ``#``) is refused
+before anything is sent.
+
     >>> instance = cloud.instances.create(name="train-1", cloud_provider="p1",  # doctest: +SKIP
     ...                                   instance_id="h100-1x", region="us-east-1",
     ...                                   vm={"os": "ubuntu-22.04"})
     >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
     'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.delete("train-1")  # a unique name works where an id does  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -39,8 +50,11 @@ from gpucloud_nb.client.remote import (
     refuse_existing,
 )
 from gpucloud_nb.errors import (
+    APIError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
+    NotFoundError,
     WaitTimeoutError,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
@@ -155,14 +169,52 @@ class InstanceOps(Generic[D]):
             self.core.ledger.observe(instance)
         return instances
 
-    def get(self, id: str) -> Op[InstanceDetails]:
+    def by_id_or_name(self, given: str, op: Callable[[str], Op[T]]) -> Op[T]:
+        """``op(id)`` for the instance whose id or name is ``given`` (see the module docs).
+
+        ``given`` is tried as an id first, so an id is never taken for a name and costs nothing
+        extra; only when the cloud answers 404 (or 400, as a server that checks the shape of ids
+        may) is it looked up by name, with one list request.
+        """
+        try:
+            return (yield from op(path_id(given)))
+        except (NotFoundError, BadRequestError) as missing:
+            if isinstance(missing, BadRequestError) and missing.status_code != 400:
+                raise
+            id = yield from self._named(given, missing)
+        return (yield from op(id))
+
+    def _named(self, given: str, missing: APIError) -> Op[str]:
+        """The id of the one instance named ``given``, preferring those not (being) deleted."""
+        instances = yield from self.list(None)
+        if any(i.id == given for i in instances):
+            raise missing  # the id exists, so the refusal was about something else: as sent
+        named = [i for i in instances if i.name == given]
+        chosen = [i for i in named if i.status not in ("deleting", "deleted")] or named
+        if len(chosen) == 1:
+            return chosen[0].id
+        if chosen:
+            raise InvalidInputError(
+                f"{len(chosen)} instances are named {given!r} ({', '.join(i.id for i in chosen)}); "
+                "give the id of the one you mean.")
+        raise NotFoundError(f"Instance {given} not found: no instance has that id or name.",
+                            status_code=missing.status_code, path=missing.path,
+                            timestamp=missing.timestamp)
+
+    def get(self, given: str) -> Op[InstanceDetails]:
+        return (yield from self.by_id_or_name(given, self._get))
+
+    def _get(self, id: str) -> Op[InstanceDetails]:
         data = yield from self.core.send(
-            Call("GET", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
+            Call("GET", f"/gpu-cloud/instances/{id}", what=f"Instance {id}"))
         details = InstanceDetails.from_json(data)
         self.core.ledger.observe(details)
         return details
 
-    def delete(self, id: str) -> Op[None]:
+    def delete(self, given: str) -> Op[None]:
+        yield from self.by_id_or_name(given, self._delete)
+
+    def _delete(self, id: str) -> Op[None]:
         yield from self.core.send(
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
@@ -174,8 +226,9 @@ class InstanceOps(Generic[D]):
                           poll_interval: float, max_poll_interval: float) -> Op[InstanceDetails]:
         start = time.monotonic()
         interval = poll_interval
+        details = yield from self.get(id)
+        id = details.id
         while True:
-            details = yield from self.get(id)
             elapsed = time.monotonic() - start
             if on_progress is not None:
                 on_progress(details, elapsed)
@@ -192,8 +245,9 @@ class InstanceOps(Generic[D]):
                 )
             yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
             interval = min(interval * 1.5, max_poll_interval)
+            details = yield from self._get(id)
 
-    def spend(self) -> Op[pandas.DataFrame]:
+    def spend(self, include_deleted: bool) -> Op[pandas.DataFrame]:
         data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
         moment = now()
         deadlines = self.core.auto_delete.deadlines()
@@ -209,7 +263,7 @@ class InstanceOps(Generic[D]):
             })
         from gpucloud_nb import frames
 
-        return frames.spend_frame(rows)
+        return frames.spend_frame(rows, include_deleted=include_deleted)
 
 
 def _create_kwargs(name: str, cloud_provider: str, instance_id: str, region: str,
@@ -316,7 +370,7 @@ class Instances:
         return self._run(self._ops.list(deployment_type))
 
     def get(self, id: str) -> InstanceDetails:
-        """Read one instance in full.
+        """Read one instance in full, by its id or its name.
 
             >>> cloud.instances.get(instance.id).status  # doctest: +SKIP
             'active'
@@ -324,7 +378,7 @@ class Instances:
         return self._run(self._ops.get(id))
 
     def delete(self, id: str) -> None:
-        """Delete an instance; its data is lost unless it sits on a volume.
+        """Delete an instance (by id or name); its data is lost unless it sits on a volume.
 
         Its auto-delete timer, if any, is cancelled.
 
@@ -348,16 +402,17 @@ class Instances:
         return self._run(self._ops.wait_until_active(id, timeout, on_progress, poll_interval,
                                                      max_poll_interval))
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far: one row per instance (hourly price × hours billed) and the total.
 
         Billing runs while an instance is active or deleting (see ``client.billing``); the total
-        is in ``frame.attrs["total"]``.
+        is in ``frame.attrs["total"]``. Deleted instances keep their rows; the table's display
+        hides them unless ``include_deleted`` (see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.instances.spend().attrs["total"]  # doctest: +SKIP
             1.84
         """
-        return self._run(self._ops.spend())
+        return self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core
@@ -513,9 +568,9 @@ class AsyncInstances:
         return await self._run(self._ops.wait_until_active(id, timeout, on_progress,
                                                            poll_interval, max_poll_interval))
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """The coroutine twin of :meth:`Instances.spend`."""
-        return await self._run(self._ops.spend())
+        return await self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core
