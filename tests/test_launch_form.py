@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -215,6 +216,36 @@ def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> 
     form.auto_delete.value = 0
     assert "Auto-deletes" not in form.cost.value
     cloud.auto_delete.cancel_all()
+
+
+@pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
+def test_the_auto_delete_preview_says_who_keeps_the_timer(cloud, observer, sandbox, kept_by) -> None:
+    if kept_by == "sandbox service":
+        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: its service keeps them
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", auto_delete_minutes=30)
+    assert ("Auto-deletes after 30 min, if this kernel is still running: " if kept_by == "this kernel"
+            else "Auto-deletes after 30 min, by the sandbox service, even if this kernel stops: "
+            ) in form.cost.value
+    details = form.launch().result(timeout=10)
+    # What it said is true: a service timer is seen by another client, a kernel's is not.
+    assert (observer.auto_delete.remaining(details.id) is None) == (kept_by == "this kernel")
+    cloud.auto_delete.cancel_all()
+
+
+def test_colours_come_from_the_theme_and_the_name_hint_is_a_hint(sandbox, observer) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=0.01) as capped:
+        offer = pick(capped, "vm", cloud_init=False)
+        form = LaunchForm(capped, offer)
+        assert form.name.placeholder == "e.g. train-1" and form.name.value == ""
+        form.fill(name="x", cloud_init="#cloud-config\n")
+        shown = [w.value for w in iter_widgets(form) if isinstance(getattr(w, "value", None), str)]
+        coloured = [v for v in shown if "color:" in v]
+        assert coloured, "the cap, the reason and the cloud-init note are coloured"
+        for value in shown:
+            assert not re.search(r"#[0-9a-fA-F]{3,6}\b|rgb\(", value), value
+        assert any("var(--jp-warn-color0)" in v for v in coloured)
+        assert any("var(--jp-error-color1)" in v for v in coloured)  # over the cap
 
 
 def test_launch_with_an_invalid_form_fails_fast(cloud: GPUCloud, observer: GPUCloud) -> None:

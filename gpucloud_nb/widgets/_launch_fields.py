@@ -46,7 +46,7 @@ class LaunchFields(widgets.VBox):
 
         self.title = widgets.HTML()
         self.title.add_class("gpucloud-launch-title")
-        self.name = text("Name", "gpucloud-launch-name", "train-1")
+        self.name = text("Name", "gpucloud-launch-name", "e.g. train-1")
         self.offer = dropdown("Offer", "gpucloud-launch-offer")
         self.region = dropdown("Region", "gpucloud-launch-region", _MEDIUM)
         self.os = dropdown("OS image", "gpucloud-launch-os", _MEDIUM)

@@ -60,12 +60,14 @@ from gpucloud_nb.launch_model import (
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.widgets._common import (
+    WARNING,
     StatusLine,
     WaitStopped,
     choose,
     duration,
     escape,
     guarded,
+    hint,
     log,
     set_options,
     settle,
@@ -349,7 +351,7 @@ class LaunchForm(LaunchFields):
         problem = self.volume_problem
         self.volume_create_button.disabled = problem is not None
         self.volume_reason.value = "" if problem is None else \
-            f'<span style="color:#8a5a00">{escape(problem)}</span>'
+            hint(escape(problem), WARNING)
 
     def _update(self) -> None:
         if self._quiet:
@@ -360,18 +362,18 @@ class LaunchForm(LaunchFields):
                 has_script = bool(self.cloud_init.value.strip())
                 show(self.cloud_init_box, offer.cloud_init_available or has_script)
                 self.cloud_init_note.value = "" if offer.cloud_init_available else (
-                    '<span style="color:#8a5a00">This offer does not run cloud-init scripts.</span>')
+                    hint("This offer does not run cloud-init scripts.", WARNING))
             self.cost.value = "" if offer is None else cost_html(
                 offer, volume=next((v for v in self._volumes if v.id == self.volume.value), None),
                 volume_offer=self._volume_offer(), minutes=self.auto_delete.value,
-                cap=self._cloud.max_hourly_cost, used_hourly=self._used_hourly,
-                over_cap=self._cap_problem(offer) is not None)
+                kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
+                used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
             launching = self.launching
             problem = self.problem
             self.launch_button.disabled = launching or problem is not None
             self.launch_button.description = "Launching…" if launching else "Launch"
             self.reason.value = "" if problem is None or launching else (
-                f'<span style="color:#8a5a00">{escape(problem)}</span>')
+                hint(escape(problem), WARNING))
 
     # ------------------------------------------------------------------ from code
 

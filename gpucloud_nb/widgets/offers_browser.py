@@ -53,10 +53,12 @@ __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
 
 DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
 
-#: Columns the table shows by default (``browser.frame`` keeps all of :data:`OFFER_COLUMNS`).
+#: Columns the table shows by default (``browser.frame`` keeps all of :data:`OFFER_COLUMNS`):
+#: what a person chooses by first (GPU, price, where, whether it is there), so that a narrow
+#: notebook still shows them; the id, needed only to launch from code, last.
 DEFAULT_COLUMNS: tuple[str, ...] = (
-    "gpuName", "gpuCount", "vRamGB", "totalVRamGB", "hourlyPrice", "pricePerGpuHour",
-    "deploymentType", "providerName", "region", "available", "instanceId",
+    "gpuName", "gpuCount", "vRamGB", "hourlyPrice", "region", "available", "deploymentType",
+    "providerName", "totalVRamGB", "pricePerGpuHour", "instanceId",
 )
 _PRICE_COLUMNS = ("hourlyPrice", "pricePerGpuHour")
 
