@@ -769,7 +769,7 @@ def test_inference_app_is_mounted_when_present(
 def test_import_is_cheap() -> None:
     import subprocess
 
-    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.cli; "
+    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.sandbox.cli; "
             "print(any(m.split('.')[0] in ('starlette', 'uvicorn') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

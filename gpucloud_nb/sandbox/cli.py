@@ -247,7 +247,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
     try:
         if home is not None:
-            from gpucloud_nb.sandbox.service import serve_home
+            from gpucloud_nb.sandbox.server import serve_home
 
             serve_home(config, home, ready)
         else:
