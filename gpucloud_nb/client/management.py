@@ -41,6 +41,7 @@ from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -48,6 +49,7 @@ from gpucloud_nb.client.instances import (
     ProgressCallback,
 )
 from gpucloud_nb.client.ssh_keys import explicit_identity
+from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import InvalidInputError
 
@@ -81,6 +83,7 @@ class SandboxInfo:
 class _CloudBase(abc.ABC):
     base_url: str
     _core: Core[Any]
+    _budget_watch: KernelBudgets | ServiceBudgets | None = None
 
     @property
     def sandbox(self) -> Any:
@@ -118,7 +121,7 @@ class _CloudBase(abc.ABC):
     def _blocking_core(self) -> Core[SyncDriver]:
         """A sync core for work done from timer threads, away from any event loop."""
 
-    def _service_send(self, method: str, path: str, body: dict[str, str] | None) -> Any:
+    def _service_send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         """One request to a sandbox-only endpoint, blocking (timers are set from sync code)."""
         core = self._blocking_core()
         return core.driver.run(core.send(Call(method, path, json=body)))
@@ -167,6 +170,31 @@ class _CloudBase(abc.ABC):
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
         ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
         return self._core.auto_delete
+
+    @property
+    def budgets(self) -> KernelBudgets | ServiceBudgets:
+        """Spend budgets: ``set(id, dollars)``, ``cancel(id)``, ``states()``; ``where`` says who
+        watches (the sandbox service, or this kernel; see :mod:`gpucloud_nb.client.budgets`).
+
+            >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
+        """
+        service = self.sandbox is not None
+        watch = self._budget_watch
+        if watch is None or isinstance(watch, ServiceBudgets) != service:
+            watch = ServiceBudgets(self._service_send) if service else KernelBudgets(
+                lambda id_: Instances(self._blocking_core()).get(id_),
+                self._core.delete_from_timer)
+            self._budget_watch = watch
+        return watch
+
+    @property
+    def class_view(self) -> ClassView:
+        """The teacher's view of a class sandbox (served with ``--teacher-key``, this key).
+
+            >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
+            ['Ada', 'account 2']
+        """
+        return ClassView(self._service_send)
 
     @property
     def is_sandbox(self) -> bool:
