@@ -35,7 +35,7 @@ def classroom(sandbox_factory: Callable[..., Sandbox]) -> Iterator[tuple[GPUClou
 
 def test_stop_the_whole_class_asks_first_then_deletes_every_accounts_instances(
         classroom: tuple[GPUCloud, list[GPUCloud]], tmp_path: Path) -> None:
-    teacher, (ada, alan, grace) = classroom
+    teacher, (ada, _, grace) = classroom
     ids = {"ada": [launch(ada).id, launch(ada).id], "grace": [launch(grace).id]}
     panel = ClassPanel(teacher)
     try:
