@@ -130,10 +130,21 @@ class Budgets:
                                           gone_ms=now + self.delete_ms) is not None
 
     def step(self, now: int) -> list[str]:
-        """Delete what has spent its budget and warn at 80 %; the ids deleted."""
+        """Delete what has spent its budget and warn at 80 %; the ids deleted.
+
+        One read of the instances per step, and none while no budget is set.
+        """
+        budgets = self.store.budgets()
+        if not budgets and not self.accounts:
+            return []
+        by_user: dict[str, list[InstanceRecord]] = {}
+        by_id: dict[str, InstanceRecord] = {}
+        for each in self.store.every_instance():
+            by_user.setdefault(each.user, []).append(each)
+            by_id[each.id] = each
         deleted: list[str] = []
-        for id_, (user, dollars, warned) in self.store.budgets().items():
-            record = self.store.instance(user, id_)
+        for id_, (_, dollars, warned) in budgets.items():
+            record = by_id.get(id_)
             if record is None or record.delete_ms is not None:
                 continue
             spent = spend(record, now, self.factor)
@@ -147,9 +158,10 @@ class Budgets:
                 log.warning("Instance %s has cost %s, %d %% of its budget of %s.", id_,
                             format_price(spent), round(100 * spent / dollars), format_price(dollars))
         for user, budget in self.accounts.items():
-            records = self.store.instances(user)
+            records = by_user.get(user, [])
             spent = sum(spend(record, now, self.factor) for record in records)
-            live = [record for record in records if record.delete_ms is None]
+            live = [record for record in records
+                    if record.delete_ms is None and record.id not in deleted]
             if spent >= budget:
                 for record in live:
                     if self._delete(record, now):
@@ -159,8 +171,7 @@ class Budgets:
             elif spent >= WARN_SHARE * budget and user not in self._warned_accounts and live:
                 self._warned_accounts.add(user)
                 log.warning("A class account has spent %s, %d %% of its budget of %s.",
-                            format_price(spent), round(100 * spent / budget) if budget else 100,
-                            format_price(budget))
+                            format_price(spent), round(100 * spent / budget), format_price(budget))
         return deleted
 
 
