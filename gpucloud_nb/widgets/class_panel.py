@@ -77,14 +77,14 @@ def _table(rows: list[AccountUse]) -> str:
                  "" if row.idle_minutes is None else f"{row.idle_minutes:g}"]
         body.append("<tr>" + "".join(f'<td style="{_CELL}">{cell}</td>' for cell in cells)
                     + "</tr>")
-    total = [("total", ""), ("", ""), (str(sum(r.instances for r in rows)), ""),
-             (escape(money(sum(r.per_hour for r in rows))), ""),
-             (escape(money(sum(r.spend for r in rows))), "")]
+    total = ["total", "", str(sum(r.instances for r in rows)),
+             escape(money(sum(r.per_hour for r in rows))),
+             escape(money(sum(r.spend for r in rows))), "", "", ""]
     foot = "".join(f'<td style="{_CELL};font-weight:bold;border-top:1px solid '
-                   f'var(--jp-border-color2)">{text}</td>' for text, _ in total)
+                   f'var(--jp-border-color2)">{text}</td>' for text in total)
     return (f'<table class="gpucloud-table gpucloud-class-table" style="border-collapse:collapse;'
             f'font-size:0.9em"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
-            f'<tfoot><tr>{foot}<td colspan="3"></td></tr></tfoot></table>')
+            f'<tfoot><tr>{foot}</tr></tfoot></table>')
 
 
 class ClassPanel(widgets.VBox):

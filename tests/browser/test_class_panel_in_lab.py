@@ -16,6 +16,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser
 
+from gpucloud_nb.sandbox import service
+
 from .lab import ARTIFACTS, Lab, LabServer
 from .test_widgets_in_lab import CONTRAST_JS, run_cell, set_theme, shot
 
@@ -61,6 +63,7 @@ def class_lab(tmp_path_factory: pytest.TempPathFactory, chromium: Browser) -> It
     finally:
         session.close()
         server.stop()
+        service.stop(base / "sandbox")  # the Lab extension's poller may have started one
 
 
 def test_the_class_panel_with_three_students_stops_the_class(class_lab: Lab) -> None:
