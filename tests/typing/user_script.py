@@ -12,9 +12,11 @@ import pandas as pd
 
 from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient, connect
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
+from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
+from gpucloud_nb.client.teacher import AccountUse
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 
 
@@ -50,6 +52,12 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.max_hourly_cost, float | None)
     assert_type(cloud.spend(), pd.DataFrame)
     assert_type(cloud.sandbox_inference(), InferenceClient)
+    assert_type(cloud.budgets.set("x", 5), BudgetState)
+    assert_type(cloud.budgets.states(), dict[str, BudgetState])
+    assert_type(cloud.budgets.cancel("x"), bool)
+    assert_type(cloud.class_view.accounts(), list[AccountUse])
+    assert_type(cloud.class_view.stop_class(), list[str])
+    assert_type(cloud.class_view.csv(), str)
 
 
 def async_cloud(cloud: AsyncGPUCloud) -> None:
