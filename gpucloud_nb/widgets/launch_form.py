@@ -83,6 +83,10 @@ _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id
               "ssh_key_id", "auto_delete_minutes")
 
 
+#: Characters per line of the SSH box (42em, the description aside), counted short.
+_SSH_LINE = 48
+
+
 class LaunchForm(LaunchFields):
     """A form that launches one GPU instance from an offer and follows it until it is active.
 
@@ -548,6 +552,7 @@ class LaunchForm(LaunchFields):
             ssh = str(error)
         self.result.value = result_html(details)
         self.ssh_command.value = ssh
+        self.ssh_command.rows = 1 + len(ssh) // _SSH_LINE
         show(self.ssh_command, bool(ssh))
         show(self.result_box, True)
 
