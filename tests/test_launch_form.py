@@ -328,10 +328,10 @@ def test_client_refusal_is_shown(sandbox, observer: GPUCloud) -> None:
 
 
 def test_unexpected_errors_are_labelled(cloud: GPUCloud, monkeypatch) -> None:
-    def broken(**_: object) -> None:
+    def broken(*_: object) -> None:
         raise RuntimeError("socket on fire")
 
-    monkeypatch.setattr(cloud.instances, "create", broken)
+    monkeypatch.setattr(cloud.instances, "create_from", broken)
     form = LaunchForm(cloud, pick(cloud, "vm"), name="oops")
     form.launch_button.click()
     with pytest.raises(RuntimeError):

@@ -293,7 +293,7 @@ def test_names_work_over_ssh(sandbox, tmp_path, monkeypatch: pytest.MonkeyPatch)
         ({"vm": {"os": "windows-11"}}, "has no OS image 'windows-11'; choose one of"),
         ({"region": "mars-1"}, "is not offered in region 'mars-1'"),
         ({"instance_id": "no-such-offer"}, "There is no offer with instanceId 'no-such-offer'"),
-        ({"cloud_provider": "nobody"}, "is not sold by provider 'nobody'"),
+        ({"cloud_provider": "nobody"}, "Provider 'nobody' sells no offer"),
         ({"vm": None, "docker_container": "nginx"}, "vm offer: vm.os is required"),
         ({"vm": None}, "vm.os is required"),
         ({"name": ""}, "name must not be empty"),
