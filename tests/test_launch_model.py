@@ -19,6 +19,12 @@ from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.rules import find_offer
 
 
+@pytest.fixture
+def cloud(shared_cloud: GPUCloud) -> GPUCloud:
+    """These tests read the catalogue only: a client of the run's shared sandbox serves them."""
+    return shared_cloud
+
+
 def offers_of(cloud: GPUCloud, kind: str) -> list[InstanceOffer]:
     return [o for o in cloud.instances.offers(available=True, sort="price")
             if o.deployment_type == kind and o.available_regions]
