@@ -43,10 +43,12 @@ NOW = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 # -- helpers --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick."""
-    return sandbox_factory(stream_tokens_per_second=500)
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick; the chat
+    endpoint keeps no state between requests, so the module's tests share it."""
+    with Sandbox(stream_tokens_per_second=500) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture

@@ -15,7 +15,14 @@ from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transc
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import (
+    CreateInstance,
+    Instance,
+    InstanceDetails,
+    InstanceOffer,
+    Volume,
+    VolumeOffer,
+)
 
 
 def sync_cloud(cloud: GPUCloud) -> None:
@@ -26,6 +33,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
         name="a", cloud_provider="p", instance_id="i", region="r"), list[str])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Instance)
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Instance)
     assert_type(cloud.instances.list(), list[Instance])
     assert_type(cloud.instances.get("x"), InstanceDetails)
     assert_type(cloud.instances.delete("x"), None)
@@ -57,6 +66,8 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.offers_frame(), Coroutine[Any, Any, pd.DataFrame])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, Instance])
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Coroutine[Any, Any, Instance])
     assert_type(cloud.instances.list(), Coroutine[Any, Any, list[Instance]])
     assert_type(cloud.instances.get("x"), Coroutine[Any, Any, InstanceDetails])
     assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])
