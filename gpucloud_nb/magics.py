@@ -383,8 +383,8 @@ class GPUCloudMagics(Magics):
     # ------------------------------------------------------------------ widgets
 
     def _launch(self, args: argparse.Namespace) -> Any:
+        from gpucloud_nb.rules import find_offer
         from gpucloud_nb.widgets import LaunchForm
-        from gpucloud_nb.widgets.launch_form import find_offer
 
         cloud = self.cloud
         offer: InstanceOffer | None = None

@@ -5,6 +5,7 @@
 display changes: in a notebook (``_repr_html_``) and as text (``repr``) it shows
 
 - the name first and ids last (``_id``, ``providerId``, ``user``);
+- every cell on one line (the output area scrolls sideways), ports without separators;
 - prices and spend as dollars (:func:`gpucloud_nb.display.format_price`; hourly prices as
   ``$2.49/h``);
 - times in the kernel's local time zone, as ``11:09`` today and ``Nov 24 11:09`` on another
@@ -107,6 +108,8 @@ def _cell(column: str, value: Any) -> str:
         number = float(value)
         if not math.isfinite(number):
             return ""
+        if lowered.endswith("port") and number.is_integer():
+            return str(int(number))  # a port is a name, not a quantity: 39109, not 39,109
         return f"{number:,.0f}" if number.is_integer() else f"{number:,.2f}"
     return str(value)
 
@@ -165,6 +168,8 @@ class Table(pd.DataFrame):
         shown = self.shown()
         styler = shown.style.format(escape="html").format_index(escape="html", axis="columns")
         styler = styler.hide(axis="index")
+        # Names, regions and "Total (1 deleted not shown)" on one line: the output area scrolls.
+        styler = styler.set_table_styles([{"selector": "th, td", "props": "white-space: nowrap"}])
         if "spend" in shown.columns and len(shown):
             last = len(shown) - 1
             styler = styler.apply(

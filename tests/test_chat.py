@@ -43,10 +43,12 @@ NOW = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 # -- helpers --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick."""
-    return sandbox_factory(stream_tokens_per_second=500)
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick; the chat
+    endpoint keeps no state between requests, so the module's tests share it."""
+    with Sandbox(stream_tokens_per_second=500) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
@@ -741,3 +743,26 @@ def test_a_reply_cut_off_before_its_end_is_marked_incomplete_in_one_line(
     assert "Once upon a time" in html_text("".join(blocks_in_order(assistant_boxes(chat)[-1])))
     assert chat.history[-1] == {"role": "assistant", "content": "Once upon a time"}
     assert chat.to_markdown().rstrip().endswith("Once upon a time\n[incomplete]")
+
+
+def test_a_chat_collected_while_the_loop_starts_does_not_deadlock() -> None:
+    """A widget's finalizer can run release() inside get() (garbage collection during
+    Thread.start): it must not wait for the lock its own thread holds."""
+    import threading
+
+    from gpucloud_nb.widgets._chat_turn import LoopThread
+
+    class User:
+        pass
+
+    user = User()
+    LoopThread.use(user)
+
+    def collected_inside_get() -> None:
+        with LoopThread._lock:       # where get() is when the collector runs the finalizer
+            LoopThread.release(user)
+
+    worker = threading.Thread(target=collected_inside_get, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "release() inside get() deadlocked"

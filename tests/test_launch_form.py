@@ -47,9 +47,9 @@ def assert_disabled_because(form: LaunchForm, sentence: str) -> None:
 # the form's checks ---------------------------------------------------------------------------
 
 
-def test_prefilled_form_and_each_invalid_state(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "vm", cloud_init=True, volumes=True)
-    form = LaunchForm(cloud, offer)
+def test_prefilled_form_and_each_invalid_state(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "vm", cloud_init=True, volumes=True)
+    form = LaunchForm(shared_cloud, offer)
     assert form.offer.value == offer and form.offer.disabled
     assert form.region.value == offer.available_regions[0]
     assert [v for _, v in form.region.options] == list(offer.available_regions)
@@ -78,17 +78,17 @@ def test_prefilled_form_and_each_invalid_state(cloud: GPUCloud) -> None:
         form.fill(colour="red")
 
 
-def test_typing_updates_the_reason(cloud: GPUCloud) -> None:
-    form = LaunchForm(cloud, pick(cloud, "vm"))
+def test_typing_updates_the_reason(shared_cloud: GPUCloud) -> None:
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm"))
     form.name.value = "typed"
     assert form.problem is None and not form.launch_button.disabled
     form.name.value = "   "
     assert_disabled_because(form, "Give the instance a name.")
 
 
-def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "container")
-    form = LaunchForm(cloud, offer, name="serve")
+def test_container_offer_needs_an_image(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "container")
+    form = LaunchForm(shared_cloud, offer, name="serve")
     assert form.container_box.layout.display is None and form.vm_box.layout.display == "none"
     assert_disabled_because(form, "Give the container image to run")
     form.image.value = "vllm/vllm-openai:latest"
@@ -97,9 +97,9 @@ def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
     assert "vm" not in form.body
 
 
-def test_cloud_init_only_where_the_offer_runs_it(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "vm", cloud_init=False)
-    form = LaunchForm(cloud, offer, name="no-init")
+def test_cloud_init_only_where_the_offer_runs_it(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "vm", cloud_init=False)
+    form = LaunchForm(shared_cloud, offer, name="no-init")
     assert form.cloud_init_box.layout.display == "none"
     assert "does not run cloud-init" in form.cloud_init_note.value
     form.fill(cloud_init="#cloud-config\npackages: [htop]\n")
@@ -109,8 +109,8 @@ def test_cloud_init_only_where_the_offer_runs_it(cloud: GPUCloud) -> None:
     assert form.problem is None
 
 
-def test_cloud_init_upload_fills_the_script(cloud: GPUCloud, tmp_path) -> None:
-    form = LaunchForm(cloud, pick(cloud, "vm", cloud_init=True), name="init")
+def test_cloud_init_upload_fills_the_script(shared_cloud: GPUCloud, tmp_path) -> None:
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm", cloud_init=True), name="init")
     script = b"#!/bin/sh\necho ready > /tmp/ready\n"
     form.cloud_init_file.value = ({"name": "init.sh", "type": "text/x-sh", "size": len(script),
                                    "content": memoryview(script), "last_modified": NOW},)
@@ -147,8 +147,8 @@ def test_cost_cap_disables_launch(sandbox, observer: GPUCloud) -> None:
         assert form.problem is None
 
 
-def test_offer_dropdown_when_no_offer_is_given(cloud: GPUCloud) -> None:
-    form = LaunchForm(cloud)
+def test_offer_dropdown_when_no_offer_is_given(shared_cloud: GPUCloud) -> None:
+    form = LaunchForm(shared_cloud)
     assert_disabled_because(form, "Choose an offer to launch.")
     offers = [v for _, v in form.offer.options if v is not None]
     assert offers and all(o.is_available for o in offers)
@@ -327,12 +327,12 @@ def test_client_refusal_is_shown(sandbox, observer: GPUCloud) -> None:
     assert [i.name for i in observer.instances.list()] == ["other"]
 
 
-def test_unexpected_errors_are_labelled(cloud: GPUCloud, monkeypatch) -> None:
-    def broken(**_: object) -> None:
+def test_unexpected_errors_are_labelled(shared_cloud: GPUCloud, monkeypatch) -> None:
+    def broken(*_: object) -> None:
         raise RuntimeError("socket on fire")
 
-    monkeypatch.setattr(cloud.instances, "create", broken)
-    form = LaunchForm(cloud, pick(cloud, "vm"), name="oops")
+    monkeypatch.setattr(shared_cloud.instances, "create_from", broken)
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm"), name="oops")
     form.launch_button.click()
     with pytest.raises(RuntimeError):
         form.future.result(timeout=5)

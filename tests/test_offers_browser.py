@@ -21,6 +21,12 @@ SECRET = "sk-widget-secret-0123456789abcdef"
 
 
 @pytest.fixture
+def cloud(shared_cloud: GPUCloud) -> GPUCloud:
+    """These tests read the catalogue only: a client of the run's shared sandbox serves them."""
+    return shared_cloud
+
+
+@pytest.fixture
 def browser(cloud: GPUCloud) -> Iterator[OffersBrowser]:
     widget = OffersBrowser(cloud, debounce=0)
     yield widget

@@ -93,6 +93,8 @@ def test_instances_and_volumes_display_name_first_ids_last(cloud: GPUCloud) -> N
     assert f">{_local(frame['createdAt'][0])}<" in html
     assert re.search(r">\d+ (s|min)<", html)  # the age
     assert f">${frame['hourlyPrice'][0]:,.2f}/h<" in html and instance_id in html
+    port = int(frame["sshPort"][0])
+    assert port >= 1000 and f">{port}<" in html and f"{port}" in repr(frame)  # not 39,109
 
     volumes = volumes_frame(cloud.volumes.list())
     headers = _headers(volumes._repr_html_())

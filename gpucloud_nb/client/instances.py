@@ -36,6 +36,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import msgspec
+
 from gpucloud_nb.client import changes
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
@@ -57,7 +59,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
     WaitTimeoutError,
 )
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails, InstanceOffer
 
 if TYPE_CHECKING:
     import pandas
@@ -125,34 +127,30 @@ class InstanceOps(Generic[D]):
         except ValueError as error:  # not JSON, or not a JSON array
             raise unreadable(OFFERS_PATH, error) from None
 
-    def problems(self, kwargs: Mapping[str, Any]) -> Op[list[str]]:
-        """Why a create with these arguments would be refused (rules, then the cost cap)."""
-        try:
-            body = creating.instance_body(**kwargs)
-        except InvalidInputError as error:
-            return [error.message]
-        return (yield from self._body_problems(body))
-
-    def _body_problems(self, body: Mapping[str, Any]) -> Op[builtins.list[str]]:
+    def problems(self, request: CreateInstance) -> Op[builtins.list[str]]:
+        """Why this create would be refused (rules, then the cost cap): ``[]`` when it may go."""
         offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
         running: builtins.list[Instance] = []
         if self.core.max_hourly_cost is not None:
             running = yield from self.list(None)
-        return creating.launch_problems(body, offers, cap=self.core.max_hourly_cost,
+        return creating.launch_problems(request, offers, cap=self.core.max_hourly_cost,
                                         running=running)
 
-    def create(self, kwargs: dict[str, Any], delete_after: float | timedelta | None) -> Op[Instance]:
-        delay = None if delete_after is None else seconds(delete_after)
-        if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
-                and self.core.sandbox is None):
+    def create(self, request: CreateInstance) -> Op[Instance]:
+        """Check, send and remember one create; the client-only options act here."""
+        if not isinstance(request, CreateInstance):
+            raise InvalidInputError(
+                f"create_from takes a CreateInstance, not {type(request).__name__}.")
+        delay = None if request.delete_after is None else seconds(request.delete_after)
+        if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
-            kwargs["ssh_key"] = default_public_key(identity=self.core.ssh_identity)
-        body = creating.instance_body(**kwargs)
-        problems = yield from self._body_problems(body)
+            request = msgspec.structs.replace(
+                request, ssh_key=default_public_key(identity=self.core.ssh_identity))
+        problems = yield from self.problems(request)
         if problems:
             raise InvalidInputError(problems[0])
-        data = yield from self.core.create_once("/gpu-cloud/instances", body, "instance",
-                                                "launched")
+        data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+                                                "instance", "launched")
         instance = Instance.from_json(data)
         self.core.created_instance_ids.append(instance.id)
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
@@ -266,15 +264,6 @@ class InstanceOps(Generic[D]):
         return frames.spend_frame(rows, include_deleted=include_deleted)
 
 
-def _create_kwargs(name: str, cloud_provider: str, instance_id: str, region: str,
-                   volume_id: str | None, vm: creating.VmSpec | None,
-                   docker_container: Mapping[str, Any] | str | None, ssh_key_id: str | None,
-                   ssh_key: str | None) -> dict[str, Any]:
-    return {"name": name, "cloud_provider": cloud_provider, "instance_id": instance_id,
-            "region": region, "volume_id": volume_id, "vm": vm,
-            "docker_container": docker_container, "ssh_key_id": ssh_key_id, "ssh_key": ssh_key}
-
-
 class Instances:
     """``cloud.instances``: offers, create, list, get, delete and wait for instances; use them
     over SSH with ``run``, ``upload``, ``download`` and ``forward`` (see
@@ -330,9 +319,14 @@ class Instances:
             ...                              instance_id="h100-1x", region="mars-1", vm="ubuntu-22.04")
             ["Offer 'h100-1x' is not offered in region 'mars-1'; it is available in: us-east-1."]
         """
-        return self._run(self._ops.problems(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key)))
+        try:
+            request = creating.create_request(
+                name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+                volume_id=volume_id, vm=vm, docker_container=docker_container,
+                ssh_key_id=ssh_key_id, ssh_key=ssh_key)
+        except InvalidInputError as error:
+            return [error.message]
+        return self._run(self._ops.problems(request))
 
     def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
@@ -358,9 +352,21 @@ class Instances:
             ...     name="demo", cloud_provider="p1", instance_id="h100-1x",
             ...     region="us-east-1", vm={"os": "ubuntu-22.04"})
         """
-        return self._run(self._ops.create(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after))
+        return self.create_from(creating.create_request(
+            name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+            volume_id=volume_id, vm=vm, docker_container=docker_container,
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after))
+
+    def create_from(self, request: CreateInstance) -> Instance:
+        """Launch the instance a :class:`~gpucloud_nb.models.CreateInstance` describes, as
+        :meth:`create` does (the launch form builds one; so does :meth:`create`).
+
+            >>> request = CreateInstance(name="demo", cloud_provider="p1",  # doctest: +SKIP
+            ...     instance_id="h100-1x", region="us-east-1",
+            ...     vm=VirtualMachine(os="ubuntu-22.04"), delete_after=3600)
+            >>> cloud.instances.create_from(request)  # doctest: +SKIP
+        """
+        return self._run(self._ops.create(request))
 
     def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """List the instances, optionally of one deployment type.
@@ -532,9 +538,14 @@ class AsyncInstances:
         ssh_key_id: str | None = None, ssh_key: str | None = None,
     ) -> list[str]:
         """The coroutine twin of :meth:`Instances.check_create`."""
-        return await self._run(self._ops.problems(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key)))
+        try:
+            request = creating.create_request(
+                name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+                volume_id=volume_id, vm=vm, docker_container=docker_container,
+                ssh_key_id=ssh_key_id, ssh_key=ssh_key)
+        except InvalidInputError as error:
+            return [error.message]
+        return await self._run(self._ops.problems(request))
 
     async def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
@@ -544,9 +555,14 @@ class AsyncInstances:
         delete_after: float | timedelta | None = None,
     ) -> Instance:
         """The coroutine twin of :meth:`Instances.create`."""
-        return await self._run(self._ops.create(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after))
+        return await self.create_from(creating.create_request(
+            name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+            volume_id=volume_id, vm=vm, docker_container=docker_container,
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after))
+
+    async def create_from(self, request: CreateInstance) -> Instance:
+        """The coroutine twin of :meth:`Instances.create_from`."""
+        return await self._run(self._ops.create(request))
 
     async def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """The coroutine twin of :meth:`Instances.list`."""

@@ -477,6 +477,7 @@ class Remote:
         future = self.submit(self.execute(
             details, command, timeout=timeout,
             emit=batches.put if on_output is not None else None, backlog=batches.qsize))
+        future.add_done_callback(lambda _: batches.put([]))  # wakes the wait below at once
         try:
             # Done-ness is asked, never inferred from an exception: on 3.11+
             # concurrent.futures.TimeoutError *is* TimeoutError, which the command may raise.

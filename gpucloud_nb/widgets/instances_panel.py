@@ -471,10 +471,12 @@ class InstancesPanel(widgets.VBox):
         if d.deleted_at:
             rows.append(("Deleted", d.deleted_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")))
         cells = "".join(
-            f'<tr><th style="text-align:left;padding:1px 12px 1px 0">{escape(k)}</th>'
+            f'<tr><th style="text-align:left;padding:1px 12px 1px 0;white-space:nowrap">'
+            f"{escape(k)}</th>"
             f"<td>{_code(escape(v)) if k == 'SSH' and v.startswith('ssh ') else escape(v)}</td></tr>"
             for k, v in rows)
-        return f'<table class="gpucloud-details-table">{cells}</table>'
+        # Lines of text, not of widgets: ipywidgets gives HTML its 28 px control height.
+        return f'<table class="gpucloud-details-table" style="line-height:1.5">{cells}</table>'
 
     # ------------------------------------------------------------------ delete
 

@@ -48,7 +48,6 @@ from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
     as_offer,
-    find_offer,
     offer_label,
     script_text,
     usable_volumes,
@@ -59,6 +58,7 @@ from gpucloud_nb.launch_model import (
     expected_launch_seconds as sandbox_launch_seconds,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._common import (
     WARNING,
     StatusLine,
@@ -77,10 +77,14 @@ from gpucloud_nb.widgets._launch_fields import LaunchFields
 from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html, volume_info_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
 
-__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "find_offer", "offer_label"]
+__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
               "ssh_key_id", "auto_delete_minutes")
+
+
+#: Characters per line of the SSH box (42em, the description aside), counted short.
+_SSH_LINE = 48
 
 
 class LaunchForm(LaunchFields):
@@ -326,7 +330,7 @@ class LaunchForm(LaunchFields):
         choice = self.choice
         if choice.offer is None or choice.region is None:
             return None
-        return choice.body()
+        return choice.request().body()
 
     @property
     def problem(self) -> str | None:
@@ -486,7 +490,7 @@ class LaunchForm(LaunchFields):
                 settle(future, error=InvalidInputError(problem))
                 self._future = future
                 return future
-            kwargs = self.choice.create_kwargs()
+            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True
@@ -498,12 +502,11 @@ class LaunchForm(LaunchFields):
             self.elapsed.value = "sending…"
             show(self.stop_button, True)
             show(self.progress_box, True)
-            self.status.info(f"Launching {kwargs['name']}…")
+            self.status.info(f"Launching {request.name}…")
             self._update()
-        delete_after = self.auto_delete.value * 60 or None
         weakref.finalize(self, stop.set)  # a form garbage-collected mid-wait ends the thread
         threading.Thread(target=launch_thread,
-                         args=(weakref.ref(self), self._cloud, kwargs, delete_after, future, stop),
+                         args=(weakref.ref(self), self._cloud, request, future, stop),
                          daemon=True, name="gpucloud-nb-launch").start()
         return future
 
@@ -548,6 +551,7 @@ class LaunchForm(LaunchFields):
             ssh = str(error)
         self.result.value = result_html(details)
         self.ssh_command.value = ssh
+        self.ssh_command.rows = 1 + len(ssh) // _SSH_LINE
         show(self.ssh_command, bool(ssh))
         show(self.result_box, True)
 

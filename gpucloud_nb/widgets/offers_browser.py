@@ -35,6 +35,7 @@ from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.frames import OFFER_COLUMNS, offers_frame
 from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._common import (
     STYLE,
     Debouncer,
@@ -47,7 +48,7 @@ from gpucloud_nb.widgets._common import (
     per_hour,
     set_options,
 )
-from gpucloud_nb.widgets.launch_form import LaunchForm, find_offer
+from gpucloud_nb.widgets.launch_form import LaunchForm
 
 __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
 

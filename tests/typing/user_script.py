@@ -11,13 +11,20 @@ from typing import Any, assert_type
 import pandas as pd
 
 from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient, connect
-from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.budgets import BudgetState
+from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
 from gpucloud_nb.client.teacher import AccountUse
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import (
+    CreateInstance,
+    Instance,
+    InstanceDetails,
+    InstanceOffer,
+    Volume,
+    VolumeOffer,
+)
 
 
 def sync_cloud(cloud: GPUCloud) -> None:
@@ -28,6 +35,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
         name="a", cloud_provider="p", instance_id="i", region="r"), list[str])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Instance)
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Instance)
     assert_type(cloud.instances.list(), list[Instance])
     assert_type(cloud.instances.get("x"), InstanceDetails)
     assert_type(cloud.instances.delete("x"), None)
@@ -65,6 +74,8 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.offers_frame(), Coroutine[Any, Any, pd.DataFrame])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, Instance])
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Coroutine[Any, Any, Instance])
     assert_type(cloud.instances.list(), Coroutine[Any, Any, list[Instance]])
     assert_type(cloud.instances.get("x"), Coroutine[Any, Any, InstanceDetails])
     assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])
