@@ -108,3 +108,25 @@ def observer_of(dollar_a_second: Sandbox) -> Iterator[GPUCloud]:
     with GPUCloud(api_key=dollar_a_second.api_key,
                   base_url=dollar_a_second.management_url) as cloud:
         yield cloud
+
+
+def test_create_with_a_budget_hands_it_to_whoever_watches(
+        dollar_a_second: Sandbox, cloud_of: GPUCloud) -> None:
+    offer = cloud_of.instances.offers()[0]
+    region = next(a.region for a in offer.availability if a.available)
+    with pytest.raises(InvalidInputError, match="budget must be a positive number of dollars"):
+        cloud_of.instances.create(name="job", cloud_provider=offer.cloud.id,
+                                  instance_id=offer.instance_id, region=region,
+                                  vm={"os": offer.configuration.os[0]}, budget=-1)
+    assert cloud_of.instances.list() == []  # refused before anything was sent
+    kept = cloud_of.instances.create(name="job", cloud_provider=offer.cloud.id,
+                                     instance_id=offer.instance_id, region=region,
+                                     vm={"os": offer.configuration.os[0]}, budget=1e6)
+    assert cloud_of.budgets.states()[kept.id].dollars == 1e6  # this kernel watches
+    assert cloud_of.budgets.cancel(kept.id)
+    cloud_of.sandbox = dollar_a_second
+    served = cloud_of.instances.create(name="job2", cloud_provider=offer.cloud.id,
+                                       instance_id=offer.instance_id, region=region,
+                                       vm={"os": offer.configuration.os[0]}, budget=1e6)
+    assert cloud_of.budgets.where == "sandbox service"
+    assert cloud_of.budgets.states()[served.id].dollars == 1e6  # the service keeps it

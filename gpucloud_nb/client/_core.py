@@ -80,6 +80,8 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.delete_now: Callable[[str], None] | None = None
+        #: ``cloud.budgets`` of the cloud this core belongs to (``create(budget=)`` sets one).
+        self.budgets: Callable[[], Any] | None = None
         self.sandbox: Any = None
         self.remote: Remote | None = None
         self.ssh_identity: str | os.PathLike[str] | None = None

@@ -177,6 +177,7 @@ class KernelBudgets:
             raise InvalidInputError(f"Instance {instance_id} is already {state.status}.")
         with self._lock:
             self._budgets[instance_id] = dollars
+            self._states[instance_id] = state
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="gpucloud-nb-budgets",
                                                 daemon=True)

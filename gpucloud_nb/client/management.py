@@ -258,6 +258,7 @@ class GPUCloud(_CloudBase):
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
+        self._core.budgets = lambda: self.budgets
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -310,6 +311,7 @@ class AsyncGPUCloud(_CloudBase):
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
+        self._core.budgets = lambda: self.budgets
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
         self._closed = False
