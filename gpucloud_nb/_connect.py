@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import Any
 
+from gpucloud_nb._notebook import install_error_display
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, NotFoundError
 
@@ -77,9 +78,12 @@ def connect(
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
     ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
+    Inside IPython it also makes the shell show this package's errors as one sentence (see
+    :mod:`gpucloud_nb._notebook`).
 
         >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
+    install_error_display()
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
         box = shared_sandbox(launch_seconds)

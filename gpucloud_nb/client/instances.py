@@ -430,7 +430,7 @@ class Instances:
 
         ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
         instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
-        status 127 (command not found) raises :class:`~gpucloud_nb.client.remote.RemoteCommandError`.
+        status 127 (command not found) raises :class:`~gpucloud_nb.errors.RemoteCommandError`.
 
             >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
             0

@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb.client import ssh_keys
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError, InvalidInputError
+from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
+    ConnectionFailedError,
+    InvalidInputError,
+    KeysRefusedError,
+    RemoteCommandError,
+    RemoteTimeoutError,
+)
 
 if TYPE_CHECKING:
     import asyncssh
@@ -92,18 +98,6 @@ class RunResult:
     def ok(self) -> bool:
         """True when the command exited with status 0."""
         return self.exit_status == 0
-
-
-class RemoteCommandError(GPUCloudError):
-    """A remote command could not run (not found) or was stopped."""
-
-
-class KeysRefusedError(ConnectionFailedError):
-    """The instance refused every key the client offered (the sentence names them)."""
-
-
-class RemoteTimeoutError(RemoteCommandError, TimeoutError):
-    """A remote command ran past its ``timeout``: it was stopped (SIGINT, then the channel closed)."""
 
 
 class _Tail:
