@@ -91,7 +91,7 @@ def refusing_transport() -> httpx.MockTransport:
 def mock_client(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> InferenceClient:
     chat = InferenceClient("http://instance.test", SECRET, transport=httpx.MockTransport(handler),
                            **kwargs)  # type: ignore[arg-type]
-    chat._policy = type(chat._policy)(max_retries=2, backoff=0.001, max_backoff=0.002)
+    chat._ops.policy = type(chat._ops.policy)(max_retries=2, backoff=0.001, max_backoff=0.002)
     return chat
 
 

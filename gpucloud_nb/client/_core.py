@@ -29,6 +29,7 @@ from gpucloud_nb.client._ops import (
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.remote import Remote
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
@@ -84,7 +85,8 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.delete_now: Callable[[str], None] | None = None
-        self.sandbox: Any = None
+        self.sandbox: SandboxHandle | None = None
+        self.register_keys: Callable[[list[str]], None] = lambda publics: None
         self.remote: Remote | None = None
         self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
