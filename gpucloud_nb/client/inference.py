@@ -76,7 +76,7 @@ from gpucloud_nb.errors import (
     APIError,
     InvalidInputError,
     NotFoundError,
-    ServerError,
+    UnreadableResponseError,
 )
 
 __all__ = [
@@ -203,8 +203,8 @@ class InferenceOps:
                                    "the endpoint URL (the instance's base address, before /v1).") from None
         items = data.get("data") if isinstance(data, Mapping) else data
         if not isinstance(items, list):
-            raise ServerError("The endpoint's model list is not in the expected shape ({'data': [...]}).",
-                              status_code=200, path=MODELS_PATH)
+            raise UnreadableResponseError(
+                "The endpoint's model list is not in the expected shape ({'data': [...]}).")
         records = [ModelInfo.from_json(item) for item in items if isinstance(item, Mapping)]
         self.models = [record for record in records if record.id]
         return list(self.models)
@@ -279,8 +279,7 @@ class InferenceOps:
         except APIError as error:
             raise self.model_error(error, model) from None
         if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
-            raise ServerError("The endpoint's transcription has no text.", status_code=200,
-                              path=TRANSCRIPTIONS_PATH)
+            raise UnreadableResponseError("The endpoint's transcription has no text.")
         return Transcription(data["text"], data)
 
 # the clients --------------------------------------------------------------------------------
