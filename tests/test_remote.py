@@ -584,3 +584,16 @@ def test_the_key_route_checks_the_key_and_each_public_key(sandbox: Sandbox,
     again = sandbox_api.post("/sandbox/ssh-keys", json={"keys": [public]})
     assert (first.json(), again.json()) == ({"added": 1}, {"added": 0})
     assert (Path(sandbox.home) / "ssh" / "authorized_keys").read_text() == public + "\n"
+
+
+def test_closing_the_client_ends_its_ssh_threads(box: GPUCloud, sandbox: Sandbox) -> None:
+    import threading
+
+    instance = launch(box)
+    assert box.instances.run(instance.id, "echo in").stdout == "in\n"  # the sandbox's threads
+    before = {thread.ident for thread in threading.enumerate()}
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as fresh:
+        fresh.sandbox = sandbox
+        assert fresh.instances.run(instance.id, "echo in").stdout == "in\n"  # registers keys
+    time.sleep(0.2)
+    assert [thread.name for thread in threading.enumerate() if thread.ident not in before] == []

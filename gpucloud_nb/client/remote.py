@@ -278,6 +278,8 @@ class Remote:
             for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
+            # the worker thread key registration used (asyncio.to_thread) ends with the loop
+            await asyncio.get_running_loop().shutdown_default_executor()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close_all(), loop).result(5)
