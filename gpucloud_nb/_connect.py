@@ -11,10 +11,14 @@ import atexit
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
+from gpucloud_nb._notebook import install_error_display
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, NotFoundError
+
+if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.service import Runtime
 
 __all__ = ["connect", "shared_sandbox"]
 
@@ -22,7 +26,7 @@ _lock = threading.Lock()
 _announced: set[str] = set()  # the sandboxes whose banner this process has printed
 
 
-def shared_sandbox(launch_seconds: float | None = None) -> Any:
+def shared_sandbox(launch_seconds: float | None = None) -> Runtime:
     """Find the user's sandbox service, or start it in the background; return its runtime.
 
     The service (see :mod:`gpucloud_nb.sandbox.service`) lives in the sandbox home
@@ -48,7 +52,7 @@ def shared_sandbox(launch_seconds: float | None = None) -> Any:
                              or None)
 
 
-def _differences(box: Any, launch_seconds: float | None) -> list[str]:
+def _differences(box: Runtime, launch_seconds: float | None) -> list[str]:
     """The settings asked for that the running service does not have."""
     if launch_seconds is None and os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS"):
         launch_seconds = float(os.environ["GPUCLOUD_SANDBOX_LAUNCH_SECONDS"])
@@ -77,9 +81,12 @@ def connect(
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
     ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
+    Inside IPython it also makes the shell show this package's errors as one sentence (see
+    :mod:`gpucloud_nb._notebook`).
 
         >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
+    install_error_display()
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
         box = shared_sandbox(launch_seconds)

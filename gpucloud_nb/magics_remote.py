@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpucloud_nb.client.remote import RemoteCommandError, RunResult
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.errors import GPUCloudError, RemoteCommandError
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud

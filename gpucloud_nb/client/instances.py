@@ -31,7 +31,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -431,12 +431,18 @@ class Instances:
     def _remote(self) -> Remote:
         core = self._core
         if core.remote is None:
-            core.remote = Remote(self.get, lambda id, t: self.wait_until_active(id, timeout=t),
-                                 lambda: core.sandbox, core.ssh_identity)
+            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
+                                 lambda publics: core.register_keys(publics))
         return core.remote
 
     def _target(self, id: str, wait: float) -> InstanceDetails:
-        return self._remote().target(path_id(id), wait)
+        cached = self._remote().cached_target(path_id(id))
+        if cached is not None:
+            return cached
+        details = self.get(id)
+        if details.status == "pending" and wait > 0:
+            details = self.wait_until_active(id, timeout=wait)
+        return reachable(details)
 
     def run(self, id: str, command: str, *, timeout: float | None = None,
             on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
@@ -444,7 +450,7 @@ class Instances:
 
         ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
         instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
-        status 127 (command not found) raises :class:`~gpucloud_nb.client.remote.RemoteCommandError`.
+        status 127 (command not found) raises :class:`~gpucloud_nb.errors.RemoteCommandError`.
 
             >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
             0
@@ -599,14 +605,15 @@ class AsyncInstances:
     def _remote(self) -> Remote:
         core = self._core
         if core.remote is None:
-            def no_sync(*args: Any) -> Any:
-                raise RuntimeError("The async client fetches details itself.")
-
-            core.remote = Remote(no_sync, no_sync, lambda: core.sandbox, core.ssh_identity)
+            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
+                                 lambda publics: core.register_keys(publics))
         return core.remote
 
     async def _target(self, id: str, wait: float) -> InstanceDetails:
-        details = await self.get(path_id(id))
+        cached = self._remote().cached_target(path_id(id))
+        if cached is not None:
+            return cached
+        details = await self.get(id)
         if details.status == "pending" and wait > 0:
             details = await self.wait_until_active(id, timeout=wait)
         return reachable(details)
@@ -649,3 +656,18 @@ class AsyncInstances:
         await asyncio.wrap_future(self._remote().submit(
             self._remote().download_async(target, remote, local, progress,
                                           overwrite=overwrite)))
+
+    def forward(self, id: str, remote_port: int, *,
+                wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
+        """The async twin of :meth:`Instances.forward`: an async context manager.
+
+            >>> async with acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
+            ...     print(await AsyncInferenceClient(url, secret).models())
+        """
+        return self._forward(id, remote_port, wait)
+
+    @contextlib.asynccontextmanager
+    async def _forward(self, id: str, remote_port: int, wait: float) -> AsyncIterator[str]:
+        target = await self._target(id, wait)
+        async with self._remote().forward_async(target, remote_port) as url:
+            yield url

@@ -48,6 +48,7 @@ from gpucloud_nb.client.instances import (
     Instances,
     ProgressCallback,
 )
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.inference import InferenceClient
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
-           "Instances", "ProgressCallback", "SandboxInfo", "Volumes"]
+           "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
 
 
 @dataclass(frozen=True)
@@ -86,21 +87,28 @@ class _CloudBase(abc.ABC):
     _budget_watch: KernelBudgets | ServiceBudgets | None = None
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> SandboxHandle | None:
         """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
 
         Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
-        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process.
+        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process. SSH
+        keys are then registered with the sandbox over HTTP (``POST /sandbox/ssh-keys``).
         """
         return self._core.sandbox
 
     @sandbox.setter
-    def sandbox(self, box: Any) -> None:
+    def sandbox(self, box: SandboxHandle | None) -> None:
         core = self._core
         core.sandbox = box
+        core.register_keys = self._register_keys
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+
+    def _register_keys(self, publics: list[str]) -> None:
+        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
+        if self._core.sandbox is not None:
+            self._service_send("POST", "/sandbox/ssh-keys", {"keys": publics})
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -112,7 +120,7 @@ class _CloudBase(abc.ABC):
         box = self._core.sandbox
         if box is None:
             return None
-        home = getattr(box, "home", None)
+        home = box.home
         return SandboxInfo(url=str(box.management_url), inference_url=str(box.inference_url),
                            launch_seconds=float(box.launch_seconds),
                            home=None if home is None else Path(home))
@@ -149,8 +157,10 @@ class _CloudBase(abc.ABC):
             >>> cloud.scrub(f"echoed {key}")  # doctest: +SKIP
             'echoed sk-…a1b2'
         """
-        held: list[object] = [self._core.key.reveal()]
-        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        box = self.sandbox
+        held = [self._core.key.reveal()]
+        if box is not None:
+            held += [box.api_key, box.inference_secret]
         secrets = [s for s in held if isinstance(s, str)]
         # Long secrets first, so that one contained in another is still masked whole.
         return scrub(text, *sorted(secrets, key=len, reverse=True))

@@ -69,7 +69,8 @@ class ClassView:
             return self._send(method, path, None)
         except NotFoundError as error:
             if "There is no endpoint" in str(error):
-                raise NotFoundError(NOT_TEACHER, status_code=404, path=path) from None
+                raise NotFoundError(NOT_TEACHER, status_code=404, path=error.path,
+                                    body=error.body, request=error.request) from None
             raise
 
     def accounts(self) -> list[AccountUse]:

@@ -17,6 +17,10 @@ Every path but the challenge needs ``x-api-key``, and each key sees only its own
 - ``GET /sandbox/inference``: ``{"url", "secret"}``, the inference endpoint's base (before
   ``/v1``) and this account's own inference secret (each ``--keys`` account has its own).
 - ``GET /sandbox/auto-deletes``: ``[{"instanceId", "at"}]``, soonest first.
+- ``POST /sandbox/ssh-keys`` with ``{"keys": [OpenSSH public key, ...]}``: accept these keys
+  for instances created without ``sshKey`` (the package's SSH client registers the keys it
+  offers before it connects); 200 with ``{"added": n}`` (keys already known are not added
+  twice), 400 if any is not one valid public key (then none is added).
 - ``PUT /sandbox/instances/{id}/auto-delete`` with ``{"at": ISO 8601}``: delete the instance at
   that time (a time past means at once); 200 with ``{"instanceId", "at"}``, 404 for an unknown
   instance, 400 for one already deleting or deleted or a bad ``at``. ``GET`` reads the timer
@@ -154,12 +158,23 @@ def service_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute], sto
         wake(request)
         return Response(status_code=204)
 
+    async def register_keys(request: Request) -> Response:
+        keys = (await read_json_object(request)).get("keys")
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise Problem(400, "keys must be a non-empty list of OpenSSH public keys.")
+        try:
+            added = request.app.state.ssh.register(keys)
+        except ValueError as error:
+            raise Problem(400, str(error)) from None
+        return json_response({"added": added})
+
     return [
         Route("/sandbox/challenge", challenge, methods=["GET"]),  # no key: it proves the server
         route("/sandbox/service", {"GET": service}),
         route("/sandbox/status", {"GET": status}),
         route("/sandbox/inference", {"GET": inference}),
         route("/sandbox/auto-deletes", {"GET": timers}),
+        route("/sandbox/ssh-keys", {"POST": register_keys}),
         route("/sandbox/instances/{id}/auto-delete",
                          {"GET": get_timer, "PUT": set_timer, "DELETE": cancel_timer}),
     ]

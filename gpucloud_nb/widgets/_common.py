@@ -51,7 +51,6 @@ __all__ = [
     "Debouncer",
     "Repeater",
     "StatusLine",
-    "WaitStopped",
     "describe_error",
     "duration",
     "guarded",
@@ -72,10 +71,6 @@ log = logging.getLogger("gpucloud_nb.widgets")
 STYLE: dict[str, str] = {"description_width": "initial"}
 
 T = TypeVar("T")
-
-
-class WaitStopped(GPUCloudError):
-    """The user stopped waiting for something that keeps going on the cloud (an instance launch)."""
 
 
 # --------------------------------------------------------------------------- errors

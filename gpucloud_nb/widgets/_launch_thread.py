@@ -18,8 +18,9 @@ from typing import Protocol
 import ipywidgets as widgets
 
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.errors import WaitStopped
 from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails
-from gpucloud_nb.widgets._common import StatusLine, WaitStopped, duration, escape, settle
+from gpucloud_nb.widgets._common import StatusLine, duration, escape, settle
 
 __all__ = ["MAX_POLL_SECONDS", "LaunchView", "launch_thread"]
 

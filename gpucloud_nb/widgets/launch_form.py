@@ -25,7 +25,7 @@ Choices, written down once:
   does, and so does dropping the form (the thread holds it through a weak reference).
   The progress bar is scaled to the expected launch time: the sandbox's ``launch_seconds``, else
   the spec's "about 5 minutes". "Stop waiting" resolves the future at once with
-  :class:`~gpucloud_nb.widgets._common.WaitStopped`; the instance keeps launching on the cloud.
+  :class:`~gpucloud_nb.errors.WaitStopped`; the instance keeps launching on the cloud.
 - The cost preview counts the hourly price of pending and active instances (a list call at
   construction and after each launch, only when the client has ``max_hourly_cost``).
 """
@@ -43,7 +43,7 @@ import ipywidgets as widgets
 
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError, WaitStopped
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
@@ -62,7 +62,6 @@ from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._common import (
     WARNING,
     StatusLine,
-    WaitStopped,
     choose,
     duration,
     escape,
