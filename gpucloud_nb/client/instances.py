@@ -32,6 +32,7 @@ from gpucloud_nb.client.remote import Remote, RunResult, default_public_key, rea
 from gpucloud_nb.errors import (
     InstanceFailedError,
     InvalidInputError,
+    NotFoundError,
     WaitTimeoutError,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
@@ -399,6 +400,42 @@ class Instances:
         """
         return self._remote().forward(self._target(id, wait), remote_port)
 
+    def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
+        """The client's SSH layer and the reachable details of instance ``id``, for code built
+        on them (the kernel provisioner, :mod:`gpucloud_nb.kernel`).
+
+            >>> remote, details = cloud.instances.ssh(instance.id)  # doctest: +SKIP
+        """
+        return self._remote(), self._target(id, wait)
+
+    def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
+                       on_shutdown: str = "keep") -> str:
+        """Install the Jupyter kernelspec ``gpucloud-<name>`` that runs a kernel on the instance.
+
+        In JupyterLab, Kernel → Change Kernel → "Python 3 on <name> · <GPU> × <n>". With
+        ``on_shutdown="delete"`` the instance is deleted when that kernel shuts down. Specs of
+        deleted instances are removed first (see :mod:`gpucloud_nb.kernel.spec`).
+
+            >>> cloud.instances.install_kernel("train-1")  # doctest: +SKIP
+            'gpucloud-train-1'
+        """
+        from gpucloud_nb.kernel import spec
+
+        details = self._resolve(id_or_name)
+        kind = "cloud" if self._core.sandbox is None else "sandbox"
+        spec.remove_stale(kind, spec.status_getter(self.get))
+        return spec.install(details, cloud_kind=kind, display_name=display_name,
+                            on_shutdown=on_shutdown)
+
+    def _resolve(self, id_or_name: str) -> InstanceDetails:
+        try:
+            return self.get(path_id(id_or_name))
+        except NotFoundError:
+            pass
+        found = [i for i in self.list() if i.name == id_or_name
+                 and i.status not in ("deleting", "deleted")]
+        return self.get(_one_named(id_or_name, found))
+
 
 class AsyncInstances:
     """``cloud.instances`` of :class:`~gpucloud_nb.client.management.AsyncGPUCloud`: the same
@@ -519,3 +556,29 @@ class AsyncInstances:
         target = await self._target(id, wait)
         await asyncio.wrap_future(self._remote().submit(
             self._remote().download_async(target, remote, local, progress)))
+
+    async def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
+                             on_shutdown: str = "keep") -> str:
+        """The coroutine twin of :meth:`Instances.install_kernel`."""
+        from gpucloud_nb.kernel import spec
+
+        try:
+            details = await self.get(path_id(id_or_name))
+        except NotFoundError:
+            found = [i for i in await self.list() if i.name == id_or_name
+                     and i.status not in ("deleting", "deleted")]
+            details = await self.get(_one_named(id_or_name, found))
+        kind = "cloud" if self._core.sandbox is None else "sandbox"
+        statuses = {i.id: i.status for i in await self.list()}
+        await asyncio.to_thread(spec.remove_stale, kind, statuses.get)
+        return await asyncio.to_thread(spec.install, details, cloud_kind=kind,
+                                       display_name=display_name, on_shutdown=on_shutdown)
+
+
+def _one_named(name: str, found: list[Instance]) -> str:
+    """The id of the one instance called ``name``, or one sentence why there is none."""
+    if not found:
+        raise InvalidInputError(f"No instance has the id or name {name!r}.")
+    if len(found) > 1:
+        raise InvalidInputError(f"{len(found)} instances are named {name!r}; give the id of one.")
+    return found[0].id
