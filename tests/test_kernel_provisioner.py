@@ -12,7 +12,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -26,36 +25,12 @@ from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.client.remote import default_public_key
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.kernel.provisioner import KernelStartError
-from gpucloud_nb.kernel.spec import PROVISIONER
 from gpucloud_nb.sandbox import Sandbox
 
-GROUP = "jupyter_client.kernel_provisioners"
-ROOT = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(scope="session", autouse=True)
-def provisioner_entry_point(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The entry point as pyproject.toml declares it, for a checkout installed before it existed.
-
-    ``pip install -e .`` registers it; an older editable install does not, so the same line is
-    read from pyproject.toml and put on ``sys.path`` as a dist-info of its own.
-    """
-    if any(ep.name == PROVISIONER for ep in entry_points(group=GROUP)):
-        yield
-        return
-    text = (ROOT / "pyproject.toml").read_text()
-    section = text.split(f'[project.entry-points."{GROUP}"]', 1)[1].split("\n[", 1)[0]
-    lines = [line.replace('"', "").replace(" = ", "=") for line in section.strip().splitlines()
-             if "=" in line]
-    folder = tmp_path_factory.mktemp("entry-point")
-    info = folder / "gpucloud_nb_provisioner_entry-0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpucloud-nb-provisioner-entry\n"
-                                   "Version: 0\n")
-    (info / "entry_points.txt").write_text(f"[{GROUP}]\n" + "\n".join(lines) + "\n")
-    sys.path.insert(0, str(folder))
-    yield
-    sys.path.remove(str(folder))
+@pytest.fixture(autouse=True)
+def _entry_point(kernel_provisioner_entry_point: None) -> None:
+    """The provisioner is found by its entry point, as in JupyterLab."""
 
 
 @pytest.fixture(autouse=True)

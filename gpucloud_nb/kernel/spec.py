@@ -66,11 +66,21 @@ def _manager() -> Any:
 
 
 def installed() -> dict[str, dict[str, Any]]:
-    """This package's installed kernelspecs: name → the provisioner's config."""
+    """This package's installed kernelspecs: name → the provisioner's config.
+
+    Read from the ``kernel.json`` files themselves, so specs are found (and stale ones removed)
+    even where jupyter_client hides them because the provisioner is not installed.
+    """
     found = {}
-    for name, entry in _manager().get_all_specs().items():
-        stanza = (entry.get("spec", {}).get("metadata") or {}).get("kernel_provisioner") or {}
-        if name.startswith(PREFIX) and stanza.get("provisioner_name") == PROVISIONER:
+    for name, folder in _manager().find_kernel_specs().items():
+        if not name.startswith(PREFIX):
+            continue
+        try:
+            spec = json.loads((Path(folder) / "kernel.json").read_text())
+        except (OSError, ValueError):
+            continue
+        stanza = (spec.get("metadata") or {}).get("kernel_provisioner") or {}
+        if stanza.get("provisioner_name") == PROVISIONER:
             found[name] = dict(stanza.get("config") or {})
     return found
 
