@@ -861,3 +861,22 @@ def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_f
         assert "sells no offer" in _one_sentence(magic("launch gpu-1x --provider nobody"))
         assert "--provider needs an OFFER_ID" in _one_sentence(magic("launch --provider x"))
         magics.use(None)
+
+
+def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
+        magic: Magic, ssh_cloud: GPUCloud, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        kernel_provisioner_entry_point: None) -> None:
+    import json
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    instance = _active(ssh_cloud, "kernel box")
+    run = magic("kernel 'kernel box' --delete-on-shutdown")
+    assert run.value == "gpucloud-kernel-box"
+    assert run.out == (
+        "Installed kernel gpucloud-kernel-box: choose Kernel → Change Kernel → “Python 3 on "
+        f"kernel box · {instance.gpu_model} × {instance.gpu_count}” to run this notebook on the "
+        "instance. When that kernel shuts down, the instance is deleted.\n")
+    spec = json.loads((tmp_path / "jupyter" / "kernels" / "gpucloud-kernel-box" /
+                       "kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"]["config"]["on_shutdown"] == "delete"
+    assert _one_sentence(magic("kernel nope")) == "No instance has the id or name 'nope'."

@@ -34,6 +34,7 @@ __all__ = [
     "PREFIX",
     "PROVISIONER",
     "display_name_for",
+    "display_name_of",
     "install",
     "installed",
     "kernel_name",
@@ -83,6 +84,15 @@ def installed() -> dict[str, dict[str, Any]]:
         if stanza.get("provisioner_name") == PROVISIONER:
             found[name] = dict(stanza.get("config") or {})
     return found
+
+
+def display_name_of(name: str) -> str:
+    """The display name of the installed kernelspec ``name`` (the name itself if unreadable)."""
+    folder = _manager().find_kernel_specs().get(name)
+    try:
+        return str(json.loads((Path(folder) / "kernel.json").read_text())["display_name"])
+    except (TypeError, OSError, ValueError, KeyError):
+        return name
 
 
 def remove_stale(cloud_kind: str, status_of: Callable[[str], str | None]) -> list[str]:
