@@ -34,6 +34,9 @@ Choices (the issue leaves them open):
   taken as alive unless the cloud says the instance is gone. ``interrupt`` sends SIGINT to the
   kernel's process only (IPython stops the child processes of ``!`` commands itself);
   ``terminate`` and ``kill`` send SIGTERM and SIGKILL.
+- **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
+  logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
+  A failed start is one sentence, leaves no process and no listener, and keeps the instance.
 - **Cleanup.** Removes the remote connection file and log, closes the listeners and the client;
   with ``on_shutdown="delete"`` it then deletes the instance and logs that the cloud confirms it
   (``deleting`` or ``deleted``). A restart keeps the listeners and their local ports.
