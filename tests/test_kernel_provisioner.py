@@ -280,3 +280,22 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
     assert expected in one_sentence(raised.value)
     assert "no-python" in str(raised.value)
     assert kernel_processes(instance.id) == []
+
+
+def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
+        box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box)
+    kernel = kernels(box.instances.install_kernel(instance.id))
+    assert kernel.run("import glob, os; lost = 1; print([oct(os.stat(p).st_mode & 0o777) for p "
+                      "in glob.glob(os.path.expanduser('~/.local/share/jupyter/runtime/*.json'))"
+                      "])") == ("ok", "['0o600']\n")  # the key's file is the user's alone
+    before = kernel.manager.get_connection_info()
+    first = [p.pid for p in kernel_processes(instance.id)]
+
+    kernel.manager.restart_kernel(now=False)
+    kernel.client.wait_for_ready(timeout=60)
+
+    assert kernel.run("print('lost' in globals())") == ("ok", "False\n")
+    assert kernel.manager.get_connection_info() == before
+    after = [p.pid for p in kernel_processes(instance.id)]
+    assert len(after) == 1 and after != first
