@@ -131,6 +131,15 @@ def kernel_processes(instance_id: str) -> list[psutil.Process]:
     return found
 
 
+PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+def client_connections(ports: set[int]) -> set[tuple[int, int]]:
+    """This process's established TCP connections to ``ports``, as (local port, port)."""
+    return {(c.laddr.port, c.raddr.port) for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED}
+
+
 def listening(port: int) -> bool:
     return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
                for c in psutil.Process().net_connections("tcp"))
@@ -179,12 +188,20 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
     kernel = kernels(box.instances.install_kernel(instance.id))
     assert kernel.run("kept = 'still here'")[0] == "ok"
 
+    info = kernel.manager.get_connection_info()
+    ports = {int(info[name]) for name in PORTS}
+    before = client_connections(ports)
+    assert before
+
     server = sandbox._server.config.app.state.ssh.server(instance.id)
     dropped = list(server.connections)
     assert dropped
     for connection in dropped:
         connection._loop.call_soon_threadsafe(connection.abort)
     wait_for(lambda: not any(c in server.connections for c in dropped), 5)
+    # The client has seen the drop once its connections to the local ports are gone (a
+    # request sent in that very instant is lost, as through any tunnel).
+    wait_for(lambda: not before & client_connections(ports), 5)
 
     started = time.monotonic()
     assert kernel.run("print(kept)", timeout=10) == ("ok", "still here\n")
@@ -198,8 +215,7 @@ def test_shutdown_leaves_no_kernel_process_and_no_local_listener(
     kernel = kernels(box.instances.install_kernel(instance.id))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
-    ports = [int(info[name]) for name in ("shell_port", "iopub_port", "stdin_port",
-                                          "control_port", "hb_port")]
+    ports = [int(info[name]) for name in PORTS]
     assert len(kernel_processes(instance.id)) == 1
     assert all(listening(port) for port in ports)
 

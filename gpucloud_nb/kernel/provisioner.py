@@ -24,6 +24,8 @@ on the client's background loop):
    over an SSH channel (``direct-tcpip``). They belong to the provisioner, not to the SSH
    connection: when the connection drops, the next TCP connection (ZeroMQ reconnects by itself)
    opens a new SSH connection, so the kernel, its variables and the local ports all survive.
+   (A request sent in the very instant the connection drops is lost, as through any tunnel;
+   the next one goes through.)
 
 Choices (the issue leaves them open):
 
@@ -76,6 +78,7 @@ __all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
 #: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
 RUNTIME_DIR = ".local/share/jupyter/runtime"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+_REQUESTS = ("shell_port", "stdin_port", "control_port")
 _START_TIMEOUT = 60.0
 
 
@@ -436,6 +439,13 @@ class _Forwards:
 
     Everything here runs on the SSH layer's loop. The listeners outlive SSH connections: each
     accepted connection asks for the current SSH connection (reopened after a drop).
+
+    IOPub is publish/subscribe: what the kernel publishes before a subscriber's connection is
+    back is lost, so a cell sent right after a reconnect or a restart would never show its
+    output. Requests (shell, control, stdin) therefore wait, up to 5 s, until a live IOPub
+    connection over the same SSH connection has heard from the kernel (its handshake) and 50 ms
+    more, by which time the client's subscription has gone out ahead of them on that SSH
+    connection.
     """
 
     def __init__(self, owner: GPUCloudProvisioner) -> None:
@@ -445,6 +455,9 @@ class _Forwards:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.writers: set[Any] = set()
         self._lock: asyncio.Lock | None = None
+        # The live IOPub connection that has heard from the kernel: (its token, the SSH
+        # connection under it, when the kernel first spoke on it).
+        self._iopub: tuple[object, Any, float] | None = None
 
     def lock(self) -> asyncio.Lock:
         if self._lock is None:
@@ -487,16 +500,27 @@ class _Forwards:
         port = self.targets[index]
         if not port:
             return
+        channel = PORT_NAMES[index]
         try:
             connection = await self.owner.ssh_connection()
+            if channel in _REQUESTS:
+                await self._subscribed(connection)
             ssh_reader, ssh_writer = await connection.open_connection("127.0.0.1", port)
         except Exception:  # the instance is unreachable now; ZeroMQ will try again
             await asyncio.sleep(0.2)
             return
+        loop = asyncio.get_running_loop()
+        token = object()  # this IOPub connection
 
-        async def pipe(source: Any, sink: Any) -> None:
+        def heard() -> None:
+            if self._iopub is None or self._iopub[0] is not token:
+                self._iopub = (token, connection, loop.time())
+
+        async def pipe(source: Any, sink: Any, on_data: Callable[[], None] | None) -> None:
             try:
                 while data := await source.read(65536):
+                    if on_data is not None:
+                        on_data()
                     sink.write(data)
                     await sink.drain()
             except Exception:  # either side went away
@@ -505,7 +529,22 @@ class _Forwards:
                 with contextlib.suppress(Exception):
                     sink.close()
 
-        await asyncio.gather(pipe(reader, ssh_writer), pipe(ssh_reader, writer))
+        try:
+            await asyncio.gather(pipe(reader, ssh_writer, None),
+                                 pipe(ssh_reader, writer, heard if channel == "iopub_port" else None))
+        finally:
+            if self._iopub is not None and self._iopub[0] is token:
+                self._iopub = None
+
+    async def _subscribed(self, connection: Any) -> None:
+        """Wait (up to 5 s) until IOPub over ``connection`` is back (see the class docs)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while loop.time() < deadline:
+            if (self._iopub is not None and self._iopub[1] is connection
+                    and loop.time() - self._iopub[2] >= 0.05):
+                return
+            await asyncio.sleep(0.01)
 
     async def close(self) -> None:
         for server in self.servers:
