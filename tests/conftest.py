@@ -112,15 +112,17 @@ PROVISIONERS = "jupyter_client.kernel_provisioners"
 
 
 @pytest.fixture(scope="session")
-def kernel_provisioner_entry_point(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def kernel_provisioner_entry_point(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
     """The provisioner's entry point as pyproject.toml declares it, also for a checkout whose
     editable install predates it.
 
     ``pip install -e .`` registers it (CI); an older install does not, so the same lines are read
-    from pyproject.toml and put on ``sys.path`` as a dist-info of their own.
+    from pyproject.toml and put on ``sys.path`` as a dist-info of their own; the fixture's value
+    is then that folder (for a subprocess's ``PYTHONPATH``), else ``None``.
     """
     if any(ep.name == "gpucloud-provisioner" for ep in entry_points(group=PROVISIONERS)):
-        yield
+        yield None
         return
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     section = text.split(f'[project.entry-points."{PROVISIONERS}"]', 1)[1].split("\n[", 1)[0]
@@ -133,5 +135,5 @@ def kernel_provisioner_entry_point(tmp_path_factory: pytest.TempPathFactory) -> 
                                    "Version: 0\n")
     (info / "entry_points.txt").write_text(f"[{PROVISIONERS}]\n" + "\n".join(lines) + "\n")
     sys.path.insert(0, str(folder))
-    yield
+    yield folder
     sys.path.remove(str(folder))

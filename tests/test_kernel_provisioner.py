@@ -29,7 +29,7 @@ from gpucloud_nb.sandbox import Sandbox
 
 
 @pytest.fixture(autouse=True)
-def _entry_point(kernel_provisioner_entry_point: None) -> None:
+def _entry_point(kernel_provisioner_entry_point: Path | None) -> None:
     """The provisioner is found by its entry point, as in JupyterLab."""
 
 

@@ -19,7 +19,7 @@ from gpucloud_nb.sandbox import Sandbox
 
 
 @pytest.fixture(autouse=True)
-def _entry_point(kernel_provisioner_entry_point: None) -> None:
+def _entry_point(kernel_provisioner_entry_point: Path | None) -> None:
     """jupyter_client shows a spec only when its provisioner is installed."""
 
 

@@ -865,7 +865,7 @@ def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_f
 
 def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
         magic: Magic, ssh_cloud: GPUCloud, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-        kernel_provisioner_entry_point: None) -> None:
+        kernel_provisioner_entry_point: Any) -> None:
     import json
 
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
