@@ -315,3 +315,15 @@ def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
     assert kernel.manager.get_connection_info() == before
     after = [p.pid for p in kernel_processes(instance.id)]
     assert len(after) == 1 and after != first
+
+
+def test_a_cloud_kernel_without_a_key_in_the_server_says_so(
+        box: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = launch(box, "keyless")
+    name = box.instances.install_kernel(instance.id)
+    monkeypatch.delenv("GPUCLOUD_API_KEY")
+    with pytest.raises(InvalidInputError) as raised:
+        KernelManager(kernel_name=name).start_kernel()
+    assert one_sentence(raised.value) == (
+        f"Instance keyless ({instance.id}) is on the cloud and this Jupyter server has no "
+        "GPUCLOUD_API_KEY; set it (and GPUCLOUD_BASE_URL) before starting Jupyter.")

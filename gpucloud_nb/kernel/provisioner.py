@@ -150,10 +150,11 @@ class GPUCloudProvisioner(KernelProvisionerBase):
             await self._on_loop(self._forwards.open())
         key = self._session_key()
         self._file = f"{RUNTIME_DIR}/gpucloud-kernel-{self.kernel_id or uuid.uuid4()}.json"
-        remote_info: dict[str, Any] = {"transport": "tcp", "ip": "127.0.0.1", "key": key,
-                       "signature_scheme": "hmac-sha256",
-                       "kernel_name": str(getattr(self.parent, "kernel_name", "") or "")}
-        remote_info.update(dict.fromkeys(PORT_NAMES, 0))
+        remote_info: dict[str, Any] = {
+            "transport": "tcp", "ip": "127.0.0.1", "key": key, "signature_scheme": "hmac-sha256",
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+            **dict.fromkeys(PORT_NAMES, 0),  # the kernel binds free ports and writes them here
+        }
         await self._on_loop(self._write_file(json.dumps(remote_info)))
         self._pid = await self._start(cmd, folder)
         ports = await self._ports()
@@ -258,7 +259,13 @@ class GPUCloudProvisioner(KernelProvisionerBase):
             return connect(sandbox=True, quiet=True)
         from gpucloud_nb.client.management import GPUCloud
 
-        return GPUCloud()
+        try:
+            return GPUCloud()
+        except InvalidInputError:
+            raise InvalidInputError(
+                f"Instance {self._label()} is on the cloud and this Jupyter server has no "
+                "GPUCLOUD_API_KEY; set it (and GPUCLOUD_BASE_URL) before starting Jupyter."
+            ) from None
 
     async def _reach(self) -> tuple[Remote, InstanceDetails]:
         if not self.instance_id:
