@@ -8,7 +8,8 @@
   start, ready, ``1+1``), against a local kernel from start to its first result. Target
   ``<= 5 s`` for ours.
 
-The sandbox is in-process and reached as the real cloud is (key and URL in the environment).
+The sandbox is a service of its own (a temporary home), as ``connect()`` starts it: its SSH
+server runs in another process, as a real instance's does.
 Run standalone with ``python -m benchmarks.bench_kernel``.
 """
 
@@ -68,24 +69,24 @@ def _stop(manager: Any, client: Any) -> None:
 
 def run(repeat: int = 200) -> list[Row]:
     """Two rows: the ``1+1`` round trip, and install_kernel to the first result."""
-    from gpucloud_nb import GPUCloud
-    from gpucloud_nb.client.remote import default_public_key
-    from gpucloud_nb.sandbox import Sandbox
+    from gpucloud_nb import connect
+    from gpucloud_nb.sandbox import service
 
     saved = {name: os.environ.get(name) for name in
-             ("GPUCLOUD_API_KEY", "GPUCLOUD_BASE_URL", "JUPYTER_DATA_DIR")}
-    with tempfile.TemporaryDirectory() as scratch, Sandbox(launch_seconds=0.0) as box:
-        os.environ.update(GPUCLOUD_API_KEY=box.api_key, GPUCLOUD_BASE_URL=box.management_url,
-                          JUPYTER_DATA_DIR=scratch)
+             ("GPUCLOUD_SANDBOX_HOME", "GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "JUPYTER_DATA_DIR")}
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch) / "sandbox"
+        os.environ.update(GPUCLOUD_SANDBOX_HOME=str(home), GPUCLOUD_SANDBOX_LAUNCH_SECONDS="0",
+                          JUPYTER_DATA_DIR=str(Path(scratch) / "jupyter"))
         _register_entry_point(scratch)
         try:
-            with GPUCloud() as cloud:
+            with connect(quiet=True) as cloud:
                 offer = next(o for o in cloud.instances.offers(available=True)
                              if o.deployment_type == "vm")
                 instance = cloud.instances.create(
                     name="bench-kernel", cloud_provider=offer.cloud.id,
                     instance_id=offer.instance_id, region=offer.available_regions[0],
-                    vm={"os": offer.configuration.os[0]}, ssh_key=default_public_key(None))
+                    vm={"os": offer.configuration.os[0]})
                 cloud.instances.wait_until_active(instance.id, timeout=30)
                 cloud.instances.run(instance.id, "true")  # SSH key and host key settled
 
@@ -108,6 +109,7 @@ def run(repeat: int = 200) -> list[Row]:
                 _stop(*remote)
                 _stop(*local)
         finally:
+            service.stop(home)
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
