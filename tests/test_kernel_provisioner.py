@@ -288,7 +288,7 @@ def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pyt
 def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
         sandbox: Sandbox, box: GPUCloud, python3: str, expected: str) -> None:
     instance = launch(box, "no-python")
-    shim = sandbox.home / "ssh" / "bin" / instance.id / "python3"
+    shim = sandbox._server.config.app.state.ssh.server(instance.id).bin / "python3"
     shim.write_text(f"#!/bin/sh\n{python3}\n")
     manager = KernelManager(kernel_name=box.instances.install_kernel(instance.id))
     with pytest.raises(KernelStartError) as raised:
