@@ -1,10 +1,24 @@
-"""Helpers the tests share (one copy each)."""
+"""Helpers the tests share (one copy each).
+
+``python tests/helpers.py PORT`` serves a :class:`FakeService` on ``127.0.0.1:PORT`` in the
+foreground, as its own process (the pid it claims), printing each request as a JSON line: the
+impostor of the service tests, run as another user where the tests can.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+OTHER_UID = 65534  # nobody: the "other local user" of the two-user tests
 
 def wait_for(condition: Callable[[], object], timeout: float = 5.0, *,
              what: Callable[[], str] = lambda: "") -> None:
@@ -15,3 +29,91 @@ def wait_for(condition: Callable[[], object], timeout: float = 5.0, *,
             detail = what()
             raise AssertionError("condition not met in time" + (f"; {detail}" if detail else ""))
         time.sleep(0.01)
+
+
+def as_other_user(command: Sequence[str]) -> list[str]:
+    """``command`` run as uid/gid :data:`OTHER_UID` (setpriv); skips the test where it cannot."""
+    import pytest
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running a process as another user needs root and setpriv")
+    return ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+            *command]
+
+
+class FakeService:
+    """A loopback HTTP server posing as a sandbox service; it records every request it gets.
+
+    It answers ``/sandbox/service`` with ``pid``, ``/sandbox/status`` with ``status`` and
+    ``/sandbox/challenge`` with the right proof when given the home's challenge ``secret`` (as
+    the true service would), else with a guess. ``requests`` holds ``(path, headers)`` pairs.
+
+        with FakeService(pid=os.getpid()) as fake:
+            ...
+        assert all(key not in str(headers) for _, headers in fake.requests)
+    """
+
+    def __init__(self, port: int = 0, *, pid: int, secret: bytes | None = None,
+                 status: Any = None, on_request: Callable[[str, dict[str, str]], None] | None = None
+                 ) -> None:
+        self.pid, self.secret, self.status = pid, secret, status
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.on_request = on_request
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake.answer(self)
+
+            do_PUT = do_POST = do_DELETE = do_GET
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        headers = dict(handler.headers.items())
+        self.requests.append((handler.path, headers))
+        if self.on_request is not None:
+            self.on_request(handler.path, headers)
+        where = urlsplit(handler.path)
+        body: Any = {}
+        if where.path == "/sandbox/challenge":
+            nonce = parse_qs(where.query).get("nonce", [""])[0]
+            if self.secret is not None:
+                from gpucloud_nb.sandbox.service import challenge_proof
+
+                body = {"proof": challenge_proof(self.secret, nonce, self.pid, self.port)}
+            else:
+                body = {"proof": "0" * 64}
+        elif where.path == "/sandbox/service":
+            body = {"pid": self.pid, "startedAt": "2026-11-25T00:00:00.000Z"}
+        elif where.path == "/sandbox/status":
+            body = self.status
+        data = json.dumps(body).encode()
+        handler.send_response(200)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def __enter__(self) -> FakeService:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+if __name__ == "__main__":
+    def report(path: str, headers: dict[str, str]) -> None:
+        print(json.dumps([path, headers]), flush=True)
+
+    with FakeService(int(sys.argv[1]), pid=os.getpid(), on_request=report) as impostor:
+        print(f"listening {impostor.port}", flush=True)
+        threading.Event().wait()

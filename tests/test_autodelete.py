@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -226,3 +226,32 @@ def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
     first, second = asyncio.run(main())
     assert observer.instances.get(first).status in ("deleting", "deleted")
     assert observer.instances.get(second).status in ("deleting", "deleted")
+
+
+def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(
+        sandbox_factory, tmp_path) -> None:
+    state = tmp_path / "state.db"
+    first = sandbox_factory(state=state)  # deleting lasts 0.2 s
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    cloud.sandbox = first
+    instance = launch(cloud, "overdue", delete_after=1.0)
+    cloud.instances.wait_until_active(instance.id, timeout=10)
+    activated = next(i for i in cloud.instances.list() if i.id == instance.id).updated_at
+    due = cloud.auto_delete.deadlines()[instance.id]
+    first.stop()
+    time.sleep(max((due - datetime.now(timezone.utc)).total_seconds(), 0) + 3.0)  # down, past due
+
+    second = sandbox_factory(state=state)
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    again.sandbox = second
+    restarted = datetime.now(timezone.utc)
+    assert status_after(again, instance.id, 1.2) == "deleted"
+    ended = again.instances.get(instance.id).deleted_at
+    assert ended is not None and timedelta(0) <= ended - due <= timedelta(seconds=1)
+    assert restarted - ended > timedelta(seconds=2)  # not the restart time
+    assert abs((again.spend().set_index("_id").loc[instance.id, "billedUntil"] - due)
+               .total_seconds()) <= 1.0
+    billed = httpx.get(f"{second.management_url}/sandbox/status",
+                       headers={"x-api-key": second.api_key}).json()["spend"]
+    hours = (ended - activated).total_seconds() / 3600
+    assert billed == pytest.approx(hours * instance.hourly_price, abs=2e-6)

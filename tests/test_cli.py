@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -11,12 +12,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers import FakeService
 
-from gpucloud_nb.cli import build_parser, main
+from gpucloud_nb.sandbox import service
+from gpucloud_nb.sandbox.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-live-cli-key-0123456789abcdef"
@@ -149,13 +153,25 @@ def test_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script() -> None:
+    """pyproject's ``gpucloud-nb`` entry point runs; so does the installed script made from it."""
+    declaration = re.search(r'^gpucloud-nb = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(),
+                            re.MULTILINE)
+    assert declaration, "pyproject.toml declares no gpucloud-nb script"
+    target = declaration.group(1)
+    module, _, function = target.partition(":")
+    declared = [sys.executable, "-c",
+                f"import sys; from {module} import {function}; sys.exit({function}())"]
+    commands = [declared]
     script = Path(sys.executable).parent / "gpucloud-nb"
-    if not script.exists():
-        pytest.skip("the package is not installed with its console script")
-    started = time.monotonic()
-    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=20)
-    assert result.returncode == 0 and "sandbox" in result.stdout
-    assert time.monotonic() - started < 10
+    installed = [e.value for e in entry_points(group="console_scripts", name="gpucloud-nb")]
+    if script.exists() and installed == [target]:  # an older install names an older target
+        commands.append([str(script)])
+    for command in commands:
+        started = time.monotonic()
+        result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=20,
+                                cwd=ROOT)
+        assert result.returncode == 0 and "sandbox" in result.stdout, result.stderr
+        assert time.monotonic() - started < 10
 
 
 def test_a_foreign_state_file_is_one_line_and_status_2(tmp_path: Path) -> None:
@@ -173,3 +189,73 @@ def test_a_foreign_state_file_is_one_line_and_status_2(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "belongs to another program" in lines[0], result.stderr
     assert path.read_bytes() == before
+
+
+def sandbox_action(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def test_status_and_stop_find_a_service_whose_runtime_file_cannot_be_read(
+        sandbox_home: Path) -> None:
+    home = str(sandbox_home)
+    runtime = service.find_or_start(sandbox_home, launch_seconds=0.1)
+    spoilt = sandbox_home / service.RUNTIME_FILE
+    spoilt.write_text("{half a runt")  # root reads any file: a spoilt one is unreadable to all
+    spoilt.chmod(0)
+    shown = sandbox_action("status", "--home", home)
+    assert shown.returncode == 1 and shown.stdout == ""
+    assert shown.stderr == (
+        f"gpucloud-nb sandbox: error: a sandbox service runs in {home} (pid {runtime.pid}) but "
+        f"cannot be verified (its runtime file {spoilt} is missing or unreadable, or it does "
+        "not answer); `gpucloud-nb sandbox stop` stops it.\n")
+    stopped = sandbox_action("stop", "--home", home)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout == (f"Stopped the sandbox service (pid {runtime.pid}); its state "
+                              f"stays in {home}.\n")
+    assert not service.pid_alive(runtime.pid) and service.lock_holder(sandbox_home) is None
+    assert sandbox_action("status", "--home", home).returncode == 3
+
+
+def test_a_full_disk_at_sandbox_start_is_one_sentence(sandbox_home: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full to make the disk full with")
+    (sandbox_home / service.LOG_FILE).symlink_to("/dev/full")  # every write: ENOSPC
+    started = sandbox_action("start", "--home", str(sandbox_home))
+    assert started.returncode == 1 and started.stdout == ""
+    assert started.stderr == (
+        f"gpucloud-nb sandbox: error: The sandbox service cannot start: writing in its home "
+        f"{sandbox_home} failed (no space left on device); free space there or set "
+        "GPUCLOUD_SANDBOX_HOME to a writable directory.\n")
+    assert service.lock_holder(sandbox_home) is None  # nothing was left half started
+
+
+@pytest.mark.parametrize("body", [[], "fine", 42, None])
+def test_a_status_answer_that_is_not_a_json_object_is_one_sentence(
+        sandbox_home: Path, body: object, capsys: pytest.CaptureFixture[str]) -> None:
+    service.credentials(sandbox_home)  # the home's secrets, as its service makes them
+    lock = service.service_lock(sandbox_home)  # a verified service: it holds the lock ...
+    assert lock is not None
+    try:  # ... and answers the challenge (it knows the home's secret)
+        with FakeService(pid=os.getpid(), secret=service.challenge_secret(sandbox_home),
+                         status=body) as fake:
+            service.write_runtime(sandbox_home, service.Runtime(
+                fake.url, f"{fake.url}/inference", os.getpid(), "its-key-0123456789",
+                "its-secret-0123456789", time.time(), 3.0, str(sandbox_home)))
+            assert main(["sandbox", "status", "--home", str(sandbox_home)]) == 1
+    finally:
+        lock.close()
+    assert [path.split("?")[0] for path, _ in fake.requests] == ["/sandbox/challenge",
+                                                                 "/sandbox/status"]
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "gpucloud-nb sandbox: error: the service did not report its status (its answer is JSON "
+        "but not an object).\n")
+
+
+def test_a_home_the_service_cannot_write_its_settings_in_is_one_line(sandbox_home: Path) -> None:
+    (sandbox_home / service.SETTINGS_FILE).mkdir()  # its settings cannot be written there
+    served = sandbox_action("--home", str(sandbox_home), "--port", "0")
+    assert served.returncode == 1 and served.stdout == ""
+    assert served.stderr == (f"gpucloud-nb sandbox: error: cannot write in the sandbox home "
+                             f"{sandbox_home}: Is a directory.\n")

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from html import escape
 
 import pandas as pd
 import pytest
@@ -149,7 +150,10 @@ def test_details_view(cloud, observer, panels) -> None:
     details = panel.details()
     assert details.status == "active" and panel.shown_details == details
     view = panel.details_view.value
-    assert details.ip in view and details.ssh_command in view
+    command = cloud.instances.ssh_command(details.id)
+    assert details.ip in view and escape(command) in view and "-o HostKeyAlias=" in command
+    used = cloud.instances.ssh_key_in_use(details.id)  # which key it has, not "none"
+    assert used and "(SHA256:" in used and escape(used) in view
     assert all(str(port) in view for port in details.port_forwards)
     assert "detailed" in view and "$" in view
     if volume_id:
@@ -166,7 +170,7 @@ def test_details_view_shows_port_forward_objects_as_ports() -> None:
     details = InstanceDetails.from_json({
         "_id": "i1", "name": "n", "status": "active",
         "portForwards": [{"internalPort": 8000, "externalPort": 18000}, "22:2201"]})
-    view = InstancesPanel._details_html(details)
+    view = InstancesPanel._details_html(details, None, None)
     assert "8000:18000, 22:2201" in view
     assert "internalPort" not in view and "{" not in view
 
@@ -178,6 +182,9 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
     assert panel.actions.children == ()
     panel.select(instance.id)
     assert panel.auto_delete_set.description == "Set auto-delete"
+    # Buttons as wide as their label: a fixed width cut "Set auto-delete" to "Set auto-del…".
+    assert panel.auto_delete_set.layout.width == panel.auto_delete_cancel.layout.width == "auto"
+    assert "var(--jp-ui-font-color2)" in panel.updated.value and "#555" not in panel.updated.value
     assert panel.auto_delete_cancel not in panel.actions.children
 
     panel.auto_delete_minutes.value = 5

@@ -13,7 +13,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import InvalidInputError, NotFoundError
 from gpucloud_nb.kernel.spec import PROVISIONER, installed, kernel_name
 from gpucloud_nb.sandbox import Sandbox
 
@@ -100,13 +100,15 @@ def test_bad_input_is_one_sentence_and_installs_nothing(box: GPUCloud,
                                                        jupyter_data: Path) -> None:
     instance = launch(box, "fine")
     cases = [
-        (lambda: box.instances.install_kernel("no-such-instance"),
-         "No instance has the id or name 'no-such-instance'."),
         (lambda: box.instances.install_kernel(instance.id, on_shutdown="destroy"),
          "on_shutdown must be 'keep' or 'delete', not 'destroy'."),
         (lambda: box.instances.install_kernel(instance.id, display_name=" "),
          "display_name must be a non-empty string."),
     ]
+    with pytest.raises(NotFoundError) as missing:
+        box.instances.install_kernel("no-such-instance")
+    assert str(missing.value) == ("Instance no-such-instance not found: no instance has that id "
+                                  "or name.")
     for call, sentence in cases:
         with pytest.raises(InvalidInputError) as raised:
             call()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -54,8 +55,9 @@ class ListCounter:
         await self.app(scope, receive, send)
 
 
-@pytest.fixture(scope="module")
-def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
+@contextlib.contextmanager
+def counting_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
+    """A sandbox whose list requests are counted, stopped on exit."""
     real = sandbox_app.create_app
     counters: list[ListCounter] = []
 
@@ -75,10 +77,18 @@ def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
         box.stop()
 
 
+@pytest.fixture(scope="module")
+def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
+    with counting_sandbox() as counted:
+        yield counted
+
+
 @contextlib.contextmanager
 def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
-    """``jupyter server`` with a token on a free loopback port, tmp HOME and Jupyter dirs; its URL."""
+    """``jupyter server`` with a token on a free loopback port, tmp HOME, cache and Jupyter dirs;
+    its URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
+    env["XDG_CACHE_HOME"] = str(home / "cache")  # where the change stamps are (client/changes.py)
     for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         (home / name).mkdir()
         env[name] = str(home / name)
@@ -262,7 +272,12 @@ def test_instances_come_with_spend_and_the_delete_reaches_the_cloud(
     wait_for(api, lambda s: row_of(s, instance_id)["spend"] > 0)
     row = row_of(snapshot, instance_id)
     assert row["name"] == "priced" and row["gpuCount"] >= 1 and row["gpuModel"]
-    assert row["sshCommand"].startswith("ssh ")
+    shown = wait_for(api, lambda s: (row_of(s, instance_id) or {}).get("sshCommand"))
+    command = row_of(shown, instance_id)["sshCommand"]  # the server's own client's command
+    words = shlex.split(command)
+    assert words[0] == "ssh" and f"HostKeyAlias={instance_id}" in words
+    known = Path(next(w for w in words if w.startswith("UserKnownHostsFile=")).split("=", 1)[1])
+    assert any(line.startswith(f"{instance_id} ssh-") for line in known.read_text().splitlines())
     assert snapshot["sandbox"] is False and snapshot["cap"] == CAP
     totals = snapshot["totals"]
     assert totals["running"] == sum(1 for r in snapshot["instances"] if r["status"] == "active")
@@ -289,8 +304,21 @@ def test_an_unknown_instance_is_a_404_with_one_sentence(api: httpx.Client) -> No
     assert response.status_code == 404
     message = response.json()["message"]
     assert "no-such-instance" in message and "Traceback" not in message
-    for bad in ("soon", "nan", "inf"):
-        assert api.get("/gpucloud/instances", params={"fast": bad}).status_code == 400
+    for bad in ('"soon"', "true", "[5]", "NaN", "Infinity"):
+        refused = api.put("/gpucloud/settings", content=f'{{"idleInterval": {bad}}}')
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["message"] == "idleInterval must be a number of seconds."
+    assert api.put("/gpucloud/settings", content=b"[1, 2]").status_code == 400
+
+
+def test_reading_the_instances_never_changes_the_intervals(api: httpx.Client) -> None:
+    assert api.put("/gpucloud/settings", json={"busyInterval": 2, "idleInterval": 7}).json() == {
+        "busyInterval": 2, "idleInterval": 7}
+    api.get("/gpucloud/instances", params={"fast": 60, "slow": 600})  # an old tab's query: ignored
+    assert api.put("/gpucloud/settings", json={}).json() == {"busyInterval": 2, "idleInterval": 7}
+    assert api.get("/gpucloud/instances").json()["nextPollSeconds"] in (2, 7)
+    assert api.put("/gpucloud/settings", json={"busyInterval": 5, "idleInterval": 30}).json() == {
+        "busyInterval": 5, "idleInterval": 30}
 
 
 def test_no_key_or_secret_in_any_response(api: httpx.Client, cloud: GPUCloud) -> None:
@@ -320,12 +348,13 @@ def test_three_tabs_for_30_s_cost_at_most_one_list_per_interval(
     def tab() -> None:
         with httpx.Client(base_url=str(api.base_url), headers=dict(api.headers), timeout=30) as own:
             while time.monotonic() < stop:
-                response = own.get("/gpucloud/instances", params={"fast": fast, "slow": 30})
+                response = own.get("/gpucloud/instances")
                 assert response.status_code == 200
                 assert row_of(response.json(), instance_id) is not None
                 reads.append(1)
                 time.sleep(0.25)
 
+    api.put("/gpucloud/settings", json={"busyInterval": fast, "idleInterval": 30})
     tabs = [threading.Thread(target=tab) for _ in range(3)]
     for thread in tabs:
         thread.start()
@@ -353,18 +382,145 @@ def test_with_nothing_busy_the_poller_waits_the_idle_interval(
     wait_for(api, lambda s: not any(r["status"] in busy for r in s["instances"]), timeout=30)
     fast, slow = 1.0, 4.0
     # wait_for's refresh nudges bring one poll forward; let it happen before counting.
+    api.put("/gpucloud/settings", json={"busyInterval": fast, "idleInterval": slow})
     settle = time.monotonic() + 10
-    while api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()[
-            "nextPollSeconds"] != slow:
+    while api.get("/gpucloud/instances").json()["nextPollSeconds"] != slow:
         assert time.monotonic() < settle
         time.sleep(0.2)
     start = time.monotonic()
     while time.monotonic() < start + 9:
-        snapshot = api.get("/gpucloud/instances", params={"fast": fast, "slow": slow}).json()
+        snapshot = api.get("/gpucloud/instances").json()
         assert snapshot["nextPollSeconds"] == slow
         time.sleep(0.2)
     lists = [t for t in counter.times if t >= start]
     print(f"idle, 9 s at slow={slow:g} s: {len(lists)} list requests")
     assert 1 <= len(lists) <= 9 / slow + 1
     assert all(b - a >= slow - 0.5 for a, b in itertools.pairwise(lists))
-    api.get("/gpucloud/instances", params={"fast": 5, "slow": 30})
+    api.put("/gpucloud/settings", json={"busyInterval": 5, "idleInterval": 30})
+
+
+# -- a cloud that never answers ------------------------------------------------------------
+
+@contextlib.contextmanager
+def silent_cloud() -> Iterator[str]:
+    """A loopback server that accepts every connection and never answers a byte; its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        listener.close()
+
+
+def test_a_cloud_that_never_answers_never_slows_jupyters_own_routes(tmp_path: Path) -> None:
+    headers = {"Authorization": f"token {TOKEN}"}
+    with silent_cloud() as cloud_url, jupyter_server(tmp_path, GPUCLOUD_API_KEY=API_KEY,
+                                                     GPUCLOUD_BASE_URL=cloud_url) as url:
+        deletes: list[httpx.Response] = []
+
+        def delete(number: int) -> None:
+            deletes.append(httpx.delete(f"{url}/gpucloud/instances/hung-{number}", headers=headers,
+                                        timeout=120))
+
+        threads = [threading.Thread(target=delete, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)  # all eight are in flight, waiting on the silent cloud
+        start = time.monotonic()
+        kernelspecs = httpx.get(f"{url}/api/kernelspecs", headers=headers, timeout=120)
+        elapsed = time.monotonic() - start
+        snapshot = httpx.get(f"{url}/gpucloud/instances", headers=headers, timeout=120).json()
+        for thread in threads:
+            thread.join()
+    print(f"/api/kernelspecs answered in {elapsed:.2f} s with 8 DELETEs hung on the cloud")
+    assert kernelspecs.status_code == 200 and "kernelspecs" in kernelspecs.json()
+    assert elapsed < 5, elapsed
+    assert snapshot["instances"] == []
+    error = snapshot["error"]
+    print(f"the sidebar says: {error}")
+    assert error and error.count(".") >= 1 and "\n" not in error and "Traceback" not in error, error
+    assert_no_secret(error)
+    assert len(deletes) == 8 and all(r.status_code == 502 for r in deletes), deletes
+    for response in deletes:
+        message = response.json()["message"]
+        assert "\n" not in message and "Traceback" not in message, message
+        assert_no_secret(response.text)
+
+
+# -- a change made elsewhere on this machine -----------------------------------------------
+
+SCRIPT = """
+import sys, time
+from gpucloud_nb import GPUCloud
+with GPUCloud(api_key=sys.argv[1], base_url=sys.argv[2]) as cloud:
+    if sys.argv[3] == "create":
+        offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+        made = cloud.instances.create(
+            name="from-a-script", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+        print(made.id, time.time())
+    else:
+        cloud.instances.delete(sys.argv[3])
+        print(sys.argv[3], time.time())
+"""
+
+
+def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_cost(
+        tmp_path: Path) -> None:
+    home = tmp_path / "server"
+    home.mkdir()
+    with counting_sandbox() as (box, counter), \
+            jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api:
+        fast = 5.0
+        settle = time.monotonic() + 15
+        while api.get("/gpucloud/instances").json()["nextPollSeconds"] != 30:  # idle: nothing runs
+            assert time.monotonic() < settle
+            time.sleep(0.2)
+        environment = {**os.environ, "XDG_CACHE_HOME": str(home / "cache")}  # the same user
+
+        def script(action: str) -> tuple[str, float]:
+            done = subprocess.run([sys.executable, "-c", SCRIPT, API_KEY, box.management_url, action],
+                                  capture_output=True, text=True, timeout=120, env=environment)
+            assert done.returncode == 0, done.stderr[-2000:]
+            instance_id, at = done.stdout.split()
+            return instance_id, float(at)
+
+        def seen_after(at: float, predicate: Any) -> float:
+            while True:
+                if predicate(api.get("/gpucloud/instances").json()):
+                    return time.time() - at
+                assert time.time() - at < 10
+                time.sleep(0.05)
+
+        start = time.monotonic()
+        instance_id, created = script("create")
+        shown = seen_after(created, lambda s: row_of(s, instance_id) is not None)
+        _, deleted = script(instance_id)
+        gone = seen_after(deleted, lambda s: (row_of(s, instance_id) or {}).get("status") != "active")
+        window = 20.0
+        time.sleep(max(0.0, start + window - time.monotonic()))
+        lists = [t for t in counter.times if start <= t <= start + window]
+    print(f"a script's create showed in {shown:.2f} s, its delete in {gone:.2f} s; "
+          f"{len(lists)} list requests in {window:g} s")
+    assert shown < 2 and gone < 2
+    # Without the stamp a create turns the poller busy: one list per busy interval, the first at
+    # the idle poll. The stamp only brings lists forward, so a window holds no more than that.
+    assert 2 <= len(lists) <= window / fast + 1
+    assert all(b - a >= 1.0 - 0.2 for a, b in itertools.pairwise(lists))

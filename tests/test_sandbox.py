@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpucloud_nb.display import per_hour
 from gpucloud_nb.models import Instance, InstanceDetails, Volume, parse_datetime
 from gpucloud_nb.sandbox import (
     DEFAULT_API_KEY,
@@ -461,7 +462,11 @@ def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:
         ({**instance_body(vm, vm_region), "instanceId": "nope"},
          "There is no offer with instanceId 'nope'."),
         ({**instance_body(vm, vm_region), "cloudProvider": "other"},
-         f"Offer '{vm['instanceId']}' is not sold by provider 'other'."),
+         f"Provider 'other' sells no offer '{vm['instanceId']}'; it is sold by: "
+         f"{vm['cloud']['name']} ({vm['cloud']['_id']}) at {per_hour(vm['hourlyPrice'])}."),
+        ({**instance_body(vm, vm_region), "cloudProvider": vm["cloud"]["name"].upper()},
+         f"cloudProvider is the provider's _id: '{vm['cloud']['_id']}', "
+         f"not its name '{vm['cloud']['name'].upper()}'."),
         ({**instance_body(vm, vm_region), "region": "mars-1"}, None),
         (instance_body(closed, closed["availability"][0]["region"]), None),
         ({**instance_body(vm, vm_region), "vm": {"os": "windows-11"}}, None),
@@ -541,6 +546,25 @@ def test_volume_validation_messages(sandbox_api: httpx.Client) -> None:
     for body, message in cases:
         check_error(sandbox_api.post("/gpu-cloud/volumes", json=body), 400, message)
     assert sandbox_api.get("/gpu-cloud/volumes").json() == []
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("../../../../tmp/x", "contains '/'"), ("a/b", "contains '/'"), ("/abs", "contains '/'"),
+    ("a\\b", "contains '\\'"), ("nul\0", "contains a NUL character"), ("..", "not '..'"),
+    (".", "not '.'"),
+])
+def test_a_volume_name_that_is_not_one_folder_is_a_400(sandbox: Sandbox, name: str,
+                                                        why: str) -> None:
+    offer = httpx.get(f"{sandbox.management_url}/gpu-cloud/volumes/offers",
+                      headers={"x-api-key": sandbox.api_key}).json()[0]
+    body = {"cloudProvider": offer["cloudProvider"]["_id"], "region": offer["regions"][0],
+            "name": name, "sizeInGb": offer["minSizeInGb"]}
+    response = httpx.post(f"{sandbox.management_url}/gpu-cloud/volumes", json=body,
+                          headers={"x-api-key": sandbox.api_key})
+    message = check_error(response, 400)
+    assert message.startswith("A volume name is one folder name") and why in message
+    assert httpx.get(f"{sandbox.management_url}/gpu-cloud/volumes",
+                     headers={"x-api-key": sandbox.api_key}).json() == []
 
 
 def test_volume_attaches_and_outlives_its_instance(sandbox_api: httpx.Client) -> None:
@@ -750,7 +774,7 @@ def test_inference_app_is_mounted_when_present(
 def test_import_is_cheap() -> None:
     import subprocess
 
-    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.cli; "
+    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.sandbox.cli; "
             "print(any(m.split('.')[0] in ('starlette', 'uvicorn') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -759,7 +783,7 @@ def test_import_is_cheap() -> None:
 
 def test_unicode_names_round_trip(sandbox_api: httpx.Client) -> None:
     offer, region = pick_offer(sandbox_api, "vm", with_volumes=True)
-    for name in ("数据-😀", "nul\u0000byte", "\u202eevil", "a/b\\c", "  spaced  "):
+    for name in ("数据-😀", "\u202eevil", "  spaced  "):
         volume = create_volume(sandbox_api, offer["cloud"]["_id"], region, name=name)
         assert sandbox_api.get(f"/gpu-cloud/volumes/{volume['_id']}").json()["name"] == name
         created = sandbox_api.post("/gpu-cloud/instances", json=instance_body(
@@ -767,3 +791,7 @@ def test_unicode_names_round_trip(sandbox_api: httpx.Client) -> None:
         assert created.status_code == 201
         assert created.json()["name"] == name
         assert created.json()["volumes"] == [[volume["_id"], f"/mnt/{name}"]]
+    for name in ("nul\u0000byte", "a/b\\c"):  # any text names an instance (not a volume)
+        created = sandbox_api.post("/gpu-cloud/instances", json=instance_body(offer, region,
+                                                                              name=name))
+        assert created.status_code == 201 and created.json()["name"] == name

@@ -214,6 +214,32 @@ def test_rate_limit_gives_429_with_retry_after(sandbox_factory, plain: httpx.Cli
     assert plain.get(url).status_code == 401  # a request without the secret is not counted
 
 
+def test_each_account_has_its_own_secret_and_rate_limit(sandbox_factory,
+                                                        plain: httpx.Client) -> None:
+    keys = ("student-b-key-0123456789", "student-c-key-0123456789")
+    box = sandbox_factory(keys=keys, inference_rate_limit=0.5)  # one request, then 2 s apart
+
+    def own(key: str) -> str:
+        answer = plain.get(f"{box.management_url}/sandbox/inference", headers={"x-api-key": key})
+        assert answer.status_code == 200 and answer.json()["url"] == box.inference_url
+        return str(answer.json()["secret"])
+
+    secrets = [own(key) for key in (box.api_key, *keys)]
+    assert secrets[0] == box.inference_secret and len(set(secrets)) == 3
+    assert not any(key in secret for key in (box.api_key, *keys) for secret in secrets)
+    assert plain.get(f"{box.management_url}/sandbox/inference").status_code == 403
+
+    def models(secret: str) -> int:
+        return plain.get(box.inference_url + "/v1/models",
+                         headers={"x-api-key": secret}).status_code
+
+    teacher, b, c = secrets
+    assert [models(teacher), models(teacher)] == [200, 429]  # the teacher's bucket is empty ...
+    assert [models(b), models(b)] == [200, 429]               # ... B's is its own ...
+    assert models(c) == 200                                   # ... and so is C's
+    assert models(b + "x") == models(box.api_key) == models(keys[0]) == 401  # keys are not secrets
+
+
 def test_token_buckets() -> None:
     now = [0.0]
     buckets = TokenBuckets(rate=2, clock=lambda: now[0])
@@ -372,7 +398,7 @@ def test_upstream_error_bodies_and_url_passwords_are_scrubbed(sandbox_factory, m
 
 def test_upstream_url_password_never_shows_in_errors_or_cli_output(sandbox_factory,
                                                                   plain: httpx.Client, capsys) -> None:
-    from gpucloud_nb import cli
+    from gpucloud_nb.sandbox import cli
 
     proxy = sandbox_factory(upstream=f"http://bob:{URL_PASSWORD}@127.0.0.1:9")
     response = plain.get(proxy.inference_url + "/v1/models",

@@ -6,6 +6,8 @@ teardown; the run's session hook checks that no service outlives the suite.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -15,15 +17,19 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from helpers import FakeService, as_other_user, wait_for
 
 from gpucloud_nb import GPUCloud, connect
-from gpucloud_nb.cli import main
+from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.sandbox import SandboxConfig, service
+from gpucloud_nb.sandbox.cli import main
 
 pytestmark = pytest.mark.timeout(120)
+HELPERS = str(Path(__file__).with_name("helpers.py"))
 
 LAUNCH = textwrap.dedent("""
     from gpucloud_nb import connect
@@ -153,7 +159,9 @@ def test_a_stale_runtime_file_whose_port_does_not_answer_is_replaced(fast: Path)
 
 
 def test_runtime_file_is_0600_and_home_0700(fast: Path) -> None:
-    connect(quiet=True)
+    pid = connect(quiet=True).sandbox.pid
+    assert (fast / "service.lock").read_text() == str(pid)  # the pid file of its lock
+    assert service.lock_holder(fast) == pid
     assert stat.S_IMODE((fast / service.RUNTIME_FILE).stat().st_mode) == 0o600
     assert stat.S_IMODE(fast.stat().st_mode) == 0o700
     text = (fast / service.RUNTIME_FILE).read_text()
@@ -238,6 +246,57 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
     assert "student-a-key" not in err and "student-b-key" not in err  # a --keys key is secret
 
 
+def test_class_mode_shells_are_off_unless_shared_shell_which_warns(tmp_path: Path) -> None:
+    import asyncssh
+
+    from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL, SHARED_SHELL_WARNING
+
+    keys, home = tmp_path / "keys.txt", tmp_path / "class"
+    keys.write_text("student-a-key-0123456789\nstudent-b-key-0123456789\n")
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    # What a student's shell tries: the service's files by relative paths, then a harmless echo.
+    snoop = "cat ../../service.json ../../../service.json ../../runtime.json 2>&1; echo done"
+    errors: list[str] = []  # what each server printed on stderr
+
+    def serve_and_snoop(*extra: str) -> str:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--home", str(home),
+             "--keys", str(keys), "--launch-seconds", "0.1", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            base = process.stdout.readline().split(": ", 1)[1].strip()
+            cloud = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
+            offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+            instance = cloud.instances.create(
+                name="mine", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+                ssh_key=key.export_public_key().decode())
+            details = cloud.instances.wait_until_active(instance.id, timeout=30)
+
+            async def attempt() -> str:
+                async with asyncssh.connect(
+                        "127.0.0.1", details.ssh_port, username="ubuntu", client_keys=[key],
+                        known_hosts=None, agent_path=None, config=[]) as connection:
+                    try:
+                        return str((await connection.run(snoop)).stdout)
+                    except asyncssh.ChannelOpenError as refused:
+                        return f"refused: {refused.reason}"
+
+            return asyncio.run(attempt())
+        finally:
+            process.terminate()
+            errors.append(process.communicate(timeout=20)[1])
+
+    assert serve_and_snoop() == f"refused: {SHARED_SHELL_REFUSAL}"
+    assert SHARED_SHELL_WARNING not in errors[-1]
+    shared = serve_and_snoop("--shared-shell")
+    assert SHARED_SHELL_WARNING in errors[-1].splitlines()
+    assert shared.endswith("done\n") and shared.count("No such file or directory") == 3
+    assert "sandbox-" not in shared  # no key or secret of the home's reached the shell
+    assert (home / "service.json").exists()
+
+
 @pytest.mark.parametrize("options", [[], ["--api-key", "teacher-key-0123"],
                                      ["--inference-secret", "class-secret-0123"],
                                      ["--api-key", "sandbox-key", "--inference-secret", "s-0123"]])
@@ -300,3 +359,72 @@ def test_a_hung_service_is_replaced(fast: Path) -> None:
     finally:
         if service.pid_alive(hung.pid):
             os.kill(hung.pid, signal.SIGKILL)
+
+
+def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
+    """Start the home's service, kill -9 it (its runtime file stays); return what it was."""
+    old = connect(quiet=True).sandbox
+    os.kill(old.pid, signal.SIGKILL)
+    wait_for(lambda: not service.pid_alive(old.pid), 10)
+    assert service.read_runtime(home) == old
+    return old
+
+
+def claim(home: Path, old: service.Runtime, pid: int) -> None:
+    """Point the left-behind runtime file at ``pid``, as pid reuse would."""
+    service.write_runtime(home, dataclasses.replace(old, pid=pid))
+
+
+def carried_a_secret(requests: list, old: service.Runtime) -> bool:
+    seen = json.dumps(requests)
+    return old.api_key in seen or old.inference_secret in seen
+
+
+@pytest.mark.parametrize("impostor", ["same user", "another user"])
+def test_connect_never_sends_the_key_to_an_impostor_on_the_old_port(
+        fast: Path, impostor: str, service_processes) -> None:
+    command = as_other_user([sys.executable, HELPERS, "0"]) if impostor == "another user" else []
+    old = killed_leaving_its_runtime_file(fast)
+    port = int(old.management_url.rsplit(":", 1)[1])
+    if impostor == "same user":  # a live pid of ours that is not the service: this process
+        with FakeService(port, pid=os.getpid()) as fake:
+            claim(fast, old, os.getpid())
+            cloud = connect(quiet=True)
+        requests, impostor_pid = fake.requests, os.getpid()
+    else:  # a process of another user on the old port, whose pid the runtime file names
+        process = subprocess.Popen([*command[:-1], str(port)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == f"listening {port}\n"
+            claim(fast, old, process.pid)
+            cloud = connect(quiet=True)
+        finally:
+            process.terminate()
+            out, _ = process.communicate(timeout=10)
+        requests, impostor_pid = [json.loads(line) for line in out.splitlines()], process.pid
+    assert not carried_a_secret(requests, old), [path for path, _ in requests]
+    assert cloud.sandbox.pid not in (old.pid, impostor_pid)
+    assert cloud.base_url != old.management_url  # the impostor kept the old port
+    assert [p.pid for p in service_processes(fast)] == [cloud.sandbox.pid]
+    assert cloud.volumes.list() == [] and service.find(fast) == cloud.sandbox
+
+
+def test_an_impostor_holding_the_lock_gets_a_challenge_without_the_key_and_is_refused(
+        fast: Path) -> None:
+    old = killed_leaving_its_runtime_file(fast)
+    port = int(old.management_url.rsplit(":", 1)[1])
+    lock = service.service_lock(fast)  # held by this process, whose pid the runtime file names
+    assert lock is not None
+    try:
+        with FakeService(port, pid=os.getpid()) as fake:
+            claim(fast, old, os.getpid())
+            with pytest.raises(ConnectionFailedError, match="holds .*service.lock but does not "
+                                                            "answer") as refused:
+                connect(quiet=True)
+    finally:
+        lock.close()
+    assert "\n" not in str(refused.value)
+    assert fake.requests and {urlsplit(path).path for path, _ in fake.requests} \
+        == {"/sandbox/challenge"}
+    assert not carried_a_secret(fake.requests, old)
+    assert all("x-api-key" not in {h.lower() for h in headers} for _, headers in fake.requests)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL
+from gpucloud_nb.sandbox.store import Store
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 
@@ -114,3 +118,201 @@ def test_ports_are_stable_and_rebound_after_a_restart(sandbox_factory: Any, tmp_
     port = again.instances.get(details.id).ssh_port
     assert port == details.ssh_port
     assert ssh(key, port, "nvidia-smi", tmp_path / "kh").returncode == 0  # same host key too
+
+
+# class mode: several accounts under one OS user -----------------------------------------------
+
+
+def asyncssh_key() -> tuple[Any, str]:
+    import asyncssh
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    return key, key.export_public_key().decode()
+
+
+def over_asyncssh(port: int, key: Any, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run ``work(connection)`` on a fresh asyncssh connection to an instance."""
+    import asyncssh
+
+    async def main() -> Any:
+        async with asyncssh.connect("127.0.0.1", port, username="ubuntu", client_keys=[key],
+                                    known_hosts=None, agent_path=None, config=[]) as connection:
+            return await work(connection)
+
+    return asyncio.run(main())
+
+
+def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
+        sandbox_factory: Any, tmp_path: Path) -> None:
+    import asyncssh
+
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    key, public = asyncssh_key()
+    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+
+    async def refusals(connection: Any) -> list[str]:
+        attempts = [
+            lambda: connection.run("cat ../*/* ~/../../*", check=False),     # run / exec
+            lambda: connection.create_process(term_type="xterm"),            # a shell
+            lambda: connection.start_sftp_client(),                          # SFTP
+            lambda: connection.open_connection("localhost", 8000),           # port 8000
+        ]
+        reasons = []
+        for attempt in attempts:
+            with pytest.raises(asyncssh.ChannelOpenError) as info:
+                await attempt()
+            reasons.append(info.value.reason)
+        return reasons
+
+    assert over_asyncssh(details.ssh_port, key, refusals) == [SHARED_SHELL_REFUSAL] * 4
+    assert SHARED_SHELL_REFUSAL.count(". ") == 0 and "--shared-shell" in SHARED_SHELL_REFUSAL
+    openssh = keypair(tmp_path, "id")
+    other = launch(cloud, vm_offer(cloud), "openssh",
+                   ssh_key=openssh.with_suffix(".pub").read_text())
+    refused = ssh(openssh, other.ssh_port, "id", tmp_path / "known_hosts")
+    assert refused.returncode == 255 and SHARED_SHELL_REFUSAL in refused.stderr
+    assert refused.stdout == ""
+
+
+def test_the_client_says_class_mode_refused_in_one_sentence(sandbox_factory: Any,
+                                                             tmp_path: Path) -> None:
+    from gpucloud_nb.client.remote import RemoteCommandError
+
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))
+    identity = keypair(tmp_path, "id")
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                     ssh_identity=identity)
+    details = launch(cloud, vm_offer(cloud), ssh_key=identity.with_suffix(".pub").read_text())
+    local = tmp_path / "notes.txt"
+    local.write_text("hello\n")
+    attempts = [lambda: cloud.instances.run(details.id, "id"),
+                lambda: cloud.instances.upload(details.id, local, "notes.txt"),
+                lambda: cloud.instances.download(details.id, "notes.txt", tmp_path / "back.txt")]
+    for attempt in attempts:
+        with pytest.raises(RemoteCommandError) as refused:
+            attempt()
+        assert str(refused.value) == (
+            f"Instance {details.id} refused the request: {SHARED_SHELL_REFUSAL}")
+    assert not (tmp_path / "back.txt").exists()
+    cloud.close()
+
+
+def test_shared_shell_lets_class_mode_use_ssh(sandbox_factory: Any) -> None:
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",), shared_shell=True)
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    key, public = asyncssh_key()
+    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+
+    async def use(connection: Any) -> tuple[str, bytes, bytes]:
+        ran = await connection.run("echo hi > note.txt && echo $GPUCLOUD_PORT_8000", check=True)
+        async with connection.start_sftp_client() as sftp, sftp.open("note.txt", "rb") as file:
+            copied = await file.read()
+        # Port 8000 of the instance is the host port in $GPUCLOUD_PORT_8000: serve there.
+        server = await asyncio.start_server(
+            lambda r, w: (w.write(b"from the model port"), w.close()), "127.0.0.1",
+            int(ran.stdout.strip()))
+        async with server:
+            reader, writer = await connection.open_connection("localhost", 8000)
+            got = await asyncio.wait_for(reader.read(100), 10)
+            writer.close()
+        return ran.stdout, copied, got
+
+    stdout, copied, got = over_asyncssh(details.ssh_port, key, use)
+    assert stdout.strip().isdigit() and copied == b"hi\n" and got == b"from the model port"
+
+
+def test_instance_homes_are_outside_the_sandbox_home(sandbox_factory: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    sandbox = sandbox_factory(home=home, state=tmp_path / "state.db")
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    key, public = asyncssh_key()
+    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+
+    async def where(connection: Any) -> list[str]:
+        result = await connection.run("pwd -P; cd ..; pwd -P; cd ..; pwd -P; cd ..; pwd -P",
+                                      check=True)
+        return str(result.stdout).split()
+
+    instance_home, instances, machines, parent = (Path(p) for p in
+                                                  over_asyncssh(details.ssh_port, key, where))
+    assert instance_home.name == details.id
+    for directory in (instance_home, instances, machines):
+        assert not directory.is_relative_to(home.resolve()), directory  # cd .. never enters it
+    assert machines.name == "home-machines" and parent == home.resolve().parent
+
+
+def test_volumes_of_a_home_from_before_the_move_are_kept(sandbox_factory: Any,
+                                                         tmp_path: Path) -> None:
+    home, state = tmp_path / "home", tmp_path / "state.db"
+    first = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    key, public = asyncssh_key()
+    offer = vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    writer = launch(cloud, offer, "writer", ssh_key=public, volume_id=volume.id)
+    over_asyncssh(writer.ssh_port, key, lambda c: c.run("echo kept > mnt/data/note", check=True))
+    cloud.instances.delete(writer.id)
+    first.stop()
+    # The layout of a home written before instances moved out of it: <home>/volumes/<id>.
+    shutil.move(tmp_path / "home-machines" / "volumes", home / "volumes")
+    shutil.rmtree(tmp_path / "home-machines")
+    second = sandbox_factory(home=home, state=state)
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    reader = launch(again, offer, "reader", ssh_key=public, volume_id=volume.id)
+    read = over_asyncssh(reader.ssh_port, key, lambda c: c.run("cat ~/mnt/data/note"))
+    assert read.stdout == "kept\n" and not (home / "volumes").exists()
+
+
+def test_a_stored_volume_path_never_mounts_outside_the_instance_home(
+        sandbox_factory: Any, tmp_path: Path) -> None:
+    home, state = tmp_path / "home", tmp_path / "state.db"
+    first = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    key, public = asyncssh_key()
+    offer = vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    instance = cloud.instances.create(
+        name="old", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        ssh_key=public, volume_id=volume.id)
+    first.stop()
+    shutil.rmtree(tmp_path / "home-machines" / "instances", ignore_errors=True)  # not mounted yet
+    # A state written before names were checked: the volume entry walks out of the home.
+    store = Store(state)
+    record = store.instance(volume.user, instance.id)
+    assert record is not None
+    escape = "/mnt/../../../../escape"
+    store.update_instance_doc(instance.id, dict(record.doc, volumes=[[volume.id, escape]]))
+    store.close()
+    second = sandbox_factory(home=home, state=state)
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    details = again.instances.wait_until_active(instance.id, timeout=30)
+    listed = over_asyncssh(details.ssh_port, key, lambda c: c.run("ls ~/mnt", check=False))
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "escape").is_symlink()
+    assert listed.stdout.split() == [volume.id]  # mounted at ~/mnt/<volume id> instead
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "home-machines", "state.db",
+                                                          "state.db-shm", "state.db-wal"]
+
+
+def test_a_mnt_link_out_of_the_home_is_not_followed_when_mounting(sandbox_factory: Any,
+                                                                  tmp_path: Path) -> None:
+    home, state, outside = tmp_path / "home", tmp_path / "state.db", tmp_path / "outside"
+    outside.mkdir()
+    first = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    key, public = asyncssh_key()
+    offer = vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    details = launch(cloud, offer, ssh_key=public, volume_id=volume.id)
+    over_asyncssh(details.ssh_port, key,
+                  lambda c: c.run(f"rm -r ~/mnt && ln -s {outside} ~/mnt", check=True))
+    first.stop()
+    second = sandbox_factory(home=home, state=state)  # mounts the volume again
+    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
+    again.instances.wait_until_active(details.id, timeout=30)
+    listed = over_asyncssh(details.ssh_port, key, lambda c: c.run("echo up", check=True))
+    assert listed.stdout == "up\n" and list(outside.iterdir()) == []

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ from gpucloud_nb.client.instances import (
     Instances,
     ProgressCallback,
 )
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
+from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import InvalidInputError
 
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.inference import InferenceClient
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
-           "Instances", "ProgressCallback", "SandboxInfo", "Volumes"]
+           "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
 
 
 @dataclass(frozen=True)
@@ -81,21 +84,28 @@ class _CloudBase(abc.ABC):
     _core: Core[Any]
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> SandboxHandle | None:
         """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
 
         Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
-        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process.
+        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process. SSH
+        keys are then registered with the sandbox over HTTP (``POST /sandbox/ssh-keys``).
         """
         return self._core.sandbox
 
     @sandbox.setter
-    def sandbox(self, box: Any) -> None:
+    def sandbox(self, box: SandboxHandle | None) -> None:
         core = self._core
         core.sandbox = box
+        core.register_keys = self._register_keys
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+
+    def _register_keys(self, publics: list[str]) -> None:
+        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
+        if self._core.sandbox is not None:
+            self._service_send("POST", "/sandbox/ssh-keys", {"keys": publics})
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -107,7 +117,7 @@ class _CloudBase(abc.ABC):
         box = self._core.sandbox
         if box is None:
             return None
-        home = getattr(box, "home", None)
+        home = box.home
         return SandboxInfo(url=str(box.management_url), inference_url=str(box.inference_url),
                            launch_seconds=float(box.launch_seconds),
                            home=None if home is None else Path(home))
@@ -116,7 +126,7 @@ class _CloudBase(abc.ABC):
     def _blocking_core(self) -> Core[SyncDriver]:
         """A sync core for work done from timer threads, away from any event loop."""
 
-    def _service_send(self, method: str, path: str, body: dict[str, str] | None) -> Any:
+    def _service_send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         """One request to a sandbox-only endpoint, blocking (timers are set from sync code)."""
         core = self._blocking_core()
         return core.driver.run(core.send(Call(method, path, json=body)))
@@ -144,8 +154,10 @@ class _CloudBase(abc.ABC):
             >>> cloud.scrub(f"echoed {key}")  # doctest: +SKIP
             'echoed sk-…a1b2'
         """
-        held: list[object] = [self._core.key.reveal()]
-        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        box = self.sandbox
+        held = [self._core.key.reveal()]
+        if box is not None:
+            held += [box.api_key, box.inference_secret]
         secrets = [s for s in held if isinstance(s, str)]
         # Long secrets first, so that one contained in another is still masked whole.
         return scrub(text, *sorted(secrets, key=len, reverse=True))
@@ -206,6 +218,8 @@ class GPUCloud(_CloudBase):
 
     The key and base URL fall back to ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``. Reads and
     deletes are retried ``max_retries`` times; creates never blindly (see the module docs).
+    ``ssh_identity`` is the private key file ``run``/``upload``/``ssh_command`` log in with
+    first (else ``GPUCLOUD_SSH_KEY``; see :mod:`gpucloud_nb.client.ssh_keys`).
 
         >>> cloud = GPUCloud(max_hourly_cost=10)  # doctest: +SKIP
         >>> cloud.instances.offers_frame(available=True).head()  # doctest: +SKIP
@@ -215,22 +229,27 @@ class GPUCloud(_CloudBase):
         self, api_key: str | None = None, base_url: str | None = None, *,
         timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
         offers_ttl: float = 60.0, transport: httpx.BaseTransport | None = None,
+        ssh_identity: str | os.PathLike[str] | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
+        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
+
+        Every instance has a row, deleted ones too; displayed, the table hides deleted ones
+        unless ``include_deleted`` (the total row counts them; see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]  # doctest: +SKIP
         """
-        return self.instances.spend()
+        return self.instances.spend(include_deleted)
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core
@@ -260,7 +279,7 @@ class AsyncGPUCloud(_CloudBase):
         self, api_key: str | None = None, base_url: str | None = None, *,
         timeout: float = 30.0, max_retries: int = 3, max_hourly_cost: float | None = None,
         offers_ttl: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
-        max_connections: int = 100,
+        max_connections: int = 100, ssh_identity: str | os.PathLike[str] | None = None,
     ) -> None:
         key, self.base_url = settings(api_key, base_url)
         limits = httpx.Limits(max_connections=max_connections)
@@ -269,6 +288,7 @@ class AsyncGPUCloud(_CloudBase):
                                        transport=transport, limits=limits)
         self._core = Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
                            max_hourly_cost, offers_ttl)
+        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
@@ -291,9 +311,9 @@ class AsyncGPUCloud(_CloudBase):
                               self._core.offers_ttl)
         return self._twin
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
-        return await self.instances.spend()
+        return await self.instances.spend(include_deleted)
 
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""

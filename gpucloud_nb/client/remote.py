@@ -10,15 +10,20 @@ One code path for the sandbox and the real cloud: the instance's ``ip``, ``sshPo
 ``sshUser`` from the management API, and asyncssh. The connections live on one background event
 loop per client and are cached per instance, so a second ``run`` costs one round trip.
 
-- **Keys.** The client logs in with ``~/.ssh/id_ed25519`` if it exists (read only), otherwise with
+- **Keys.** The client offers keys as OpenSSH does (an explicit ``ssh_identity=`` /
+  ``GPUCLOUD_SSH_KEY``, the ssh-agent, ``~/.ssh/id_ed25519``, ``id_ecdsa``, ``id_rsa``), and last
   a key pair it generates once: in ``<sandbox home>/client`` for the sandbox, in the user config
-  dir (platformdirs) for the real cloud. It never writes into ``~/.ssh``. For the sandbox the
-  public key is registered in ``<sandbox home>/ssh/authorized_keys``, which the sandbox accepts
-  for instances created without ``ssh_key``; :func:`default_public_key` is what ``create``
-  sends when no key is given.
+  dir (platformdirs) for the real cloud; see :mod:`gpucloud_nb.client.ssh_keys`. It never writes
+  into ``~/.ssh``. For the sandbox the public keys are registered over HTTP
+  (``POST /sandbox/ssh-keys``, once per client and key), and the sandbox accepts them for
+  instances created without ``ssh_key``; :func:`default_public_key` is what ``create`` sends
+  when no key is given. A refusal names the keys tried and how to give the right one.
 - **Host keys.** Accept-new: the first key an instance shows is stored in the client's own
-  ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each); a different key
-  later is refused with one sentence.
+  ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each: OpenSSH's format,
+  read by the printed command through ``HostKeyAlias``); a different key later is refused with
+  one sentence.
+- **The ssh command** (:meth:`Remote.ssh_command`) connects once, so that the host key is stored
+  and the accepted key known, then prints a command that works as printed in a terminal.
 - **Bad input** is one sentence: an unknown instance (404), one that is still pending after
   ``wait`` seconds, one that is deleting, deleted or failed, and a command the instance does not
   have (exit status 127).
@@ -27,44 +32,68 @@ loop per client and are cached per instance, so a second ``run`` costs one round
 from __future__ import annotations
 
 import asyncio
+import codecs
 import concurrent.futures
 import contextlib
 import os
 import queue
 import shlex
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError, InvalidInputError
+from gpucloud_nb.client import ssh_keys
+from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
+    ConnectionFailedError,
+    InvalidInputError,
+    KeysRefusedError,
+    RemoteCommandError,
+    RemoteTimeoutError,
+)
 
 if TYPE_CHECKING:
     import asyncssh
 
+    from gpucloud_nb.client.sandbox_handle import SandboxHandle
     from gpucloud_nb.models import InstanceDetails
 
 __all__ = [
+    "TAIL_BYTES",
+    "KeysRefusedError",
     "Remote",
     "RemoteCommandError",
+    "RemoteTimeoutError",
     "RunResult",
     "default_public_key",
     "key_dir",
     "reachable",
+    "refuse_existing",
 ]
 
-_READ_ONLY_KEY = Path("~/.ssh/id_ed25519")
 _CONNECT_TRIES = 20
+TAIL_BYTES = 10 * 1024 * 1024
+"""How much of each stream a :class:`RunResult` keeps: the last 10 MiB."""
+_LINE_CHARS = 64 * 1024
+_BACKLOG = 64  # batches of lines waiting for the caller's thread before the reader pauses
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """What a remote command printed and how it ended."""
+    """What a remote command printed (the last :data:`TAIL_BYTES` of each stream) and how it ended.
+
+    ``stdout_dropped`` / ``stderr_dropped`` count the bytes that came before the kept tail.
+
+        >>> RunResult("ok\\n", "", 0).ok
+        True
+    """
 
     stdout: str
     stderr: str
     exit_status: int
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -72,13 +101,58 @@ class RunResult:
         return self.exit_status == 0
 
 
-class RemoteCommandError(GPUCloudError):
-    """A remote command could not run (not found) or was stopped."""
+class _Tail:
+    """The last ``limit`` bytes of a stream, and how many came before them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.limit:  # trim in batches: amortised O(1) per byte
+            self.trim()
+
+    def trim(self) -> None:
+        extra = len(self.data) - self.limit
+        if extra > 0:
+            del self.data[:extra]
+            self.dropped += extra
+
+    def text(self) -> str:
+        self.trim()
+        return self.data.decode("utf-8", errors="backslashreplace")
 
 
-def key_dir(sandbox: Any) -> Path:
+class _Lines:
+    """Bytes in, whole decoded lines out; a line longer than ``_LINE_CHARS`` comes in pieces."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
+        self.partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self.partial + self.decoder.decode(chunk)
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        if len(text) > _LINE_CHARS:  # rare: cut long lines (and a long unfinished one)
+            lines = [line[i:i + _LINE_CHARS] for line in lines
+                     for i in range(0, len(line) or 1, _LINE_CHARS)]
+            while len(self.partial) > _LINE_CHARS:
+                lines.append(self.partial[:_LINE_CHARS])
+                self.partial = self.partial[_LINE_CHARS:]
+        return lines
+
+    def end(self) -> list[str]:
+        rest = self.partial + self.decoder.decode(b"", final=True)
+        self.partial = ""
+        return [rest] if rest else []
+
+
+def key_dir(sandbox: SandboxHandle | None) -> Path:
     """Where the client keeps its key pair and known_hosts for ``sandbox`` (or the real cloud)."""
-    home = getattr(sandbox, "home", None) if sandbox is not None else None
+    home = sandbox.home if sandbox is not None else None
     if home is not None:
         directory = Path(home) / "client"
     else:
@@ -91,27 +165,11 @@ def key_dir(sandbox: Any) -> Path:
     return directory
 
 
-def _user_key() -> Path | None:
-    path = _READ_ONLY_KEY.expanduser()
-    return path if path.is_file() and path.with_suffix(".pub").is_file() else None
-
-
-def _own_key(directory: Path) -> Path:
-    import asyncssh
-
-    path = directory / "id_ed25519"
-    if not path.exists():
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
-        key.write_private_key(str(path))
-        path.chmod(0o600)
-        key.write_public_key(str(path.with_suffix(".pub")))
-    return path
-
-
-def default_public_key(sandbox: Any = None) -> str:
-    """The OpenSSH public key the client logs in with (``~/.ssh/id_ed25519.pub`` if present)."""
-    path = _user_key() or _own_key(key_dir(sandbox))
-    return path.with_suffix(".pub").read_text().strip()
+def default_public_key(sandbox: SandboxHandle | None = None,
+                       identity: str | os.PathLike[str] | None = None) -> str:
+    """The OpenSSH public key ``create`` sends when none is given: the first key the client
+    offers (see :mod:`gpucloud_nb.client.ssh_keys`)."""
+    return ssh_keys.identities_sync(identity, key_dir(sandbox))[0].public
 
 
 class _KnownHosts:
@@ -151,16 +209,21 @@ def reachable(details: InstanceDetails) -> InstanceDetails:
 class Remote:
     """SSH use of a client's instances on one background asyncio loop (see the module docs).
 
-    ``details(id)`` returns the instance's details (the client's ``instances.get``);
-    ``wait(id, timeout)`` waits until it is active.
+    The operations are coroutines run on that loop (``submit``); the sync client waits for
+    them (``call``), the async client awaits them (``wrap_future``). Both fetch an instance's
+    details themselves and pass them in. ``sandbox()`` is the sandbox the client talks to
+    (``None`` for the real cloud), and ``register(public_keys)`` registers keys with it (a
+    blocking HTTP request, made in a worker thread).
     """
 
-    def __init__(self, details: Callable[[str], InstanceDetails],
-                 wait: Callable[[str, float], InstanceDetails],
-                 sandbox: Callable[[], Any] = lambda: None) -> None:
-        self._details = details
-        self._wait = wait
+    def __init__(self, sandbox: Callable[[], SandboxHandle | None] = lambda: None,
+                 identity: str | os.PathLike[str] | None = None,
+                 register: Callable[[list[str]], None] = lambda publics: None) -> None:
+        self._identity = identity
+        self._accepted: dict[str, ssh_keys.Identity] = {}
         self._sandbox_of = sandbox
+        self._register = register
+        self._registered: set[tuple[str, str]] = set()  # (sandbox URL, public key)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
@@ -168,7 +231,7 @@ class Remote:
         self._lock = threading.Lock()
 
     @property
-    def _sandbox(self) -> Any:
+    def _sandbox(self) -> SandboxHandle | None:
         return self._sandbox_of()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -215,6 +278,8 @@ class Remote:
             for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
+            # the worker thread key registration used (asyncio.to_thread) ends with the loop
+            await asyncio.get_running_loop().shutdown_default_executor()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close_all(), loop).result(5)
@@ -225,22 +290,14 @@ class Remote:
 
     # -- connections -------------------------------------------------------------------------
 
-    def target(self, id: str, wait: float) -> InstanceDetails:
-        """The details of instance ``id`` once it is active, or one sentence why not.
-
-        While a cached connection to it is open, its details are reused without a request (a
-        deleted instance's server closes the connection, so the next call asks again).
-        """
+    def cached_target(self, id: str) -> InstanceDetails | None:
+        """The details of instance ``id`` while a cached connection to it is open (so a second
+        ``run`` costs no request; a deleted instance's server closes the connection, so the
+        next call asks again), else ``None``."""
         cached = self._connections.get(id)
-        if cached is not None and not cached.is_closed() and id in self._targets:
-            return self._targets[id]
-        details = self._details(id)
-        if details.status == "pending":
-            if wait <= 0:
-                raise InvalidInputError(f"Instance {id} is still pending; wait until it is "
-                                        "active (cloud.instances.wait_until_active).")
-            details = self._wait(id, wait)
-        return reachable(details)
+        if cached is not None and not cached.is_closed():
+            return self._targets.get(id)
+        return None
 
     async def connection(self, details: InstanceDetails) -> asyncssh.SSHClientConnection:
         """The cached connection to the instance, opened (and its host key checked) if needed."""
@@ -250,19 +307,20 @@ class Remote:
         if cached is not None and not cached.is_closed():
             return cached
         directory = key_dir(self._sandbox)
-        keys = [str(p) for p in (_user_key(), _own_key(directory)) if p is not None]
-        if self._sandbox is not None and getattr(self._sandbox, "home", None) is not None:
-            self._register(keys)
+        offered = await ssh_keys.identities(self._identity, directory)
+        await self._register_with_sandbox([identity.public for identity in offered])
         known = _KnownHosts(directory / "known_hosts")
         stored = known.get(details.id)
         trusted: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None
         trusted = ([asyncssh.import_public_key(stored)], [], []) if stored else None
         error: Exception | None = None
         for attempt in range(_CONNECT_TRIES):
+            offers = _offering([identity.pair for identity in offered])
             try:
                 connection = await asyncssh.connect(
                     details.ip, details.ssh_port, username=details.ssh_user or "ubuntu",
-                    client_keys=_loaded(keys), known_hosts=trusted, agent_path=None,
+                    client_factory=lambda chosen=offers: chosen, client_keys=None, known_hosts=trusted,
+                    agent_path=None,
                     config=[], preferred_auth="publickey", connect_timeout=15,
                 )
                 break
@@ -272,9 +330,17 @@ class Remote:
                     f"to connect (if it was rebuilt, remove its line from {known.path})."
                 ) from None
             except asyncssh.PermissionDenied:
-                raise ConnectionFailedError(
-                    f"Instance {details.id} refused this client's SSH key; create it with "
-                    "ssh_key= set to your public key."
+                if stored is None:  # still learn the host key, for a command using another key
+                    with contextlib.suppress(OSError, asyncssh.Error):
+                        shown = await asyncssh.get_server_host_key(details.ip, details.ssh_port)
+                        if shown is not None:
+                            known.add(details.id, shown.export_public_key().decode().strip())
+                tried = ", ".join(identity.label for identity in offered)
+                raise KeysRefusedError(
+                    f"Instance {details.id} refused this client's SSH keys (tried {tried}); "
+                    "give the private key whose public half the instance was created with as "
+                    "connect(ssh_identity=...) or GPUCloud(ssh_identity=...), or in "
+                    "GPUCLOUD_SSH_KEY."
                 ) from None
             except (OSError, asyncssh.Error) as failure:  # the server may be seconds from ready
                 error = failure
@@ -288,19 +354,46 @@ class Remote:
             key = connection.get_server_host_key()
             if key is not None:
                 known.add(details.id, key.export_public_key().decode().strip())
+        if offers.accepted is not None:
+            self._accepted[details.id] = offered[offers.accepted]
         self._connections[details.id] = connection
         self._targets[details.id] = details
         return connection
 
-    def _register(self, keys: list[str]) -> None:
-        path = Path(self._sandbox.home) / "ssh" / "authorized_keys"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        present = path.read_text() if path.exists() else ""
-        for key in keys:
-            public = Path(key).with_suffix(".pub").read_text().strip()
-            if public and public not in present:
-                with path.open("a") as file:
-                    file.write(public + "\n")
+    def ssh_command(self, details: InstanceDetails) -> str:
+        """The ``ssh`` command that logs in to the instance from a terminal, as printed.
+
+        It connects first (once per client and instance), so the host key is stored in the
+        client's known_hosts and the key the instance accepts is known. If the instance refuses
+        every key this client has, the command names none: whoever holds the key it was
+        created with (in ``~/.ssh`` or an agent) can still use it.
+        """
+        with contextlib.suppress(KeysRefusedError):
+            self.call(self.connection(details))
+        return self.command_for(details)
+
+    def key_in_use(self, id: str) -> str | None:
+        """The key this client logged in to instance ``id`` with (where from, fingerprint), once
+        it has connected; else ``None``."""
+        identity = self._accepted.get(id)
+        return None if identity is None else str(identity)
+
+    def command_for(self, details: InstanceDetails) -> str:
+        """The ``ssh`` command for an instance this client has connected to (see ssh_command)."""
+        return ssh_keys.ssh_command(
+            details.id, details.ip, details.ssh_port, details.ssh_user or "ubuntu",
+            self._accepted.get(details.id), key_dir(self._sandbox) / "known_hosts")
+
+    async def _register_with_sandbox(self, publics: list[str]) -> None:
+        """Register with the sandbox (over HTTP) the keys it has not been sent by this client."""
+        sandbox = self._sandbox
+        if sandbox is None:
+            return
+        new = [public for public in publics
+               if public and (sandbox.management_url, public) not in self._registered]
+        if new:
+            await asyncio.to_thread(self._register, new)
+            self._registered.update((sandbox.management_url, public) for public in new)
 
     # -- operations --------------------------------------------------------------------------
 
@@ -308,71 +401,91 @@ class Remote:
                         timeout: float | None = None,
                         on_output: Callable[[str], None] | None = None) -> RunResult:
         """Run ``command`` and collect (and stream) its output; see :meth:`run`."""
-        connection = await self.connection(details)
-        process = await connection.create_process(command, encoding="utf-8", errors="replace")
-        out: list[str] = []
-        err: list[str] = []
+        def each(batch: list[str]) -> None:
+            for line in batch:
+                on_output(line)  # type: ignore[misc]
 
-        async def pump(stream: Any, into: list[str]) -> None:
-            async for line in stream:
-                if not line:  # the end of the stream
+        return await self.execute(details, command, timeout=timeout,
+                                  emit=each if on_output is not None else None)
+
+    async def execute(self, details: InstanceDetails, command: str, *,
+                      timeout: float | None = None,
+                      emit: Callable[[list[str]], None] | None = None,
+                      backlog: Callable[[], int] = lambda: 0) -> RunResult:
+        """Run ``command``: ``emit`` gets batches of lines; reading pauses while ``backlog()``
+        is above ``_BACKLOG`` (so a flood waits for the reader instead of filling memory).
+
+        A ``timeout`` (seconds, from when the command starts) stops the remote process and
+        raises :class:`RemoteTimeoutError`.
+        """
+        connection = await self.connection(details)
+        with _channel(details):
+            process = await connection.create_process(command, encoding=None)
+        tails = (_Tail(TAIL_BYTES), _Tail(TAIL_BYTES))
+
+        async def pump(stream: Any, tail: _Tail) -> None:
+            lines = _Lines()
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
                     break
-                into.append(line)
-                if on_output is not None:
-                    on_output(line.rstrip("\n"))
+                tail.add(chunk)
+                if emit is not None:
+                    batch = lines.feed(chunk)
+                    if batch:
+                        emit(batch)
+                    while backlog() > _BACKLOG:
+                        await asyncio.sleep(0.005)
+            if emit is not None and (rest := lines.end()):
+                emit(rest)
 
         try:
             await asyncio.wait_for(
-                asyncio.gather(pump(process.stdout, out), pump(process.stderr, err),
+                asyncio.gather(pump(process.stdout, tails[0]), pump(process.stderr, tails[1]),
                                process.wait_closed()), timeout)
+        except (asyncio.TimeoutError, TimeoutError):  # one class on 3.11+, two on 3.10
+            _stop(process)
+            raise RemoteTimeoutError(
+                f"The command on instance {details.id} did not finish within {timeout:g} s "
+                "and was stopped.") from None
         except BaseException:
-            with contextlib.suppress(Exception):
-                process.send_signal("INT")
-                process.close()
+            _stop(process)
             raise
         status = process.exit_status
         if status is None:
             status = 128 + 15 if process.exit_signal else -1
-        return RunResult("".join(out), "".join(err), status)
+        return RunResult(tails[0].text(), tails[1].text(), status,
+                         tails[0].dropped, tails[1].dropped)
 
     def run(self, details: InstanceDetails, command: str, *, timeout: float | None = None,
             on_output: Callable[[str], None] | None = None) -> RunResult:
         """Run ``command``; ``on_output`` gets each line (without its newline) in this thread.
 
-        Ctrl-C (KeyboardInterrupt) stops the remote process and re-raises. Exit status 127 is
-        :class:`RemoteCommandError` ("not found"); other statuses are in the result.
+        Ctrl-C (KeyboardInterrupt), or any exception from ``on_output``, stops the remote
+        process and re-raises. A ``timeout`` raises :class:`RemoteTimeoutError`; exit status 127
+        is :class:`RemoteCommandError` ("not found"); other statuses are in the result.
         """
-        lines: queue.SimpleQueue[str] = queue.SimpleQueue()
-        future = self.submit(self.run_async(details, command, timeout=timeout,
-                                            on_output=lines.put if on_output else None))
-
-        def drain() -> None:
-            while on_output is not None:
-                try:
-                    on_output(lines.get_nowait())
-                except queue.Empty:
-                    return
-
+        batches: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        future = self.submit(self.execute(
+            details, command, timeout=timeout,
+            emit=batches.put if on_output is not None else None, backlog=batches.qsize))
+        future.add_done_callback(lambda _: batches.put([]))  # wakes the wait below at once
         try:
-            while True:
+            # Done-ness is asked, never inferred from an exception: on 3.11+
+            # concurrent.futures.TimeoutError *is* TimeoutError, which the command may raise.
+            while not future.done():
                 try:
-                    result: RunResult = future.result(timeout=0.05)
-                    break
-                except concurrent.futures.TimeoutError:
-                    drain()
-        except KeyboardInterrupt:
+                    batch = batches.get(timeout=0.05)
+                except queue.Empty:  # no `continue` here: on 3.11 a Ctrl-C arriving at that
+                    batch = []       # jump escapes the enclosing try (seen in tests)
+                _deliver(batch, on_output)
+            while not batches.empty():
+                _deliver(batches.get_nowait(), on_output)
+        except BaseException:
             future.cancel()
-            with contextlib.suppress(BaseException):
-                future.result(timeout=5)
-            drain()
+            concurrent.futures.wait([future], timeout=5)
             raise
-        except (asyncio.TimeoutError, TimeoutError):
-            drain()
-            raise RemoteCommandError(
-                f"The command on instance {details.id} did not finish within {timeout} s "
-                "and was stopped.") from None
-        drain()
-        return self.checked(details, command, result)
+        return self.checked(details, command, future.result())
 
     @staticmethod
     def checked(details: InstanceDetails, command: str, result: RunResult) -> RunResult:
@@ -393,40 +506,110 @@ class Remote:
         if not Path(local).is_file():
             raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
         connection = await self.connection(details)
-        async with connection.start_sftp_client() as sftp:
-            await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
+        with _channel(details):
+            async with connection.start_sftp_client() as sftp:
+                await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
 
     async def download_async(self, details: InstanceDetails, remote: str,
                              local: str | os.PathLike[str],
-                             progress: Callable[[int, int], None] | None = None) -> None:
-        """Copy ``remote`` on the instance to the file ``local`` over SFTP."""
+                             progress: Callable[[int, int], None] | None = None, *,
+                             overwrite: bool = False) -> None:
+        """Copy ``remote`` on the instance to the file ``local`` over SFTP.
+
+        An existing ``local`` is refused unless ``overwrite`` (as ``cp -n``): the copy goes to a
+        temporary file beside it and is moved into place only once complete, so a refused or
+        failed download leaves nothing behind.
+        """
         import asyncssh
 
+        destination = Path(local)
+        refuse_existing(destination, overwrite)
         connection = await self.connection(details)
-        async with connection.start_sftp_client() as sftp:
-            try:
-                await sftp.get(remote, os.fspath(local), progress_handler=_progress(progress))
-            except asyncssh.SFTPNoSuchFile:
-                raise InvalidInputError(
-                    f"{remote!r} does not exist on instance {details.id}.") from None
+        partial = destination.with_name(f".{destination.name}.gpucloud-partial")
+        try:
+            with _channel(details):
+                async with connection.start_sftp_client() as sftp:
+                    try:
+                        await sftp.get(remote, os.fspath(partial),
+                                       progress_handler=_progress(progress))
+                    except asyncssh.SFTPNoSuchFile:
+                        raise InvalidInputError(
+                            f"{remote!r} does not exist on instance {details.id}.") from None
+            if overwrite:
+                partial.replace(destination)
+            else:
+                try:
+                    os.link(partial, destination)  # fails if the file appeared meanwhile
+                except FileExistsError:
+                    refuse_existing(destination, overwrite)
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+
+    async def open_forward(self, details: InstanceDetails, remote_port: int) -> Any:
+        """Listen on a free local port, forwarded to ``remote_port`` on the instance."""
+        connection = await self.connection(details)
+        return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
+
+    @staticmethod
+    async def close_forward(listener: Any) -> None:
+        """Stop a forward :meth:`open_forward` started."""
+        listener.close()
+        await listener.wait_closed()
 
     @contextlib.contextmanager
     def forward(self, details: InstanceDetails, remote_port: int) -> Iterator[str]:
         """Forward a free local port to ``remote_port`` on the instance; yield its URL."""
-        async def start() -> Any:
-            connection = await self.connection(details)
-            return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
-
-        listener = self.call(start())
+        listener = self.call(self.open_forward(details, remote_port))
         try:
             yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
-            async def stop() -> None:
-                listener.close()
-                await listener.wait_closed()
-
             with contextlib.suppress(Exception):
-                self.call(stop())
+                self.call(self.close_forward(listener))
+
+    @contextlib.asynccontextmanager
+    async def forward_async(self, details: InstanceDetails, remote_port: int
+                            ) -> AsyncIterator[str]:
+        """The async twin of :meth:`forward`, for a caller on another event loop."""
+        listener = await asyncio.wrap_future(self.submit(self.open_forward(details, remote_port)))
+        try:
+            yield f"http://127.0.0.1:{listener.get_port()}"
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self.submit(self.close_forward(listener)))
+
+
+@contextlib.contextmanager
+def _channel(details: InstanceDetails) -> Iterator[None]:
+    """An instance's refusal to open a channel (a command, SFTP) as one sentence of its own."""
+    import asyncssh
+
+    try:
+        yield
+    except asyncssh.ChannelOpenError as refused:
+        raise RemoteCommandError(
+            f"Instance {details.id} refused the request: {refused.reason}") from None
+
+
+def refuse_existing(local: Path, overwrite: bool) -> None:
+    """One sentence if ``local`` exists and ``overwrite`` is false (a download never clobbers)."""
+    if not overwrite and (local.exists() or local.is_symlink()):
+        raise InvalidInputError(f"{os.fspath(local)!r} already exists; pass overwrite=True "
+                                "(--force in %gpucloud get) to replace it.")
+
+
+def _deliver(batch: list[str], on_output: Callable[[str], None] | None) -> None:
+    if on_output is not None:
+        for line in batch:
+            on_output(line)
+
+
+def _stop(process: Any) -> None:
+    """Interrupt the remote process and close its channel (the server kills its group)."""
+    with contextlib.suppress(Exception):
+        process.send_signal("INT")
+    with contextlib.suppress(Exception):
+        process.close()
 
 
 def _progress(progress: Callable[[int, int], None] | None) -> Any:
@@ -435,11 +618,21 @@ def _progress(progress: Callable[[int, int], None] | None) -> Any:
     return lambda source, destination, done, total: progress(done, total)
 
 
-def _loaded(paths: list[str]) -> list[Any]:
+def _offering(pairs: list[Any]) -> Any:
+    """An asyncssh client that offers ``pairs`` one at a time; ``.accepted`` is the index of the
+    key the server accepted (None if none was)."""
     import asyncssh
 
-    keys = []
-    for path in paths:
-        with contextlib.suppress(asyncssh.KeyImportError, OSError, ValueError):
-            keys.append(asyncssh.read_private_key(path))
-    return keys
+    class Offers(asyncssh.SSHClient):
+        def __init__(self) -> None:
+            self.index = -1
+            self.accepted: int | None = None
+
+        def public_key_auth_requested(self) -> Any:
+            self.index += 1
+            return pairs[self.index] if self.index < len(pairs) else None
+
+        def auth_completed(self) -> None:
+            self.accepted = self.index if 0 <= self.index < len(pairs) else None
+
+    return Offers()

@@ -21,6 +21,7 @@ from gpucloud_nb.client._ops import AsyncDriver, Call, Op, SyncDriver
 from gpucloud_nb.client.instances import path_id
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Volume, VolumeOffer
+from gpucloud_nb.rules import volume_name_problem
 
 T = TypeVar("T")
 
@@ -41,6 +42,9 @@ class VolumeOps(Generic[D]):
 
     def create(self, name: str, cloud_provider: str, region: str,
                size_in_gb: float) -> Op[Volume]:
+        problem = volume_name_problem(name)  # before anything is sent, the offers included
+        if problem:
+            raise InvalidInputError(problem)
         body = creating.volume_body(name=name, cloud_provider=cloud_provider, region=region,
                                     size_in_gb=size_in_gb)
         offers = yield from self.core.catalogue(OFFERS_PATH, VolumeOffer)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpucloud_nb.errors import InvalidInputError, NotFoundError
+from gpucloud_nb.errors import InvalidInputError
 
 __all__ = [
     "PREFIX",
@@ -111,19 +111,6 @@ def remove_stale(cloud_kind: str, status_of: Callable[[str], str | None]) -> lis
             manager.remove_kernel_spec(name)
             removed.append(name)
     return removed
-
-
-def status_getter(get: Callable[[str], Any]) -> Callable[[str], str | None]:
-    """``status_of`` for :func:`remove_stale` from a client's ``instances.get``."""
-    def status_of(instance_id: str) -> str | None:
-        if not instance_id:
-            return None
-        try:
-            return str(get(instance_id).status)
-        except NotFoundError:
-            return None
-
-    return status_of
 
 
 def install(details: Any, *, cloud_kind: str, display_name: str | None = None,

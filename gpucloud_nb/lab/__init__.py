@@ -5,7 +5,8 @@ Installed with the package (``pip install gpucloud-nb[lab]``) and enabled automa
 shows it. Its routes live under ``/gpucloud/`` (:mod:`gpucloud_nb.lab.handlers`) and read one
 shared poller (:mod:`gpucloud_nb.lab.poller`), started on the first request and stopped with
 the server. The cloud is the one a kernel's ``connect()`` finds: the real cloud when the
-server's environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else the sandbox.
+server's environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else the sandbox; the
+extension reaches it with :class:`~gpucloud_nb.AsyncGPUCloud` and the poller's short timeouts.
 
     $ jupyter server extension list      # gpucloud_nb.lab enabled - OK
     $ jupyter lab --GPUCloudExtension.max_hourly_cost=5     # or GPUCLOUD_MAX_HOURLY_COST=5
@@ -48,9 +49,19 @@ class GPUCloudExtension(ExtensionApp):
         self.handlers.extend(handlers(self.poller))
 
     def _connect(self) -> Any:
-        from gpucloud_nb import connect
+        """The async client for the cloud ``connect()`` would choose (runs in a thread)."""
+        from gpucloud_nb import AsyncGPUCloud
+        from gpucloud_nb._connect import shared_sandbox
+        from gpucloud_nb.lab.poller import RETRIES, TIMEOUT
 
-        return connect(quiet=True, max_hourly_cost=self.max_hourly_cost)
+        cap = self.max_hourly_cost
+        if os.environ.get("GPUCLOUD_API_KEY"):
+            return AsyncGPUCloud(timeout=TIMEOUT, max_retries=RETRIES, max_hourly_cost=cap)
+        box = shared_sandbox()
+        cloud = AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url, timeout=TIMEOUT,
+                              max_retries=RETRIES, max_hourly_cost=cap)
+        cloud.sandbox = box
+        return cloud
 
     async def stop_extension(self) -> None:
         await self.poller.stop()

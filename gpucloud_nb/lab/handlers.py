@@ -1,15 +1,18 @@
 """The ``/gpucloud/`` REST routes of the server extension, behind Jupyter's own auth and XSRF.
 
-=========================================  ================================================
-``GET /gpucloud/instances[?fast=&slow=]``  the poller's snapshot: instances with spend, totals
-``GET /gpucloud/instances/ID``             what deleting ID loses (``{"fate": "..."}``)
-``DELETE /gpucloud/instances/ID``          delete ID in the cloud (204)
-``POST /gpucloud/refresh``                 poll soon (a notebook cell just ran)
-``GET /gpucloud/info``                     ``{"sandbox", "url", "cap"}``
-=========================================  ================================================
+=================================  ========================================================
+``GET /gpucloud/instances``        the poller's snapshot: instances with spend, totals
+``GET /gpucloud/instances/ID``     what deleting ID loses (``{"fate": "..."}``)
+``DELETE /gpucloud/instances/ID``  delete ID in the cloud (204)
+``POST /gpucloud/refresh``         poll soon (a notebook cell just ran)
+``PUT /gpucloud/settings``         the poller's intervals: ``{"busyInterval", "idleInterval"}``
+``GET /gpucloud/info``             ``{"sandbox", "url", "cap"}``
+=================================  ========================================================
 
-Without the token (or a login cookie) every route answers 403; a DELETE or POST made with the
-cookie must carry the XSRF token, as every Jupyter API call does. No answer holds a key or secret.
+Without the token (or a login cookie) every route answers 403; a DELETE, POST or PUT made with
+the cookie must carry the XSRF token, as every Jupyter API call does. Reads change nothing: the
+intervals, shared by every tab, change only through the PUT (a tab sends its settings when they
+load or change). No answer holds a key or secret.
 
     $ curl -H "Authorization: token $TOKEN" http://127.0.0.1:8888/gpucloud/instances
 """
@@ -40,26 +43,41 @@ class _Handler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data))
 
-    def _float_argument(self, name: str) -> float | None:
-        raw = self.get_query_argument(name, None)
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise tornado.web.HTTPError(400, reason=f"{name} must be a number of seconds")
-        return value
 
 
 class InstancesHandler(_Handler):
     @tornado.web.authenticated
     async def get(self) -> None:
-        fast, slow = self._float_argument("fast"), self._float_argument("slow")
-        if fast is not None or slow is not None:
-            self.poller.set_intervals(fast, slow)
         self._answer(await self.poller.snapshot())
+
+
+class _BadSettings(ValueError):
+    pass
+
+
+def _seconds(body: dict[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _BadSettings(f"{name} must be a number of seconds.")
+    return float(value)
+
+
+class SettingsHandler(_Handler):
+    @tornado.web.authenticated
+    def put(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+            if not isinstance(body, dict):
+                raise _BadSettings("The settings must be a JSON object.")
+            fast, slow = _seconds(body, "busyInterval"), _seconds(body, "idleInterval")
+        except ValueError as error:  # not JSON, or not numbers of seconds
+            message = str(error) if isinstance(error, _BadSettings) else "The settings are not JSON."
+            self._answer({"message": message}, 400)
+            return
+        self.poller.set_intervals(fast, slow)
+        self._answer({"busyInterval": self.poller.fast, "idleInterval": self.poller.slow})
 
 
 class InstanceHandler(_Handler):
@@ -106,5 +124,6 @@ def handlers(poller: Poller) -> list[tuple[str, type[APIHandler], dict[str, Any]
         ("/gpucloud/instances", InstancesHandler, bound),
         (f"/gpucloud/instances/{_ID}", InstanceHandler, bound),
         ("/gpucloud/refresh", RefreshHandler, bound),
+        ("/gpucloud/settings", SettingsHandler, bound),
         ("/gpucloud/info", InfoHandler, bound),
     ]

@@ -4,6 +4,16 @@ Every open tab reads the cached snapshot, so however many tabs are open the clou
 one list request per interval: ``fast`` seconds (5) while an instance is pending, active or
 deleting, ``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was
 sent) brings the next list forward, but never closer than ``fast`` seconds to the last one.
+A create or delete made by this package anywhere on this machine touches the cloud's change
+stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and lists
+at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
+shows within a second or two and costs no request beyond the one that shows it.
+
+The cloud is reached through the async client with short timeouts (``TIMEOUT`` seconds per
+request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
+the sidebar one error sentence and never a thread of the executor Jupyter's own routes use.
+The blocking bits (finding or starting the sandbox, the sandbox service's auto-delete
+deadlines) run in one thread of the poller's own.
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
@@ -19,28 +29,24 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from gpucloud_nb._secrets import without_userinfo
+from gpucloud_nb.client import changes
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.models import Instance
 
-__all__ = ["BUSY", "Poller", "public_url"]
+__all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
 
 BUSY = ("pending", "active", "deleting")
 MIN_INTERVAL = 1.0
-
-
-def public_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part, fit to show."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+WATCH = 0.5
+TIMEOUT = 5.0
+RETRIES = 1
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -50,19 +56,22 @@ def _iso(value: datetime | None) -> str | None:
 class Poller:
     """Lists the instances every ``fast`` or ``slow`` seconds in one asyncio task.
 
-    ``connect`` makes the client (it may start the user's sandbox, so it runs in a thread); the
-    sync client's calls run in the loop's default executor.
+    ``connect`` makes the async client (it may start the user's sandbox, so it runs in the
+    poller's own thread); the client's requests run on the event loop.
     """
 
-    def __init__(self, connect: Callable[[], GPUCloud], *, fast: float = 5.0, slow: float = 30.0,
-                 cap: float | None = None) -> None:
+    def __init__(self, connect: Callable[[], AsyncGPUCloud], *, fast: float = 5.0,
+                 slow: float = 30.0, cap: float | None = None) -> None:
         self._connect = connect
         self.fast = fast
         self.slow = slow
         self.cap = cap
         self.list_requests = 0
-        self._cloud: GPUCloud | None = None
+        self._cloud: AsyncGPUCloud | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-lab")
+        self._stamp: int | None = None
         self._ledger = Ledger()
+        self._ssh: dict[str, str] = {}
         self._snapshot: dict[str, Any] | None = None
         self._first = asyncio.Event()
         self._wake = asyncio.Event()
@@ -72,7 +81,7 @@ class Poller:
 
     # -- settings and life cycle ------------------------------------------------------------
     def set_intervals(self, fast: float | None = None, slow: float | None = None) -> None:
-        """Change the intervals (from the settings of a tab); ``slow`` is kept ≥ ``fast``."""
+        """Change the intervals (``PUT /gpucloud/settings``); ``slow`` is kept ≥ ``fast``."""
         if fast is not None:
             self.fast = max(float(fast), MIN_INTERVAL)
         if slow is not None:
@@ -104,8 +113,9 @@ class Poller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._cloud is not None:
-            self._cloud.close()
+            await self._cloud.aclose()
             self._cloud = None
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
     # -- reading ----------------------------------------------------------------------------
     async def snapshot(self) -> dict[str, Any]:
@@ -121,21 +131,20 @@ class Poller:
             cloud = await self._client()
         except GPUCloudError as error:
             return {"sandbox": None, "url": None, "cap": self.cap, "error": str(error)}
-        return {"sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+        return {"sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
                 "error": None}
 
     async def fate(self, instance_id: str) -> str:
         """What a delete of ``instance_id`` loses, naming the volumes that keep data."""
         cloud = await self._client()
-        loop = asyncio.get_running_loop()
-        instance = await loop.run_in_executor(None, cloud.instances.get, instance_id)
-        volumes = await loop.run_in_executor(None, cloud.volumes.list)
-        return instance.data_fate(volumes)
+        instance = await cloud.instances.get(instance_id)
+        return instance.data_fate(await cloud.volumes.list())
 
     async def delete(self, instance_id: str) -> None:
         """Delete ``instance_id`` in the cloud; the snapshot shows it deleting at once."""
         cloud = await self._client()
-        await asyncio.get_running_loop().run_in_executor(None, cloud.instances.delete, instance_id)
+        await cloud.instances.delete(instance_id)
+        self._stamp = changes.stamp(cloud.base_url)  # our own change: the nudge below covers it
         if self._snapshot is not None:
             for row in self._snapshot["instances"]:
                 if row["id"] == instance_id and row["status"] != "deleted":
@@ -147,36 +156,43 @@ class Poller:
         return text if self._cloud is None else self._cloud.scrub(text)
 
     # -- polling ----------------------------------------------------------------------------
-    async def _client(self) -> GPUCloud:
+    async def _client(self) -> AsyncGPUCloud:
         if self._cloud is None:
-            cloud = await asyncio.get_running_loop().run_in_executor(None, self._connect)
+            cloud = await asyncio.get_running_loop().run_in_executor(self._thread, self._connect)
             if self._cloud is None:
                 self._cloud = cloud
             else:
-                cloud.close()
+                await cloud.aclose()
         return self._cloud
+
+    def _changed(self) -> bool:
+        """True when the change stamp moved since the last list (one ``stat``, no request)."""
+        return self._cloud is not None and changes.stamp(self._cloud.base_url) != self._stamp
 
     async def _run(self) -> None:
         while True:
             await self._poll()
             while True:
-                delay = self._last + self.interval() - time.monotonic()
-                if delay <= 0:
+                since = time.monotonic() - self._last
+                delay = self.interval() - since
+                if delay <= 0 or (since >= MIN_INTERVAL and self._changed()):
                     break
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(delay, WATCH))
 
     async def _poll(self) -> None:
         self._nudged = False
         self._last = time.monotonic()
         try:
             cloud = await self._client()
+            self._stamp = changes.stamp(cloud.base_url)
             self.list_requests += 1
-            instances = await asyncio.get_running_loop().run_in_executor(None, cloud.instances.list)
-            self._snapshot = self._build(cloud, instances, datetime.now(timezone.utc))
+            instances = await cloud.instances.list()
+            deadlines = await asyncio.get_running_loop().run_in_executor(
+                self._thread, cloud.auto_delete.deadlines)
+            await self._learn_ssh(cloud, instances)
+            self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
             message = (str(error) if isinstance(error, GPUCloudError)
                        else f"Could not read the instances ({type(error).__name__}: {error}).")
@@ -185,9 +201,21 @@ class Poller:
                               "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
 
-    def _build(self, cloud: GPUCloud, instances: list[Instance], now: datetime) -> dict[str, Any]:
-        deadlines = cloud.auto_delete.deadlines()
+    async def _learn_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
+        """The working ssh command of each newly active instance, once (it connects once)."""
+        for instance in instances:
+            if instance.status == "active" and instance.ip and instance.id not in self._ssh:
+                try:
+                    self._ssh[instance.id] = await cloud.instances.ssh_command(instance.id, wait=0)
+                except GPUCloudError:
+                    continue  # asked again at the next poll
+
+    def _build(self, cloud: AsyncGPUCloud, instances: list[Instance],
+               deadlines: dict[str, datetime], now: datetime) -> dict[str, Any]:
         rows, bills = [], []
+        # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
+        # own timers on the real cloud live in that kernel.
+        keeper = "the sandbox service" if cloud.is_sandbox else "the cloud"
         for instance in instances:
             bill = self._ledger.bill(instance, now)
             bills.append(bill.spend)
@@ -200,11 +228,12 @@ class Poller:
                 "hourlyPrice": instance.hourly_price, "createdAt": _iso(instance.created_at),
                 "billedFrom": _iso(bill.start), "spend": round(bill.spend, 6),
                 "estimated": bill.estimated, "autoDeleteAt": _iso(deadline),
-                "sshCommand": instance.ssh_command,
+                "autoDeleteBy": None if deadline is None else keeper,
+                "sshCommand": self._ssh.get(instance.id),
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),
-            "sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+            "sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
             "polledAt": _iso(now), "error": None,
         }
 

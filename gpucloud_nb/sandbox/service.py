@@ -10,21 +10,35 @@ The home (:func:`gpucloud_nb.sandbox.home.default_home`, mode 0700) holds:
 - ``state.db``: the SQLite state (instances, volumes, auto-delete timers);
 - ``runtime.json`` (mode 0600): URLs, pid, key, secret, start time and ``launch_seconds`` of the
   running service, written by the service once it listens and removed when it stops cleanly;
-- ``service.json`` (mode 0600): the home's own API key and inference secret (random, made once,
-  so a restarted service is the same account) and the last port (reused when free, so clients of
-  a service that was killed keep working once it is started again);
+- ``service.json`` (mode 0600): the home's own API key, inference secret and challenge secret
+  (random, made once, so a restarted service is the same account) and the last port (reused when
+  free, so clients of a service that was killed keep working once it is started again);
 - ``sandbox.log``: what the service prints; ``start.lock``, held by whoever finds or starts the
   service (so two kernels calling ``connect()`` at once end on one service); ``service.lock``,
-  held by the running service for its whole life.
+  held by the running service for its whole life, with its pid written in it.
 
-A runtime file is trusted only when its pid is alive and its port answers
-``GET /sandbox/service`` with the same pid; anything else is stale and replaced. This module
-imports no web framework: the client side of ``connect()`` stays light.
+Nothing secret is sent to a service before it is verified (:func:`verified`), because a runtime
+file left by an unclean stop names a port and a pid that another local user may since have
+taken. A service is the home's when, in this order, with no request sent until the last step:
+
+1. its pid is alive and belongs to the current user;
+2. that pid holds ``service.lock`` (``/proc/locks`` says so on Linux; elsewhere the lock is held
+   and the pid written in it is that pid);
+3. its port answers ``GET /sandbox/challenge?nonce=N`` (no key) with the HMAC-SHA256, keyed by
+   the challenge secret of ``service.json``, of the fresh random nonce, the pid and the port it
+   listens on (:func:`challenge_proof`), compared with :func:`hmac.compare_digest`.
+
+Anything else is stale and replaced. The home itself is refused when another user could have
+written in it (:func:`gpucloud_nb.sandbox.home.checked_home`). ``stop`` and ``status`` find a
+running service by its lock even when its runtime file cannot be read. This module imports no
+web framework: the client side of ``connect()`` stays light.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -37,24 +51,31 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from gpucloud_nb._secrets import mask
 from gpucloud_nb.errors import ConnectionFailedError
-from gpucloud_nb.sandbox.home import default_home, private_dir
+from gpucloud_nb.sandbox.home import HOME_VARIABLE, checked_home, default_home
 
 __all__ = [
     "LOG_FILE",
     "RUNTIME_FILE",
     "STATE_FILE",
     "Runtime",
+    "challenge_proof",
+    "challenge_secret",
     "credentials",
     "find",
     "find_or_start",
+    "lock_holder",
     "log_tail",
+    "owned_by_us",
     "read_runtime",
+    "running_pid",
     "service_lock",
     "start",
     "stop",
+    "verified",
     "write_private",
 ]
 
@@ -121,13 +142,34 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def credentials(home: Path) -> tuple[str, str]:
-    """The home's own API key and inference secret, made (random) on first use."""
+    """The home's own API key and inference secret, made (random) on first use.
+
+    The challenge secret (see :func:`challenge_secret`) is made at the same time, so a service
+    started with these credentials can always prove itself.
+    """
     settings = _read_json(home / SETTINGS_FILE) or {}
     key, secret = settings.get("api_key"), settings.get("inference_secret")
+    made = {}
     if not (isinstance(key, str) and key and isinstance(secret, str) and secret):
         key, secret = f"sandbox-{secrets.token_hex(16)}", f"sandbox-{secrets.token_hex(16)}"
-        write_private(home / SETTINGS_FILE, settings | {"api_key": key, "inference_secret": secret})
+        made = {"api_key": key, "inference_secret": secret}
+    if not isinstance(settings.get("challenge"), str):
+        made["challenge"] = secrets.token_hex(32)
+    if made:
+        write_private(home / SETTINGS_FILE, settings | made)
     return key, secret
+
+
+def challenge_secret(home: Path) -> bytes | None:
+    """The secret the home's service proves itself with (``None`` until a service made it)."""
+    secret = (_read_json(home / SETTINGS_FILE) or {}).get("challenge")
+    return secret.encode("ascii", "replace") if isinstance(secret, str) and secret else None
+
+
+def challenge_proof(secret: bytes, nonce: str, pid: int, port: int) -> str:
+    """The answer to a challenge: HMAC-SHA256 of the nonce, the pid and the port, in hex."""
+    message = f"gpucloud-nb-challenge:{nonce}:{pid}:{port}".encode("ascii", "replace")
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
 def remembered_port(home: Path) -> int:
@@ -190,23 +232,73 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def answers(runtime: Runtime, timeout: float = 2.0) -> bool:
-    """True when the runtime's port answers ``GET /sandbox/service`` with the runtime's pid."""
+def owned_by_us(pid: int) -> bool:
+    """True when process ``pid`` runs as the current user (its real uid is ours).
+
+    psutil, else ``/proc``; with neither (macOS without psutil) a process we may signal counts
+    as ours, which is exact except for root.
+    """
+    if not hasattr(os, "getuid"):  # pragma: no cover - Windows: no uids; the home is per user
+        return True
+    try:
+        import psutil
+
+        return bool(psutil.Process(pid).uids().real == os.getuid())
+    except ImportError:
+        pass
+    except Exception:  # psutil.NoSuchProcess, AccessDenied
+        return False
+    if Path("/proc/self").exists():
+        try:
+            return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+        except OSError:
+            return False
+    try:  # pragma: no cover - no psutil and no /proc
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def verified(runtime: Runtime, home: Path, timeout: float = 2.0) -> bool:
+    """True when ``runtime`` is the home's running service (see the module docstring).
+
+    The only request sent is the challenge, which carries no key: a server that is not the
+    home's service learns nothing from it.
+    """
+    if not (pid_alive(runtime.pid) and owned_by_us(runtime.pid)
+            and lock_holder(home) == runtime.pid):
+        return False
+    secret = challenge_secret(home)
+    parts = urlsplit(runtime.management_url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    if secret is None or parts.scheme != "http" or port is None:
+        return False
     import httpx
 
+    nonce = secrets.token_hex(16)
     try:
-        response = httpx.get(f"{runtime.management_url}/sandbox/service", timeout=timeout,
-                             headers={"x-api-key": runtime.api_key}, trust_env=False)
-        return response.status_code == 200 and response.json().get("pid") == runtime.pid
+        response = httpx.get(f"{runtime.management_url}/sandbox/challenge",
+                             params={"nonce": nonce}, timeout=timeout, trust_env=False)
+        answer = response.json().get("proof") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return False
+    expected = challenge_proof(secret, nonce, runtime.pid, port)
+    return isinstance(answer, str) and hmac.compare_digest(
+        answer.encode("utf-8", "replace"), expected.encode("ascii"))
 
 
 def find(home: Path | None = None) -> Runtime | None:
-    """The running service of ``home`` (default: the user's), checked; ``None`` if none answers."""
-    home = Path(home) if home is not None else default_home()
+    """The running service of ``home`` (default: the user's), verified; ``None`` if none is.
+
+    Raises :class:`ConnectionFailedError` for a home another user could have written in.
+    """
+    home = checked_home(home if home is not None else default_home(), create=False)
     runtime = read_runtime(home)
-    if runtime is not None and pid_alive(runtime.pid) and answers(runtime):
+    if runtime is not None and verified(runtime, home):
         return runtime
     return None
 
@@ -257,11 +349,46 @@ def service_lock(home: Path) -> IO[bytes] | None:
 
 
 def _lock_held(home: Path) -> bool:
-    file = service_lock(home)
-    if file is None:
-        return True
-    file.close()
-    return False
+    try:
+        file = open(home / SERVICE_LOCK, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with file:
+        return not _try_lock(file)  # closing the file releases a lock just taken
+
+
+def _proc_locks_holder(path: Path) -> int | None:
+    """The pid that ``/proc/locks`` says holds a ``flock`` on ``path`` (Linux), else ``None``."""
+    try:
+        info = path.stat()
+        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    identity = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 6129 fe:00:2146321 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == identity:
+            with contextlib.suppress(ValueError):
+                return int(fields[4])
+    return None
+
+
+def lock_holder(home: Path) -> int | None:
+    """The pid of the process holding ``service.lock`` of ``home``; ``None`` when nobody does.
+
+    On Linux ``/proc/locks`` names it; elsewhere (or where that table does not show the file)
+    it is the pid the service wrote in the lock file when it took it.
+    """
+    if not _lock_held(home):
+        return None
+    path = home / SERVICE_LOCK
+    holder = _proc_locks_holder(path)
+    if holder is not None:
+        return holder
+    try:
+        return int(path.read_text(encoding="ascii").strip() or "0") or None
+    except (OSError, ValueError):
+        return None
 
 
 # -- starting and stopping -----------------------------------------------------------------------
@@ -326,7 +453,7 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
     deadline = time.monotonic() + timeout
     while True:
         runtime = read_runtime(home)
-        if runtime is not None and runtime.pid == process.pid and answers(runtime):
+        if runtime is not None and runtime.pid == process.pid and verified(runtime, home):
             return runtime
         if process.poll() is not None or time.monotonic() > deadline:
             if process.poll() is None:
@@ -341,7 +468,10 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
 
 
 def _is_our_service(pid: int, home: Path) -> bool:
-    """True when ``pid`` runs ``gpucloud_nb sandbox --home <home>`` (checked where possible)."""
+    """True when ``pid`` is ours and runs ``gpucloud_nb sandbox --home <home>`` (or the
+    ``gpucloud-nb`` script), checked where possible."""
+    if not owned_by_us(pid):
+        return False
     try:
         import psutil
 
@@ -354,7 +484,9 @@ def _is_our_service(pid: int, home: Path) -> bool:
         command = raw.decode("utf-8", "replace").split("\0")
     except Exception:
         return False
-    return "gpucloud_nb" in command and "--home" in command and str(home) in command
+    program = any(Path(part).name in ("gpucloud_nb", "gpucloud-nb", "gpucloud-nb.exe")
+                  for part in command[:3])
+    return program and "--home" in command and str(home) in command
 
 
 def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
@@ -375,18 +507,29 @@ def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
     return False
 
 
-def stop(home: Path) -> Runtime | None:
-    """Stop the running service of ``home`` cleanly (state kept); the one stopped, or ``None``."""
-    runtime = read_runtime(home)
-    if runtime is None or not _lock_held(home) or not pid_alive(runtime.pid):
+def running_pid(home: Path) -> int | None:
+    """The pid of the home's service found by its lock alone (its runtime file unread), or
+    ``None``: the holder of ``service.lock``, ours, running ``gpucloud_nb sandbox --home``."""
+    holder = lock_holder(home)
+    if holder is None or not pid_alive(holder) or not _is_our_service(holder, home):
         return None
-    if not (answers(runtime) or _is_our_service(runtime.pid, home)):
+    return holder
+
+
+def stop(home: Path) -> int | None:
+    """Stop the running service of ``home`` cleanly (state kept); its pid, or ``None``.
+
+    The service is found by its lock (:func:`running_pid`), so one whose runtime file cannot be
+    read stops too; nothing is sent to it but SIGTERM.
+    """
+    home = checked_home(home, create=False)
+    pid = running_pid(home)
+    if pid is None:
         return None
-    if not _terminate(runtime.pid, home):
-        raise ConnectionFailedError(
-            f"The sandbox service (pid {runtime.pid}) did not stop; kill it by hand.")
-    remove_runtime(home, runtime.pid)
-    return runtime
+    if not _terminate(pid, home):
+        raise ConnectionFailedError(f"The sandbox service (pid {pid}) did not stop; kill it by hand.")
+    remove_runtime(home, pid)
+    return pid
 
 
 def find_or_start(home: Path | None = None, *, launch_seconds: float | None = None,
@@ -398,10 +541,22 @@ def find_or_start(home: Path | None = None, *, launch_seconds: float | None = No
     A stale runtime file (dead pid, or a port that does not answer with that pid) is replaced.
     The options apply only when a service is started; a running one keeps its settings.
     """
-    home = private_dir(home if home is not None else default_home())
+    home = checked_home(home if home is not None else default_home())
     found = find(home)
     if found is not None:
         return found
+    try:
+        return _find_or_start_locked(home, launch_seconds=launch_seconds, api_key=api_key,
+                                     inference_secret=inference_secret, timeout=timeout)
+    except OSError as error:  # a full disk, a read-only home: one sentence, not a traceback
+        reason = error.strerror.lower() if error.strerror else str(error)
+        raise ConnectionFailedError(
+            f"The sandbox service cannot start: writing in its home {home} failed ({reason}); "
+            f"free space there or set {HOME_VARIABLE} to a writable directory.") from None
+
+
+def _find_or_start_locked(home: Path, *, launch_seconds: float | None, api_key: str | None,
+                          inference_secret: str | None, timeout: float) -> Runtime:
     with _locked(home / START_LOCK, timeout + 15):
         found = find(home)
         if found is not None:
@@ -417,55 +572,10 @@ def find_or_start(home: Path | None = None, *, launch_seconds: float | None = No
                     break
                 time.sleep(0.1)
             else:
-                runtime = read_runtime(home)
-                if runtime is None or not _is_our_service(runtime.pid, home) \
-                        or not _terminate(runtime.pid, home):
+                hung = running_pid(home)
+                if hung is None or not _terminate(hung, home):
                     raise ConnectionFailedError(
                         f"A sandbox service holds {home / SERVICE_LOCK} but does not answer; "
                         "stop it (`gpucloud-nb sandbox stop`) or end its process.")
         return start(home, launch_seconds=launch_seconds, api_key=api_key,
                      inference_secret=inference_secret, timeout=timeout)
-
-
-# -- the service side --------------------------------------------------------------------------
-
-
-def serve_home(config: Any, home: Path, ready: Any = None) -> None:
-    """Serve ``config`` in the foreground as the service of ``home``, until SIGTERM or Ctrl-C.
-
-    Holds ``service.lock`` while serving (refusing with :class:`ConnectionFailedError` when
-    another service has it), reuses the remembered port when ``config.port`` is 0 and that port
-    is free, writes the runtime file once listening and removes it on the way out.
-    """
-    import dataclasses
-
-    from gpucloud_nb.sandbox.server import serve
-
-    lock = service_lock(home)
-    if lock is None:
-        running = read_runtime(home)
-        where = f" (pid {running.pid}, {running.management_url})" if running else ""
-        raise ConnectionFailedError(f"A sandbox service already runs in {home}{where}; "
-                                    "`gpucloud-nb sandbox stop` stops it.")
-    listening: list[bool] = []
-
-    def on_ready(management: str, inference: str) -> None:
-        listening.append(True)
-        remember_port(home, int(management.rsplit(":", 1)[1]))
-        write_runtime(home, Runtime(management, inference, os.getpid(), config.api_key,
-                                    config.inference_secret, time.time(),
-                                    float(config.launch_seconds), str(home)))
-        if ready is not None:
-            ready(management, inference)
-
-    try:
-        remembered = remembered_port(home) if config.port == 0 else 0
-        try:
-            serve(dataclasses.replace(config, port=remembered or config.port), on_ready)
-        except OSError:
-            if listening or not remembered:
-                raise
-            serve(config, on_ready)  # the remembered port is taken: any free one
-    finally:
-        remove_runtime(home, os.getpid())
-        lock.close()

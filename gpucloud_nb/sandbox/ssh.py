@@ -13,22 +13,39 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   so new connections are refused.
 - **Auth.** Public key only, for the instance's ``sshUser``: the ``sshKey`` given at create, or,
   if none was given, any key registered in ``<home>/ssh/authorized_keys`` (OpenSSH format, one
-  key a line; the package's client appends its key there before it connects). Passwords and
+  key a line; the package's client registers its keys over HTTP, ``POST /sandbox/ssh-keys``,
+  before it connects, and :meth:`InstanceServers.register` appends them). Passwords and
   keyboard-interactive are refused.
-- **Commands** run with ``/bin/sh -c`` in the instance's home ``<home>/instances/<id>`` (HOME and
-  cwd); ``PATH`` starts with a directory holding ``nvidia-smi`` (the offer's GPUs in nvidia-smi's
-  table layout) and, for images whose os names vllm, ``vllm`` (``vllm serve MODEL [--port 8000]``
-  serves the sandbox's OpenAI-compatible model, see :mod:`gpucloud_nb.sandbox.vllm`), and
-  ``python3`` is the sandbox's own Python (so it has ipykernel and ipywidgets). A signal
-  from the client, or the channel closing before the command ends, kills its process group.
+- **Where instances live.** Instance homes, volumes and the instances' commands live in the
+  *machines* directory, ``<home>-machines`` beside the sandbox home (a temporary directory for a
+  sandbox without a home), never inside the home: ``cd ..`` from an instance never reaches the
+  service's ``service.json``, ``runtime.json``, state, log or SSH keys. That guards against
+  stumbling on them by relative paths, not more: a shell runs as the service's OS user and can
+  read whatever that user can, by absolute path. (If ``<home>-machines`` cannot be made, or is
+  not a directory of this user's, ``<home>/machines`` is used and the log says so.)
+- **Class mode.** A sandbox with several accounts (``--keys``) runs every account's shells as its
+  one OS user, so any of them could read every other account's files, volumes and the server's
+  keys. There, every session (shell, command, SFTP, scp) and every port forward is refused with
+  :data:`SHARED_SHELL_REFUSAL` after the key is checked, and no instance directory is made, unless
+  the server runs with ``shared_shell`` (``--shared-shell``), which accepts that risk and warns
+  (:data:`SHARED_SHELL_WARNING`) when it starts.
+- **Commands** run with ``/bin/sh -c`` in the instance's home ``<machines>/instances/<id>`` (HOME
+  and cwd); ``PATH`` starts with a directory holding ``nvidia-smi`` (the offer's GPUs in
+  nvidia-smi's table layout) and, for images whose os names vllm, ``vllm`` (``vllm serve MODEL
+  [--port 8000]`` serves the sandbox's OpenAI-compatible model, see
+  :mod:`gpucloud_nb.sandbox.vllm`), and ``python3`` is the sandbox's own Python (so it has
+  ipykernel and ipywidgets). A signal from the client, or the channel closing before the command
+  ends, kills its process group.
 - **Port 8000.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
   port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands). Forwarding to a port
   named in a Jupyter connection file under ``~/.local/share/jupyter/runtime`` reaches that port
   (a kernel started on the instance, see :mod:`gpucloud_nb.kernel`); other ports are refused.
 - **Files.** SFTP is served rooted at the instance home. A volume attached at create is the
-  directory ``<home>/volumes/<volumeId>``, linked into the instance home at the path of its
+  directory ``<machines>/volumes/<volumeId>``, linked into the instance home at the path of its
   ``volumes`` entry (``/mnt/<name>`` is ``~/mnt/<name>`` in commands, ``/mnt/<name>`` over SFTP):
-  its files outlive the instance.
+  its files outlive the instance. The link is made only at ``~/mnt/<one folder name>`` inside
+  the instance home; an entry with any other path (a state written before volume names were
+  checked) is linked at ``~/mnt/<volumeId>`` instead.
 """
 
 from __future__ import annotations
@@ -38,10 +55,12 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -50,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox.home import private_dir
 from gpucloud_nb.sandbox.lifecycle import status_of
 
@@ -57,7 +77,14 @@ if TYPE_CHECKING:
     from gpucloud_nb.sandbox.server import SandboxConfig
     from gpucloud_nb.sandbox.store import InstanceRecord, Store
 
-__all__ = ["InstanceServers", "free_port", "nvidia_smi_text"]
+__all__ = [
+    "SHARED_SHELL_REFUSAL",
+    "SHARED_SHELL_WARNING",
+    "InstanceServers",
+    "free_port",
+    "mount_point",
+    "nvidia_smi_text",
+]
 
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
 _PERIOD = 0.2
@@ -65,6 +92,27 @@ MODEL_PORT = 8000
 #: Where Jupyter kernels started on an instance keep their connection files (under its home).
 KERNEL_RUNTIME = ".local/share/jupyter/runtime"
 KERNEL_PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+_VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+SHARED_SHELL_REFUSAL = (
+    "SSH to instances is off on this sandbox: it serves several accounts (--keys) as one OS user, "
+    "so a shell, a command, a file copy or a forwarded port could read every other account's "
+    "files; the teacher can turn it on with --shared-shell."
+)
+SHARED_SHELL_WARNING = (
+    "gpucloud-nb sandbox: warning: --shared-shell: the instance shells of every account run as "
+    "this one OS user, so any student can read every other student's files and volumes, and "
+    "this server's keys; use it only with people you trust."
+)
+
+
+def mount_point(volume_id: str, name: str) -> str:
+    """Where a volume is mounted on an instance: ``/mnt/<name>``, or ``/mnt/<id>`` for an unsafe name.
+
+        >>> mount_point("65a1", "data"), mount_point("65a1", "../../tmp/x")
+        ('/mnt/data', '/mnt/65a1')
+    """
+    return f"/mnt/{name if name and volume_name_problem(name) is None else volume_id}"
 
 
 def free_port() -> int:
@@ -142,6 +190,9 @@ class InstanceServers:
         self.config = config
         self.store = store
         self.home: Path | None = None
+        self.machines: Path | None = None
+        # Several accounts under one OS user: no shells unless the teacher accepts the risk.
+        self.shell = not config.keys or config.shared_shell
         self._temporary = False
         self._servers: dict[str, _InstanceServer] = {}
         self._task: asyncio.Task[None] | None = None
@@ -152,18 +203,47 @@ class InstanceServers:
         assert self.home is not None
         return self.home / "ssh" / "authorized_keys"
 
+    def register(self, publics: list[str]) -> int:
+        """Accept ``publics`` (OpenSSH public keys) for instances created without a key; each
+        must be one valid key, else :class:`ValueError` and nothing is written. Returns how
+        many were new."""
+        keys = []
+        for public in publics:
+            lines = public.strip().splitlines()
+            parsed = _parse_keys(lines[0]) if len(lines) == 1 else []
+            if not parsed:
+                raise ValueError(f"Not an OpenSSH public key: {public[:40]!r}.")
+            keys.append((parsed[0], lines[0].strip()))
+        path = self.authorized_keys
+        path.parent.mkdir(parents=True, exist_ok=True)
+        present = {key.public_data for key in _parse_keys(path.read_text())} \
+            if path.exists() else set()
+        new = []
+        for key, line in keys:
+            if key.public_data not in present:
+                present.add(key.public_data)
+                new.append(line)
+        if new:
+            with path.open("a") as file:
+                file.write("".join(line + "\n" for line in new))
+        return len(new)
+
     def server(self, instance_id: str) -> _InstanceServer | None:
         """The running server of ``instance_id``, if any."""
         return self._servers.get(instance_id)
 
     async def start(self) -> None:
-        """Make the home and start the reconciler task."""
+        """Make the home and the machines directory, and start the reconciler task."""
         if self.config.home is None:
             self.home = Path(tempfile.mkdtemp(prefix="gpucloud-nb-sandbox-"))
+            self.machines = Path(tempfile.mkdtemp(prefix="gpucloud-nb-machines-"))
             self._temporary = True
         else:
             self.home = private_dir(self.config.home)
+            self.machines = _machines_dir(self.home)
         private_dir(self.home / "ssh")
+        if self.config.keys and self.config.shared_shell:
+            logger.warning(SHARED_SHELL_WARNING)
         await self.reconcile()
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
 
@@ -199,20 +279,52 @@ class InstanceServers:
         for server in list(self._servers.values()):
             await server.close()
         self._servers.clear()
-        if self._temporary and self.home is not None:
-            shutil.rmtree(self.home, ignore_errors=True)
+        if self._temporary:
+            for directory in (self.home, self.machines):
+                if directory is not None:
+                    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _own_dir(path: Path) -> bool:
+    """Make ``path`` (mode 0700) if missing; True when it is a real directory of this user's."""
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return False
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and mine
+
+
+def _machines_dir(home: Path) -> Path:
+    """``<home>-machines`` (or ``<home>/machines`` when that cannot be used), with the instance
+    and volume directories of a home written before they moved out of it."""
+    machines = home.with_name(f"{home.name}-machines")
+    if not _own_dir(machines):
+        logger.warning("%s cannot be used for the instances' files; they go in %s/machines, so "
+                       "instance shells can reach the service's files by relative paths.",
+                       machines, home)
+        machines = private_dir(home / "machines")
+    with contextlib.suppress(OSError):
+        machines.chmod(0o700)
+    for name in ("instances", "volumes"):
+        old, new = home / name, machines / name
+        if old.is_dir() and not old.is_symlink() and not new.exists():
+            with contextlib.suppress(OSError):
+                os.replace(old, new)
+    return machines
 
 
 class _InstanceServer:
     """One instance's asyncssh server, its directories and the processes it started."""
 
     def __init__(self, servers: InstanceServers, record: InstanceRecord) -> None:
-        assert servers.home is not None
+        assert servers.machines is not None
         self.servers = servers
         self.record = record
         self.user = str(record.doc.get("sshUser") or "ubuntu")
-        self.home = private_dir(servers.home / "instances" / record.id)
-        self.bin = private_dir(servers.home / "ssh" / "bin" / record.id)
+        self.home = servers.machines / "instances" / record.id  # made only when shells are on
+        self.bin = servers.machines / "bin" / record.id
         self.model_port = free_port()
         self.groups: set[int] = set()
         self.connections: set[asyncssh.SSHServerConnection] = set()
@@ -222,19 +334,43 @@ class _InstanceServer:
     @classmethod
     async def open(cls, servers: InstanceServers, record: InstanceRecord) -> _InstanceServer:
         self = cls(servers, record)
-        self._mount_volumes()
-        self._write_commands()
+        if servers.shell:
+            private_dir(self.home)
+            private_dir(self.bin)
+            self._mount_volumes()
+            self._write_commands()
         await self._listen()
         return self
 
     def _mount_volumes(self) -> None:
-        assert self.servers.home is not None
-        for volume_id, path in self.record.doc.get("volumes") or []:
-            target = private_dir(self.servers.home / "volumes" / str(volume_id))
-            link = self.home / str(path).lstrip("/")
-            link.parent.mkdir(parents=True, exist_ok=True)
+        """Link each attached volume at ``~/mnt/<folder>``, never anywhere outside the home."""
+        assert self.servers.machines is not None
+        entries = self.record.doc.get("volumes") or []
+        if not entries:
+            return
+        mnt = self.home / "mnt"
+        if not mnt.is_symlink():
+            mnt.mkdir(exist_ok=True)
+        if mnt.is_symlink() or not mnt.resolve().is_relative_to(self.home.resolve()):
+            logger.warning("Instance %s: ~/mnt leads out of its home; no volume is mounted.",
+                           self.record.id)
+            return
+        for entry in entries:
+            try:
+                volume_id, path = (str(part) for part in entry)
+            except (TypeError, ValueError):
+                volume_id, path = "", ""
+            if not _VOLUME_ID.fullmatch(volume_id):
+                logger.warning("Instance %s: volume entry %r is not mounted.", self.record.id,
+                               entry)
+                continue
+            folder = path.removeprefix("/mnt/")
+            if path == folder or mount_point(volume_id, folder) != path:
+                folder = volume_id  # not /mnt/<one safe folder name>: see the module docstring
+            link = mnt / folder
             if link.is_symlink() or link.exists():
                 continue
+            target = private_dir(self.servers.machines / "volumes" / volume_id)
             link.symlink_to(target, target_is_directory=True)
 
     def _write_commands(self) -> None:
@@ -259,14 +395,14 @@ class _InstanceServer:
         chroot = os.fsencode(self.home)
         options: dict[str, Any] = {
             "server_host_keys": [host_key],
-            "process_factory": self._process,
-            "sftp_factory": lambda chan: asyncssh.SFTPServer(chan, chroot=chroot),
             "encoding": None,
-            "allow_scp": True,
             "line_editor": False,
             "x11_forwarding": False,
             "agent_forwarding": False,
         }
+        if self.servers.shell:  # else no factory: sessions go to _Auth.session_requested
+            options.update(process_factory=self._process, allow_scp=True,
+                           sftp_factory=lambda chan: asyncssh.SFTPServer(chan, chroot=chroot))
         try:
             self.acceptor = await asyncssh.create_server(lambda: _Auth(self), "127.0.0.1", stored,
                                                          **options)
@@ -428,8 +564,16 @@ class _Auth(asyncssh.SSHServer):
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
         return username == self.server.user and self.server.accepts(key)
 
+    def session_requested(self) -> bool:
+        # Called only when shells are off (else the process and SFTP factories take sessions).
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
+                                        SHARED_SHELL_REFUSAL)
+
     def connection_requested(self, dest_host: str, dest_port: int, orig_host: str,
                              orig_port: int) -> Any:
+        if not self.server.servers.shell:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
+                                            SHARED_SHELL_REFUSAL)
         if dest_host not in ("localhost", "127.0.0.1", "::1"):
             return False
         if dest_port == MODEL_PORT:

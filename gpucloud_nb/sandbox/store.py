@@ -425,10 +425,10 @@ class Store:
         with self._lock:
             return self._db.execute("SELECT MIN(at_ms) FROM auto_deletes").fetchone()[0]
 
-    def due_auto_deletes(self, now_ms: int) -> list[tuple[str, str]]:
-        """Remove and return the ``(user, instance id)`` of every timer due at ``now_ms``."""
+    def due_auto_deletes(self, now_ms: int) -> list[tuple[str, str, int]]:
+        """Remove and return the ``(user, instance id, due ms)`` of every timer due at ``now_ms``."""
         with self._transaction() as db:
-            rows = db.execute("SELECT user, instance_id FROM auto_deletes WHERE at_ms <= ?",
+            rows = db.execute("SELECT user, instance_id, at_ms FROM auto_deletes WHERE at_ms <= ?",
                               (now_ms,)).fetchall()
             db.execute("DELETE FROM auto_deletes WHERE at_ms <= ?", (now_ms,))
-        return [(user, id_) for user, id_ in rows]
+        return [(user, id_, at) for user, id_, at in rows]

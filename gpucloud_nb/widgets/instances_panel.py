@@ -33,7 +33,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
     STYLE,
@@ -43,6 +43,7 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    hint,
     log,
     per_day,
     per_hour,
@@ -165,10 +166,10 @@ class InstancesPanel(widgets.VBox):
             value=60, min=1, max=7 * 24 * 60, description="Auto-delete in (min)", style=STYLE,
             layout=widgets.Layout(width="15em")), "gpucloud-auto-delete-minutes")
         self.auto_delete_set = css(widgets.Button(description="Set", icon="clock-o",
-                                                  layout=widgets.Layout(width="10em")),
+                                                  layout=widgets.Layout(width="auto")),
                                    "gpucloud-auto-delete-set")
         self.auto_delete_cancel = css(widgets.Button(description="Cancel auto-delete",
-                                                     layout=widgets.Layout(width="12em")),
+                                                     layout=widgets.Layout(width="auto")),
                                       "gpucloud-auto-delete-cancel")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
@@ -311,7 +312,7 @@ class InstancesPanel(widgets.VBox):
                         "or auto-delete timers run")
             else:
                 auto = ""
-            self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
+            self.updated.value = hint(f"updated {stamp}{escape(auto)}")
             failed = self._timer_failures(listed)
             if failed:
                 self.status.error(failed)
@@ -428,13 +429,24 @@ class InstancesPanel(widgets.VBox):
             self.status.error(error)
             raise
         self.shown_details = details
-        self.details_view.value = self._details_html(details)
+        ssh, used = self._ssh(details)
+        self.details_view.value = self._details_html(details, ssh, used)
         return details
 
+    def _ssh(self, details: InstanceDetails) -> tuple[str | None, str | None]:
+        """The working ssh command and the key it logs in with; a failure is its sentence."""
+        if details.status != "active" or not details.ip:
+            return None, None
+        try:
+            command = self._cloud.instances.ssh_command(details.id, wait=0)
+        except GPUCloudError as error:
+            return str(error), None
+        return command, self._cloud.instances.ssh_key_in_use(details.id)
+
     @staticmethod
-    def _details_html(d: InstanceDetails) -> str:
-        ssh = d.ssh_command
-        key = d.ssh_key.get("name") or d.ssh_key.get("_id") if d.ssh_key else ""
+    def _details_html(d: InstanceDetails, ssh: str | None, used: str | None) -> str:
+        named = d.ssh_key.get("name") or d.ssh_key.get("_id") if d.ssh_key else ""
+        key = f"{used} (the cloud calls it {named})" if used and named else used or named
         software = d.os
         if d.docker_image:
             command = f" ({d.docker_command})" if d.docker_command else ""
@@ -459,10 +471,12 @@ class InstancesPanel(widgets.VBox):
         if d.deleted_at:
             rows.append(("Deleted", d.deleted_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")))
         cells = "".join(
-            f'<tr><th style="text-align:left;padding:1px 12px 1px 0">{escape(k)}</th>'
-            f"<td>{'<code>' + escape(v) + '</code>' if k == 'SSH' and ssh else escape(v)}</td></tr>"
+            f'<tr><th style="text-align:left;padding:1px 12px 1px 0;white-space:nowrap">'
+            f"{escape(k)}</th>"
+            f"<td>{_code(escape(v)) if k == 'SSH' and v.startswith('ssh ') else escape(v)}</td></tr>"
             for k, v in rows)
-        return f'<table class="gpucloud-details-table">{cells}</table>'
+        # Lines of text, not of widgets: ipywidgets gives HTML its 28 px control height.
+        return f'<table class="gpucloud-details-table" style="line-height:1.5">{cells}</table>'
 
     # ------------------------------------------------------------------ delete
 
@@ -520,3 +534,6 @@ class InstancesPanel(widgets.VBox):
     def __repr__(self) -> str:
         return f"<InstancesPanel {len(self.instances)} instances>"
 
+
+def _code(html: str) -> str:
+    return f"<code>{html}</code>"

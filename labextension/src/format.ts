@@ -2,7 +2,7 @@
  * Pure formatting for the sidebar and the status bar: no DOM, no JupyterLab, so jest tests it
  * directly.
  *
- *     formatMoney(1.234)                 // "$1.23"
+ *     formatPrice(1.234)                 // "$1.23"; formatPrice(0.00009) is "$0.00009"
  *     formatCountdown(deadline, now)     // "12:04" or "1:02:03", "due" once passed
  */
 
@@ -19,6 +19,8 @@ export interface IInstanceRow {
   spend: number;
   estimated: boolean;
   autoDeleteAt: string | null;
+  /** Who keeps the auto-delete timer: "the sandbox service" or "the cloud". */
+  autoDeleteBy?: string | null;
   sshCommand: string | null;
 }
 
@@ -63,15 +65,34 @@ function parse(value: string | null | undefined): number | null {
   return Number.isNaN(ms) ? null : ms;
 }
 
-/** Dollars with cents: `$1.23`; under a cent but above zero shows `<$0.01`. */
+/**
+ * A price as dollars, as Python's `gpucloud_nb.display.format_price` writes it: cents from
+ * $0.10 up (with thousands separators), two significant digits below, never scientific
+ * notation: `$2.49`, `$1,234.50`, `$0.00014`, `$0.00009`; `$0.00` for zero, `''` for a
+ * number that is not finite.
+ */
+export function formatPrice(value: number): string {
+  if (typeof value !== 'number' || !Number.isFinite(value)) {
+    return '';
+  }
+  const magnitude = Math.abs(value);
+  let text: string;
+  if (magnitude >= 0.1 || magnitude === 0) {
+    const [whole, cents] = magnitude.toFixed(2).split('.');
+    text = `${whole.replace(/\B(?=(\d{3})+(?!\d))/g, ',')}.${cents}`;
+  } else {
+    const digits = Math.min(100, 1 - Math.floor(Math.log10(magnitude)));
+    text = magnitude.toFixed(digits).replace(/0+$/, ''); // 0.000090 -> 0.00009
+    if ((text.split('.')[1] ?? '').length < 2) {
+      text = Number(text).toFixed(2); // 0.0999 rounds to 0.1: show cents, $0.10
+    }
+  }
+  return value < 0 ? `-$${text}` : `$${text}`;
+}
+
+/** Money in the sidebar: {@link formatPrice}, and `$0.00` rather than nothing. */
 export function formatMoney(value: number): string {
-  if (!Number.isFinite(value) || value <= 0) {
-    return '$0.00';
-  }
-  if (value < 0.005) {
-    return '<$0.01';
-  }
-  return `$${value.toFixed(2)}`;
+  return formatPrice(value) || '$0.00';
 }
 
 /** A duration in the largest sensible units: `45s`, `12m`, `3h 05m`, `2d 4h`. */
@@ -141,6 +162,23 @@ export function formatRow(row: IInstanceRow, now: number, polledAt?: string | nu
     spend: row.estimated ? `≈${spend}` : spend,
     countdown: formatCountdown(row.autoDeleteAt, now)
   };
+}
+
+/**
+ * The auto-delete line of `row` at `now`, saying who keeps the timer, with a longer title;
+ * empty texts without a timer.
+ */
+export function formatAutoDelete(row: IInstanceRow, now: number): { text: string; title: string } {
+  const left = formatCountdown(row.autoDeleteAt, now);
+  if (!left) {
+    return { text: '', title: '' };
+  }
+  const keeper = row.autoDeleteBy || 'the cloud';
+  const text = left === 'due' ? `${keeper} deletes it now` : `${keeper} deletes it in ${left}`;
+  const title =
+    `Auto-delete at ${row.autoDeleteAt}: ${keeper} keeps this timer, so it fires ` +
+    'whether or not a kernel runs.';
+  return { text: text.charAt(0).toUpperCase() + text.slice(1), title };
 }
 
 /** The status bar's text: `$1.23/h · 2 running`. */

@@ -48,7 +48,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       model.busyInterval = loaded.get('busyInterval').composite as number;
       model.idleInterval = loaded.get('idleInterval').composite as number;
       model.warnAfterHours = loaded.get('warnAfterHours').composite as number;
-      void model.refresh();
+      void model.sendSettings().then(() => model.refresh());
     };
     if (settings) {
       settings

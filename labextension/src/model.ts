@@ -4,11 +4,11 @@ import { ApiError, requestAPI } from './api';
 import { ISnapshot } from './format';
 
 /** How often a tab reads the server's cached snapshot (cheap: the server does not poll for it). */
-const READ_MS = 2000;
+const READ_MS = 1000;
 
 /**
  * The GPU-cloud state of this tab: the server poller's latest snapshot, re-read every
- * two seconds, plus a one-second tick for countdowns. Widgets listen to `changed`.
+ * second, plus a one-second tick for countdowns. Widgets listen to `changed`.
  */
 export class GpuCloudModel {
   snapshot: ISnapshot | null = null;
@@ -37,16 +37,28 @@ export class GpuCloudModel {
     }
   }
 
-  /** Read the snapshot now (and pass this tab's interval settings to the one server poller). */
+  /** Read the snapshot now (a read changes nothing on the server). */
   async refresh(): Promise<void> {
-    const query = `?fast=${this.busyInterval}&slow=${this.idleInterval}`;
     try {
-      this.snapshot = await requestAPI<ISnapshot>(`instances${query}`);
+      this.snapshot = await requestAPI<ISnapshot>('instances');
       this.error = null;
     } catch (error) {
       this.error = error instanceof ApiError ? error.message : 'The GPU cloud could not be read.';
     }
     this._changed.emit();
+  }
+
+  /** Send this tab's interval settings to the one server poller (they loaded or changed). */
+  async sendSettings(): Promise<void> {
+    try {
+      await requestAPI('settings', {
+        method: 'PUT',
+        body: JSON.stringify({ busyInterval: this.busyInterval, idleInterval: this.idleInterval })
+      });
+    } catch (error) {
+      this.error = error instanceof ApiError ? error.message : 'The settings could not be sent.';
+      this._changed.emit();
+    }
   }
 
   /** Ask the server to poll the cloud soon (a notebook cell just ran). */

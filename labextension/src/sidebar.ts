@@ -2,7 +2,14 @@ import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { chipIcon } from './icon';
-import { formatMoney, formatRow, IInstanceRow, spendAt, warning } from './format';
+import {
+  formatAutoDelete,
+  formatMoney,
+  formatRow,
+  IInstanceRow,
+  spendAt,
+  warning
+} from './format';
 import { GpuCloudModel } from './model';
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -39,7 +46,13 @@ export class GpuCloudSidebar extends Widget {
     this._warning = el('p', 'gpucloud-Warning');
     this._message = el('p', 'gpucloud-Message');
     this._list = el('ul', 'gpucloud-List');
-    this.node.append(header, this._totals, this._warning, this._message, this._list);
+    this._note = el(
+      'p',
+      'gpucloud-Note',
+      'Auto-delete timers set in a kernel run in that kernel (they stop with it) and are not shown here.'
+    );
+    this._note.hidden = true;
+    this.node.append(header, this._totals, this._warning, this._message, this._list, this._note);
     model.changed.connect(this._render, this);
     this._render();
   }
@@ -81,11 +94,16 @@ export class GpuCloudSidebar extends Widget {
         snapshot.totals.spend
       );
       this._rate.textContent = `${formatMoney(snapshot.totals.hourly)}/h now`;
-      this._spent.textContent = `${formatMoney(spend)} spent so far`;
+      this._spent.textContent = `${formatMoney(spend)} spent so far, deleted instances included`;
+      this._spent.title =
+        'Every instance this cloud lists, deleted ones too, billed from when it became active ' +
+        '(≈ where only its creation time is known).';
       this._totals.hidden = false;
     } else {
       this._totals.hidden = true;
     }
+    // On the real cloud a timer set in a kernel lives in that kernel: the sidebar cannot see it.
+    this._note.hidden = !snapshot || !!snapshot.sandbox || !!snapshot.error;
     const warn = snapshot && !snapshot.error ? warning(snapshot, this.model.warnAfterHours, now) : null;
     this._warning.textContent = warn ?? '';
     this._warning.hidden = warn === null;
@@ -121,7 +139,8 @@ export class GpuCloudSidebar extends Widget {
       set('status', text.status);
       set('age', text.age ? `up ${text.age}` : '', row.createdAt ?? '');
       set('spend', text.spend, row.estimated ? 'Estimated: billed from its creation time.' : '');
-      set('countdown', text.countdown ? `deletes in ${text.countdown}` : '', row.autoDeleteAt ?? '');
+      const autoDelete = formatAutoDelete(row, now);
+      set('countdown', autoDelete.text, autoDelete.title);
       const ssh = node.querySelector('.gpucloud-Row-ssh') as HTMLButtonElement;
       ssh.disabled = !row.sshCommand;
       ssh.title = row.sshCommand ? `Copy: ${row.sshCommand}` : 'No address yet';
@@ -197,5 +216,6 @@ export class GpuCloudSidebar extends Widget {
   private _message: HTMLElement;
   private _warning: HTMLElement;
   private _list: HTMLElement;
+  private _note: HTMLElement;
   private _rows = new Map<string, HTMLLIElement>();
 }

@@ -1,14 +1,19 @@
 import {
+  formatAutoDelete,
   formatAge,
   formatCountdown,
   formatGpu,
   formatMoney,
+  formatPrice,
   formatRow,
   formatStatus,
   IInstanceRow,
   ISnapshot,
   warning
 } from '../src/format';
+
+// jest runs in Node; the package has no Node typings.
+declare const process: { env: Record<string, string | undefined> };
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
 
@@ -30,12 +35,56 @@ function row(extra: Partial<IInstanceRow> = {}): IInstanceRow {
   };
 }
 
+describe('formatPrice', () => {
+  it('writes cents from $0.10 up and two significant digits below, like format_price', () => {
+    expect(formatPrice(2.49)).toBe('$2.49');
+    expect(formatPrice(1234.5)).toBe('$1,234.50');
+    expect(formatPrice(1234567.891)).toBe('$1,234,567.89');
+    expect(formatPrice(0.1)).toBe('$0.10');
+    expect(formatPrice(0.099)).toBe('$0.099');
+    expect(formatPrice(0.00014)).toBe('$0.00014');
+    expect(formatPrice(0.00009)).toBe('$0.00009');
+    expect(formatPrice(0.001)).toBe('$0.001');
+    expect(formatPrice(1e-9)).toBe('$0.000000001');
+    expect(formatPrice(0)).toBe('$0.00');
+    expect(formatPrice(-0.5)).toBe('-$0.50');
+    expect(formatPrice(NaN)).toBe('');
+    expect(formatPrice(Infinity)).toBe('');
+  });
+  it('never writes scientific notation', () => {
+    for (const value of [1e-7, 3.3e-12, 5e-21, 9.99e-5]) {
+      expect(formatPrice(value)).not.toMatch(/e/i);
+    }
+  });
+  it("matches Python's format_price on every case pytest sends", () => {
+    // tests/test_labextension_js.py puts [value, format_price(value)] pairs here.
+    const cases: [number, string][] = JSON.parse(process.env.GPUCLOUD_PRICE_CASES || '[]');
+    if (process.env.CI === 'true') {
+      expect(cases.length).toBeGreaterThan(0);
+    }
+    for (const [value, python] of cases) {
+      expect([value, formatPrice(value)]).toEqual([value, python]);
+    }
+  });
+});
+
 describe('formatMoney', () => {
-  it('shows dollars with cents', () => {
+  it('shows dollars like formatPrice, and $0.00 for nothing', () => {
     expect(formatMoney(1.234)).toBe('$1.23');
     expect(formatMoney(0)).toBe('$0.00');
-    expect(formatMoney(0.001)).toBe('<$0.01');
+    expect(formatMoney(0.001)).toBe('$0.001');
     expect(formatMoney(NaN)).toBe('$0.00');
+  });
+});
+
+describe('formatAutoDelete', () => {
+  it('says who keeps the timer, and nothing without one', () => {
+    const sandbox = row({ autoDeleteAt: '2026-11-24T10:12:04Z', autoDeleteBy: 'the sandbox service' });
+    expect(formatAutoDelete(sandbox, NOW).text).toBe('The sandbox service deletes it in 12:04');
+    expect(formatAutoDelete(sandbox, NOW).title).toMatch(/the sandbox service keeps this timer/);
+    const cloud = row({ autoDeleteAt: '2026-11-24T09:00:00Z', autoDeleteBy: 'the cloud' });
+    expect(formatAutoDelete(cloud, NOW).text).toBe('The cloud deletes it now');
+    expect(formatAutoDelete(row(), NOW)).toEqual({ text: '', title: '' });
   });
 });
 

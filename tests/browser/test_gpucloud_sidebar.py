@@ -1,7 +1,9 @@
 """The GPU-cloud sidebar and status bar in JupyterLab, driven in Chromium.
 
 Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
-starts, so its kernels and its server extension share one cloud, which the test reads too.
+starts, so its kernels and its server extension share one cloud, which the test reads too. When
+this checkout has a built lab extension (``gpucloud_nb/labextension``, from ``jlpm build``), Lab
+loads it and this checkout's server extension, rather than what the environment installed.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.display import per_hour
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import ARTIFACTS, SCREENSHOTS, Lab, LabServer, save_screenshot
+from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, save_screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -48,10 +51,15 @@ def box() -> Iterator[Sandbox]:
 def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
                      chromium: Browser) -> Iterator[LabServer]:
     base = tmp_path_factory.mktemp("cloud-lab")
+    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
+           "GPUCLOUD_MAX_HOURLY_COST": str(CAP), "XDG_CACHE_HOME": str(base / "cache")}
+    built = REPO / "gpucloud_nb" / "labextension"
+    if (built / "package.json").exists():  # this checkout's build first on Lab's search path
+        (base / "jupyter-path" / "labextensions").mkdir(parents=True)
+        (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
+        env.update(JUPYTER_PATH=str(base / "jupyter-path"), PYTHONPATH=str(REPO))
     server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-gpucloud.log",
-                       env={"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
-                            "GPUCLOUD_MAX_HOURLY_COST": str(CAP)})
+                       log_path=ARTIFACTS / "lab-gpucloud.log", env=env)
     try:
         server.start()
         yield server
@@ -141,15 +149,16 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
 
     # The status bar agrees with the cloud: $/h of the active instances, and how many.
     active = [i for i in observer.instances.list() if i.status == "active"]
-    expected = f"${sum(i.hourly_price for i in active):.2f}/h · {len(active)} running"
+    expected = f"{per_hour(sum(i.hourly_price for i in active))} · {len(active)} running"
     page.wait_for_function(
         "(text) => document.querySelector('#gpucloud-statusbar').textContent.endsWith(text)",
         arg=expected, timeout=10_000)
     assert status_text(page) == expected
     assert re.fullmatch(r"\$\d+\.\d\d/h · 1 running", expected)
     assert warns(page)  # pending plus active above the cap of $0.01/h
-    assert "cap of $0.01/h" in page.locator("#gpucloud-statusbar").get_attribute("title")
-    assert "cap of $0.01/h" in sidebar.locator(".gpucloud-Warning").inner_text()
+    cap = f"cap of {per_hour(CAP)}"  # $0.01/h, as format_price writes it
+    assert cap in page.locator("#gpucloud-statusbar").get_attribute("title")
+    assert cap in sidebar.locator(".gpucloud-Warning").inner_text()
     assert sidebar.locator(".gpucloud-Badge").is_hidden()  # the real cloud: no SANDBOX badge
 
     for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
@@ -198,3 +207,126 @@ def test_on_the_sandbox_the_sidebar_shows_its_badge(lab: Lab) -> None:
     assert badge.inner_text() == "SANDBOX"
     assert "simulated" in (page.locator("#gpucloud-statusbar").get_attribute("title") or "")
     shot(page.locator("#gpucloud-sidebar"), "gpucloud-sidebar-sandbox-light")
+
+
+# Every text of the sidebar and the status bar: its colour and the nearest opaque background
+# behind it (translucent backgrounds composited on the way), as the browser paints them.
+CONTRAST_JS = """
+([roots, reveal]) => {
+  for (const node of document.querySelectorAll(reveal)) { node.hidden = false; }  // till the next render
+  const canvas = document.createElement('canvas').getContext('2d');
+  const rgba = (css) => {
+    canvas.fillStyle = '#000'; canvas.fillStyle = css; const v = canvas.fillStyle;
+    if (v.startsWith('#')) {
+      return [1, 3, 5].map(i => parseInt(v.slice(i, i + 2), 16)).concat([1]);
+    }
+    const p = v.match(/[\\d.]+/g).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, bottom) => {
+    const a = top[3];
+    return [0, 1, 2].map(i => top[i] * a + bottom[i] * (1 - a)).concat([1]);
+  };
+  const luminance = (c) => {
+    const [r, g, b] = c.slice(0, 3).map(v => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const background = (node) => {
+    const layers = [];
+    for (let n = node; n; n = n.parentElement) {
+      const c = rgba(getComputedStyle(n).backgroundColor);
+      if (c[3] > 0) { layers.push(c); }
+      if (c[3] >= 1) { break; }
+    }
+    let colour = [255, 255, 255, 1];  // the canvas behind everything
+    for (const layer of layers.reverse()) { colour = over(layer, colour); }
+    return colour;
+  };
+  const opacity = (node) => {
+    let o = 1;
+    for (let n = node; n; n = n.parentElement) { o *= Number(getComputedStyle(n).opacity); }
+    return o;
+  };
+  const results = [];
+  for (const selector of roots) {
+    const root = document.querySelector(selector);
+    if (!root) { continue; }
+    for (const node of [root, ...root.querySelectorAll('*')]) {
+      const text = [...node.childNodes].filter(c => c.nodeType === 3)
+        .map(c => c.textContent).join('').trim();
+      if (!text || !node.getClientRects().length || node.closest('[hidden]')
+          || node.closest('button:disabled')) {  // WCAG exempts inactive controls
+        continue;
+      }
+      const bg = background(node);
+      const colour = rgba(getComputedStyle(node).color);
+      const fg = over([colour[0], colour[1], colour[2], colour[3] * opacity(node)], bg);
+      const [l1, l2] = [luminance(fg), luminance(bg)].sort((a, b) => b - a);
+      results.push({
+        where: selector + ' .' + [...node.classList].join('.'), text: text.slice(0, 60),
+        ratio: Math.round(((l1 + 0.05) / (l2 + 0.05)) * 100) / 100,
+        fg: fg.slice(0, 3).map(Math.round).join(','), bg: bg.slice(0, 3).map(Math.round).join(',')
+      });
+    }
+  }
+  return results;
+}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
+        cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This process shares Lab's cache dir: its creates touch the change stamp Lab's poller watches.
+    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
+    for instance in observer.instances.list():
+        if instance.status in ("pending", "active"):
+            observer.instances.delete(instance.id)
+    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+
+    def launch(name: str) -> str:
+        return observer.instances.create(
+            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}).id
+
+    made = [launch(f"contrast-{n}") for n in range(2)]
+    notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                      "language": "python"}})
+    nbformat.write(notebook, cloud_lab.root / "contrast.ipynb")
+    page = cloud_lab.open("contrast.ipynb")
+    open_sidebar(page)
+    sidebar = page.locator("#gpucloud-sidebar")
+    for instance_id in made:
+        page.locator(f'[data-gpucloud-instance="{instance_id}"]').wait_for(timeout=30_000)
+    page.locator(f'[data-gpucloud-instance="{made[0]}"][data-status="active"]').wait_for(
+        timeout=60_000)  # an active row: its buttons enabled
+    page.locator("#gpucloud-sidebar .gpucloud-Warning").wait_for(timeout=30_000)  # cap reached
+    assert "deleted instances included" in sidebar.locator(".gpucloud-Totals-spent").inner_text()
+    page.mouse.move(1300, 500)  # no hover colours
+
+    failures: list[str] = []
+    for theme, name in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
+        set_theme(page, theme)
+        pending = launch(f"contrast-{name}")  # a pending row too (8 s), shown at once by the stamp
+        page.locator(f'[data-gpucloud-instance="{pending}"][data-status="pending"]').wait_for(
+            timeout=5_000)
+        shot(sidebar, f"gpucloud-contrast-sidebar-{name}")
+        shot(page.locator("#jp-main-statusbar"), f"gpucloud-contrast-statusbar-{name}")
+        # The badge shows on the sandbox only: the check shows it here to read its colours too.
+        texts = page.evaluate(CONTRAST_JS, [["#gpucloud-sidebar", "#gpucloud-statusbar"],
+                                            "#gpucloud-sidebar .gpucloud-Badge"])
+        seen = {t["where"] for t in texts}
+        statuses = {t["text"] for t in texts if "Row-status" in t["where"]}
+        assert {"pending", "active"} <= statuses, statuses
+        for part in ("Sidebar-title", "Badge", "Totals-rate", "Totals-spent", "Warning",
+                     "Row-name", "Row-status", "Row-gpu", "Row-spend", "Row-ssh", "Row-delete",
+                     "Note", "gpucloud-Status"):
+            assert any(part in where for where in seen), (name, part, sorted(seen))
+        print(f"{name}: {len(texts)} texts, lowest contrast "
+              f"{min(t['ratio'] for t in texts):.2f}:1")
+        failures += [f"{name}: {t['where']} {t['text']!r} {t['ratio']}:1 (rgb {t['fg']} on {t['bg']})"
+                     for t in texts if t["ratio"] < 4.5]
+    assert not failures, "\n".join(failures)

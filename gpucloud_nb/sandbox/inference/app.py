@@ -21,8 +21,10 @@ and the paths below it are the spec's: ``GET /v1/models``, ``POST /v1/chat/compl
   here must work on the cloud. A valid ``x-api-key`` is accepted whatever else comes with it (the
   ``openai`` SDK always sends an Authorization header: give it
   ``default_headers={"x-api-key": secret}``).
-- Rate limit: ``config.inference_rate_limit`` requests per second per secret, a token bucket that
-  allows bursts of one second's worth; every request counts, the stream as one.
+- Each account (management key) has its own secret (``config.inference_secret_for``; one when
+  the sandbox has one key) and its own rate limit: ``config.inference_rate_limit`` requests per
+  second per secret, a token bucket that allows bursts of one second's worth; every request
+  counts, the stream as one. An account reads its secret at ``GET /sandbox/inference``.
 - Sizes follow :mod:`gpucloud_nb.media`: 1 MB = 1,000,000 bytes, audio at most 25 MB, images at
   most 20 MB. A chat body may be up to 64 MB (a few images of 20 MB, base64-encoded).
 - Images are checked like the client checks them (``media.check_image``: JPEG, PNG, WEBP or GIF
@@ -64,12 +66,11 @@ from starlette.routing import Route
 
 from gpucloud_nb.media import MAX_AUDIO_BYTES, MAX_IMAGE_BYTES, MB
 from gpucloud_nb.sandbox.guards import json_object
+from gpucloud_nb.sandbox.http import Problem, json_response
 from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
 from gpucloud_nb.sandbox.inference.request_checks import (
-    Problem,
     check_messages,
     check_number,
-    json_response,
     positive_int,
     shown,
 )
@@ -81,7 +82,7 @@ from gpucloud_nb.sandbox.inference.upstream import (
 )
 
 if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.server import SandboxConfig
+    from gpucloud_nb.sandbox.config import SandboxConfig
 
 __all__ = ["MAX_AUDIO_BYTES", "MAX_CHAT_BODY_BYTES", "create_inference_app"]
 
@@ -267,10 +268,12 @@ def _reply(messages: list[Any], fetched: Mapping[str, bytes]) -> str:
 class _Inference:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
-        self.secret = config.inference_secret.encode()
+        keys = (config.api_key, *config.keys)
+        secrets = [config.inference_secret_for(key) for key in keys]
+        self.secrets = [secret.encode() for secret in secrets]  # one per account
         rate = config.inference_rate_limit
         self.limiter = TokenBuckets(rate) if rate else None
-        self.upstream = (Upstream(config.upstream, hide=(config.inference_secret, config.api_key))
+        self.upstream = (Upstream(config.upstream, hide=(*secrets, *keys))
                          if config.upstream else None)
         rate = config.stream_tokens_per_second
         self.token_delay = 1.0 / rate if rate and rate > 0 and math.isfinite(rate) else 0.0
@@ -285,11 +288,13 @@ class _Inference:
                     "default_headers={'x-api-key': secret})") if bearer else ""
             raise Problem(401, f"The x-api-key header is missing: send the instance's secret "
                                f"in it{hint}.", code="invalid_api_key")
-        if not hmac.compare_digest(given.encode("latin-1"), self.secret):
+        sent = given.encode("latin-1")
+        accounts = [n for n, secret in enumerate(self.secrets) if hmac.compare_digest(sent, secret)]
+        if not accounts:
             raise Problem(401, "Invalid API secret: send the instance's secret in the x-api-key "
                                "header.", code="invalid_api_key")
         if self.limiter is not None:
-            wait = self.limiter.take(self.config.inference_secret)
+            wait = self.limiter.take(f"account {accounts[0]}")
             if wait > 0:
                 raise Problem(429, f"Rate limit reached: at most {self.limiter.rate:g} requests "
                                    f"per second; try again in {wait:.2f} s.",
@@ -303,16 +308,16 @@ class _Inference:
                 self._admit(request)
                 return await handler(request)
             except Problem as problem:
-                return problem.response()
+                return problem.openai_response()
             except UpstreamUnreachable as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
                                     f"could not be reached ({shown(exc)}).",
-                               type="server_error", code="upstream_unreachable").response()
+                               type="server_error", code="upstream_unreachable").openai_response()
             except UpstreamRefused as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
                                     f"refused the sandbox's key ({exc.status}); set "
                                     f"{UPSTREAM_KEY_VARIABLE} to its key.",
-                               type="server_error", code="upstream_refused").response()
+                               type="server_error", code="upstream_refused").openai_response()
             except ClientDisconnect:
                 return Response(status_code=400)
 
@@ -512,16 +517,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         return Problem(404, f"Unknown request URL: {request.method} {request.url.path}.",
-                       code="unknown_url").response()
+                       code="unknown_url").openai_response()
     if exc.status_code == 405:
         return Problem(405, f"Method {request.method} is not allowed on {request.url.path}.",
-                       code="method_not_allowed", headers=exc.headers).response()
-    return Problem(exc.status_code, str(exc.detail)).response()
+                       code="method_not_allowed", headers=exc.headers).openai_response()
+    return Problem(exc.status_code, str(exc.detail)).openai_response()
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     return Problem(500, "The sandbox's inference endpoint failed to handle this request.",
-                   type="server_error", code="internal_error").response()
+                   type="server_error", code="internal_error").openai_response()
 
 
 def create_inference_app(config: SandboxConfig) -> Starlette:

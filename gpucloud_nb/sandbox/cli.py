@@ -9,7 +9,9 @@ The actions act on the background service of the sandbox home (``--home DIR``, e
 ``GPUCLOUD_SANDBOX_HOME``, else the user data dir; see :mod:`gpucloud_nb.sandbox.service`), the one
 ``connect()`` uses. ``status`` exits with 3 when no service runs; ``reset`` without ``--yes`` is
 refused. Serving with ``--home`` makes the foreground server that home's service (its state, its
-own key and secret, its runtime file). ``--keys FILE`` gives one account per key. Serving beyond
+own key and secret, its runtime file). ``--keys FILE`` gives one account per key (each with its
+own inference secret, read at ``GET /sandbox/inference``); their instances refuse SSH unless
+``--shared-shell`` is given, which warns that all accounts share one OS user. Serving beyond
 loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
@@ -29,6 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 
 __all__ = ["build_parser", "main"]
@@ -125,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--keys", metavar="FILE", default=None,
                          help="management keys, one per line, each its own account "
                               "(blank lines and # comments ignored)")
+    sandbox.add_argument("--shared-shell", action="store_true",
+                         help="with --keys: allow SSH to instances although every account's shells "
+                              "run as this one OS user and can read each other's files")
     sandbox.add_argument("--yes", action="store_true", help="confirm `reset`")
     sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
                          help="how many lines `logs` shows (default: %(default)s)")
@@ -161,11 +167,19 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             return 2
     home = None
     if args.home is not None:
-        from gpucloud_nb.sandbox.home import private_dir
+        from gpucloud_nb.sandbox.home import checked_home
         from gpucloud_nb.sandbox.service import STATE_FILE, credentials
 
-        home = private_dir(args.home)
-        own_key, own_secret = credentials(home)
+        try:
+            home = checked_home(args.home)
+            own_key, own_secret = credentials(home)
+        except GPUCloudError as error:
+            print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+            return 1
+        except OSError as error:  # a full disk, a read-only home
+            print(f"gpucloud-nb sandbox: error: cannot write in the sandbox home {args.home}: "
+                  f"{error.strerror or error}.", file=sys.stderr)
+            return 1
         args.api_key = args.api_key or os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or own_key
         args.inference_secret = (args.inference_secret
                                  or os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
@@ -206,6 +220,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             offers=offers,
             faults=faults,
             allow_url_fetch=args.allow_url_fetch,
+            shared_shell=args.shared_shell,
         )
     except ValueError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
@@ -214,6 +229,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
+        if config.keys and config.shared_shell:
+            from gpucloud_nb.sandbox.ssh import SHARED_SHELL_WARNING
+
+            print(SHARED_SHELL_WARNING, file=sys.stderr, flush=True)
         defaults = [name for name, given in (("API key", args.api_key or args.keys),
                                              ("inference secret", args.inference_secret))
                     if given is None]
@@ -228,7 +247,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
     try:
         if home is not None:
-            from gpucloud_nb.sandbox.service import serve_home
+            from gpucloud_nb.sandbox.server import serve_home
 
             serve_home(config, home, ready)
         else:
@@ -249,9 +268,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 def _service_action(args: argparse.Namespace) -> int:
     """``start``, ``status``, ``stop``, ``reset --yes`` and ``logs`` of the home's service."""
     from gpucloud_nb.sandbox import service
-    from gpucloud_nb.sandbox.home import default_home, private_dir
+    from gpucloud_nb.sandbox.home import default_home
 
-    home = private_dir(args.home) if args.home is not None else default_home()
+    home = Path(args.home) if args.home is not None else default_home()
     if args.action == "reset" and not args.yes:
         print(f"gpucloud-nb sandbox: reset deletes every instance, volume and timer in {home}; "
               "run `gpucloud-nb sandbox reset --yes` to do it.", file=sys.stderr)
@@ -261,31 +280,46 @@ def _service_action(args: argparse.Namespace) -> int:
         print("\n".join(lines) if lines else f"No sandbox log in {home} yet.")
         return 0
     try:
-        if args.action == "start":
-            runtime = service.find_or_start(home, launch_seconds=args.launch_seconds)
-            print(f"management: {runtime.management_url}")
-            print(f"inference: {runtime.inference_url}")
-            return 0
-        if args.action == "status":
-            return _status(home)
-        if args.action == "stop":
-            stopped = service.stop(home)
-            print(f"Stopped the sandbox service (pid {stopped.pid}); its state stays in {home}."
-                  if stopped else f"No sandbox service is running in {home}.")
-            return 0
-        stopped = service.stop(home)  # reset --yes
-        for suffix in ("", "-wal", "-shm"):
-            (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
-        if stopped is not None:
-            service.find_or_start(home, launch_seconds=stopped.launch_seconds,
-                                  api_key=stopped.api_key,
-                                  inference_secret=stopped.inference_secret)
-        print(f"Emptied the sandbox state in {home}"
-              + (f"; the service runs again at {stopped.management_url}." if stopped else "."))
-        return 0
+        return _act(args.action, home, args.launch_seconds)
     except GPUCloudError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:
+        print(f"gpucloud-nb sandbox: error: {args.action} failed in {home}: "
+              f"{error.strerror or error}.", file=sys.stderr)
+        return 1
+
+
+def _act(action: str, home: Path, launch_seconds: float) -> int:
+    """``start``, ``status``, ``stop`` or ``reset --yes``; raises ``GPUCloudError``/``OSError``."""
+    from gpucloud_nb.sandbox import service
+
+    if action == "start":
+        runtime = service.find_or_start(home, launch_seconds=launch_seconds)
+        print(f"management: {runtime.management_url}")
+        print(f"inference: {runtime.inference_url}")
+        return 0
+    if action == "status":
+        return _status(home)
+    if action == "stop":
+        pid = service.stop(home)
+        print(f"Stopped the sandbox service (pid {pid}); its state stays in {home}."
+              if pid is not None else f"No sandbox service is running in {home}.")
+        return 0
+    before = service.find(home)  # reset --yes: restarted as it was
+    pid = service.stop(home)
+    for suffix in ("", "-wal", "-shm"):
+        (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
+    if pid is None:
+        print(f"Emptied the sandbox state in {home}.")
+        return 0
+    again = service.find_or_start(
+        home, launch_seconds=before.launch_seconds if before else None,
+        api_key=before.api_key if before else None,
+        inference_secret=before.inference_secret if before else None)
+    print(f"Emptied the sandbox state in {home}; the service runs again at "
+          f"{again.management_url}.")
+    return 0
 
 
 def _status(home: Path) -> int:
@@ -295,18 +329,35 @@ def _status(home: Path) -> int:
 
     runtime = service.find(home)
     if runtime is None:
-        print(f"No sandbox service is running in {home}.")
-        return 3
+        pid = service.running_pid(home)
+        if pid is None:
+            print(f"No sandbox service is running in {home}.")
+            return 3
+        print(f"gpucloud-nb sandbox: error: a sandbox service runs in {home} (pid {pid}) but "
+              f"cannot be verified (its runtime file {home / service.RUNTIME_FILE} is missing or "
+              "unreadable, or it does not answer); `gpucloud-nb sandbox stop` stops it.",
+              file=sys.stderr)
+        return 1
     try:
-        status = httpx.get(f"{runtime.management_url}/sandbox/status", timeout=10,
-                           headers={"x-api-key": runtime.api_key}, trust_env=False).json()
+        response = httpx.get(f"{runtime.management_url}/sandbox/status", timeout=10,
+                             headers={"x-api-key": runtime.api_key}, trust_env=False)
+        status = response.json()
     except (httpx.HTTPError, ValueError) as error:
-        print(f"gpucloud-nb sandbox: error: the service did not report its status ({error}).",
+        reason = type(error).__name__ if isinstance(error, httpx.HTTPError) else "not JSON"
+        print(f"gpucloud-nb sandbox: error: the service did not report its status ({reason}).",
+              file=sys.stderr)
+        return 1
+    if response.status_code != 200 or not isinstance(status, dict):
+        what = f"HTTP {response.status_code}" if response.status_code != 200 \
+            else "its answer is JSON but not an object"
+        print(f"gpucloud-nb sandbox: error: the service did not report its status ({what}).",
               file=sys.stderr)
         return 1
     up = int(time.time() - runtime.started_at)
-    counts = status.get("instances") or {}
+    counts = status.get("instances")
+    counts = counts if isinstance(counts, dict) else {}
     shown = ", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "none"
+    spend = status.get("spend")
     print(f"sandbox service: running at {runtime.management_url} (pid {runtime.pid}), "
           f"up {up // 3600}:{up // 60 % 60:02d}:{up % 60:02d}")
     print(f"inference: {runtime.inference_url}")
@@ -314,7 +365,7 @@ def _status(home: Path) -> int:
     print(f"instances: {shown}")
     print(f"volumes: {status.get('volumes', 0)}")
     print(f"auto-delete timers: {status.get('autoDeletes', 0)}")
-    print(f"spend so far: ${float(status.get('spend') or 0):.2f}")
+    print(f"spend so far: {format_price(float(spend) if isinstance(spend, (int, float)) else 0.0)}")
     return 0
 
 

@@ -1,0 +1,189 @@
+"""The SSH keys the client logs in with, found as OpenSSH finds them, and the ``ssh`` command
+that works as printed.
+
+    >>> print(ssh_command("0123abcd", "127.0.0.1", 40122, "ubuntu", None, Path("/k/known_hosts")))
+    ssh -o UserKnownHostsFile=/k/known_hosts -o HostKeyAlias=0123abcd -p 40122 ubuntu@127.0.0.1
+
+- **Keys, in the order they are offered.** An explicit identity first (``ssh_identity=`` of
+  ``GPUCloud``/``connect()``, else the ``GPUCLOUD_SSH_KEY`` environment variable: a private key
+  file), then the keys of a running ssh-agent (``SSH_AUTH_SOCK``), then ``~/.ssh/id_ed25519``,
+  ``~/.ssh/id_ecdsa`` and ``~/.ssh/id_rsa`` (read only; a passphrase-protected file is skipped:
+  add it to the agent), and last a key pair the client generates once in its own directory (never
+  in ``~/.ssh``). The first one is the public key ``create`` sends when none is given.
+- **The printed command** adds ``-i <file> -o IdentitiesOnly=yes`` when the key the instance
+  accepted is one OpenSSH would not find by itself (the explicit identity or the generated key),
+  and always ``-o UserKnownHostsFile=<the client's known_hosts> -o HostKeyAlias=<instance id>``:
+  the client's known_hosts is OpenSSH's format, one ``<instance id> <key>`` line per instance,
+  written the first time the client connects (accept-new), so the command is printed only after
+  that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shlex
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpucloud_nb.errors import InvalidInputError
+
+__all__ = ["DEFAULT_FILES", "Identity", "explicit_identity", "identities", "identities_sync",
+           "own_key", "ssh_command"]
+
+DEFAULT_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+"""The key files OpenSSH (and this client) try without being told."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One key the client can offer: where it comes from, its public half, the key pair."""
+
+    label: str
+    path: Path | None
+    public: str
+    found_by_openssh: bool
+    pair: Any
+
+    @property
+    def fingerprint(self) -> str:
+        """The public key's SHA256 fingerprint, as ``ssh-keygen -l`` shows it."""
+        import asyncssh
+
+        return str(asyncssh.import_public_key(self.public).get_fingerprint())
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.fingerprint})"
+
+
+def explicit_identity(given: str | os.PathLike[str] | None) -> Path | None:
+    """``given``, else ``GPUCLOUD_SSH_KEY``, as a private key file; one sentence if missing."""
+    value = given if given is not None else os.environ.get("GPUCLOUD_SSH_KEY") or None
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        where = "ssh_identity" if given is not None else "GPUCLOUD_SSH_KEY"
+        raise InvalidInputError(f"The SSH key {os.fspath(path)!r} given by {where} is not a "
+                                "file; give the path of a private key such as ~/.ssh/id_ed25519.")
+    return path
+
+
+def own_key(directory: Path) -> Path:
+    """The key pair the client generates once in ``directory`` (its private key's path)."""
+    import asyncssh
+
+    path = directory / "id_ed25519"
+    if not path.exists():
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
+        key.write_private_key(str(path))
+        path.chmod(0o600)
+        key.write_public_key(str(path.with_suffix(".pub")))
+    return path
+
+
+def _from_file(path: Path, found_by_openssh: bool) -> Identity | None:
+    import asyncssh
+
+    try:
+        key = asyncssh.read_private_key(str(path))
+    except (asyncssh.KeyImportError, OSError, ValueError):
+        return None
+    public = key.export_public_key().decode().strip()
+    pair = asyncssh.load_keypairs([key])[0]
+    return Identity(_shown(path), path, public, found_by_openssh, pair)
+
+
+def _shown(path: Path) -> str:
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else os.fspath(path)
+
+
+async def _agent_identities() -> list[Identity]:
+    import asyncssh
+    from asyncssh.public_key import decode_ssh_public_key
+
+    socket = os.environ.get("SSH_AUTH_SOCK")
+    if not socket:
+        return []
+
+    async def listed() -> Any:
+        agent = await asyncssh.connect_agent(socket)
+        if agent is None:
+            return []
+        try:
+            return await agent.get_keys()
+        finally:  # fully closed, a key pair reopens the agent when it signs (on its loop)
+            agent.close()
+            await agent.wait_closed()
+
+    try:
+        pairs = await asyncio.wait_for(listed(), 5)
+    except (OSError, asyncssh.Error, ValueError, asyncio.TimeoutError, TimeoutError):
+        return []
+    found = []
+    for pair in pairs:
+        public = decode_ssh_public_key(pair.public_data)
+        comment = (pair.get_comment() or "").strip()
+        if comment:
+            public.set_comment(comment)
+        text = public.export_public_key().decode().strip()
+        label = f"the ssh-agent's key {comment or public.get_fingerprint()}"
+        found.append(Identity(label, None, text, True, pair))
+    return found
+
+
+async def identities(given: str | os.PathLike[str] | None, own_directory: Path) -> list[Identity]:
+    """Every key the client can offer, in order (see the module docs); never empty."""
+    found: list[Identity] = []
+    explicit = explicit_identity(given)
+    if explicit is not None:
+        identity = _from_file(explicit, False)
+        if identity is None:
+            raise InvalidInputError(f"The SSH key {os.fspath(explicit)!r} cannot be read as a "
+                                    "private key (is it the .pub file, or protected by a "
+                                    "passphrase? Then add it to ssh-agent).")
+        found.append(identity)
+    found += await _agent_identities()
+    for name in DEFAULT_FILES:
+        path = Path(name).expanduser()
+        if path.is_file() and (identity := _from_file(path, True)) is not None:
+            found.append(identity)
+    if explicit is None:
+        own = _from_file(own_key(own_directory), False)
+        if own is not None:
+            found.append(own)
+    unique: dict[str, Identity] = {}
+    for identity in found:
+        unique.setdefault(identity.public.split()[1], identity)
+    return list(unique.values())
+
+
+def identities_sync(given: str | os.PathLike[str] | None,
+                    own_directory: Path) -> list[Identity]:
+    """:func:`identities` from synchronous code (even inside a running event loop)."""
+    return _blocking(identities(given, own_directory))
+
+
+def _blocking(coroutine: Coroutine[Any, Any, list[Identity]]) -> list[Identity]:
+    with concurrent.futures.ThreadPoolExecutor(1, "gpucloud-nb-keys") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def ssh_command(alias: str, host: str, port: int, user: str, identity: Identity | None,
+                known_hosts: Path) -> str:
+    """The ``ssh`` command for a terminal: the key (if OpenSSH would not find it) and the
+    client's known_hosts under ``alias``; every value shell-quoted."""
+    words = ["ssh"]
+    if identity is not None and identity.path is not None and not identity.found_by_openssh:
+        words += ["-i", os.fspath(identity.path), "-o", "IdentitiesOnly=yes"]
+    file = os.fspath(known_hosts)
+    file = f'"{file}"' if any(c.isspace() for c in file) else file  # ssh splits on spaces
+    words += ["-o", f"UserKnownHostsFile={file}", "-o", f"HostKeyAlias={alias}"]
+    if port and port != 22:
+        words += ["-p", str(port)]
+    words.append(f"{user}@{host}" if user else host)
+    return shlex.join(words)
