@@ -1,4 +1,5 @@
-"""A notebook in JupyterLab whose kernel runs on a sandbox instance (``gpucloud-<name>``).
+"""A notebook in JupyterLab whose kernel runs on a sandbox instance (``gpucloud-<name>``), opened
+from a notebook that names the kernelspec, and from the sidebar's "Notebook on this instance".
 
 Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
 starts, and with this checkout on ``PYTHONPATH``, so the provisioner that Lab's kernel manager
@@ -43,11 +44,15 @@ def kernel_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory, ch
     base = tmp_path_factory.mktemp("kernel-lab")
     paths = [str(REPO)] + ([str(kernel_provisioner_entry_point)]
                            if kernel_provisioner_entry_point else [])
+    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
+           "XDG_CONFIG_HOME": str(base / "config"), "PYTHONPATH": os.pathsep.join(paths)}
+    built = REPO / "gpucloud_nb" / "labextension"
+    if (built / "package.json").exists():  # this checkout's sidebar build first on the path
+        (base / "jupyter-path" / "labextensions").mkdir(parents=True)
+        (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
+        env["JUPYTER_PATH"] = str(base / "jupyter-path")
     server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-kernel.log",
-                       env={"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
-                            "XDG_CONFIG_HOME": str(base / "config"),
-                            "PYTHONPATH": os.pathsep.join(paths)})
+                       log_path=ARTIFACTS / "lab-kernel.log", env=env)
     try:
         server.start()
         yield server
@@ -96,4 +101,41 @@ def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
     slider = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-slider")
     expect(slider).to_be_visible(timeout=30_000)
     expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-readout")).to_have_text("7")
+    screenshot(page)
+
+
+def test_notebook_on_this_instance_from_the_sidebar_runs_there_and_renders_a_slider(
+        box: Sandbox, kernel_lab: Lab, screenshot) -> None:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        offer = next(o for o in cloud.instances.offers(available=True)
+                     if o.deployment_type == "vm")
+        instance = cloud.instances.create(
+            name="sidebar-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+            ssh_key=default_public_key(None))
+        cloud.instances.wait_until_active(instance.id, timeout=30)
+
+    nbformat.write(new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}),
+        kernel_lab.root / "start.ipynb")
+    page = kernel_lab.open("start.ipynb")
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpucloud-sidebar"]').click()
+    button = page.locator(f'[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-notebook')
+    expect(button).to_be_enabled(timeout=30_000)
+    button.click()
+
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    expect(panel.locator(".jp-KernelName")).to_contain_text("Python 3 on sidebar-kernel",
+                                                            timeout=30_000)
+    expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute(
+        "data-status", "idle", timeout=60_000)
+    panel.locator(".jp-Cell .cm-content").first.click()
+    page.keyboard.type("import os, ipywidgets; print('on', os.environ['GPUCLOUD_INSTANCE_ID']); "
+                       "ipywidgets.IntSlider(value=5, description='epochs')")
+    page.keyboard.press("Shift+Enter")
+
+    expect(panel.locator(".jp-OutputArea-output").first).to_contain_text(f"on {instance.id}",
+                                                                          timeout=30_000)
+    expect(panel.locator(".widget-slider")).to_be_visible(timeout=30_000)
+    expect(panel.locator(".widget-readout")).to_have_text("5")
     screenshot(page)
