@@ -56,6 +56,13 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/
 
+``%gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]``
+    Install the kernelspec ``gpucloud-<name>`` whose kernel runs on the instance (INSTANCE is
+    an id or a name; ``cloud.instances.install_kernel``), and say how to switch to it. With
+    ``--delete-on-shutdown`` the instance is deleted when that kernel shuts down::
+
+        %gpucloud kernel train-1
+
 ``%gpucloud spend [--all]``
     Spend so far as a DataFrame (``cloud.spend()``), shown with a total row; deleted instances
     are shown only with ``--all`` (the total counts them either way)::
@@ -379,6 +386,18 @@ class GPUCloudMagics(Magics):
         cloud.instances.delete(instance.id)
         _say(f"Deleted instance {label}; {fate}.")
         return None
+
+    def _kernel(self, args: argparse.Namespace) -> str:
+        name = self.cloud.instances.install_kernel(
+            args.instance, display_name=args.display_name,
+            on_shutdown="delete" if args.delete_on_shutdown else "keep")
+        from gpucloud_nb.kernel.spec import display_name_of
+
+        fate = (" When that kernel shuts down, the instance is deleted."
+                if args.delete_on_shutdown else "")
+        _say(f"Installed kernel {name}: choose Kernel → Change Kernel → "
+             f"“{display_name_of(name)}” to run this notebook on the instance.{fate}")
+        return name
 
     # ------------------------------------------------------------------ widgets
 

@@ -24,7 +24,7 @@ __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown",
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "volumes")
+            "kernel", "volumes")
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -102,6 +102,7 @@ commands (each has its own --help):
   %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
   %gpucloud put LOCAL INSTANCE:REMOTE
   %gpucloud get INSTANCE:REMOTE LOCAL
+  %gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
 Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
@@ -175,6 +176,14 @@ def _parser() -> _Parser:
                    help="the inference instance's URL; its secret is asked for")
     p.add_argument("--model", metavar="MODEL", help="the model identifier (default: the first)")
     p.set_defaults(handler="chat")
+
+    p = _sub(commands, "kernel", "Install a notebook kernel that runs on the instance "
+             "(then Kernel → Change Kernel).", "%gpucloud kernel train-1 --delete-on-shutdown")
+    p.add_argument("instance", metavar="INSTANCE", help="the instance's _id or name")
+    p.add_argument("--delete-on-shutdown", action="store_true",
+                   help="delete the instance when the kernel shuts down")
+    p.add_argument("--display-name", metavar="NAME", help="the name in the kernel menu")
+    p.set_defaults(handler="kernel")
 
     p = _sub(commands, "spend", "Spend so far as a DataFrame, with a total row.", "%gpucloud spend")
     p.add_argument("--all", action="store_true", help="show deleted instances too")

@@ -17,7 +17,10 @@ are in the repository's root ``conftest.py`` (so ``pytest notebooks/...`` has th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -121,3 +124,34 @@ def observer(sandbox: Sandbox) -> Iterator[GPUCloud]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the browser tests last: they are the slowest, and they start Playwright."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+PROVISIONERS = "jupyter_client.kernel_provisioners"
+
+
+@pytest.fixture(scope="session")
+def kernel_provisioner_entry_point(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
+    """The provisioner's entry point as pyproject.toml declares it, also for a checkout whose
+    editable install predates it.
+
+    ``pip install -e .`` registers it (CI); an older install does not, so the same lines are read
+    from pyproject.toml and put on ``sys.path`` as a dist-info of their own; the fixture's value
+    is then that folder (for a subprocess's ``PYTHONPATH``), else ``None``.
+    """
+    if any(ep.name == "gpucloud-provisioner" for ep in entry_points(group=PROVISIONERS)):
+        yield None
+        return
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    section = text.split(f'[project.entry-points."{PROVISIONERS}"]', 1)[1].split("\n[", 1)[0]
+    lines = [line.replace('"', "").replace(" = ", "=") for line in section.strip().splitlines()
+             if "=" in line]
+    folder = tmp_path_factory.mktemp("entry-point")
+    info = folder / "gpucloud_nb_provisioner_entry-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpucloud-nb-provisioner-entry\n"
+                                   "Version: 0\n")
+    (info / "entry_points.txt").write_text(f"[{PROVISIONERS}]\n" + "\n".join(lines) + "\n")
+    sys.path.insert(0, str(folder))
+    yield folder
+    sys.path.remove(str(folder))

@@ -524,3 +524,20 @@ def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_co
     # the idle poll. The stamp only brings lists forward, so a window holds no more than that.
     assert 2 <= len(lists) <= window / fast + 1
     assert all(b - a >= 1.0 - 0.2 for a, b in itertools.pairwise(lists))
+
+
+def test_notebook_on_this_instance_installs_its_kernelspec(api: httpx.Client,
+                                                           cloud: GPUCloud) -> None:
+    instance_id = launch(cloud, "lab kernel box")
+    cloud.instances.wait_until_active(instance_id, timeout=30)
+    details = cloud.instances.get(instance_id)
+    answer = api.post(f"/gpucloud/instances/{instance_id}/kernel")
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "name": "gpucloud-lab-kernel-box",
+        "displayName": f"Python 3 on lab kernel box · {details.gpu_model} × {details.gpu_count}"}
+    missing = api.post("/gpucloud/instances/no-such-instance/kernel")
+    assert missing.status_code == 404
+    assert missing.json()["message"] == ("Instance no-such-instance not found: no instance has "
+                                         "that id or name.")
+    assert_no_secret(answer.text + missing.text)

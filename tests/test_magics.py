@@ -1021,3 +1021,23 @@ def test_launch_with_a_budget_prefills_the_forms_budget_and_the_launch_keeps_it(
         sentence = _one_sentence(magic(f"launch {offer.instance_id} --budget {bad}"))
         assert sentence == (f"%gpucloud launch: argument --budget: {bad!r} is not a positive "
                             "number of dollars; try %gpucloud launch --help")
+
+
+def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
+        magic: Magic, ssh_cloud: GPUCloud, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+        kernel_provisioner_entry_point: Any) -> None:
+    import json
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    instance = _active(ssh_cloud, "kernel box")
+    run = magic("kernel 'kernel box' --delete-on-shutdown")
+    assert run.value == "gpucloud-kernel-box"
+    assert run.out == (
+        "Installed kernel gpucloud-kernel-box: choose Kernel → Change Kernel → “Python 3 on "
+        f"kernel box · {instance.gpu_model} × {instance.gpu_count}” to run this notebook on the "
+        "instance. When that kernel shuts down, the instance is deleted.\n")
+    spec = json.loads((tmp_path / "jupyter" / "kernels" / "gpucloud-kernel-box" /
+                       "kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"]["config"]["on_shutdown"] == "delete"
+    assert _one_sentence(magic("kernel nope")) == (
+        "Instance nope not found: no instance has that id or name.")

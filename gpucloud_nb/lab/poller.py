@@ -151,6 +151,16 @@ class Poller:
                     row["status"] = "deleting"
         self.nudge()
 
+    async def install_kernel(self, instance_id: str) -> dict[str, str]:
+        """Install the kernelspec that runs a notebook on ``instance_id``; its name and title."""
+        from gpucloud_nb.kernel.spec import display_name_of
+
+        cloud = await self._client()
+        name = await cloud.instances.install_kernel(instance_id)
+        title = await asyncio.get_running_loop().run_in_executor(self._thread, display_name_of,
+                                                                 name)
+        return {"name": name, "displayName": title}
+
     def scrub(self, text: str) -> str:
         """``text`` with the client's key (and the sandbox's secret) masked."""
         return text if self._cloud is None else self._cloud.scrub(text)
@@ -192,6 +202,7 @@ class Poller:
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, cloud.auto_delete.deadlines)
             await self._learn_ssh(cloud, instances)
+            await self._forget_kernels(cloud, instances)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
             message = (str(error) if isinstance(error, GPUCloudError)
@@ -200,6 +211,15 @@ class Poller:
             self._snapshot = {**old, "error": self.scrub(message),
                               "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
+
+    async def _forget_kernels(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
+        """Remove the kernelspecs of this cloud whose instance is gone (deleted or deleting)."""
+        from gpucloud_nb.kernel.spec import remove_stale
+
+        statuses = {instance.id: instance.status for instance in instances}
+        kind = "sandbox" if cloud.is_sandbox else "cloud"
+        await asyncio.get_running_loop().run_in_executor(self._thread, remove_stale, kind,
+                                                         statuses.get)
 
     async def _learn_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
         """The working ssh command of each newly active instance, once (it connects once)."""

@@ -27,7 +27,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     settings: ISettingRegistry | null
   ) => {
     const model = new GpuCloudModel();
-    const sidebar = new GpuCloudSidebar(model);
+    // "Notebook on this instance": a new notebook in the file browser's folder, on the
+    // instance's kernel (the kernelspec the server extension just installed).
+    // The front end lists kernelspecs from a cache: refresh it so the new one is known.
+    const sidebar = new GpuCloudSidebar(model, async kernelName => {
+      await app.serviceManager.kernelspecs.refreshSpecs();
+      return app.commands.execute('notebook:create-new', { kernelName });
+    });
     app.shell.add(sidebar, 'left', { rank: 850 });
 
     if (statusBar) {

@@ -77,6 +77,14 @@ export class GpuCloudModel {
   }
 
   /** Delete `id` in the cloud, then re-read the snapshot. */
+  /** Install the kernelspec that runs a notebook on instance `id`; its name and title. */
+  async installKernel(id: string): Promise<{ name: string; displayName: string }> {
+    return requestAPI<{ name: string; displayName: string }>(
+      `instances/${encodeURIComponent(id)}/kernel`,
+      { method: 'POST' }
+    );
+  }
+
   async remove(id: string): Promise<void> {
     await requestAPI(`instances/${encodeURIComponent(id)}`, { method: 'DELETE' });
     await this.refresh();

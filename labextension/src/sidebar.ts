@@ -28,9 +28,10 @@ function el<K extends keyof HTMLElementTagNameMap>(
  * (`[data-gpucloud-instance=ID]`), totals, a SANDBOX badge, and empty, loading and error states.
  */
 export class GpuCloudSidebar extends Widget {
-  constructor(model: GpuCloudModel) {
+  constructor(model: GpuCloudModel, openNotebook?: (kernelName: string) => Promise<unknown>) {
     super();
     this.model = model;
+    this._openNotebook = openNotebook ?? null;
     this.id = 'gpucloud-sidebar';
     this.addClass('gpucloud-Sidebar');
     this.title.icon = chipIcon;
@@ -146,6 +147,13 @@ export class GpuCloudSidebar extends Widget {
       ssh.title = row.sshCommand ? `Copy: ${row.sshCommand}` : 'No address yet';
       const del = node.querySelector('.gpucloud-Row-delete') as HTMLButtonElement;
       del.disabled = row.status === 'deleting';
+      const notebook = node.querySelector('.gpucloud-Row-notebook') as HTMLButtonElement;
+      notebook.hidden = this._openNotebook === null;
+      notebook.disabled = row.status !== 'active';
+      notebook.title =
+        row.status === 'active'
+          ? `A new notebook whose kernel runs on ${row.name || row.id}`
+          : 'Once the instance is active';
     }
   }
 
@@ -159,9 +167,11 @@ export class GpuCloudSidebar extends Widget {
     const bottom = el('div', 'gpucloud-Row-line gpucloud-Row-detail');
     const ssh = el('button', 'jp-Button jp-mod-minimal gpucloud-Row-ssh', 'Copy SSH');
     ssh.addEventListener('click', () => this._copySsh(id));
+    const notebook = el('button', 'jp-Button jp-mod-minimal gpucloud-Row-notebook', 'Notebook on this instance');
+    notebook.addEventListener('click', () => void this._notebookOn(id));
     const del = el('button', 'jp-Button jp-mod-minimal gpucloud-Row-delete', 'Delete');
     del.addEventListener('click', () => void this._confirmDelete(id));
-    bottom.append(el('span', 'gpucloud-Row-countdown'), ssh, del);
+    bottom.append(el('span', 'gpucloud-Row-countdown'), notebook, ssh, del);
     node.append(top, middle, bottom);
     return node;
   }
@@ -174,6 +184,21 @@ export class GpuCloudSidebar extends Widget {
     const row = this._find(id);
     if (row?.sshCommand) {
       Clipboard.copyToSystem(row.sshCommand);
+    }
+  }
+
+  /** Install the instance's kernelspec and open a new notebook on it. */
+  private async _notebookOn(id: string): Promise<void> {
+    const name = this._find(id)?.name || id;
+    try {
+      const kernel = await this.model.installKernel(id);
+      await this._openNotebook?.(kernel.name);
+    } catch (error) {
+      await showDialog({
+        title: `No notebook on ${name}`,
+        body: error instanceof Error ? error.message : String(error),
+        buttons: [Dialog.okButton()]
+      });
     }
   }
 
@@ -218,4 +243,5 @@ export class GpuCloudSidebar extends Widget {
   private _list: HTMLElement;
   private _note: HTMLElement;
   private _rows = new Map<string, HTMLLIElement>();
+  private _openNotebook: ((kernelName: string) => Promise<unknown>) | null;
 }

@@ -61,6 +61,7 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
     assert_type(cloud.sandbox, SandboxHandle | None)
     assert_type(cloud.close(), None)
+    assert_type(cloud.instances.install_kernel("x", on_shutdown="delete"), str)
     assert_type(cloud.volumes.offers(), list[VolumeOffer])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Volume)
@@ -108,6 +109,7 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractAsyncContextManager[str])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True),
                 Coroutine[Any, Any, None])
+    assert_type(cloud.instances.install_kernel("x"), Coroutine[Any, Any, str])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Coroutine[Any, Any, Volume])
     assert_type(cloud.is_sandbox, bool)

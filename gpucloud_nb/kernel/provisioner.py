@@ -1,0 +1,566 @@
+"""``GPUCloudProvisioner``: a Jupyter kernel provisioner that runs the kernel on an instance.
+
+JupyterLab (or nbclient, or ``jupyter_client.KernelManager``) starts a kernelspec written by
+:func:`gpucloud_nb.kernel.spec.install`; its ``kernel_provisioner`` stanza names this class
+(entry point ``gpucloud-provisioner``) and the instance id:
+
+    >>> from jupyter_client.manager import KernelManager  # doctest: +SKIP
+    >>> km = KernelManager(kernel_name="gpucloud-train-1"); km.start_kernel(cwd="project")  # doctest: +SKIP
+
+Everything goes through the package's one SSH layer (:mod:`gpucloud_nb.client.remote`, asyncssh,
+on the client's background loop):
+
+1. The instance must exist and be active (a pending one is waited for, with progress in the
+   log); a deleted one is one sentence.
+2. ``python3`` must be there; if ``import ipykernel`` fails, ``python3 -m pip install --user
+   ipykernel ipywidgets`` runs with its output in the log, or one sentence says why not.
+3. The notebook's folder is copied to ``~/<folder name>`` (:mod:`gpucloud_nb.kernel.sync`).
+4. A connection file with the session key and ports 0 is written over SFTP (mode 0600) to
+   ``~/.local/share/jupyter/runtime/gpucloud-kernel-<kernel id>.json``; ``python3 -m
+   ipykernel_launcher -f <file>`` starts under ``nohup``, detached, with its output in a ``.log``
+   next to it, so it outlives a dropped SSH connection. The kernel binds free ports and writes
+   them back into the file, where the provisioner reads them.
+5. Five loopback listeners on free local ports carry each TCP connection to the kernel's port
+   over an SSH channel (``direct-tcpip``). They belong to the provisioner, not to the SSH
+   connection: when the connection drops, the next TCP connection (ZeroMQ reconnects by itself)
+   opens a new SSH connection, so the kernel, its variables and the local ports all survive.
+   (A request sent in the very instant the connection drops is lost, as through any tunnel;
+   the next one goes through.)
+
+Choices (the issue leaves them open):
+
+- **Credentials.** The kernelspec holds no secret: the sandbox's client is found with
+  :func:`gpucloud_nb.connect` (``GPUCLOUD_SANDBOX_HOME`` as the server sees it), the real cloud's
+  with ``GPUCLOUD_API_KEY`` / ``GPUCLOUD_BASE_URL`` from the Jupyter server's environment.
+- **Poll and signals.** ``poll`` is ``kill -0 <pid>`` over SSH; while SSH is down the kernel is
+  taken as alive unless the cloud says the instance is gone. ``interrupt`` sends SIGINT to the
+  kernel's process only (IPython stops the child processes of ``!`` commands itself);
+  ``terminate`` and ``kill`` send SIGTERM and SIGKILL.
+- **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
+  logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
+  A failed start is one sentence, leaves no process and no listener, and keeps the instance.
+- **Cleanup.** Removes the remote connection file and log, closes the listeners and the client;
+  with ``on_shutdown="delete"`` it then deletes the instance and logs that the cloud confirms it
+  (``deleting`` or ``deleted``). A restart keeps the listeners and their local ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import signal
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from jupyter_client.provisioning import KernelProvisionerBase
+from traitlets import CaselessStrEnum, Float, Unicode
+
+from gpucloud_nb.errors import (
+    GPUCloudError,
+    InvalidInputError,
+    NotFoundError,
+)
+from gpucloud_nb.kernel import sync
+
+if TYPE_CHECKING:
+    import asyncssh
+    from jupyter_client.connect import KernelConnectionInfo
+
+    from gpucloud_nb.client.management import GPUCloud
+    from gpucloud_nb.client.remote import Remote
+    from gpucloud_nb.models import InstanceDetails
+
+__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
+
+#: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
+RUNTIME_DIR = ".local/share/jupyter/runtime"
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+_REQUESTS = ("shell_port", "stdin_port", "control_port")
+_START_TIMEOUT = 60.0
+
+
+class KernelStartError(GPUCloudError):
+    """The kernel could not start on the instance (no python3, no ipykernel, it exited)."""
+
+
+class GPUCloudProvisioner(KernelProvisionerBase):
+    """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs)."""
+
+    instance_id = Unicode("", help="The id of the instance the kernel runs on.").tag(config=True)
+    instance_name = Unicode("", help="Its name, for messages.").tag(config=True)
+    cloud = CaselessStrEnum(["sandbox", "cloud"], default_value="sandbox",
+                            help="Which cloud the instance is in.").tag(config=True)
+    on_shutdown = CaselessStrEnum(["keep", "delete"], default_value="keep",
+                                  help="What happens to the instance when the kernel shuts "
+                                       "down.").tag(config=True)
+    wait_seconds = Float(600.0, help="How long to wait for a pending instance.").tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._client: GPUCloud | None = None
+        self._remote: Remote | None = None
+        self._details: InstanceDetails | None = None
+        self._forwards: _Forwards | None = None
+        self._pid: int | None = None
+        self._exit: int | None = None
+        self._cwd: str | None = None
+        self._file = ""
+
+    # -- what jupyter_client asks --------------------------------------------------------------
+
+    @property
+    def has_process(self) -> bool:
+        """True while a kernel started by this provisioner may be running on the instance."""
+        return self._pid is not None
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Keep the notebook's folder; the command is the kernelspec's ``argv``."""
+        kwargs.pop("extra_arguments", None)
+        cwd = kwargs.pop("cwd", None)
+        self._cwd = None if cwd is None else str(cwd)
+        return await super().pre_launch(cmd=list(self.kernel_spec.argv), **kwargs)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """Start the kernel on the instance and return local connection info (see the module)."""
+        try:
+            return await self._launch(cmd)
+        except BaseException:  # nothing left behind: no process, no listener, no client
+            with contextlib.suppress(Exception):
+                if self._pid is not None:
+                    await self.kill()
+                self._pid = None
+                await self._close(delete=False)
+            raise
+
+    async def _launch(self, cmd: list[str]) -> KernelConnectionInfo:
+        remote, details = await self._reach()
+        self._exit = None
+        await self._ensure_ipykernel(remote, details)
+        folder = ""
+        if self._cwd is not None:
+            folder = sync.remote_folder(self._cwd)
+            found = sync.plan(self._cwd, sync.cap_bytes())
+            await self._on_loop(sync.upload(await self._on_loop(self.ssh_connection()), found,
+                                            folder, self._say))
+        if self._forwards is None:
+            self._forwards = _Forwards(self)
+            await self._on_loop(self._forwards.open())
+        key = self._session_key()
+        self._file = f"{RUNTIME_DIR}/gpucloud-kernel-{self.kernel_id or uuid.uuid4()}.json"
+        remote_info: dict[str, Any] = {
+            "transport": "tcp", "ip": "127.0.0.1", "key": key, "signature_scheme": "hmac-sha256",
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+            **dict.fromkeys(PORT_NAMES, 0),  # the kernel binds free ports and writes them here
+        }
+        await self._on_loop(self._write_file(json.dumps(remote_info)))
+        self._pid = await self._start(cmd, folder)
+        ports = await self._ports()
+        self._forwards.point([ports[name] for name in PORT_NAMES])
+        self._say(f"Kernel started on instance {self._label()} (pid {self._pid}, in "
+                  f"~/{folder}).")
+        local = self._forwards.ports
+        info: dict[str, Any] = {"transport": "tcp", "ip": "127.0.0.1", "key": key.encode(),
+                                "signature_scheme": "hmac-sha256"}
+        info.update({name: local[i] for i, name in enumerate(PORT_NAMES)})
+        self.connection_info = info  # type: ignore[assignment]
+        return self.connection_info
+
+    async def poll(self) -> int | None:
+        """``None`` while the kernel runs, else an exit code (1 when it is simply gone)."""
+        if self._pid is None:
+            return self._exit if self._exit is not None else 0
+        try:
+            result = await self._sh(f"kill -0 {self._pid} 2>/dev/null && echo alive || echo gone",
+                                    timeout=10)
+        except (GPUCloudError, OSError, asyncio.TimeoutError, _ssh_errors()):
+            return 1 if await self._instance_gone() else None
+        if "alive" in result.stdout:
+            return None
+        self._exit = 1
+        return 1
+
+    async def wait(self) -> int | None:
+        """Wait until the kernel is gone; its exit code."""
+        while (status := await self.poll()) is None:
+            await asyncio.sleep(0.1)
+        self._pid = None
+        return status
+
+    async def send_signal(self, signum: int) -> None:
+        """Send ``signum`` (e.g. SIGINT to interrupt) to the kernel's process on the instance."""
+        if self._pid is not None:
+            await self._sh(f"kill -{int(signum)} {self._pid} 2>/dev/null", timeout=10)
+
+    async def kill(self, restart: bool = False) -> None:
+        """SIGKILL the kernel."""
+        with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError):
+            await self.send_signal(signal.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:
+        """SIGTERM the kernel."""
+        with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError):
+            await self.send_signal(signal.SIGTERM)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Remove the remote files; unless restarting, close the forwards, then keep or delete."""
+        if restart:
+            if self._file and self._remote is not None:
+                with contextlib.suppress(Exception):
+                    await self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10)
+            self._file = ""
+        else:
+            await self._close(delete=self.on_shutdown == "delete")
+
+    async def _close(self, delete: bool) -> None:
+        if self._file and self._remote is not None:
+            stem = self._file[:-len(".json")]
+            with contextlib.suppress(Exception):
+                await self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)} "
+                               f"\"$HOME\"/{shlex.quote(stem + '.log')}", timeout=10)
+        self._file = ""
+        if self._forwards is not None and self._remote is not None:
+            with contextlib.suppress(Exception):
+                await self._on_loop(self._forwards.close())
+        self._forwards = None
+        client, self._client, self._remote = self._client, None, None
+        if client is None:
+            return
+        try:
+            if delete:
+                await asyncio.to_thread(self._delete, client)
+        finally:
+            await asyncio.to_thread(client.close)
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        """Copying files and installing ipykernel take longer than a local start."""
+        return max(recommended, _START_TIMEOUT)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        self.log.info("gpucloud-nb: %s", line)
+
+    def _label(self) -> str:
+        name = self.instance_name or (self._details.name if self._details else "")
+        return f"{name} ({self.instance_id})" if name else self.instance_id
+
+    def _session_key(self) -> str:
+        session = getattr(self.parent, "session", None)
+        key = getattr(session, "key", b"") or b""
+        return key.decode() if isinstance(key, bytes) and key else str(uuid.uuid4())
+
+    def _new_client(self) -> GPUCloud:
+        if self.cloud == "sandbox":
+            from gpucloud_nb._connect import connect
+
+            return connect(sandbox=True, quiet=True)
+        from gpucloud_nb.client.management import GPUCloud
+
+        try:
+            return GPUCloud()
+        except InvalidInputError:
+            raise InvalidInputError(
+                f"Instance {self._label()} is on the cloud and this Jupyter server has no "
+                "GPUCLOUD_API_KEY; set it (and GPUCLOUD_BASE_URL) before starting Jupyter."
+            ) from None
+
+    async def _reach(self) -> tuple[Remote, InstanceDetails]:
+        if not self.instance_id:
+            raise InvalidInputError("This kernelspec names no instance; install it again with "
+                                    "cloud.instances.install_kernel(...).")
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._new_client)
+        client = self._client
+        try:
+            details = await asyncio.to_thread(client.instances.get, self.instance_id)
+        except NotFoundError:
+            raise InvalidInputError(self._gone_sentence("no longer exists")) from None
+        if details.status in ("deleting", "deleted"):
+            raise InvalidInputError(self._gone_sentence(f"is {details.status}"))
+        if details.status == "pending":
+            self._say(f"Instance {self._label()} is pending; waiting until it is active…")
+
+            def progress(current: InstanceDetails, elapsed: float) -> None:
+                self._say(f"  still {current.status} after {elapsed:.0f} s")
+
+            details = await asyncio.to_thread(client.instances.wait_until_active,
+                                              self.instance_id, timeout=self.wait_seconds,
+                                              on_progress=progress)
+        remote, details = await asyncio.to_thread(client.instances.ssh, self.instance_id)
+        self._remote, self._details = remote, details
+        return remote, details
+
+    def _gone_sentence(self, what: str) -> str:
+        return (f"Instance {self._label()} {what}, so this kernel cannot start; pick another "
+                "kernel, or install one for an active instance with %gpucloud kernel NAME.")
+
+    async def _instance_gone(self) -> bool:
+        client = self._client
+        if client is None:
+            return True
+        try:
+            details = await asyncio.to_thread(client.instances.get, self.instance_id)
+        except NotFoundError:
+            return True
+        except GPUCloudError:
+            return False
+        return details.status in ("deleting", "deleted", "failed")
+
+    def _delete(self, client: GPUCloud) -> None:
+        try:
+            client.instances.delete(self.instance_id)
+            status = client.instances.get(self.instance_id).status
+        except NotFoundError:
+            status = "deleted"
+        self._say(f"Instance {self._label()} is {status}: the kernel shut down with "
+                  "on_shutdown='delete'.")
+
+    async def _on_loop(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the SSH layer's loop (where the connections live)."""
+        assert self._remote is not None
+        return await asyncio.wrap_future(self._remote.submit(coroutine))
+
+    async def ssh_connection(self) -> asyncssh.SSHClientConnection:
+        """The SSH connection (on the SSH loop), reopened once for all callers after a drop."""
+        assert self._remote is not None and self._details is not None
+        if self._forwards is None:
+            return await self._remote.connection(self._details)
+        async with self._forwards.lock():
+            return await self._remote.connection(self._details)
+
+    async def _sh(self, command: str, timeout: float | None = None) -> Any:
+        assert self._remote is not None and self._details is not None
+        remote, details = self._remote, self._details
+
+        async def run() -> Any:
+            await self.ssh_connection()
+            return await remote.run_async(details, command, timeout=timeout)
+
+        return await self._on_loop(run())
+
+    async def _ensure_ipykernel(self, remote: Remote, details: InstanceDetails) -> None:
+        check = ("python3 -c 'import sys' >/dev/null 2>&1 || exit 3; "
+                 "python3 -c 'import ipykernel' >/dev/null 2>&1 || exit 4")
+        status = (await self._sh(check, timeout=60)).exit_status
+        if status == 3:
+            raise KernelStartError(f"Instance {self._label()} has no working python3, so it cannot "
+                                   "run a notebook kernel; use an image with Python 3.")
+        if status != 4:
+            return
+        self._say(f"Installing ipykernel and ipywidgets on instance {self._label()} "
+                  "(pip install --user)…")
+        lines: list[str] = []
+
+        def seen(line: str) -> None:
+            lines.append(line)
+            self._say("  " + line)
+
+        async def install() -> Any:
+            await self.ssh_connection()
+            return await remote.run_async(
+                details, "python3 -m pip install --user --progress-bar off ipykernel ipywidgets",
+                timeout=900, on_output=seen)
+
+        result = await self._on_loop(install())
+        if result.exit_status != 0:
+            raise KernelStartError(f"Could not install ipykernel on instance {self._label()}: "
+                                   f"{_why_pip_failed(lines)}.")
+
+    async def _write_file(self, text: str) -> None:
+        import asyncssh
+
+        connection = await self.ssh_connection()
+        async with connection.start_sftp_client() as sftp:
+            await sftp.makedirs(RUNTIME_DIR, exist_ok=True)
+            attrs = asyncssh.SFTPAttrs(permissions=0o600)
+            async with sftp.open(self._file, "w", attrs) as file:
+                await file.write(text)
+
+    async def _read_file(self) -> dict[str, Any]:
+        connection = await self.ssh_connection()
+        async with connection.start_sftp_client() as sftp, sftp.open(self._file, "r") as file:
+            data: dict[str, Any] = json.loads(await file.read())
+            return data
+
+    async def _start(self, cmd: list[str], folder: str) -> int:
+        place = "\"$HOME\"/" + shlex.quote(folder) if folder else "\"$HOME\""
+        connection_file = "\"$HOME\"/" + shlex.quote(self._file)
+        log = "\"$HOME\"/" + shlex.quote(self._file[:-len(".json")] + ".log")
+        argv = " ".join(connection_file if part == "{connection_file}" else shlex.quote(part)
+                        for part in cmd)
+        command = (f"mkdir -p {place} && cd {place} && "
+                   f"nohup {argv} >{log} 2>&1 </dev/null & echo $!")
+        result = await self._sh(command, timeout=30)
+        try:
+            return int(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise KernelStartError(f"The kernel did not start on instance {self._label()}: "
+                                   f"{(result.stderr or result.stdout).strip()[:200]}.") from None
+
+    async def _ports(self) -> dict[str, int]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _START_TIMEOUT
+        checks = 0
+        while loop.time() < deadline:
+            with contextlib.suppress(Exception):
+                info = await self._on_loop(self._read_file())
+                ports = {name: int(info.get(name) or 0) for name in PORT_NAMES}
+                if all(ports.values()):
+                    return ports
+            checks += 1
+            if checks % 10 == 0 and await self.poll() is not None:
+                self._pid = None
+                tail = await self._sh(f"tail -n 5 \"$HOME\"/"
+                                      f"{shlex.quote(self._file[:-len('.json')] + '.log')}")
+                last = [line for line in tail.stdout.splitlines() if line.strip()]
+                raise KernelStartError(f"The kernel on instance {self._label()} exited while "
+                                       f"starting: {last[-1] if last else 'no output'}.")
+            await asyncio.sleep(0.1)
+        raise KernelStartError(f"The kernel on instance {self._label()} did not open its ports "
+                               f"within {_START_TIMEOUT:.0f} s.")
+
+
+def _ssh_errors() -> type[Exception]:
+    import asyncssh
+
+    return asyncssh.Error
+
+
+def _why_pip_failed(lines: list[str]) -> str:
+    text = "\n".join(lines).lower()
+    if "no module named pip" in text:
+        return "it has no pip (install python3-pip)"
+    if any(word in text for word in ("network is unreachable", "connection refused",
+                                     "temporary failure in name resolution",
+                                     "could not find a version")):
+        return "it cannot reach the package index (no network?)"
+    last = [line.strip() for line in lines if line.strip()]
+    return last[-1] if last else "pip failed without a message"
+
+
+class _Forwards:
+    """Five local listeners whose connections go to the kernel's ports over SSH channels.
+
+    Everything here runs on the SSH layer's loop. The listeners outlive SSH connections: each
+    accepted connection asks for the current SSH connection (reopened after a drop).
+
+    IOPub is publish/subscribe: what the kernel publishes before a subscriber's connection is
+    back is lost, so a cell sent right after a reconnect or a restart would never show its
+    output. Requests (shell, control, stdin) therefore wait, up to 5 s, until a live IOPub
+    connection over the same SSH connection has heard from the kernel (its handshake) and 50 ms
+    more, by which time the client's subscription has gone out ahead of them on that SSH
+    connection.
+    """
+
+    def __init__(self, owner: GPUCloudProvisioner) -> None:
+        self.owner = owner
+        self.servers: list[asyncio.base_events.Server] = []
+        self.targets: list[int] = [0] * len(PORT_NAMES)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.writers: set[Any] = set()
+        self._lock: asyncio.Lock | None = None
+        # The live IOPub connection that has heard from the kernel: (its token, the SSH
+        # connection under it, when the kernel first spoke on it).
+        self._iopub: tuple[object, Any, float] | None = None
+
+    def lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(server.sockets[0].getsockname()[1]) for server in self.servers]
+
+    async def open(self) -> None:
+        for index in range(len(PORT_NAMES)):
+            server = await asyncio.start_server(self._handler(index), "127.0.0.1", 0)
+            self.servers.append(server)
+
+    def point(self, ports: list[int]) -> None:
+        self.targets = list(ports)
+
+    def _handler(self, index: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                               Any]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self.tasks.add(task)
+            self.writers.add(writer)
+            try:
+                await self._carry(index, reader, writer)
+            except asyncio.CancelledError:  # closed by cleanup
+                pass
+            finally:
+                self.writers.discard(writer)
+                if task is not None:
+                    self.tasks.discard(task)
+                writer.close()
+
+        return handle
+
+    async def _carry(self, index: int, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        port = self.targets[index]
+        if not port:
+            return
+        channel = PORT_NAMES[index]
+        try:
+            connection = await self.owner.ssh_connection()
+            if channel in _REQUESTS:
+                await self._subscribed(connection)
+            ssh_reader, ssh_writer = await connection.open_connection("127.0.0.1", port)
+        except Exception:  # the instance is unreachable now; ZeroMQ will try again
+            await asyncio.sleep(0.2)
+            return
+        loop = asyncio.get_running_loop()
+        token = object()  # this IOPub connection
+
+        def heard() -> None:
+            if self._iopub is None or self._iopub[0] is not token:
+                self._iopub = (token, connection, loop.time())
+
+        async def pipe(source: Any, sink: Any, on_data: Callable[[], None] | None) -> None:
+            try:
+                while data := await source.read(65536):
+                    if on_data is not None:
+                        on_data()
+                    sink.write(data)
+                    await sink.drain()
+            except Exception:  # either side went away
+                pass
+            finally:
+                with contextlib.suppress(Exception):
+                    sink.close()
+
+        try:
+            await asyncio.gather(pipe(reader, ssh_writer, None),
+                                 pipe(ssh_reader, writer, heard if channel == "iopub_port" else None))
+        finally:
+            if self._iopub is not None and self._iopub[0] is token:
+                self._iopub = None
+
+    async def _subscribed(self, connection: Any) -> None:
+        """Wait (up to 5 s) until IOPub over ``connection`` is back (see the class docs)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while loop.time() < deadline:
+            if (self._iopub is not None and self._iopub[1] is connection
+                    and loop.time() - self._iopub[2] >= 0.05):
+                return
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        for writer in list(self.writers):
+            writer.close()
+        for task in list(self.tasks):
+            task.cancel()
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2)
+        self.servers.clear()

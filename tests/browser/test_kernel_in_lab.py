@@ -1,0 +1,141 @@
+"""A notebook in JupyterLab whose kernel runs on a sandbox instance (``gpucloud-<name>``), opened
+from a notebook that names the kernelspec, and from the sidebar's "Notebook on this instance".
+
+Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
+starts, and with this checkout on ``PYTHONPATH``, so the provisioner that Lab's kernel manager
+loads is this checkout's. The test installs the kernelspec into Lab's ``JUPYTER_DATA_DIR`` and
+opens a notebook that names it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from playwright.sync_api import Browser, expect
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.sandbox import Sandbox
+
+from .lab import ARTIFACTS, Lab, LabServer, output_text
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Sandbox]:
+    sandbox = Sandbox(launch_seconds=0.3, delete_seconds=0.2).start()
+    try:
+        yield sandbox
+    finally:
+        sandbox.stop()
+
+
+@pytest.fixture(scope="module")
+def kernel_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory, chromium: Browser,
+                      kernel_provisioner_entry_point: Path | None) -> Iterator[LabServer]:
+    base = tmp_path_factory.mktemp("kernel-lab")
+    paths = [str(REPO)] + ([str(kernel_provisioner_entry_point)]
+                           if kernel_provisioner_entry_point else [])
+    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
+           "XDG_CONFIG_HOME": str(base / "config"), "PYTHONPATH": os.pathsep.join(paths)}
+    built = REPO / "gpucloud_nb" / "labextension"
+    if (built / "package.json").exists():  # this checkout's sidebar build first on the path
+        (base / "jupyter-path" / "labextensions").mkdir(parents=True)
+        (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
+        env["JUPYTER_PATH"] = str(base / "jupyter-path")
+    server = LabServer(root=base / "root", home=base / "home",
+                       log_path=ARTIFACTS / "lab-kernel.log", env=env)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kernel_lab(kernel_lab_server: LabServer, chromium: Browser, request: pytest.FixtureRequest,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
+    """Lab, with this process seeing its data dir and SSH key as the server does."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(kernel_lab_server.home / "jupyter-data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", kernel_lab_server.env["XDG_CONFIG_HOME"])
+    monkeypatch.setenv("HOME", str(kernel_lab_server.home / "home"))
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    session = Lab(kernel_lab_server, context, request.node.name)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
+        box: Sandbox, kernel_lab: Lab, run_all, cell_errors, screenshot) -> None:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        offer = next(o for o in cloud.instances.offers(available=True)
+                     if o.deployment_type == "vm")
+        instance = cloud.instances.create(
+            name="lab-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+            ssh_key=default_public_key(None))
+        cloud.instances.wait_until_active(instance.id, timeout=30)
+        name = cloud.instances.install_kernel("lab-kernel")
+
+    notebook = new_notebook(
+        cells=[new_code_cell("import os\nprint('on', os.environ['GPUCLOUD_INSTANCE_ID'])"),
+               new_code_cell("import ipywidgets\nipywidgets.IntSlider(value=7, description='epochs')")],
+        metadata={"kernelspec": {"name": name, "display_name": name, "language": "python"}})
+    nbformat.write(notebook, kernel_lab.root / "remote.ipynb")
+    page = kernel_lab.open("remote.ipynb")
+    run_all(page)
+
+    assert cell_errors(page) == []
+    assert f"on {instance.id}" in output_text(page)
+    slider = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-slider")
+    expect(slider).to_be_visible(timeout=30_000)
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-readout")).to_have_text("7")
+    screenshot(page)
+
+
+def test_notebook_on_this_instance_from_the_sidebar_runs_there_and_renders_a_slider(
+        box: Sandbox, kernel_lab: Lab, screenshot) -> None:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        offer = next(o for o in cloud.instances.offers(available=True)
+                     if o.deployment_type == "vm")
+        instance = cloud.instances.create(
+            name="sidebar-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+            ssh_key=default_public_key(None))
+        cloud.instances.wait_until_active(instance.id, timeout=30)
+
+    nbformat.write(new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}}),
+        kernel_lab.root / "start.ipynb")
+    page = kernel_lab.open("start.ipynb")
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpucloud-sidebar"]').click()
+    button = page.locator(f'[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-notebook')
+    expect(button).to_be_enabled(timeout=30_000)
+    button.click()
+
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    expect(panel.locator(".jp-KernelName")).to_contain_text("Python 3 on sidebar-kernel",
+                                                            timeout=30_000)
+    expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute(
+        "data-status", "idle", timeout=60_000)
+    panel.locator(".jp-Cell .cm-content").first.click()
+    page.keyboard.type("import os, ipywidgets; print('on', os.environ['GPUCLOUD_INSTANCE_ID']); "
+                       "ipywidgets.IntSlider(value=5, description='epochs')")
+    page.keyboard.press("Shift+Enter")
+
+    expect(panel.locator(".jp-OutputArea-output").first).to_contain_text(f"on {instance.id}",
+                                                                          timeout=30_000)
+    expect(panel.locator(".widget-slider")).to_be_visible(timeout=30_000)
+    expect(panel.locator(".widget-readout")).to_have_text("5")
+    screenshot(page)

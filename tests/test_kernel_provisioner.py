@@ -1,0 +1,329 @@
+"""A Jupyter kernel on a sandbox instance, started and driven with jupyter_client over real SSH.
+
+The kernels here are started by ``jupyter_client.KernelManager`` from the kernelspec that
+``cloud.instances.install_kernel`` writes, as JupyterLab would; the provisioner is found through
+the ``jupyter_client.kernel_provisioners`` entry point of pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from helpers import wait_for
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from gpucloud_nb import GPUCloud, connect
+from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.kernel.provisioner import KernelStartError
+from gpucloud_nb.sandbox import Sandbox
+
+
+@pytest.fixture(autouse=True)
+def _entry_point(kernel_provisioner_entry_point: Path | None) -> None:
+    """The provisioner is found by its entry point, as in JupyterLab."""
+
+
+@pytest.fixture(autouse=True)
+def jupyter_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Kernelspecs go to a temporary JUPYTER_DATA_DIR, never the user's."""
+    folder = tmp_path / "jupyter-data"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def box(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[GPUCloud]:
+    """A client of an in-process sandbox, reached the real cloud's way (key and URL from the
+    environment, which is also how the provisioner in the Jupyter server finds it)."""
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    with GPUCloud() as cloud:
+        yield cloud
+
+
+def launch(cloud: GPUCloud, name: str = "kernel-test", *, wait: bool = True) -> Any:
+    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
+    ssh_key = None if cloud.is_sandbox else default_public_key(None)
+    instance = cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, ssh_key=ssh_key)
+    return cloud.instances.wait_until_active(instance.id, timeout=30) if wait else instance
+
+
+@pytest.fixture
+def notebook_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "my project"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "numbers.csv").write_text("a,b\n1,2\n")
+    (folder / ".env").write_text("TOKEN=never-copied\n")
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / "x-checkpoint.ipynb").write_text("{}")
+    return folder
+
+
+class Kernel:
+    """A started remote kernel: its manager, a blocking client, and the output of a cell."""
+
+    def __init__(self, name: str, cwd: Path | None) -> None:
+        self.manager = KernelManager(kernel_name=name)
+        self.manager.start_kernel(**({} if cwd is None else {"cwd": str(cwd)}))
+        self.client: BlockingKernelClient = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 30) -> tuple[str, str]:
+        """The reply status (``ok``/``error``) and everything the cell printed or returned."""
+        out: list[str] = []
+
+        def hook(message: dict[str, Any]) -> None:
+            content = message["content"]
+            if "text" in content:
+                out.append(content["text"])
+            elif "data" in content:
+                out.append(content["data"].get("text/plain", ""))
+            elif "ename" in content:
+                out.append(content["ename"])
+
+        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=hook)
+        return reply["content"]["status"], "".join(out)
+
+    def shutdown(self) -> None:
+        self.client.stop_channels()
+        if self.manager.has_kernel:
+            self.manager.shutdown_kernel(now=False)
+
+
+@pytest.fixture
+def kernels() -> Iterator[Callable[[str, Path | None], Kernel]]:
+    started: list[Kernel] = []
+
+    def start(name: str, cwd: Path | None = None) -> Kernel:
+        kernel = Kernel(name, cwd)
+        started.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in started:
+        kernel.shutdown()
+
+
+def kernel_processes(instance_id: str) -> list[psutil.Process]:
+    """ipykernel processes started on the sandbox instance ``instance_id``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if "ipykernel_launcher" not in " ".join(process.info.get("cmdline") or []):
+            continue
+        try:
+            if process.environ().get("GPUCLOUD_INSTANCE_ID") == instance_id:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+def client_connections(ports: set[int]) -> set[tuple[int, int]]:
+    """This process's established TCP connections to ``ports``, as (local port, port)."""
+    return {(c.laddr.port, c.raddr.port) for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED}
+
+
+def listening(port: int) -> bool:
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+               for c in psutil.Process().net_connections("tcp"))
+
+
+def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
+        box: GPUCloud, notebook_folder: Path, kernels: Any) -> None:
+    instance = launch(box)
+    name = box.instances.install_kernel(instance.name)
+    kernel = kernels(name, notebook_folder)
+
+    status, out = kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID']); "
+                             "print(os.getcwd()); print(os.environ['HOME'])")
+    assert status == "ok"
+    instance_id, cwd, home = out.split()
+    assert instance_id == instance.id
+    assert Path(cwd).parent == Path(home) and Path(cwd).name == "my-project"
+    assert Path(home).name == instance.id  # the instance home, not this process's
+
+    assert kernel.run("rows = open('data/numbers.csv').read().split()") == ("ok", "")
+    assert kernel.run("import os; print(rows, sorted(os.listdir('.')))") == (
+        "ok", "['a,b', '1,2'] ['data']\n")  # hidden files and checkpoints stayed home
+
+    status, out = kernel.run("!nvidia-smi")
+    assert status == "ok" and instance.gpu_model in out
+
+
+def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
+        box: GPUCloud, kernels: Any) -> None:
+    kernel = kernels(box.instances.install_kernel(launch(box).id))
+    assert kernel.run("x = 7")[0] == "ok"
+    kernel.client.execute("while True: pass")
+    time.sleep(0.5)
+    started = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    reply = kernel.client.get_shell_msg(timeout=10)
+    assert time.monotonic() - started < 2
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert kernel.run("print(x * 6)") == ("ok", "42\n")
+
+
+def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
+        sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box)
+    kernel = kernels(box.instances.install_kernel(instance.id))
+    assert kernel.run("kept = 'still here'")[0] == "ok"
+
+    info = kernel.manager.get_connection_info()
+    ports = {int(info[name]) for name in PORTS}
+    before = client_connections(ports)
+    assert before
+
+    server = sandbox._server.config.app.state.ssh.server(instance.id)
+    dropped = list(server.connections)
+    assert dropped
+    for connection in dropped:
+        connection._loop.call_soon_threadsafe(connection.abort)
+    wait_for(lambda: not any(c in server.connections for c in dropped), 5)
+    # The client has seen the drop once its connections to the local ports are gone (a
+    # request sent in that very instant is lost, as through any tunnel).
+    wait_for(lambda: not before & client_connections(ports), 5)
+
+    started = time.monotonic()
+    assert kernel.run("print(kept)", timeout=10) == ("ok", "still here\n")
+    assert time.monotonic() - started < 10
+    assert kernel.manager.is_alive()
+
+
+def test_shutdown_leaves_no_kernel_process_and_no_local_listener(
+        box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box)
+    kernel = kernels(box.instances.install_kernel(instance.id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    ports = [int(info[name]) for name in PORTS]
+    assert len(kernel_processes(instance.id)) == 1
+    assert all(listening(port) for port in ports)
+
+    kernel.shutdown()
+
+    assert kernel_processes(instance.id) == []
+    assert not any(listening(port) for port in ports)
+    assert box.instances.get(instance.id).status == "active"  # on_shutdown="keep"
+
+
+def test_on_shutdown_delete_deletes_the_sandbox_instance(
+        sandbox_home: Path, monkeypatch: pytest.MonkeyPatch, kernels: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "0.3")
+    cloud = connect(quiet=True)
+    try:
+        instance = launch(cloud, "delete-me")
+        name = cloud.instances.install_kernel("delete-me", on_shutdown="delete")
+        kernel = kernels(name)
+        assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
+            "ok", f"{instance.id}\n")
+        with caplog.at_level(logging.INFO):
+            kernel.shutdown()
+        assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
+        assert f"Instance delete-me ({instance.id}) is delet" in caplog.text
+        assert kernel_processes(instance.id) == []
+    finally:
+        cloud.close()
+
+
+def one_sentence(error: BaseException) -> str:
+    text = str(error)
+    assert isinstance(error, GPUCloudError), repr(error)
+    assert "\n" not in text and text.endswith(".") and "Traceback" not in text
+    return text
+
+
+def test_starting_a_kernel_whose_instance_is_gone_says_so(box: GPUCloud) -> None:
+    instance = launch(box, "gone-soon")
+    name = box.instances.install_kernel(instance.id)
+    box.instances.delete(instance.id)
+    manager = KernelManager(kernel_name=name)
+    with pytest.raises(InvalidInputError) as raised:
+        manager.start_kernel()
+    text = one_sentence(raised.value)
+    assert "gone-soon" in text and re.search("is delet|no longer exists", text)
+    assert "cannot start" in text
+
+
+def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch,
+                                          kernels: Any, caplog: pytest.LogCaptureFixture) -> None:
+    sandbox = sandbox_factory(launch_seconds=2)
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    with GPUCloud() as cloud:
+        instance = launch(cloud, "slow-start", wait=False)
+        assert cloud.instances.get(instance.id).status == "pending"
+        with caplog.at_level(logging.INFO):
+            kernel = kernels(cloud.instances.install_kernel("slow-start"))
+        assert "is pending; waiting until it is active" in caplog.text
+        assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
+            "ok", f"{instance.id}\n")
+
+
+@pytest.mark.parametrize(("python3", "expected"), [
+    ("exit 127", "has no working python3"),
+    # A Python without site-packages: no ipykernel, and no pip to install it with.
+    (f"exec {sys.executable} -S \"$@\"", "Could not install ipykernel on instance"),
+], ids=["no-python3", "no-ipykernel-no-pip"])
+def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
+        sandbox: Sandbox, box: GPUCloud, python3: str, expected: str) -> None:
+    instance = launch(box, "no-python")
+    shim = sandbox._server.config.app.state.ssh.server(instance.id).bin / "python3"
+    shim.write_text(f"#!/bin/sh\n{python3}\n")
+    manager = KernelManager(kernel_name=box.instances.install_kernel(instance.id))
+    with pytest.raises(KernelStartError) as raised:
+        manager.start_kernel()
+    assert expected in one_sentence(raised.value)
+    assert "no-python" in str(raised.value)
+    assert kernel_processes(instance.id) == []
+
+
+def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
+        box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box)
+    kernel = kernels(box.instances.install_kernel(instance.id))
+    assert kernel.run("import glob, os; lost = 1; print([oct(os.stat(p).st_mode & 0o777) for p "
+                      "in glob.glob(os.path.expanduser('~/.local/share/jupyter/runtime/*.json'))"
+                      "])") == ("ok", "['0o600']\n")  # the key's file is the user's alone
+    before = kernel.manager.get_connection_info()
+    first = [p.pid for p in kernel_processes(instance.id)]
+
+    kernel.manager.restart_kernel(now=False)
+    kernel.client.wait_for_ready(timeout=60)
+
+    assert kernel.run("print('lost' in globals())") == ("ok", "False\n")
+    assert kernel.manager.get_connection_info() == before
+    after = [p.pid for p in kernel_processes(instance.id)]
+    assert len(after) == 1 and after != first
+
+
+def test_a_cloud_kernel_without_a_key_in_the_server_says_so(
+        box: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = launch(box, "keyless")
+    name = box.instances.install_kernel(instance.id)
+    monkeypatch.delenv("GPUCLOUD_API_KEY")
+    with pytest.raises(InvalidInputError) as raised:
+        KernelManager(kernel_name=name).start_kernel()
+    assert one_sentence(raised.value) == (
+        f"Instance keyless ({instance.id}) is on the cloud and this Jupyter server has no "
+        "GPUCLOUD_API_KEY; set it (and GPUCLOUD_BASE_URL) before starting Jupyter.")

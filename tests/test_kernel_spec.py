@@ -1,0 +1,133 @@
+"""cloud.instances.install_kernel and the gpucloud-<name> kernelspecs, against a sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.errors import InvalidInputError, NotFoundError
+from gpucloud_nb.kernel.spec import PROVISIONER, installed, kernel_name
+from gpucloud_nb.sandbox import Sandbox
+
+
+@pytest.fixture(autouse=True)
+def _entry_point(kernel_provisioner_entry_point: Path | None) -> None:
+    """jupyter_client shows a spec only when its provisioner is installed."""
+
+
+@pytest.fixture(autouse=True)
+def jupyter_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "jupyter-data"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def box(sandbox: Sandbox) -> Any:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+def launch(cloud: GPUCloud, name: str, gpus: int = 1) -> Any:
+    offer = next(o for o in cloud.instances.offers(available=True, num_gpus=gpus)
+                 if o.deployment_type == "vm")
+    instance = cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    return cloud.instances.wait_until_active(instance.id, timeout=30)
+
+
+def test_install_kernel_writes_a_spec_under_jupyter_data_dir(box: GPUCloud, sandbox: Sandbox,
+                                                             jupyter_data: Path) -> None:
+    instance = launch(box, "Train 1", gpus=2)
+    name = box.instances.install_kernel("Train 1")  # by name
+
+    assert name == "gpucloud-train-1"
+    path = jupyter_data / "kernels" / name / "kernel.json"
+    spec = json.loads(path.read_text())
+    assert spec["display_name"] == f"Python 3 on Train 1 · {instance.gpu_model} × 2"
+    assert spec["argv"][:3] == ["python3", "-m", "ipykernel_launcher"]
+    assert spec["metadata"]["kernel_provisioner"] == {
+        "provisioner_name": PROVISIONER,
+        "config": {"instance_id": instance.id, "instance_name": "Train 1", "cloud": "sandbox",
+                   "on_shutdown": "keep"},
+    }
+    assert sandbox.api_key not in path.read_text()
+    assert KernelSpecManager().get_kernel_spec(name).display_name == spec["display_name"]
+
+    assert box.instances.install_kernel(instance.id, display_name="GPU box",
+                                        on_shutdown="delete") == name  # by id, replaced
+    spec = json.loads(path.read_text())
+    assert spec["display_name"] == "GPU box"
+    assert spec["metadata"]["kernel_provisioner"]["config"]["on_shutdown"] == "delete"
+
+
+def test_the_spec_of_a_deleted_instance_is_removed_on_the_next_install(box: GPUCloud) -> None:
+    old = launch(box, "old-one")
+    assert box.instances.install_kernel(old.id) == "gpucloud-old-one"
+    box.instances.delete(old.id)
+    launch(box, "new-one")
+
+    assert box.instances.install_kernel("new-one") == "gpucloud-new-one"
+    assert set(installed()) == {"gpucloud-new-one"}
+
+
+def test_the_async_twin_installs_too(sandbox: Sandbox) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        instance = launch(cloud, "async-one")
+
+    async def main() -> str:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as acloud:
+            return await acloud.instances.install_kernel("async-one")
+
+    assert asyncio.run(main()) == "gpucloud-async-one"
+    assert installed()["gpucloud-async-one"]["instance_id"] == instance.id
+    assert installed()["gpucloud-async-one"]["cloud"] == "cloud"
+
+
+def test_bad_input_is_one_sentence_and_installs_nothing(box: GPUCloud,
+                                                       jupyter_data: Path) -> None:
+    instance = launch(box, "fine")
+    cases = [
+        (lambda: box.instances.install_kernel(instance.id, on_shutdown="destroy"),
+         "on_shutdown must be 'keep' or 'delete', not 'destroy'."),
+        (lambda: box.instances.install_kernel(instance.id, display_name=" "),
+         "display_name must be a non-empty string."),
+    ]
+    with pytest.raises(NotFoundError) as missing:
+        box.instances.install_kernel("no-such-instance")
+    assert str(missing.value) == ("Instance no-such-instance not found: no instance has that id "
+                                  "or name.")
+    for call, sentence in cases:
+        with pytest.raises(InvalidInputError) as raised:
+            call()
+        assert str(raised.value) == sentence
+    assert not (jupyter_data / "kernels").exists() or installed() == {}
+
+    box.instances.delete(instance.id)
+    with pytest.raises(InvalidInputError, match=r"^Instance fine is delet\w+; a kernel needs"):
+        box.instances.install_kernel(instance.id)
+
+
+def test_names_are_slugs() -> None:
+    assert kernel_name("My GPU: H100 #1") == "gpucloud-my-gpu-h100-1"
+    assert kernel_name("???") == "gpucloud-instance"
+
+
+def test_the_client_does_not_import_jupyter_client() -> None:
+    code = ("import sys, gpucloud_nb.client.instances; "
+            "print('jupyter_client' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"
