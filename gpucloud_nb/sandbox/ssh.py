@@ -34,8 +34,11 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   [--port 8000]`` serves the sandbox's OpenAI-compatible model, see
   :mod:`gpucloud_nb.sandbox.vllm`). A signal from the client, or the channel closing before the
   command ends, kills its process group.
-- **Port 8000.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
-  port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); other ports are refused.
+- **Ports.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
+  port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); to any other port,
+  that port of the host's loopback, where the instance's processes listen (a Dask scheduler of
+  :mod:`gpucloud_nb.cluster`). That reaches nothing a command on the instance could not already
+  connect to. Forwards to other hosts are refused.
 - **Files.** SFTP is served rooted at the instance home. A volume attached at create is the
   directory ``<machines>/volumes/<volumeId>``, linked into the instance home at the path of its
   ``volumes`` entry (``/mnt/<name>`` is ``~/mnt/<name>`` in commands, ``/mnt/<name>`` over SFTP):
@@ -538,6 +541,7 @@ class _Auth(asyncssh.SSHServer):
         if not self.server.servers.shell:
             raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                                             SHARED_SHELL_REFUSAL)
-        if dest_port != MODEL_PORT or dest_host not in ("localhost", "127.0.0.1", "::1"):
+        if dest_host not in ("localhost", "127.0.0.1", "::1") or not 0 < dest_port < 65536:
             return False
-        return self.connection.forward_connection("127.0.0.1", self.server.model_port)
+        port = self.server.model_port if dest_port == MODEL_PORT else dest_port
+        return self.connection.forward_connection("127.0.0.1", port)
