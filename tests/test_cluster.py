@@ -18,7 +18,7 @@ import pytest
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.multinode import run_all
 from gpucloud_nb.cluster import GPUCloudCluster
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import wait_for
 
@@ -236,3 +236,16 @@ def test_run_all_refuses_bad_input_in_one_sentence(box: GPUCloud) -> None:
         with pytest.raises(InvalidInputError) as refused:
             run_all(box.instances, ids, command)
         assert str(refused.value) == sentence
+
+
+def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))  # class mode: no shells
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        with pytest.raises(GPUCloudError) as failed:
+            cloud.cluster(2, name="doomed")
+        assert str(failed.value).startswith("Cluster 'doomed' did not start, and the instances "
+                                            "it rented are deleted: SSH to instances is off")
+        assert "\n" not in str(failed.value) and str(failed.value).endswith(".")
+        assert {i.status for i in cloud.instances.list()} == {"deleted"}
+        assert len(cloud.instances.list()) == 2

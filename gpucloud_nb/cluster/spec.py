@@ -152,9 +152,14 @@ class GPUCloudCluster(SpecCluster):
         except BaseException as error:
             self._abandon()
             cause = error.__cause__ if isinstance(error, RuntimeError) else None
-            if isinstance(cause, GPUCloudError):
-                raise cause from None
-            raise
+            reason = cause if isinstance(cause, Exception) else error
+            if isinstance(reason, GPUCloudError):
+                raise reason from None
+            if not isinstance(reason, Exception):
+                raise
+            said = " ".join(str(reason).split()) or type(reason).__name__
+            raise InstanceFailedError(f"Cluster {name!r} did not start, and the instances it "
+                                      f"rented are deleted: {said}") from reason
         watch = PeriodicCallback(self._watch, _WATCH_MS)
         self.periodic_callbacks["gpucloud-watch"] = watch
         loop = self.loop
