@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -80,6 +81,7 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
             assert resources and all(r >= 1 for r in resources)
         assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
         assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+        assert httpx.get(cluster.dashboard_link, follow_redirects=True).status_code == 200
         ids = cluster.instance_ids
     assert {i.id: i.status for i in box.instances.list() if i.id in ids} == dict.fromkeys(
         ids, "deleted") or not live_ids(box)

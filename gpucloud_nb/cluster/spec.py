@@ -291,6 +291,13 @@ class GPUCloudCluster(SpecCluster):
                              f"cluster {self.name!r} was deleted from outside the cluster, and "
                              f"its worker with it; {then}")
 
+    def _update_worker_status(self, op: str, msg: Any) -> None:
+        # A worker removed twice (retired, then its instance deleted under it) must not end
+        # Dask's status stream with a KeyError: the second "remove" has nothing left to do.
+        if op == "remove" and msg not in self.scheduler_info.get("workers", {}):
+            return
+        super()._update_worker_status(op, msg)
+
     def _notice(self, sentence: str) -> None:
         self.notices.append(sentence)
         logger.warning(sentence)
