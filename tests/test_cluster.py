@@ -251,3 +251,24 @@ def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
         assert "\n" not in str(failed.value) and str(failed.value).endswith(".")
         assert {i.status for i in cloud.instances.list()} == {"deleted"}
         assert len(cloud.instances.list()) == 2
+
+
+def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud) -> None:
+    script = textwrap.dedent("""
+        from gpucloud_nb import GPUCloud
+        cloud = GPUCloud()
+        cluster = cloud.cluster(2, name="forgotten")
+        from distributed import Client
+        client = Client(cluster)
+        assert client.submit(sum, [1, 2]).result() == 3
+        print(" ".join(cluster.instance_ids), flush=True)
+        # no close() of either: the interpreter's exit closes them, as a kernel shutdown would
+    """)
+    env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ids = done.stdout.split()[-2:]
+    assert len(ids) == 2
+    assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
+    wait_for(lambda: not dask_processes(), timeout=10)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
     from gpucloud_nb.models import InstanceOffer
 
-__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode"]
+__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking"]
 
 #: Where the cluster's files live on each instance (relative to its home).
 FOLDER = "gpucloud-cluster"
@@ -158,9 +158,15 @@ def _started(result_stdout: str, what: str, instance_id: str) -> int:
     raise InstanceFailedError(f"The Dask {what} on instance {instance_id} did not start: {last}")
 
 
-async def _blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run one blocking client call off the cluster's event loop."""
-    return await asyncio.to_thread(function, *args, **kwargs)
+async def blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one blocking client call off the cluster's event loop; at interpreter exit, when no
+    thread can start any more (a cluster closed by the exit hooks), on it."""
+    try:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    except RuntimeError as error:
+        if "shutdown" not in str(error):
+            raise
+    return function(*args, **kwargs)
 
 
 class SchedulerNode(ProcessInterface):
@@ -180,24 +186,24 @@ class SchedulerNode(ProcessInterface):
 
     async def start(self) -> None:
         plan = self.plan
-        details = await _blocking(plan.cloud.instances.get, self.instance_id)
+        details = await blocking(plan.cloud.instances.get, self.instance_id)
         command = (f"{plan.python} -m dask scheduler --host {details.ip} --port 0 --protocol tls "
                    f"{plan.tls_options()} --dashboard-address 127.0.0.1:0 "
                    f"--scheduler-file scheduler.json")
         script = (f"rm -f {FOLDER}/scheduler.json; "
                   + _detached(command, "scheduler.log", "[ -s scheduler.json ]")
                   + "; cat scheduler.json 2>/dev/null")
-        result = await _blocking(plan.cloud.instances.run, self.instance_id, script,
+        result = await blocking(plan.cloud.instances.run, self.instance_id, script,
                                  timeout=_START_SECONDS + 30)
         self.pid = _started(result.stdout, "scheduler", self.instance_id)
         info = json.loads(result.stdout[result.stdout.index("{"):])
         self.address = str(info["address"])
         port = int(self.address.rsplit(":", 1)[1])
-        local = await _blocking(self._forward, port)
+        local = await blocking(self._forward, port)
         self.external_address = f"tls://127.0.0.1:{local.rsplit(':', 1)[1]}"
         dashboard = (info.get("services") or {}).get("dashboard")
         if dashboard:
-            self.dashboard_url = await _blocking(self._forward, int(dashboard))
+            self.dashboard_url = await blocking(self._forward, int(dashboard))
         await super().start()
 
     def _forward(self, port: int) -> str:
@@ -207,13 +213,13 @@ class SchedulerNode(ProcessInterface):
     async def close(self) -> None:
         self.status = Status.closing
         plan = self.plan
-        await _blocking(self._forwards.close)
+        await blocking(self._forwards.close)
         if self.pid:
             with contextlib.suppress(GPUCloudError):
-                await _blocking(plan.cloud.instances.run, self.instance_id,
+                await blocking(plan.cloud.instances.run, self.instance_id,
                                 f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
         with contextlib.suppress(GPUCloudError):
-            await _blocking(plan.delete, self.instance_id)
+            await blocking(plan.delete, self.instance_id)
         await super().close()
 
 
@@ -237,10 +243,10 @@ class WorkerNode(ProcessInterface):
     async def start(self) -> None:
         plan = self.plan
         if self.instance_id is None:
-            self.instance_id = await _blocking(plan.create, f"{plan.name}-{self.name}")
-            await _blocking(plan.cloud.instances.wait_until_active, self.instance_id)
-            await _blocking(plan.prepare, self.instance_id)
-        details = await _blocking(plan.cloud.instances.get, self.instance_id)
+            self.instance_id = await blocking(plan.create, f"{plan.name}-{self.name}")
+            await blocking(plan.cloud.instances.wait_until_active, self.instance_id)
+            await blocking(plan.prepare, self.instance_id)
+        details = await blocking(plan.cloud.instances.get, self.instance_id)
         cuda = self.instance_id in plan.cuda
         gpus = max(1, int(details.gpu_count or plan.offer.gpu_count or 1))
         kind, resources = ("cuda worker", "GPU=1") if cuda else ("worker", f"GPU={gpus}")
@@ -250,7 +256,7 @@ class WorkerNode(ProcessInterface):
                    f"--resources {resources} --no-dashboard {plan.tls_options()} "
                    f"--local-directory worker-{self.name} --death-timeout 60")
         ready = f"grep -q 'Registered to' {log}"
-        result = await _blocking(plan.cloud.instances.run, self.instance_id,
+        result = await blocking(plan.cloud.instances.run, self.instance_id,
                                  f"rm -f {FOLDER}/{log}; " + _detached(command, log, ready),
                                  timeout=_START_SECONDS + 30)
         self.pid = _started(result.stdout, "worker", self.instance_id)
@@ -263,9 +269,9 @@ class WorkerNode(ProcessInterface):
         if self.instance_id is not None:
             if self.pid:
                 with contextlib.suppress(GPUCloudError):
-                    await _blocking(plan.cloud.instances.run, self.instance_id,
+                    await blocking(plan.cloud.instances.run, self.instance_id,
                                     f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
             if self.owns_instance:
                 with contextlib.suppress(GPUCloudError):
-                    await _blocking(plan.delete, self.instance_id)
+                    await blocking(plan.delete, self.instance_id)
         await super().close()

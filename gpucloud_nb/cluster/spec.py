@@ -48,7 +48,7 @@ from distributed.security import Security
 from tornado.ioloop import PeriodicCallback
 
 from gpucloud_nb.client.costcap import cap_problem
-from gpucloud_nb.cluster.nodes import ClusterPlan, SchedulerNode, WorkerNode
+from gpucloud_nb.cluster.nodes import ClusterPlan, SchedulerNode, WorkerNode, blocking
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 
@@ -261,7 +261,7 @@ class GPUCloudCluster(SpecCluster):
         if self.status != Status.running:
             return
         try:
-            listed = await asyncio.to_thread(self.rental.cloud.instances.list)
+            listed = await blocking(self.rental.cloud.instances.list)
         except GPUCloudError:
             return
         alive = {i.id for i in listed if i.status in ("pending", "active")}
@@ -304,7 +304,7 @@ class GPUCloudCluster(SpecCluster):
 
     async def _close(self) -> None:
         await super()._close()
-        await asyncio.to_thread(self._delete_all)
+        await blocking(self._delete_all)
 
 
 def _on_event_loop() -> bool:
