@@ -6,8 +6,9 @@
     >>> await worker  # rents an instance, starts `dask worker`, waits for it  # doctest: +SKIP
 
 On an instance the cluster keeps its files in ``~/gpucloud-cluster`` (mode 0700): the TLS
-certificate and key, ``scheduler.json`` and one log per process. Processes start detached
-(``nohup … &``; their pid is kept) so that the SSH session that starts them can end.
+certificate and key, ``scheduler.json``, one log per process and Dask's scratch space.
+Processes start detached (``nohup … &``; their pid is kept) so that the SSH session that starts
+them can end.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def _detached(command: str, log: str, ready: str, seconds: float = _START_SECOND
     shell test ``ready`` holds or the process ends; print ``pid=<n>`` and ``ready`` or the log's
     last lines."""
     tries = int(seconds * 10)
-    return (f"cd {FOLDER} || exit 1; nohup {command} > {log} 2>&1 < /dev/null & pid=$!; "
+    return (f"cd {FOLDER} || exit 1; DASK_TEMPORARY_DIRECTORY=\"$PWD/scratch\" "
+            f"nohup {command} > {log} 2>&1 < /dev/null & pid=$!; "
             f"echo pid=$pid; i=0; while [ $i -lt {tries} ]; do {ready} && break; "
             f"kill -0 $pid 2>/dev/null || break; sleep 0.1; i=$((i+1)); done; "
             f"if {ready}; then echo ready; else echo not-ready; tail -n 5 {log}; fi")
