@@ -111,20 +111,26 @@ class ClusterPlan:
         client's ``distributed`` version if not); note whether ``dask-cuda`` is."""
         cert, key = self.tls_files()
         run = self.cloud.instances.run
-        result = run(instance_id, f"mkdir -p -m 700 {FOLDER} && chmod 700 {FOLDER} && "
-                     f"{self.python} -c 'import distributed; print(distributed.__version__)'; "
-                     f"{self.python} -c 'import dask_cuda' 2>/dev/null && echo dask-cuda",
-                     timeout=60)
+        py = self.python
+        result = run(instance_id, f"mkdir -p -m 700 {FOLDER} && chmod 700 {FOLDER}; "
+                     f"{py} -c 'import sys' >/dev/null 2>&1 || echo no-python; "
+                     f"{py} -c 'import distributed; print(distributed.__version__)' 2>/dev/null; "
+                     f"{py} -c 'import dask_cuda' >/dev/null 2>&1 && echo dask-cuda", timeout=60)
         lines = result.stdout.split()
+        if "no-python" in lines:
+            raise InstanceFailedError(f"Instance {instance_id} has no working {py}, so it cannot "
+                                      "run Dask; use an image with Python 3.")
         if distributed.__version__ not in lines:
             wanted = f"distributed=={distributed.__version__}"
-            installed = run(instance_id, f"{self.python} -m pip install -q {shlex.quote(wanted)}",
-                            timeout=900)
+            print(f"Installing {wanted} on instance {instance_id} (pip install --user)…",
+                  flush=True)
+            installed = run(instance_id, f"{py} -m pip install --user --progress-bar off -q "
+                            f"{shlex.quote(wanted)}", timeout=900)
             if not installed.ok:
                 why = (installed.stderr.strip().splitlines() or ["no output"])[-1]
                 raise InstanceFailedError(
-                    f"Dask could not be installed on instance {instance_id} ({self.python} -m "
-                    f"pip install {wanted}): {why}")
+                    f"Dask could not be installed on instance {instance_id} ({py} -m pip "
+                    f"install --user {wanted}): {why}")
         for local in (cert, key):
             self.cloud.instances.upload(instance_id, local, f"{FOLDER}/{local.name}")
         run(instance_id, f"chmod 600 {FOLDER}/key.pem", timeout=30)

@@ -40,6 +40,7 @@ import contextlib
 import logging
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
@@ -198,8 +199,8 @@ class GPUCloudCluster(SpecCluster):
                                           f"{plan.name!r} were not active after {timeout:g} s; "
                                           "the cluster's instances are being deleted.")
             time.sleep(0.25)
-        for instance_id in ids:
-            plan.prepare(instance_id)
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="gpucloud-cluster") as pool:
+            list(pool.map(plan.prepare, ids))
         return ids
 
     def _abandon(self) -> None:
