@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client import clusters
 from gpucloud_nb.client.multinode import run_all
 from gpucloud_nb.cluster import GPUCloudCluster
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
@@ -73,6 +74,7 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
 
     with GPUCloudCluster(box, 3, name="trio") as cluster:
         assert len(cluster.instance_ids) == 3 and live_ids(box) == set(cluster.instance_ids)
+        assert clusters.members(box.base_url) == dict.fromkeys(cluster.instance_ids, "trio")
         with distributed.Client(cluster) as client:
             seen = client.gather(client.map(instance_of_task, range(30)))
             assert len(seen) == 30 and set(seen) == set(cluster.instance_ids)
@@ -86,6 +88,7 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
     assert {i.id: i.status for i in box.instances.list() if i.id in ids} == dict.fromkeys(
         ids, "deleted") or not live_ids(box)
     assert not live_ids(box)
+    assert clusters.members(box.base_url) == {}  # the sidebar's notes go with the instances
     wait_for(lambda: not dask_processes(), timeout=10)
 
 

@@ -29,6 +29,7 @@ import distributed
 from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
+from gpucloud_nb.client import clusters
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, NotFoundError
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class ClusterPlan:
         with self._lock:
             self.instance_ids.append(instance_id)
             self.names[instance_id] = instance_name
+        clusters.note(self.cloud.base_url, instance_id, self.name)  # for the Lab sidebar
 
     def create(self, instance_name: str) -> str:
         """Rent one instance of the plan's offer (blocking); its id."""
@@ -105,6 +107,7 @@ class ClusterPlan:
         with contextlib.suppress(NotFoundError):
             if self.cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
                 self.cloud.instances.delete(instance_id)
+        clusters.forget(self.cloud.base_url, instance_id)
 
     def prepare(self, instance_id: str) -> None:
         """Make the folder, upload the TLS files and see that Dask is there (installing the
