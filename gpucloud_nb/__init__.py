@@ -21,11 +21,18 @@ from gpucloud_nb.errors import (
     GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
+    KeysRefusedError,
     NotFoundError,
+    OutcomeUnknownError,
     RateLimitError,
     RedirectError,
+    RemoteCommandError,
+    RemoteTimeoutError,
+    RequestInfo,
     ServerError,
+    UnreadableResponseError,
     UnsupportedFileTypeError,
+    WaitStopped,
     WaitTimeoutError,
 )
 
@@ -44,11 +51,18 @@ __all__ = [
     "InferenceClient",
     "InstanceFailedError",
     "InvalidInputError",
+    "KeysRefusedError",
     "NotFoundError",
+    "OutcomeUnknownError",
     "RateLimitError",
     "RedirectError",
+    "RemoteCommandError",
+    "RemoteTimeoutError",
+    "RequestInfo",
     "ServerError",
+    "UnreadableResponseError",
     "UnsupportedFileTypeError",
+    "WaitStopped",
     "WaitTimeoutError",
     "__version__",
     "can_prompt",
@@ -58,11 +72,9 @@ __all__ = [
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` magics."""
+    """``%load_ext gpucloud_nb``: register the ``%gpucloud`` magics and show this package's
+    errors as one sentence (see :mod:`gpucloud_nb._notebook`)."""
     from gpucloud_nb.magics import load_ipython_extension as load
 
     install_error_display(ipython)
     load(ipython)
-
-
-install_error_display()

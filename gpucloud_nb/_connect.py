@@ -11,17 +11,22 @@ import atexit
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
+from gpucloud_nb._notebook import install_error_display
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, NotFoundError
+
+if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.service import Runtime
 
 __all__ = ["connect", "shared_sandbox"]
 
 _lock = threading.Lock()
+_announced: set[str] = set()  # the sandboxes whose banner this process has printed
 
 
-def shared_sandbox(launch_seconds: float | None = None) -> Any:
+def shared_sandbox(launch_seconds: float | None = None) -> Runtime:
     """Find the user's sandbox service, or start it in the background; return its runtime.
 
     The service (see :mod:`gpucloud_nb.sandbox.service`) lives in the sandbox home
@@ -47,7 +52,7 @@ def shared_sandbox(launch_seconds: float | None = None) -> Any:
                              or None)
 
 
-def _differences(box: Any, launch_seconds: float | None) -> list[str]:
+def _differences(box: Runtime, launch_seconds: float | None) -> list[str]:
     """The settings asked for that the running service does not have."""
     if launch_seconds is None and os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS"):
         launch_seconds = float(os.environ["GPUCLOUD_SANDBOX_LAUNCH_SECONDS"])
@@ -72,13 +77,16 @@ def connect(
 
     The sandbox is the user's sandbox service, found or started in the background (see
     :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
-    announced on stdout, so nobody mistakes it for the real cloud. Pass
+    announced on stdout, once per kernel, so nobody mistakes it for the real cloud. Pass
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
     ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
+    Inside IPython it also makes the shell show this package's errors as one sentence (see
+    :mod:`gpucloud_nb._notebook`).
 
         >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
+    install_error_display()
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
         box = shared_sandbox(launch_seconds)
@@ -86,12 +94,13 @@ def connect(
                          max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
         cloud.sandbox = box
         if not quiet:
-            print(
-                f"gpucloud-nb: SANDBOX — a simulated cloud on this machine at "
-                f"{box.management_url}; no real GPUs, no charges. Set GPUCLOUD_API_KEY and "
-                "GPUCLOUD_BASE_URL to use the real cloud.",
-                flush=True,
-            )
+            if box.management_url not in _announced:
+                # Once per process (per kernel), in short lines: JupyterLab breaks a long output
+                # line anywhere, even mid-word, so no line here needs wrapping.
+                _announced.add(box.management_url)
+                print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
+                      f"no charges.\n  It runs at {box.management_url}\n  To use the real "
+                      "cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
             differing = _differences(box, launch_seconds)
             if differing:
                 print(f"gpucloud-nb: the sandbox service was already running and keeps its own "

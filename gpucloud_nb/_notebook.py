@@ -1,7 +1,8 @@
 """In IPython and Jupyter, show this package's errors as one sentence, not a traceback.
 
-Installed when ``gpucloud_nb`` is imported inside IPython (and by ``%load_ext gpucloud_nb``),
-only if no other custom exception handler is set. Other exceptions keep their usual traceback.
+Installed by ``%load_ext gpucloud_nb`` and by the first ``connect()`` inside IPython, never by
+importing the package (an import changes nothing in the shell), and only if no other custom
+exception handler is set. Other exceptions keep their usual traceback.
 
     In [1]: cloud.volumes.get("vol-123")
     NotFoundError: Volume vol-123 not found.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 import gpucloud_nb
 from gpucloud_nb import errors
 
@@ -11,7 +13,7 @@ from gpucloud_nb import errors
 def test_every_error_class_is_exported_from_the_package() -> None:
     classes = {name for name, value in vars(errors).items()
                if inspect.isclass(value) and issubclass(value, errors.GPUCloudError)}
-    assert classes == set(errors.__all__)
+    assert classes == set(errors.__all__) - {"RequestInfo"}
     assert classes <= set(gpucloud_nb.__all__)
     assert all(getattr(gpucloud_nb, name) is getattr(errors, name) for name in classes)
 
@@ -23,7 +25,7 @@ def test_the_drawn_tree_names_every_class_under_its_parent() -> None:
         words = text.replace("│", " ").replace("├──", "   ").replace("└──", "   ").split()
         if words and words[0] in errors.__all__:
             tree.append((text.index(words[0]), words[0]))
-    assert sorted(name for _, name in tree) == sorted(errors.__all__)
+    assert sorted(name for _, name in tree) == sorted(set(errors.__all__) - {"RequestInfo"})
     for position, (column, name) in enumerate(tree):
         above = [n for c, n in tree[:position] if c < column]
         cls = getattr(errors, name)
@@ -32,3 +34,26 @@ def test_the_drawn_tree_names_every_class_under_its_parent() -> None:
             continue
         parent = next(b for b in cls.__mro__[1:] if b.__module__ == errors.__name__)
         assert above and above[-1] == parent.__name__, (name, parent.__name__)
+
+
+def test_a_404_keeps_the_body_and_the_request(cloud, sandbox) -> None:
+    with pytest.raises(errors.NotFoundError) as info:
+        cloud.volumes.get("vol-nothing-here")
+    error = info.value
+    assert error.status_code == 404
+    assert isinstance(error.body, dict) and error.body["statusCode"] == 404
+    assert error.body["path"] == "/gpu-cloud/volumes/vol-nothing-here"
+    assert error.request == errors.RequestInfo(
+        "GET", f"{sandbox.management_url.rstrip('/')}/gpu-cloud/volumes/vol-nothing-here")
+
+
+def test_the_key_never_shows_in_an_error(cloud, sandbox) -> None:
+    # The sandbox echoes the id it did not find, in its message and path: here, the key itself.
+    with pytest.raises(errors.NotFoundError) as info:
+        cloud.volumes.get(sandbox.api_key)
+    error = info.value
+    echoed = str(error.body)
+    assert "not found" in echoed.lower()
+    shown = [str(error), repr(error), echoed, repr(error.request), str(vars(error))]
+    assert all(sandbox.api_key not in text for text in shown), shown
+    assert "x-api-key" not in repr(error.request).lower()

@@ -26,6 +26,7 @@ from benchmarks.bench_chat import FakeChatServer
 from gpucloud_nb import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.inference import ChatChunk, ChatCompletion, ChatStream, normalize_messages
 from gpucloud_nb.errors import (
+    APIError,
     AuthenticationError,
     BadRequestError,
     ConnectionFailedError,
@@ -34,6 +35,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
     RateLimitError,
     ServerError,
+    UnreadableResponseError,
     UnsupportedFileTypeError,
 )
 from gpucloud_nb.sandbox import Sandbox
@@ -91,7 +93,7 @@ def refusing_transport() -> httpx.MockTransport:
 def mock_client(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> InferenceClient:
     chat = InferenceClient("http://instance.test", SECRET, transport=httpx.MockTransport(handler),
                            **kwargs)  # type: ignore[arg-type]
-    chat._policy = type(chat._policy)(max_retries=2, backoff=0.001, max_backoff=0.002)
+    chat._ops.policy = type(chat._ops.policy)(max_retries=2, backoff=0.001, max_backoff=0.002)
     return chat
 
 
@@ -606,3 +608,20 @@ def test_the_endpoint_and_secret_come_from_the_environment(sandbox_factory, monk
     with pytest.raises(InvalidInputError,
                        match="set GPUCLOUD_INFERENCE_URL and GPUCLOUD_INFERENCE_SECRET"):
         AsyncInferenceClient()
+
+
+@pytest.mark.parametrize(("path", "body", "call", "sentence"), [
+    ("/v1/models", {"models": []}, lambda chat: chat.models(), "model list is not in the expected"),
+    ("/v1/chat/completions", {"id": "x"}, lambda chat: chat.chat("hi", model="m1"),
+     "not a chat completion"),
+    ("/v1/audio/transcriptions", {"words": []},
+     lambda chat: chat.transcribe(silent_wav(0.1), model="m1"), "has no text"),
+])
+def test_a_success_of_the_wrong_shape_is_unreadable_not_a_server_error(
+        path: str, body: object, call: Callable[[InferenceClient], object], sentence: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body if request.url.path == path else MODELS)
+
+    with pytest.raises(UnreadableResponseError, match=sentence) as caught:
+        call(mock_client(handler))
+    assert not isinstance(caught.value, APIError)  # the server did not fail: it answered oddly

@@ -44,3 +44,31 @@ def test_load_ext_installs_it(shell, capsys) -> None:
     shell.run_cell("from gpucloud_nb.errors import NotFoundError\n"
                    "raise NotFoundError('Volume v1 not found.', status_code=404)")
     assert capsys.readouterr().err.strip() == "NotFoundError: Volume v1 not found."
+
+
+def _in_fresh_shell(code: str, **env: str) -> str:
+    """What ``code`` prints when run as a cell of a new IPython shell in a new process."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from IPython.core.interactiveshell import InteractiveShell\n"
+              "shell = InteractiveShell.instance()\n"
+              f"shell.run_cell({code!r}, store_history=False)\n"
+              "print('handlers:', shell.custom_exceptions)\n")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={**environment, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_importing_the_package_leaves_the_shell_alone() -> None:
+    assert _in_fresh_shell("import gpucloud_nb") == "handlers: ()"
+
+
+def test_the_first_connect_in_a_shell_installs_it() -> None:
+    # A key set means the real cloud: connect() builds a client and sends nothing.
+    shown = _in_fresh_shell("import gpucloud_nb\ncloud = gpucloud_nb.connect(quiet=True)",
+                            GPUCLOUD_API_KEY="k" * 20, GPUCLOUD_BASE_URL="http://127.0.0.1:9")
+    assert shown == "handlers: (<class 'gpucloud_nb.errors.GPUCloudError'>,)"

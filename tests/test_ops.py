@@ -24,6 +24,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
     RateLimitError,
     ServerError,
+    UnreadableResponseError,
     UnsupportedFileTypeError,
 )
 
@@ -242,7 +243,7 @@ def test_an_unreadable_offers_body_is_one_sentence(body: bytes, reason: str) -> 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
-    with pytest.raises(ConnectionFailedError) as info:
+    with pytest.raises(UnreadableResponseError) as info:
         make_cloud(handler).instances.offers_frame()
     assert str(info.value) == ("The server's answer to GET /gpu-cloud/instances/offers was "
                                f"unreadable: {reason}.")

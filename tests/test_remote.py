@@ -6,6 +6,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,33 @@ def test_forward_8000_answers_models_after_vllm_serve(box: GPUCloud) -> None:
         assert url.startswith("http://127.0.0.1:")
         answer = httpx.get(f"{url}/v1/models", headers={"x-api-key": "sandbox-secret"})
         assert answer.status_code == 200 and answer.json()["data"]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/v1/models")  # the local port closes with the block
+
+
+def test_the_async_client_forwards_a_port(sandbox: Sandbox, box: GPUCloud) -> None:
+    import asyncio
+
+    from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient
+
+    instance = launch(box, "ubuntu-22.04-vllm")
+    started = box.instances.run(
+        instance.id,
+        "nohup vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000 > vllm.log 2>&1 &\n"
+        "for i in $(seq 100); do grep -q 'startup complete' vllm.log && break; sleep 0.1; done\n"
+        "cat vllm.log")
+    assert "startup complete" in started.stdout
+
+    async def use() -> tuple[str, list[str]]:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            cloud.sandbox = sandbox
+            async with cloud.instances.forward(instance.id, 8000) as url, \
+                    AsyncInferenceClient(url, "sandbox-secret") as chat:
+                return url, await chat.models()
+
+    url, models = asyncio.run(use())
+    assert url.startswith("http://127.0.0.1:") and models
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/v1/models")  # the local port closes with the block
 
@@ -511,3 +539,61 @@ def test_an_explicit_identity_is_used_and_a_refusal_names_the_keys_tried(
     with pytest.raises(InvalidInputError, match="is not a file"):
         GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
                  ssh_identity=tmp_path / "missing")
+
+
+@dataclass(frozen=True)
+class _Elsewhere:
+    """A sandbox handle whose home is not the sandbox's: the client cannot write the sandbox's
+    files, so whatever it registers must go over HTTP."""
+
+    management_url: str
+    inference_url: str
+    api_key: str
+    inference_secret: str
+    launch_seconds: float
+    home: str
+
+
+def test_keys_are_registered_over_http_not_in_the_sandbox_files(sandbox: Sandbox,
+                                                                 tmp_path: Path) -> None:
+    elsewhere = _Elsewhere(sandbox.management_url, sandbox.inference_url, sandbox.api_key,
+                           sandbox.inference_secret, sandbox.launch_seconds,
+                           str(tmp_path / "client-side"))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = elsewhere
+        instance = launch(cloud)
+        assert instance.ssh_key is None or not instance.ssh_key  # no key sent at create
+        assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
+    public = (key_dir(elsewhere) / "id_ed25519.pub").read_text().split()[1]
+    registered = (Path(sandbox.home) / "ssh" / "authorized_keys").read_text()
+    assert registered.count(public) == 1
+    assert not (tmp_path / "client-side" / "ssh").exists()  # nothing written beside the client
+
+
+def test_the_key_route_checks_the_key_and_each_public_key(sandbox: Sandbox,
+                                                          sandbox_api: httpx.Client) -> None:
+    with httpx.Client(base_url=sandbox.management_url) as anonymous:
+        assert anonymous.post("/sandbox/ssh-keys", json={"keys": []}).status_code == 403
+    bad = sandbox_api.post("/sandbox/ssh-keys", json={"keys": ["ssh-ed25519 not-base64"]})
+    assert bad.status_code == 400 and "public key" in bad.json()["message"]
+    assert sandbox_api.post("/sandbox/ssh-keys", json={"keys": "x"}).status_code == 400
+    import asyncssh
+
+    public = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    first = sandbox_api.post("/sandbox/ssh-keys", json={"keys": [public, public]})
+    again = sandbox_api.post("/sandbox/ssh-keys", json={"keys": [public]})
+    assert (first.json(), again.json()) == ({"added": 1}, {"added": 0})
+    assert (Path(sandbox.home) / "ssh" / "authorized_keys").read_text() == public + "\n"
+
+
+def test_closing_the_client_ends_its_ssh_threads(box: GPUCloud, sandbox: Sandbox) -> None:
+    import threading
+
+    instance = launch(box)
+    assert box.instances.run(instance.id, "echo in").stdout == "in\n"  # the sandbox's threads
+    before = {thread.ident for thread in threading.enumerate()}
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as fresh:
+        fresh.sandbox = sandbox
+        assert fresh.instances.run(instance.id, "echo in").stdout == "in\n"  # registers keys
+    time.sleep(0.2)
+    assert [thread.name for thread in threading.enumerate() if thread.ident not in before] == []

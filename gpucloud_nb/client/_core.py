@@ -21,7 +21,6 @@ from gpucloud_nb.client._ops import (
     AsyncDriver,
     Call,
     Op,
-    OutcomeUnknown,
     RetryPolicy,
     Sleep,
     SyncDriver,
@@ -30,7 +29,13 @@ from gpucloud_nb.client._ops import (
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.remote import Remote
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
+from gpucloud_nb.errors import (
+    ConnectionFailedError,
+    GPUCloudError,
+    OutcomeUnknownError,
+    UnreadableResponseError,
+)
 from gpucloud_nb.models import Record, decode_list, parse_datetime
 
 __all__ = ["CREATE_LOOKUP_SLACK", "Core", "D", "decode_offers", "json_list", "now", "unreadable"]
@@ -48,14 +53,14 @@ def now() -> datetime:
 def json_list(data: Any) -> list[dict[str, Any]]:
     """The objects of a JSON array answer; anything but an array is one sentence."""
     if not isinstance(data, list):
-        raise ConnectionFailedError("The server answered with something other than a list.")
+        raise UnreadableResponseError("The server answered with something other than a list.")
     return [item for item in data if isinstance(item, dict)]
 
 
-def unreadable(path: str, error: ValueError) -> ConnectionFailedError:
+def unreadable(path: str, error: ValueError) -> UnreadableResponseError:
     """One sentence for an offers body that is not a JSON array of offers."""
     reason = str(error).removeprefix("The ").rstrip(".")
-    return ConnectionFailedError(f"The server's answer to GET {path} was unreadable: {reason}.")
+    return UnreadableResponseError(f"The server's answer to GET {path} was unreadable: {reason}.")
 
 
 def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
@@ -80,7 +85,8 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.delete_now: Callable[[str], None] | None = None
-        self.sandbox: Any = None
+        self.sandbox: SandboxHandle | None = None
+        self.register_keys: Callable[[list[str]], None] = lambda publics: None
         self.remote: Remote | None = None
         self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
@@ -117,7 +123,7 @@ class Core(Generic[D]):
                 created: dict[str, Any] = yield from self.send(
                     Call("POST", path, json=body, idempotent=False))
                 return created
-            except OutcomeUnknown as lost:
+            except OutcomeUnknownError as lost:
                 yield Sleep(self.policy.delay(attempt))
                 try:
                     found = yield from self.find_created(path, name, started)

@@ -32,7 +32,6 @@ __all__ = [
     "AsyncDriver",
     "Call",
     "Op",
-    "OutcomeUnknown",
     "RetryPolicy",
     "Sleep",
     "SyncDriver",
@@ -98,14 +97,6 @@ class RetryPolicy:
         return self.rng.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
 
-class OutcomeUnknown(errors.ConnectionFailedError):
-    """A request that is not safe to repeat may or may not have reached the server."""
-
-    def __init__(self, message: str, last_status: int | None = None) -> None:
-        super().__init__(message)
-        self.last_status = last_status
-
-
 def _retry_after(response: httpx.Response) -> float | None:
     """Seconds the server asks us to wait: ``retry-after-ms`` (OpenAI style) or ``Retry-After``."""
     try:
@@ -156,6 +147,27 @@ def _redirect_message(response: httpx.Response, flavor: Flavor) -> str:
             new_base = mask_url(target[: -len(path)])
             return f"The {base} redirects to {new_base}; use that."
     return f"The server redirects ({status}) to {mask_url(location)}; check the {base}."
+
+
+def _scrubbed(value: Any, secrets: tuple[str | None, ...]) -> Any:
+    """``value`` (parsed JSON or text) with every secret in its strings masked."""
+    if isinstance(value, str):
+        return scrub(value, *secrets)
+    if isinstance(value, list):
+        return [_scrubbed(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {scrub(str(key), *secrets): _scrubbed(item, secrets) for key, item in value.items()}
+    return value
+
+
+def request_info(response: httpx.Response, secrets: tuple[str | None, ...] = ()
+                 ) -> errors.RequestInfo | None:
+    """The method and URL ``response`` answered (secrets and user:password masked), if known."""
+    try:
+        request = response.request
+    except RuntimeError:  # a response built without a request
+        return None
+    return errors.RequestInfo(request.method, scrub(str(request.url), *secrets))
 
 
 _UPLOAD_TOO_LARGE = ("too large", "too big", "exceeds")
@@ -235,12 +247,16 @@ def error_from_response(
             cls = errors.UnsupportedFileTypeError
         message = (_sentence(server_message) if server_message
                    else f"The request was refused ({status} {response.reason_phrase}).")
+    if body is None and response.text:
+        body = response.text
     return cls(
         scrub(message, *secrets),
         status_code=status,
-        path=path,
+        path=None if path is None else scrub(path, *secrets),
         timestamp=timestamp,
         retry_after=retry_after,
+        body=_scrubbed(body, secrets),
+        request=request_info(response, secrets),
     )
 
 
@@ -279,8 +295,9 @@ def send(
 
     Idempotent calls retry on 429 (honouring ``Retry-After``), 5xx and connection errors. A call
     that is not idempotent (a create) retries only when the server surely did not act on it (a
-    connection never made, a 429) and otherwise raises :class:`OutcomeUnknown`, so the caller
-    can look for what the lost request may have made.
+    connection never made, a 429) and otherwise raises
+    :class:`~gpucloud_nb.errors.OutcomeUnknownError`, so the caller can look for what the lost
+    request may have made.
     """
     attempt = 0
     while True:
@@ -297,7 +314,7 @@ def send(
                     f"The server {reason} ({call.method} {call.path}), "
                     f"after {attempt + 1} attempt{'s' if attempt else ''}."
                 ) from None
-            raise OutcomeUnknown(f"The server {reason} ({call.method} {call.path}).") from None
+            raise errors.OutcomeUnknownError(f"The server {reason} ({call.method} {call.path}).") from None
 
         if response.status_code < 300:
             if response.status_code == 204 or not response.content:
@@ -307,16 +324,15 @@ def send(
             try:
                 return response.json()
             except ValueError:
-                raise errors.ServerError(
+                raise errors.UnreadableResponseError(
                     f"The server sent a body that is not JSON ({call.method} {call.path}).",
-                    status_code=response.status_code,
-                    path=call.path,
+                    request=request_info(response, secrets),
                 ) from None
 
         error = error_from_response(response, flavor=flavor, what=call.what, secrets=secrets)
         retryable = response.status_code == 429 or response.status_code >= 500
         if retryable and not call.idempotent and response.status_code != 429:
-            raise OutcomeUnknown(error.message, last_status=response.status_code)
+            raise errors.OutcomeUnknownError(error.message, last_status=response.status_code)
         if retryable and attempt < policy.max_retries:
             yield Sleep(policy.delay(attempt, error.retry_after))
             attempt += 1

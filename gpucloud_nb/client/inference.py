@@ -43,7 +43,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -76,7 +76,7 @@ from gpucloud_nb.errors import (
     APIError,
     InvalidInputError,
     NotFoundError,
-    ServerError,
+    UnreadableResponseError,
 )
 
 __all__ = [
@@ -88,16 +88,14 @@ __all__ = [
     "ChatStream",
     "Choice",
     "InferenceClient",
+    "InferenceOps",
     "ModelInfo",
     "Transcription",
     "Usage",
     "normalize_messages",
 ]
 
-D = TypeVar("D", SyncDriver, AsyncDriver)
 _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECASE)
-
-
 
 
 # operations shared by the sync and async clients -------------------------------------------
@@ -147,57 +145,53 @@ def _from_environment(endpoint_url: str | None,
     return endpoint_url, secret
 
 
-class _InferenceOps(Generic[D]):
-    """State and operations of one client; the sync and async classes add the I/O."""
+class InferenceOps:
+    """The state and sans-I/O operations of one inference client (endpoint, secret, retry
+    policy, the cached model list); :class:`InferenceClient` and :class:`AsyncInferenceClient`
+    each hold one and run its operations with their driver, as the management resources hold
+    an ``InstanceOps``.
 
-    _driver: D
+        >>> ops = InferenceOps("http://127.0.0.1:8000", "secret", max_retries=3)  # doctest: +SKIP
+        >>> SyncDriver(http).run(ops.model_ids())  # doctest: +SKIP
+    """
 
-    def _setup(self, endpoint_url: str | None, secret: str | Secret | None,
-               max_retries: int) -> ApiKeyAuth:
+    def __init__(self, endpoint_url: str | None, secret: str | Secret | None,
+                 max_retries: int) -> None:
         endpoint_url, secret = _from_environment(endpoint_url, secret)
         self.endpoint_url = _endpoint(endpoint_url)
-        self._secret = _secret(secret)
-        self._policy = RetryPolicy(max_retries=max_retries)
-        self._models: list[ModelInfo] | None = None
-        return ApiKeyAuth(self._secret)
+        self.secret = _secret(secret)
+        self.policy = RetryPolicy(max_retries=max_retries)
+        self.models: list[ModelInfo] | None = None
 
-    @property
-    def secret_hint(self) -> str:
-        """The secret, masked: at most its first 3 and last 4 characters."""
-        return mask(self._secret.reveal())
+    def auth(self) -> ApiKeyAuth:
+        """The ``x-api-key`` auth of this client's requests."""
+        return ApiKeyAuth(self.secret)
 
     @property
     def shown_url(self) -> str:
         """``endpoint_url`` as it may be shown: a user name and password in it become ``***``."""
         return mask_url(self.endpoint_url)
 
-    def _secrets(self) -> tuple[str]:
-        return (self._secret.reveal(),)
-
-    def scrub(self, text: str) -> str:
-        """``text`` with this client's secret and any URL's password masked: for showing or logging.
-
-            >>> chat.scrub(f"failed with {secret}")  # doctest: +SKIP
-            'failed with sk-…a1b2'
-        """
-        return scrub(text, *self._secrets())
+    def secrets(self) -> tuple[str]:
+        """The secrets to mask in anything shown."""
+        return (self.secret.reveal(),)
 
     def _send(self, call: Call) -> Op[Any]:
-        return send(call, self._policy, flavor="inference", secrets=self._secrets())
+        return send(call, self.policy, flavor="inference", secrets=self.secrets())
 
-    def _model_error(self, error: APIError, model: str) -> APIError:
+    def model_error(self, error: APIError, model: str) -> APIError:
         """Say which model a 404 is about, or that the URL is wrong when it is not about one."""
         if not isinstance(error, NotFoundError):
             return error
         lowered = error.message.lower()
         if model.lower() in lowered or re.search(r"\bmodel\b", lowered):
-            known = f" This endpoint serves: {', '.join(m.id for m in self._models)}." \
-                if self._models else ""
+            known = f" This endpoint serves: {', '.join(m.id for m in self.models)}." \
+                if self.models else ""
             return _reworded(error, f"Model {model} not found.{known}")
         return _reworded(error, f"Nothing at {self.shown_url}{error.path or ''} (404); check "
                                 "the endpoint URL (the instance's base address, before /v1).")
 
-    def _model_records_op(self) -> Op[list[ModelInfo]]:
+    def model_records(self) -> Op[list[ModelInfo]]:
         """The endpoint's models as :class:`ModelInfo` records (``id``, ``owned_by``, ``created``).
 
             >>> chat.model_records()[0].id  # doctest: +SKIP
@@ -209,25 +203,25 @@ class _InferenceOps(Generic[D]):
                                    "the endpoint URL (the instance's base address, before /v1).") from None
         items = data.get("data") if isinstance(data, Mapping) else data
         if not isinstance(items, list):
-            raise ServerError("The endpoint's model list is not in the expected shape ({'data': [...]}).",
-                              status_code=200, path=MODELS_PATH)
+            raise UnreadableResponseError(
+                "The endpoint's model list is not in the expected shape ({'data': [...]}).")
         records = [ModelInfo.from_json(item) for item in items if isinstance(item, Mapping)]
-        self._models = [record for record in records if record.id]
-        return list(self._models)
+        self.models = [record for record in records if record.id]
+        return list(self.models)
 
-    def _models_op(self) -> Op[list[str]]:
+    def model_ids(self) -> Op[list[str]]:
         """The ids of the endpoint's models (also refreshes the cached list ``model=None`` uses).
 
             >>> chat.models()  # doctest: +SKIP
             ['sandbox-vision-1', 'sandbox-speech-1']
         """
-        records = yield from self._model_records_op()
+        records = yield from self.model_records()
         return [record.id for record in records]
 
-    def _default_model(self, speech: bool = False) -> Op[str]:
-        if self._models is None:
-            yield from self._model_records_op()
-        models = self._models or []
+    def default_model(self, speech: bool = False) -> Op[str]:
+        if self.models is None:
+            yield from self.model_records()
+        models = self.models or []
         if not models:
             raise InvalidInputError(f"The endpoint at {self.shown_url} lists no model; pass model=.")
         if speech:
@@ -236,11 +230,11 @@ class _InferenceOps(Generic[D]):
                     return record.id
         return models[0].id
 
-    def _chat_request(self, messages: Any, model: str | None, stream: bool,
+    def chat_request(self, messages: Any, model: str | None, stream: bool,
                       images: Iterable[Any] | None, params: Mapping[str, Any]) -> Op[ChatRequest]:
         body_messages = normalize_messages(messages, images)  # checked before anything is sent
         if model is None:
-            model = yield from self._default_model()
+            model = yield from self.default_model()
         elif not isinstance(model, str) or not model:
             raise InvalidInputError("model must be a model id (see models()) or None.")
         body: dict[str, Any] = {"model": model, "messages": body_messages, **params}
@@ -248,14 +242,14 @@ class _InferenceOps(Generic[D]):
             body["stream"] = True
         return ChatRequest(model, body)
 
-    def _complete(self, request: ChatRequest) -> Op[ChatCompletion]:
+    def complete(self, request: ChatRequest) -> Op[ChatCompletion]:
         try:
             data = yield from self._send(Call("POST", CHAT_PATH, json=request.body))
         except APIError as error:
-            raise self._model_error(error, request.model) from None
+            raise self.model_error(error, request.model) from None
         return ChatCompletion.from_json(data)
 
-    def _transcribe_op(self, file: Any, model: str | None = None, *,
+    def transcribe(self, file: Any, model: str | None = None, *,
                        filename: str | None = None, **params: Any) -> Op[Transcription]:
         """Transcribe an audio file (path, bytes or binary file object) and return its text.
 
@@ -274,7 +268,7 @@ class _InferenceOps(Generic[D]):
             raise InvalidInputError("transcribe() reads JSON replies: response_format must be "
                                     "'json' or 'verbose_json'.")
         if model is None:
-            model = yield from self._default_model(speech=True)
+            model = yield from self.default_model(speech=True)
         fields = {key: value if isinstance(value, str) else json.dumps(value)
                   for key, value in params.items() if value is not None}
         fields["model"] = model
@@ -283,20 +277,47 @@ class _InferenceOps(Generic[D]):
         try:
             data = yield from self._send(call)
         except APIError as error:
-            raise self._model_error(error, model) from None
+            raise self.model_error(error, model) from None
         if not isinstance(data, Mapping) or not isinstance(data.get("text"), str):
-            raise ServerError("The endpoint's transcription has no text.", status_code=200,
-                              path=TRANSCRIPTIONS_PATH)
+            raise UnreadableResponseError("The endpoint's transcription has no text.")
         return Transcription(data["text"], data)
+
+# the clients --------------------------------------------------------------------------------
+
+
+class _InferenceBase:
+    """What both clients show without I/O: the endpoint, the masked secret, ``scrub``."""
+
+    _ops: InferenceOps
+
+    @property
+    def endpoint_url(self) -> str:
+        """The endpoint's base address, before ``/v1``."""
+        return self._ops.endpoint_url
+
+    @property
+    def secret_hint(self) -> str:
+        """The secret, masked: at most its first 3 and last 4 characters."""
+        return mask(self._ops.secret.reveal())
+
+    @property
+    def shown_url(self) -> str:
+        """``endpoint_url`` as it may be shown: a user name and password in it become ``***``."""
+        return self._ops.shown_url
+
+    def scrub(self, text: str) -> str:
+        """``text`` with this client's secret and any URL's password masked: for showing or logging.
+
+            >>> chat.scrub(f"failed with {secret}")  # doctest: +SKIP
+            'failed with sk-…a1b2'
+        """
+        return scrub(text, *self._ops.secrets())
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.shown_url!r} secret={self.secret_hint!r}>"
 
 
-# the clients --------------------------------------------------------------------------------
-
-
-class InferenceClient(_InferenceOps[SyncDriver]):
+class InferenceClient(_InferenceBase):
     """A client for one inference instance's endpoint.
 
     ``endpoint_url`` is the instance's base address, before ``/v1`` (a trailing ``/`` or ``/v1``
@@ -313,9 +334,9 @@ class InferenceClient(_InferenceOps[SyncDriver]):
     def __init__(self, endpoint_url: str | None = None, secret: str | Secret | None = None, *,
                  timeout: float = 60.0,
                  max_retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
-        auth = self._setup(endpoint_url, secret, max_retries)
+        self._ops = InferenceOps(endpoint_url, secret, max_retries)
         self._timeout = timeout
-        self._http = httpx.Client(base_url=without_userinfo(self.endpoint_url), auth=auth,
+        self._http = httpx.Client(base_url=without_userinfo(self.endpoint_url), auth=self._ops.auth(),
                                   timeout=timeout,
                                   transport=transport)
         self._driver = SyncDriver(self._http)
@@ -326,14 +347,14 @@ class InferenceClient(_InferenceOps[SyncDriver]):
             >>> chat.models()  # doctest: +SKIP
             ['sandbox-vision-1', 'sandbox-speech-1']
         """
-        return self._driver.run(self._models_op())
+        return self._driver.run(self._ops.model_ids())
 
     def model_records(self) -> list[ModelInfo]:
         """The endpoint's models as :class:`ModelInfo` records (``id``, ``owned_by``, ``created``).
 
             >>> chat.model_records()[0].id  # doctest: +SKIP
         """
-        return self._driver.run(self._model_records_op())
+        return self._driver.run(self._ops.model_records())
 
     def transcribe(self, file: Any, model: str | None = None, *, filename: str | None = None,
                    **params: Any) -> Transcription:
@@ -346,7 +367,7 @@ class InferenceClient(_InferenceOps[SyncDriver]):
             >>> chat.transcribe("question.wav")  # doctest: +SKIP
             'what is the capital of france'
         """
-        return self._driver.run(self._transcribe_op(file, model, filename=filename, **params))
+        return self._driver.run(self._ops.transcribe(file, model, filename=filename, **params))
 
     @overload
     def chat(self, messages: Any, model: str | None = ..., stream: Literal[False] = ..., *,
@@ -367,10 +388,10 @@ class InferenceClient(_InferenceOps[SyncDriver]):
 
             >>> chat.chat("Name three rivers.", temperature=0).text  # doctest: +SKIP
         """
-        request = self._driver.run(self._chat_request(messages, model, stream, images, params))
+        request = self._driver.run(self._ops.chat_request(messages, model, stream, images, params))
         if stream:
-            return ChatStream(self._http, request, self._secrets(), self._model_error)
-        return self._driver.run(self._complete(request))
+            return ChatStream(self._http, request, self._ops.secrets(), self._ops.model_error)
+        return self._driver.run(self._ops.complete(request))
 
     def to_async(self) -> AsyncInferenceClient:
         """An :class:`AsyncInferenceClient` for the same endpoint and secret (the secret stays hidden).
@@ -378,8 +399,8 @@ class InferenceClient(_InferenceOps[SyncDriver]):
             >>> async with chat.to_async() as achat:  # doctest: +SKIP
             ...     stream = await achat.chat("Hi", stream=True)
         """
-        return AsyncInferenceClient(self.endpoint_url, self._secret, timeout=self._timeout,
-                                    max_retries=self._policy.max_retries)
+        return AsyncInferenceClient(self.endpoint_url, self._ops.secret, timeout=self._timeout,
+                                    max_retries=self._ops.policy.max_retries)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -392,7 +413,7 @@ class InferenceClient(_InferenceOps[SyncDriver]):
         self.close()
 
 
-class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
+class AsyncInferenceClient(_InferenceBase):
     """The asyncio twin of :class:`InferenceClient`: the same methods as coroutines.
 
         >>> async with AsyncInferenceClient(url, secret) as chat:  # doctest: +SKIP
@@ -405,8 +426,9 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
                  timeout: float = 60.0,
                  max_retries: int = 3, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 100) -> None:
-        auth = self._setup(endpoint_url, secret, max_retries)
-        self._http = httpx.AsyncClient(base_url=without_userinfo(self.endpoint_url), auth=auth,
+        self._ops = InferenceOps(endpoint_url, secret, max_retries)
+        self._http = httpx.AsyncClient(base_url=without_userinfo(self.endpoint_url),
+                                       auth=self._ops.auth(),
                                        timeout=timeout,
                                        transport=transport,
                                        limits=httpx.Limits(max_connections=max_connections))
@@ -414,16 +436,16 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
 
     async def models(self) -> list[str]:
         """Like :meth:`InferenceClient.models`."""
-        return await self._driver.run(self._models_op())
+        return await self._driver.run(self._ops.model_ids())
 
     async def model_records(self) -> list[ModelInfo]:
         """Like :meth:`InferenceClient.model_records`."""
-        return await self._driver.run(self._model_records_op())
+        return await self._driver.run(self._ops.model_records())
 
     async def transcribe(self, file: Any, model: str | None = None, *,
                          filename: str | None = None, **params: Any) -> Transcription:
         """Like :meth:`InferenceClient.transcribe`."""
-        return await self._driver.run(self._transcribe_op(file, model, filename=filename,
+        return await self._driver.run(self._ops.transcribe(file, model, filename=filename,
                                                           **params))
 
     @overload
@@ -438,11 +460,12 @@ class AsyncInferenceClient(_InferenceOps[AsyncDriver]):
                    images: Iterable[Any] | None = None,
                    **params: Any) -> ChatCompletion | AsyncChatStream:
         """Like :meth:`InferenceClient.chat`; with ``stream=True`` an :class:`AsyncChatStream`."""
-        request = await self._driver.run(self._chat_request(messages, model, stream, images, params))
+        request = await self._driver.run(
+            self._ops.chat_request(messages, model, stream, images, params))
         if stream:
-            return await AsyncChatStream.open(self._http, request, self._secrets(),
-                                              self._model_error)
-        return await self._driver.run(self._complete(request))
+            return await AsyncChatStream.open(self._http, request, self._ops.secrets(),
+                                              self._ops.model_error)
+        return await self._driver.run(self._ops.complete(request))
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucloud_nb.errors import ServerError
+from gpucloud_nb.errors import UnreadableResponseError
 
 __all__ = [
     "CHAT_PATH",
@@ -122,8 +122,8 @@ class ChatCompletion:
     @classmethod
     def from_json(cls, data: Any) -> ChatCompletion:
         if not isinstance(data, Mapping) or not isinstance(data.get("choices"), list):
-            raise ServerError("The endpoint's reply is not a chat completion (no choices).",
-                              status_code=200, path=CHAT_PATH)
+            raise UnreadableResponseError(
+                "The endpoint's reply is not a chat completion (no choices).")
         choices = []
         for position, item in enumerate(data["choices"]):
             item = mapping_or_empty(item)

@@ -47,6 +47,7 @@ from gpucloud_nb.client.instances import (
     Instances,
     ProgressCallback,
 )
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import InvalidInputError
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from gpucloud_nb.models import InstanceOffer
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
-           "Instances", "ProgressCallback", "SandboxInfo", "Volumes"]
+           "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
 
 
 @dataclass(frozen=True)
@@ -85,21 +86,28 @@ class _CloudBase(abc.ABC):
     _core: Core[Any]
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> SandboxHandle | None:
         """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
 
         Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
-        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process.
+        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process. SSH
+        keys are then registered with the sandbox over HTTP (``POST /sandbox/ssh-keys``).
         """
         return self._core.sandbox
 
     @sandbox.setter
-    def sandbox(self, box: Any) -> None:
+    def sandbox(self, box: SandboxHandle | None) -> None:
         core = self._core
         core.sandbox = box
+        core.register_keys = self._register_keys
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+
+    def _register_keys(self, publics: list[str]) -> None:
+        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
+        if self._core.sandbox is not None:
+            self._service_send("POST", "/sandbox/ssh-keys", {"keys": publics})
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -111,7 +119,7 @@ class _CloudBase(abc.ABC):
         box = self._core.sandbox
         if box is None:
             return None
-        home = getattr(box, "home", None)
+        home = box.home
         return SandboxInfo(url=str(box.management_url), inference_url=str(box.inference_url),
                            launch_seconds=float(box.launch_seconds),
                            home=None if home is None else Path(home))
@@ -120,7 +128,7 @@ class _CloudBase(abc.ABC):
     def _blocking_core(self) -> Core[SyncDriver]:
         """A sync core for work done from timer threads, away from any event loop."""
 
-    def _service_send(self, method: str, path: str, body: dict[str, str] | None) -> Any:
+    def _service_send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         """One request to a sandbox-only endpoint, blocking (timers are set from sync code)."""
         core = self._blocking_core()
         return core.driver.run(core.send(Call(method, path, json=body)))
@@ -148,8 +156,10 @@ class _CloudBase(abc.ABC):
             >>> cloud.scrub(f"echoed {key}")  # doctest: +SKIP
             'echoed sk-…a1b2'
         """
-        held: list[object] = [self._core.key.reveal()]
-        held += [getattr(self.sandbox, name, None) for name in ("api_key", "inference_secret")]
+        box = self.sandbox
+        held = [self._core.key.reveal()]
+        if box is not None:
+            held += [box.api_key, box.inference_secret]
         secrets = [s for s in held if isinstance(s, str)]
         # Long secrets first, so that one contained in another is still masked whole.
         return scrub(text, *sorted(secrets, key=len, reverse=True))
@@ -233,12 +243,15 @@ class GPUCloud(_CloudBase):
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
+
+        Every instance has a row, deleted ones too; displayed, the table hides deleted ones
+        unless ``include_deleted`` (the total row counts them; see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]  # doctest: +SKIP
         """
-        return self.instances.spend()
+        return self.instances.spend(include_deleted)
 
     def cluster(self, n: int, *, offer: InstanceOffer | str | None = None, name: str = "cluster",
                 **offer_filters: Any) -> GPUCloudCluster:
@@ -321,9 +334,9 @@ class AsyncGPUCloud(_CloudBase):
                               self._core.offers_ttl)
         return self._twin
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
-        return await self.instances.spend()
+        return await self.instances.spend(include_deleted)
 
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""

@@ -14,10 +14,10 @@ loop per client and are cached per instance, so a second ``run`` costs one round
   ``GPUCLOUD_SSH_KEY``, the ssh-agent, ``~/.ssh/id_ed25519``, ``id_ecdsa``, ``id_rsa``), and last
   a key pair it generates once: in ``<sandbox home>/client`` for the sandbox, in the user config
   dir (platformdirs) for the real cloud; see :mod:`gpucloud_nb.client.ssh_keys`. It never writes
-  into ``~/.ssh``. For the sandbox the public keys are registered in
-  ``<sandbox home>/ssh/authorized_keys``, which the sandbox accepts for instances created without
-  ``ssh_key``; :func:`default_public_key` is what ``create`` sends when no key is given. A refusal
-  names the keys tried and how to give the right one.
+  into ``~/.ssh``. For the sandbox the public keys are registered over HTTP
+  (``POST /sandbox/ssh-keys``, once per client and key), and the sandbox accepts them for
+  instances created without ``ssh_key``; :func:`default_public_key` is what ``create`` sends
+  when no key is given. A refusal names the keys tried and how to give the right one.
 - **Host keys.** Accept-new: the first key an instance shows is stored in the client's own
   ``known_hosts`` (next to its key pair, one ``<instance id> <key>`` line each: OpenSSH's format,
   read by the printed command through ``HostKeyAlias``); a different key later is refused with
@@ -39,17 +39,24 @@ import os
 import queue
 import shlex
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb.client import ssh_keys
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError, InvalidInputError
+from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
+    ConnectionFailedError,
+    InvalidInputError,
+    KeysRefusedError,
+    RemoteCommandError,
+    RemoteTimeoutError,
+)
 
 if TYPE_CHECKING:
     import asyncssh
 
+    from gpucloud_nb.client.sandbox_handle import SandboxHandle
     from gpucloud_nb.models import InstanceDetails
 
 __all__ = [
@@ -92,18 +99,6 @@ class RunResult:
     def ok(self) -> bool:
         """True when the command exited with status 0."""
         return self.exit_status == 0
-
-
-class RemoteCommandError(GPUCloudError):
-    """A remote command could not run (not found) or was stopped."""
-
-
-class KeysRefusedError(ConnectionFailedError):
-    """The instance refused every key the client offered (the sentence names them)."""
-
-
-class RemoteTimeoutError(RemoteCommandError, TimeoutError):
-    """A remote command ran past its ``timeout``: it was stopped (SIGINT, then the channel closed)."""
 
 
 class _Tail:
@@ -155,9 +150,9 @@ class _Lines:
         return [rest] if rest else []
 
 
-def key_dir(sandbox: Any) -> Path:
+def key_dir(sandbox: SandboxHandle | None) -> Path:
     """Where the client keeps its key pair and known_hosts for ``sandbox`` (or the real cloud)."""
-    home = getattr(sandbox, "home", None) if sandbox is not None else None
+    home = sandbox.home if sandbox is not None else None
     if home is not None:
         directory = Path(home) / "client"
     else:
@@ -170,8 +165,8 @@ def key_dir(sandbox: Any) -> Path:
     return directory
 
 
-def default_public_key(sandbox: Any = None, identity: str | os.PathLike[str] | None = None
-                       ) -> str:
+def default_public_key(sandbox: SandboxHandle | None = None,
+                       identity: str | os.PathLike[str] | None = None) -> str:
     """The OpenSSH public key ``create`` sends when none is given: the first key the client
     offers (see :mod:`gpucloud_nb.client.ssh_keys`)."""
     return ssh_keys.identities_sync(identity, key_dir(sandbox))[0].public
@@ -214,19 +209,21 @@ def reachable(details: InstanceDetails) -> InstanceDetails:
 class Remote:
     """SSH use of a client's instances on one background asyncio loop (see the module docs).
 
-    ``details(id)`` returns the instance's details (the client's ``instances.get``);
-    ``wait(id, timeout)`` waits until it is active.
+    The operations are coroutines run on that loop (``submit``); the sync client waits for
+    them (``call``), the async client awaits them (``wrap_future``). Both fetch an instance's
+    details themselves and pass them in. ``sandbox()`` is the sandbox the client talks to
+    (``None`` for the real cloud), and ``register(public_keys)`` registers keys with it (a
+    blocking HTTP request, made in a worker thread).
     """
 
-    def __init__(self, details: Callable[[str], InstanceDetails],
-                 wait: Callable[[str, float], InstanceDetails],
-                 sandbox: Callable[[], Any] = lambda: None,
-                 identity: str | os.PathLike[str] | None = None) -> None:
-        self._details = details
+    def __init__(self, sandbox: Callable[[], SandboxHandle | None] = lambda: None,
+                 identity: str | os.PathLike[str] | None = None,
+                 register: Callable[[list[str]], None] = lambda publics: None) -> None:
         self._identity = identity
         self._accepted: dict[str, ssh_keys.Identity] = {}
-        self._wait = wait
         self._sandbox_of = sandbox
+        self._register = register
+        self._registered: set[tuple[str, str]] = set()  # (sandbox URL, public key)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
@@ -234,7 +231,7 @@ class Remote:
         self._lock = threading.Lock()
 
     @property
-    def _sandbox(self) -> Any:
+    def _sandbox(self) -> SandboxHandle | None:
         return self._sandbox_of()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -281,6 +278,8 @@ class Remote:
             for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
+            # the worker thread key registration used (asyncio.to_thread) ends with the loop
+            await asyncio.get_running_loop().shutdown_default_executor()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close_all(), loop).result(5)
@@ -291,22 +290,14 @@ class Remote:
 
     # -- connections -------------------------------------------------------------------------
 
-    def target(self, id: str, wait: float) -> InstanceDetails:
-        """The details of instance ``id`` once it is active, or one sentence why not.
-
-        While a cached connection to it is open, its details are reused without a request (a
-        deleted instance's server closes the connection, so the next call asks again).
-        """
+    def cached_target(self, id: str) -> InstanceDetails | None:
+        """The details of instance ``id`` while a cached connection to it is open (so a second
+        ``run`` costs no request; a deleted instance's server closes the connection, so the
+        next call asks again), else ``None``."""
         cached = self._connections.get(id)
-        if cached is not None and not cached.is_closed() and id in self._targets:
-            return self._targets[id]
-        details = self._details(id)
-        if details.status == "pending":
-            if wait <= 0:
-                raise InvalidInputError(f"Instance {id} is still pending; wait until it is "
-                                        "active (cloud.instances.wait_until_active).")
-            details = self._wait(id, wait)
-        return reachable(details)
+        if cached is not None and not cached.is_closed():
+            return self._targets.get(id)
+        return None
 
     async def connection(self, details: InstanceDetails) -> asyncssh.SSHClientConnection:
         """The cached connection to the instance, opened (and its host key checked) if needed."""
@@ -317,8 +308,7 @@ class Remote:
             return cached
         directory = key_dir(self._sandbox)
         offered = await ssh_keys.identities(self._identity, directory)
-        if self._sandbox is not None and getattr(self._sandbox, "home", None) is not None:
-            self._register([identity.public for identity in offered])
+        await self._register_with_sandbox([identity.public for identity in offered])
         known = _KnownHosts(directory / "known_hosts")
         stored = known.get(details.id)
         trusted: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None
@@ -394,14 +384,16 @@ class Remote:
             details.id, details.ip, details.ssh_port, details.ssh_user or "ubuntu",
             self._accepted.get(details.id), key_dir(self._sandbox) / "known_hosts")
 
-    def _register(self, publics: list[str]) -> None:
-        path = Path(self._sandbox.home) / "ssh" / "authorized_keys"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        present = path.read_text() if path.exists() else ""
-        for public in publics:
-            if public and public not in present:
-                with path.open("a") as file:
-                    file.write(public + "\n")
+    async def _register_with_sandbox(self, publics: list[str]) -> None:
+        """Register with the sandbox (over HTTP) the keys it has not been sent by this client."""
+        sandbox = self._sandbox
+        if sandbox is None:
+            return
+        new = [public for public in publics
+               if public and (sandbox.management_url, public) not in self._registered]
+        if new:
+            await asyncio.to_thread(self._register, new)
+            self._registered.update((sandbox.management_url, public) for public in new)
 
     # -- operations --------------------------------------------------------------------------
 
@@ -427,7 +419,8 @@ class Remote:
         raises :class:`RemoteTimeoutError`.
         """
         connection = await self.connection(details)
-        process = await connection.create_process(command, encoding=None)
+        with _channel(details):
+            process = await connection.create_process(command, encoding=None)
         tails = (_Tail(TAIL_BYTES), _Tail(TAIL_BYTES))
 
         async def pump(stream: Any, tail: _Tail) -> None:
@@ -476,6 +469,7 @@ class Remote:
         future = self.submit(self.execute(
             details, command, timeout=timeout,
             emit=batches.put if on_output is not None else None, backlog=batches.qsize))
+        future.add_done_callback(lambda _: batches.put([]))  # wakes the wait below at once
         try:
             # Done-ness is asked, never inferred from an exception: on 3.11+
             # concurrent.futures.TimeoutError *is* TimeoutError, which the command may raise.
@@ -512,8 +506,9 @@ class Remote:
         if not Path(local).is_file():
             raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
         connection = await self.connection(details)
-        async with connection.start_sftp_client() as sftp:
-            await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
+        with _channel(details):
+            async with connection.start_sftp_client() as sftp:
+                await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
 
     async def download_async(self, details: InstanceDetails, remote: str,
                              local: str | os.PathLike[str],
@@ -532,13 +527,14 @@ class Remote:
         connection = await self.connection(details)
         partial = destination.with_name(f".{destination.name}.gpucloud-partial")
         try:
-            async with connection.start_sftp_client() as sftp:
-                try:
-                    await sftp.get(remote, os.fspath(partial),
-                                   progress_handler=_progress(progress))
-                except asyncssh.SFTPNoSuchFile:
-                    raise InvalidInputError(
-                        f"{remote!r} does not exist on instance {details.id}.") from None
+            with _channel(details):
+                async with connection.start_sftp_client() as sftp:
+                    try:
+                        await sftp.get(remote, os.fspath(partial),
+                                       progress_handler=_progress(progress))
+                    except asyncssh.SFTPNoSuchFile:
+                        raise InvalidInputError(
+                            f"{remote!r} does not exist on instance {details.id}.") from None
             if overwrite:
                 partial.replace(destination)
             else:
@@ -550,23 +546,49 @@ class Remote:
             with contextlib.suppress(OSError):
                 partial.unlink()
 
+    async def open_forward(self, details: InstanceDetails, remote_port: int) -> Any:
+        """Listen on a free local port, forwarded to ``remote_port`` on the instance."""
+        connection = await self.connection(details)
+        return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
+
+    @staticmethod
+    async def close_forward(listener: Any) -> None:
+        """Stop a forward :meth:`open_forward` started."""
+        listener.close()
+        await listener.wait_closed()
+
     @contextlib.contextmanager
     def forward(self, details: InstanceDetails, remote_port: int) -> Iterator[str]:
         """Forward a free local port to ``remote_port`` on the instance; yield its URL."""
-        async def start() -> Any:
-            connection = await self.connection(details)
-            return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
-
-        listener = self.call(start())
+        listener = self.call(self.open_forward(details, remote_port))
         try:
             yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
-            async def stop() -> None:
-                listener.close()
-                await listener.wait_closed()
-
             with contextlib.suppress(Exception):
-                self.call(stop())
+                self.call(self.close_forward(listener))
+
+    @contextlib.asynccontextmanager
+    async def forward_async(self, details: InstanceDetails, remote_port: int
+                            ) -> AsyncIterator[str]:
+        """The async twin of :meth:`forward`, for a caller on another event loop."""
+        listener = await asyncio.wrap_future(self.submit(self.open_forward(details, remote_port)))
+        try:
+            yield f"http://127.0.0.1:{listener.get_port()}"
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self.submit(self.close_forward(listener)))
+
+
+@contextlib.contextmanager
+def _channel(details: InstanceDetails) -> Iterator[None]:
+    """An instance's refusal to open a channel (a command, SFTP) as one sentence of its own."""
+    import asyncssh
+
+    try:
+        yield
+    except asyncssh.ChannelOpenError as refused:
+        raise RemoteCommandError(
+            f"Instance {details.id} refused the request: {refused.reason}") from None
 
 
 def refuse_existing(local: Path, overwrite: bool) -> None:

@@ -28,7 +28,7 @@ from gpucloud_nb.client.inference_types import (
     Usage,
     mapping_or_empty,
 )
-from gpucloud_nb.errors import APIError, ConnectionFailedError, ServerError
+from gpucloud_nb.errors import APIError, ConnectionFailedError, ServerError, UnreadableResponseError
 
 __all__ = ["AsyncChatStream", "ChatStream"]
 
@@ -104,8 +104,8 @@ class _StreamBase:
         try:
             payload = json.loads(data)
         except ValueError:
-            raise ServerError("The endpoint streamed an event that is not JSON.", status_code=200,
-                              path=CHAT_PATH) from None
+            raise UnreadableResponseError("The endpoint streamed an event that is not JSON.") \
+                from None
         if not isinstance(payload, Mapping):
             return None
         if "error" in payload or event.event == "error":

@@ -32,30 +32,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.models import Instance
 
-__all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller", "public_url"]
+__all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
 
 BUSY = ("pending", "active", "deleting")
 MIN_INTERVAL = 1.0
 WATCH = 0.5
 TIMEOUT = 5.0
 RETRIES = 1
-
-
-def public_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part, fit to show."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -140,7 +131,7 @@ class Poller:
             cloud = await self._client()
         except GPUCloudError as error:
             return {"sandbox": None, "url": None, "cap": self.cap, "error": str(error)}
-        return {"sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+        return {"sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
                 "error": None}
 
     async def fate(self, instance_id: str) -> str:
@@ -242,7 +233,7 @@ class Poller:
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),
-            "sandbox": cloud.is_sandbox, "url": public_url(cloud.base_url), "cap": self.cap,
+            "sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
             "polledAt": _iso(now), "error": None,
         }
 

@@ -13,7 +13,8 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   so new connections are refused.
 - **Auth.** Public key only, for the instance's ``sshUser``: the ``sshKey`` given at create, or,
   if none was given, any key registered in ``<home>/ssh/authorized_keys`` (OpenSSH format, one
-  key a line; the package's client appends its key there before it connects). Passwords and
+  key a line; the package's client registers its keys over HTTP, ``POST /sandbox/ssh-keys``,
+  before it connects, and :meth:`InstanceServers.register` appends them). Passwords and
   keyboard-interactive are refused.
 - **Where instances live.** Instance homes, volumes and the instances' commands live in the
   *machines* directory, ``<home>-machines`` beside the sandbox home (a temporary directory for a
@@ -197,6 +198,31 @@ class InstanceServers:
         """The file of keys registered by clients, accepted for instances created without one."""
         assert self.home is not None
         return self.home / "ssh" / "authorized_keys"
+
+    def register(self, publics: list[str]) -> int:
+        """Accept ``publics`` (OpenSSH public keys) for instances created without a key; each
+        must be one valid key, else :class:`ValueError` and nothing is written. Returns how
+        many were new."""
+        keys = []
+        for public in publics:
+            lines = public.strip().splitlines()
+            parsed = _parse_keys(lines[0]) if len(lines) == 1 else []
+            if not parsed:
+                raise ValueError(f"Not an OpenSSH public key: {public[:40]!r}.")
+            keys.append((parsed[0], lines[0].strip()))
+        path = self.authorized_keys
+        path.parent.mkdir(parents=True, exist_ok=True)
+        present = {key.public_data for key in _parse_keys(path.read_text())} \
+            if path.exists() else set()
+        new = []
+        for key, line in keys:
+            if key.public_data not in present:
+                present.add(key.public_data)
+                new.append(line)
+        if new:
+            with path.open("a") as file:
+                file.write("".join(line + "\n" for line in new))
+        return len(new)
 
     def server(self, instance_id: str) -> _InstanceServer | None:
         """The running server of ``instance_id``, if any."""

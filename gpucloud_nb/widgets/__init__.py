@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucloud_nb.widgets._common import WaitStopped
+from gpucloud_nb.errors import WaitStopped
 from gpucloud_nb.widgets.instances_panel import InstancesPanel
 from gpucloud_nb.widgets.launch_form import LaunchForm
 from gpucloud_nb.widgets.offers_browser import OffersBrowser

@@ -10,12 +10,29 @@ from typing import Any, assert_type
 
 import pandas as pd
 
-from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient, GPUCloud, InferenceClient, connect
+from gpucloud_nb import (
+    APIError,
+    AsyncGPUCloud,
+    AsyncInferenceClient,
+    GPUCloud,
+    InferenceClient,
+    RemoteTimeoutError,
+    connect,
+)
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.errors import RequestInfo
+from gpucloud_nb.models import (
+    CreateInstance,
+    Instance,
+    InstanceDetails,
+    InstanceOffer,
+    Volume,
+    VolumeOffer,
+)
 
 
 def sync_cloud(cloud: GPUCloud) -> None:
@@ -26,6 +43,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
         name="a", cloud_provider="p", instance_id="i", region="r"), list[str])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Instance)
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Instance)
     assert_type(cloud.instances.list(), list[Instance])
     assert_type(cloud.instances.get("x"), InstanceDetails)
     assert_type(cloud.instances.delete("x"), None)
@@ -38,6 +57,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.ssh_command("x"), str)
     assert_type(cloud.instances.ssh_key_in_use("x"), str | None)
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
+    assert_type(cloud.sandbox, SandboxHandle | None)
+    assert_type(cloud.close(), None)
     assert_type(cloud.volumes.offers(), list[VolumeOffer])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Volume)
@@ -57,6 +78,8 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.offers_frame(), Coroutine[Any, Any, pd.DataFrame])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, Instance])
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Coroutine[Any, Any, Instance])
     assert_type(cloud.instances.list(), Coroutine[Any, Any, list[Instance]])
     assert_type(cloud.instances.get("x"), Coroutine[Any, Any, InstanceDetails])
     assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])
@@ -73,11 +96,36 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.ssh_command("x"), Coroutine[Any, Any, str])
+    assert_type(cloud.instances.ssh_key_in_use("x"), str | None)
+    assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractAsyncContextManager[str])
+    assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True),
+                Coroutine[Any, Any, None])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Coroutine[Any, Any, Volume])
     assert_type(cloud.is_sandbox, bool)
     assert_type(cloud.sandbox_info, SandboxInfo | None)
+    assert_type(cloud.sandbox, SandboxHandle | None)
     assert_type(cloud.key_hint, str)
+    assert_type(cloud.max_hourly_cost, float | None)
+    assert_type(cloud.sandbox_inference(), InferenceClient)
+    assert_type(cloud.aclose(), Coroutine[Any, Any, None])
+
+
+async def async_forward(cloud: AsyncGPUCloud) -> None:
+    async with cloud.instances.forward("x", 8000) as url:
+        assert_type(url, str)
+        assert_type(await AsyncInferenceClient(url, "secret").models(), list[str])
+
+
+def errors_tree() -> None:
+    try:
+        GPUCloud().instances.run("x", "ls")
+    except RemoteTimeoutError as timeout:
+        assert_type(timeout.message, str)
+    except APIError as error:
+        assert_type(error.status_code, int)
+        assert_type(error.request, RequestInfo | None)
+        assert_type(error.body, Any)
 
 
 def inference(chat: InferenceClient, achat: AsyncInferenceClient) -> None:
@@ -88,6 +136,11 @@ def inference(chat: InferenceClient, achat: AsyncInferenceClient) -> None:
     assert_type(chat.chat("Hi", stream=True), ChatStream)
     assert_type(chat.to_async(), AsyncInferenceClient)
     assert_type(chat.scrub("text"), str)
+    assert_type(chat.endpoint_url, str)
+    assert_type(chat.secret_hint, str)
+    assert_type(achat.endpoint_url, str)
+    assert_type(achat.scrub("text"), str)
+    assert_type(achat.aclose(), Coroutine[Any, Any, None])
     assert_type(achat.models(), Coroutine[Any, Any, list[str]])
     assert_type(achat.model_records(), Coroutine[Any, Any, list[ModelInfo]])
     assert_type(achat.transcribe(b"RIFF"), Coroutine[Any, Any, Transcription])
