@@ -13,10 +13,7 @@ TCP, as each would be used. Run standalone with ``python -m benchmarks.bench_clu
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 __all__ = ["QUICK", "run"]
@@ -45,8 +42,6 @@ def run(workers: int = 4, tasks: int = 2_000, repeat: int = 3,
     from gpucloud_nb import GPUCloud
     from gpucloud_nb.sandbox import Sandbox
 
-    # Sandbox instances run ``python3`` from the PATH they inherit: this interpreter's.
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     with Sandbox(launch_seconds=launch_seconds, delete_seconds=0.2) as box, \
             GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
         cloud.sandbox = box

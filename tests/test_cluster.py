@@ -3,6 +3,7 @@ and run_all over the same SSH layer."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from gpucloud_nb import GPUCloud
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
 from gpucloud_nb.client.multinode import run_all
 from gpucloud_nb.cluster import GPUCloudCluster
@@ -222,7 +223,7 @@ def test_run_all_gives_each_node_its_rank_and_prefixes_its_lines(box: GPUCloud) 
     lines: list[str] = []
     command = ('echo "$GPUCLOUD_NODE_RANK $GPUCLOUD_NUM_NODES $MASTER_ADDR:$MASTER_PORT '
                '$GPUCLOUD_INSTANCE_ID"; echo "$GPUCLOUD_NODE_IPS" | tr "\\n" ,')
-    results = run_all(box.instances, ids, command, on_output=lines.append, master_port=29400)
+    results = box.instances.run_all(ids, command, on_output=lines.append, master_port=29400)
     assert [r.exit_status for r in results] == [0, 0, 0]
     for rank, (instance_id, result) in enumerate(zip(ids, results, strict=True)):
         first, ips = result.stdout.splitlines()
@@ -230,6 +231,19 @@ def test_run_all_gives_each_node_its_rank_and_prefixes_its_lines(box: GPUCloud) 
         assert ips == "127.0.0.1,127.0.0.1,127.0.0.1,"
         assert f"[{rank}] {first}" in lines
     assert sorted(line[:4] for line in lines) == ["[0] ", "[0] ", "[1] ", "[1] ", "[2] ", "[2] "]
+
+
+def test_the_async_run_all_gives_each_node_its_rank(box: GPUCloud) -> None:
+    ids = launch_nodes(box, 2)
+
+    async def both() -> list[str]:
+        async with AsyncGPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as acloud:
+            acloud.sandbox = box.sandbox
+            results = await acloud.instances.run_all(
+                ids, 'echo "$GPUCLOUD_NODE_RANK/$GPUCLOUD_NUM_NODES $GPUCLOUD_INSTANCE_ID"')
+            return [r.stdout for r in results]
+
+    assert asyncio.run(both()) == [f"0/2 {ids[0]}\n", f"1/2 {ids[1]}\n"]
 
 
 def test_run_all_refuses_bad_input_in_one_sentence(box: GPUCloud) -> None:
@@ -258,7 +272,7 @@ def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
 
 def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud) -> None:
     script = textwrap.dedent("""
-        from gpucloud_nb import GPUCloud
+        from gpucloud_nb import AsyncGPUCloud, GPUCloud
         cloud = GPUCloud()
         cluster = cloud.cluster(2, name="forgotten")
         from distributed import Client

@@ -22,6 +22,7 @@ done. A node whose command fails does not stop the others: its status is in its 
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import threading
 from collections.abc import Callable, Sequence
@@ -32,7 +33,8 @@ from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["MASTER_PORT", "NodeRunner", "node_environment", "run_all"]
+__all__ = ["MASTER_PORT", "AsyncNodeRunner", "NodeRunner", "node_environment", "run_all",
+           "run_all_async"]
 
 #: Where rank 0 listens for the others unless told otherwise (torchrun's default).
 MASTER_PORT = 29500
@@ -45,6 +47,16 @@ class NodeRunner(Protocol):
 
     def run(self, id: str, command: str, *, timeout: float | None = None,
             on_output: Callable[[str], None] | None = None, wait: float = ...) -> RunResult: ...
+
+
+class AsyncNodeRunner(Protocol):
+    """What :func:`run_all_async` needs of ``acloud.instances``."""
+
+    async def wait_until_active(self, id: str, timeout: float = ...) -> InstanceDetails: ...
+
+    async def run(self, id: str, command: str, *, timeout: float | None = None,
+                  on_output: Callable[[str], None] | None = None,
+                  wait: float = ...) -> RunResult: ...
 
 
 def node_environment(rank: int, ips: Sequence[str], master_port: int = MASTER_PORT) -> str:
@@ -111,3 +123,24 @@ def run_all(instances: NodeRunner, ids: Sequence[str], command: str, *,
 
     with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="gpucloud-run-all") as pool:
         return list(pool.map(one, range(len(chosen))))
+
+
+async def run_all_async(instances: AsyncNodeRunner, ids: Sequence[str], command: str, *,
+                        on_output: Callable[[str], None] | None = None,
+                        timeout: float | None = None, master_port: int = MASTER_PORT,
+                        wait: float = 60.0) -> list[RunResult]:
+    """The coroutine twin of :func:`run_all` (``on_output`` runs on the SSH loop)."""
+    chosen = _checked_ids(ids, command, master_port)
+    nodes = await asyncio.gather(*(instances.wait_until_active(i, timeout=wait) for i in chosen))
+    ips = [node.ip for node in nodes]
+
+    def prefixed(rank: int) -> Callable[[str], None] | None:
+        if on_output is None:
+            return None
+        say = on_output
+        return lambda line: say(f"[{rank}] {line}")
+
+    return list(await asyncio.gather(*(
+        instances.run(chosen[rank], f"{node_environment(rank, ips, master_port)}\n{command}",
+                      timeout=timeout, on_output=prefixed(rank), wait=wait)
+        for rank in range(len(chosen)))))

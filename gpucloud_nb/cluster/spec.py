@@ -18,6 +18,9 @@ Choices where nothing says otherwise:
   (``Security.temporary()``): nothing without it can talk to the scheduler or a worker, which a
   Dask process would otherwise let run any code. The dashboard listens on the scheduler
   instance's loopback only. Workers get no dashboard of their own.
+- **Python.** Dask runs under ``python3`` on an instance (``distributed`` of the client's version
+  is installed with ``pip install --user`` where it is missing). A sandbox instance is this
+  machine, so there the processes run this kernel's own interpreter, which has the client's Dask.
 - **The first instance** holds the scheduler and a worker. Scaling down retires that worker last
   (``scale`` drops the newest workers first) and never deletes that instance: it goes at
   ``close``.
@@ -38,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -134,7 +138,9 @@ class GPUCloudCluster(SpecCluster):
             raise InvalidInputError(problem)
         self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
                                 os_image=(chosen.configuration.os or ("ubuntu-22.04",))[0],
-                                security=Security.temporary())
+                                security=Security.temporary(),
+                                python=shlex.quote(sys.executable) if cloud.is_sandbox
+                                else "python3")
         #: One sentence for each instance that went away under the running cluster.
         self.notices: list[str] = []
         self._noticed: set[str] = set()
