@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client import clusters
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
 
@@ -524,3 +525,19 @@ def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_co
     # the idle poll. The stamp only brings lists forward, so a window holds no more than that.
     assert 2 <= len(lists) <= window / fast + 1
     assert all(b - a >= 1.0 - 0.2 for a, b in itertools.pairwise(lists))
+
+
+def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "server"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # the server's user, as a kernel
+    with counting_sandbox() as (box, _), \
+            jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
+            GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
+        member, other = launch(cloud, "trio-0"), launch(cloud, "loner")
+        clusters.note(cloud.base_url, member, "trio")  # what cloud.cluster does for each instance
+        shown = wait_for(api, lambda s: row_of(s, member) and row_of(s, other))
+        assert row_of(shown, member)["cluster"] == "trio"
+        assert row_of(shown, other)["cluster"] is None
