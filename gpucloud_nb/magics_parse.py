@@ -67,6 +67,13 @@ def _size(text: str) -> int | float:
     return int(value) if value.is_integer() else value
 
 
+def _dollars(text: str) -> float:
+    # as _size: plain digits only (no "nan", no "1_000")
+    if not _NUMBER.fullmatch(text.removeprefix("-")) or not float(text) > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of dollars")
+    return float(text)
+
+
 def _gpus(text: str) -> int:
     # int() would also take "1_0" and non-ASCII digits: plain digits 0-9 only.
     if not (text.isascii() and text.removeprefix("-").isdigit()):
@@ -84,7 +91,7 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance INSTANCE                (INSTANCE: a name or an _id)
   %gpucloud delete INSTANCE [--yes]
-  %gpucloud launch [OFFER_ID] [--provider ID]
+  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
   %gpucloud volumes [list]
@@ -159,6 +166,8 @@ def _parser() -> _Parser:
     p.add_argument("offer", metavar="OFFER_ID", nargs="?", help="an offer's instanceId")
     p.add_argument("--provider", metavar="ID", help="provider _id or name; needed when several "
                    "providers sell offers with this instanceId")
+    p.add_argument("--budget", metavar="DOLLARS", type=_dollars,
+                   help="delete the instance once it has cost this much (the form's budget)")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "

@@ -25,7 +25,8 @@ Choices where the spec says "not shown":
   and ``price_per_gb_per_hour`` its float value.
 - ``cloudProvider`` may be an object or a bare id string; both give a :class:`VolumeProvider`.
 - :class:`CreateInstance` is the one create request: the spec's body plus the create-time options
-  the client handles itself (``delete_after``), which :meth:`CreateInstance.body` never sends.
+  the client handles itself (``delete_after``, ``budget``), which :meth:`CreateInstance.body`
+  never sends.
 - ``autoDeleteAt`` is the sandbox's own field (the time its auto-delete timer fires); the real
   cloud does not send it, so ``auto_delete_at`` is ``None`` there.
 """
@@ -557,16 +558,18 @@ class CreateInstance(_Request, frozen=True):
     """One create request, built once and used by the launch form, the magics and the client.
 
     The spec's CreateInstance fields, plus a field for each create-time option the client
-    handles itself (``delete_after``: seconds until the client, or the sandbox, deletes it);
-    those are never sent. ``cloud.instances.create_from(request)`` sends it.
+    handles itself (``delete_after``: seconds until the client, or the sandbox, deletes it;
+    ``budget``: dollars it may cost before it is deleted); those are never sent.
+    ``cloud.instances.create_from(request)`` sends it.
 
         >>> request = CreateInstance(name="a", cloud_provider="p1", instance_id="x", region="r",
-        ...                          vm=VirtualMachine(os="ubuntu"), delete_after=3600.0)
+        ...                          vm=VirtualMachine(os="ubuntu"), delete_after=3600.0,
+        ...                          budget=5.0)
         >>> request.body()
         {'name': 'a', 'cloudProvider': 'p1', 'instanceId': 'x', 'region': 'r', 'vm': {'os': 'ubuntu'}}
     """
 
-    _client_only: ClassVar[frozenset[str]] = frozenset({"delete_after"})
+    _client_only: ClassVar[frozenset[str]] = frozenset({"delete_after", "budget"})
 
     name: str
     cloud_provider: str
@@ -578,6 +581,7 @@ class CreateInstance(_Request, frozen=True):
     ssh_key_id: str | None = None
     ssh_key: str | None = None
     delete_after: float | None = None
+    budget: float | None = None
 
 
 

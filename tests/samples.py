@@ -44,3 +44,11 @@ def same_id_two_providers() -> list[dict]:
             region["available"] = True
         offers.append(offer)
     return offers
+
+
+def one_offer(price: float) -> list[dict]:
+    """One available VM offer, ``gpu-1x`` of "Cheap Cloud", at ``price`` dollars per hour.
+
+        >>> sandbox_factory(offers=one_offer(3600.0))   # a dollar a second
+    """
+    return [{**same_id_two_providers()[0], "hourlyPrice": price}]

@@ -259,3 +259,53 @@ def test_a_home_the_service_cannot_write_its_settings_in_is_one_line(sandbox_hom
     assert served.returncode == 1 and served.stdout == ""
     assert served.stderr == (f"gpucloud-nb sandbox: error: cannot write in the sandbox home "
                              f"{sandbox_home}: Is a directory.\n")
+
+
+def test_a_class_keys_file_with_budgets_and_the_teachers_table(
+        launch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    teacher = "teacher-key-0123456789abcdef"
+    students = ["student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789"]
+    keys = tmp_path / "class.txt"
+    keys.write_text(f"# the class\n{students[0]} 20 Ada Lovelace\n{students[1]} 5\n\n"
+                    f"{students[2]}\n", encoding="utf-8")
+    process = launch("--port", "0", "--keys", str(keys), "--teacher-key", teacher,
+                     "--inference-secret", SECRET, "--launch-seconds", "0")
+    lines = Lines(process)
+    base = lines.next().split(": ", 1)[1].strip()
+    lines.next()
+    headers = {"x-api-key": students[0]}
+    offer = httpx.get(f"{base}/gpu-cloud/instances/offers", headers=headers,
+                      params={"available": "true", "deploymentType": "vm"}).json()[0]
+    created = httpx.post(f"{base}/gpu-cloud/instances", headers=headers, json={
+        "name": "job", "cloudProvider": offer["cloud"]["_id"], "instanceId": offer["instanceId"],
+        "region": next(a["region"] for a in offer["availability"] if a["available"]),
+        "vm": {"os": offer["configuration"]["os"][0]}})
+    assert created.status_code == 201
+    port = base.rsplit(":", 1)[1]
+    assert main(["sandbox", "class", "--port", port, "--teacher-key", teacher]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["account", "key", "instances", "$/h", "now", "spend", "budget",
+                                "left", "idle", "min"]
+    assert table[1].startswith("Ada Lovelace  stu…6789          1  ")
+    assert "$20.00" in table[1] and "$5.00" in table[2] and table[3].startswith("account 3 ")
+    assert table[4].startswith("total") and len(table) == 5
+    assert main(["sandbox", "class", "--port", port, "--teacher-key", students[1]]) == 1
+    assert capsys.readouterr().err == (
+        "gpucloud-nb sandbox: error: This cloud has no teacher's view for this key: it needs a "
+        "class sandbox served with --teacher-key, and that key.\n")
+    out, err = _stop(process, lines, signal.SIGTERM)
+    assert teacher not in out + err and not any(key in out + err for key in students)
+
+
+def test_a_bad_class_keys_file_or_no_teacher_key_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = tmp_path / "class.txt"
+    keys.write_text("student-a-key-0123456789 twenty\n", encoding="utf-8")
+    assert main(["sandbox", "--keys", str(keys)]) == 2
+    assert capsys.readouterr().err == (
+        "gpucloud-nb sandbox: error: --keys: line 1: 'twenty' is not a budget in dollars "
+        "(lines are KEY [DOLLARS [NAME]]).\n")
+    monkeypatch.delenv("GPUCLOUD_TEACHER_KEY", raising=False)
+    assert main(["sandbox", "class"]) == 2
+    assert "`class` needs the teacher's key" in capsys.readouterr().err

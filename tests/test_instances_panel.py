@@ -66,7 +66,7 @@ def test_lists_instances_with_status_age_price_and_spend(sandbox_factory, panels
         frame = panel.refresh()
         assert panel.auto_refreshing
         assert list(frame.columns) == ["name", "status", "gpu", "region", "age", "hourlyPrice",
-                                       "spend", "autoDelete", "_id"]
+                                       "spend", "autoDelete", "budget", "_id"]
         assert set(frame["_id"]) == {first.id, second.id}
         assert set(frame["status"]) == {"pending"} and (frame["spend"] == 0).all()
         assert (frame["hourlyPrice"] == first.hourly_price).all()
@@ -386,3 +386,29 @@ def test_a_failed_auto_delete_shows_in_the_panel(sandbox_factory, panels) -> Non
         assert panel.status.is_error
         assert "Auto-delete of timer-fails failed; it is still billing" in panel.status.text
         assert "failed" in panel.frame.set_index("_id").loc[instance.id, "autoDelete"]
+
+
+def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels) -> None:
+    from helpers import wait_for
+    from samples import one_offer
+
+    box = sandbox_factory(offers=one_offer(3600.0))  # a dollar a second
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        cloud.sandbox = box  # as connect() does: the service watches the budget
+        instance = launch(cloud, "metered")
+        cloud.instances.wait_until_active(instance.id, timeout=10)
+        panel = make_panel(panels, cloud, interval=0.05)
+        assert list(panel.frame["budget"]) == [""]
+        panel.select(instance.id)
+        assert panel.budget_set in panel.actions.children
+        panel.budget_dollars.value = 3
+        panel.budget_set.click()
+        assert panel.status.text == ("metered will be deleted once it has cost $3.00, by the "
+                                     "sandbox service, even if this kernel stops.")
+        assert panel.frame["budget"].iloc[0].endswith(" of $3.00")
+        wait_for(lambda: panel.refresh()["budget"].iloc[0].startswith("⚠ "), timeout=10)
+        assert "⚠" in panel.table.value
+        wait_for(lambda: status_in_panel(panel, instance.id) in ("deleting", "deleted")
+                 or panel.refresh() is None, timeout=10)
+        with pytest.raises(InvalidInputError, match="is already"):
+            panel.set_budget(instance.id, dollars=10)

@@ -1021,3 +1021,21 @@ def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_f
         assert "sells no offer" in _one_sentence(magic("launch gpu-1x --provider nobody"))
         assert "--provider needs an OFFER_ID" in _one_sentence(magic("launch --provider x"))
         magics.use(None)
+
+
+def test_launch_with_a_budget_prefills_the_forms_budget_and_the_launch_keeps_it(
+        magic: Magic, cloud: GPUCloud) -> None:
+    offer = cloud.instances.offers(available=True, deployment_type="vm", sort="price")[0]
+    form = magic(f"launch {offer.instance_id} --budget 5").value
+    assert form.budget.value == 5.0
+    assert "Deleted once it has cost $5.00" in form.cost.value
+    assert "if this kernel is still running" in form.cost.value  # no sandbox service here
+    details = form.fill(name="budgeted").launch().result(timeout=60)
+    try:
+        assert cloud.budgets.states()[details.id].dollars == 5.0
+    finally:
+        assert cloud.budgets.cancel(details.id)
+    for bad in ("nan", "-1", "0", "five"):
+        sentence = _one_sentence(magic(f"launch {offer.instance_id} --budget {bad}"))
+        assert sentence == (f"%gpucloud launch: argument --budget: {bad!r} is not a positive "
+                            "number of dollars; try %gpucloud launch --help")

@@ -795,3 +795,25 @@ def test_unicode_names_round_trip(sandbox_api: httpx.Client) -> None:
         created = sandbox_api.post("/gpu-cloud/instances", json=instance_body(offer, region,
                                                                               name=name))
         assert created.status_code == 201 and created.json()["name"] == name
+
+
+def test_an_idle_connection_is_kept_longer_than_a_client_keeps_it(sandbox) -> None:
+    # uvicorn's default closes an idle connection after 5 s, the period of a sidebar's poll and
+    # httpx's own keep-alive: a request sent as the server closes fails with "Server
+    # disconnected" (seen in benchmarks/bench_class). The server now keeps it longer.
+    import http.client
+
+    from gpucloud_nb.sandbox.server import KEEP_ALIVE_SECONDS
+
+    assert KEEP_ALIVE_SECONDS > 5
+    port = int(sandbox.management_url.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for _ in range(2):
+            connection.request("GET", "/gpu-cloud/instances",
+                               headers={"x-api-key": sandbox.api_key})
+            answer = connection.getresponse()  # the second: RemoteDisconnected before
+            assert answer.status == 200 and answer.read() == b"[]"
+            time.sleep(5.5)
+    finally:
+        connection.close()

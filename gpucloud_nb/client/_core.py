@@ -85,6 +85,8 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.delete_now: Callable[[str], None] | None = None
+        #: ``cloud.budgets`` of the cloud this core belongs to (``create(budget=)`` sets one).
+        self.budgets: Callable[[], Any] | None = None
         self.sandbox: SandboxHandle | None = None
         self.register_keys: Callable[[list[str]], None] = lambda publics: None
         self.remote: Remote | None = None

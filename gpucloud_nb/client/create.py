@@ -30,6 +30,7 @@ from typing import Any
 from gpucloud_nb import rules
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import (
     CreateInstance,
@@ -103,13 +104,14 @@ def create_request(
     volume_id: str | None = None, vm: VmSpec | VirtualMachine | None = None,
     docker_container: Mapping[str, Any] | str | DockerContainer | None = None,
     ssh_key_id: str | None = None, ssh_key: str | None = None,
-    delete_after: float | timedelta | None = None,
+    delete_after: float | timedelta | None = None, budget: float | None = None,
 ) -> CreateInstance:
     """The :class:`~gpucloud_nb.models.CreateInstance` for ``instances.create``'s keywords.
 
     The cloud-init script is read and encoded, ``delete_after`` becomes seconds. Raises
     :class:`~gpucloud_nb.errors.InvalidInputError` for a ``vm`` or ``docker_container`` of the
-    wrong shape, an unreadable cloud-init file, or a ``delete_after`` that is not positive; the
+    wrong shape, an unreadable cloud-init file, or a ``delete_after`` or ``budget`` (dollars)
+    that is not positive; the
     values themselves are checked by :func:`launch_problems`.
 
         >>> create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
@@ -122,6 +124,7 @@ def create_request(
         vm=None if vm is None else _vm(vm),
         docker_container=None if docker_container is None else _container(docker_container),
         delete_after=None if delete_after is None else seconds(delete_after),
+        budget=None if budget is None else budget_dollars(budget),
     )
 
 

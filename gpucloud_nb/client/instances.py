@@ -43,6 +43,7 @@ from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
@@ -142,6 +143,9 @@ class InstanceOps(Generic[D]):
             raise InvalidInputError(
                 f"create_from takes a CreateInstance, not {type(request).__name__}.")
         delay = None if request.delete_after is None else seconds(request.delete_after)
+        budget = None if request.budget is None else budget_dollars(request.budget)
+        if budget is not None and self.core.budgets is None:
+            raise InvalidInputError("This client cannot keep a budget.")
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
@@ -156,6 +160,8 @@ class InstanceOps(Generic[D]):
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if delay is not None:
             self.core.auto_delete.schedule(instance.id, delay)
+        if budget is not None and self.core.budgets is not None:
+            self.core.budgets().set(instance.id, budget)
         return instance
 
     def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
@@ -333,7 +339,7 @@ class Instances:
         volume_id: str | None = None, vm: creating.VmSpec | None = None,
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
-        delete_after: float | timedelta | None = None,
+        delete_after: float | timedelta | None = None, budget: float | None = None,
     ) -> Instance:
         """Launch an instance from an offer, checked against the offer before anything is sent.
 
@@ -344,7 +350,9 @@ class Instances:
         (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
         ``delete_after`` (seconds or a ``timedelta``) deletes the instance when the time is up
         (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
-        cloud it runs in this Python process, and a killed kernel cannot delete. A launch
+        cloud it runs in this Python process, and a killed kernel cannot delete. ``budget``
+        (dollars) deletes it once it has cost that much, with a warning at 80 % (see
+        ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 
@@ -355,7 +363,7 @@ class Instances:
         return self.create_from(creating.create_request(
             name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
             volume_id=volume_id, vm=vm, docker_container=docker_container,
-            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after))
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget))
 
     def create_from(self, request: CreateInstance) -> Instance:
         """Launch the instance a :class:`~gpucloud_nb.models.CreateInstance` describes, as
@@ -575,13 +583,13 @@ class AsyncInstances:
         volume_id: str | None = None, vm: creating.VmSpec | None = None,
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
-        delete_after: float | timedelta | None = None,
+        delete_after: float | timedelta | None = None, budget: float | None = None,
     ) -> Instance:
         """The coroutine twin of :meth:`Instances.create`."""
         return await self.create_from(creating.create_request(
             name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
             volume_id=volume_id, vm=vm, docker_container=docker_container,
-            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after))
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget))
 
     async def create_from(self, request: CreateInstance) -> Instance:
         """The coroutine twin of :meth:`Instances.create_from`."""

@@ -41,6 +41,7 @@ from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -49,6 +50,7 @@ from gpucloud_nb.client.instances import (
 )
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
+from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import InvalidInputError
 
@@ -84,6 +86,7 @@ class SandboxInfo:
 class _CloudBase(abc.ABC):
     base_url: str
     _core: Core[Any]
+    _budget_watch: KernelBudgets | ServiceBudgets | None = None
 
     @property
     def sandbox(self) -> SandboxHandle | None:
@@ -181,6 +184,31 @@ class _CloudBase(abc.ABC):
         return self._core.auto_delete
 
     @property
+    def budgets(self) -> KernelBudgets | ServiceBudgets:
+        """Spend budgets: ``set(id, dollars)``, ``cancel(id)``, ``states()``; ``where`` says who
+        watches (the sandbox service, or this kernel; see :mod:`gpucloud_nb.client.budgets`).
+
+            >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
+        """
+        service = self.sandbox is not None
+        watch = self._budget_watch
+        if watch is None or isinstance(watch, ServiceBudgets) != service:
+            watch = ServiceBudgets(self._service_send) if service else KernelBudgets(
+                lambda id_: Instances(self._blocking_core()).get(id_),
+                self._core.delete_from_timer)
+            self._budget_watch = watch
+        return watch
+
+    @property
+    def class_view(self) -> ClassView:
+        """The teacher's view of a class sandbox (served with ``--teacher-key``, this key).
+
+            >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
+            ['Ada', 'account 2']
+        """
+        return ClassView(self._service_send)
+
+    @property
     def is_sandbox(self) -> bool:
         """True when this client talks to the local sandbox rather than the real cloud."""
         return self.sandbox is not None
@@ -242,6 +270,7 @@ class GPUCloud(_CloudBase):
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
+        self._core.budgets = lambda: self.budgets
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -315,6 +344,7 @@ class AsyncGPUCloud(_CloudBase):
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
+        self._core.budgets = lambda: self.budgets
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
         self._closed = False

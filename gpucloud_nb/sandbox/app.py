@@ -53,6 +53,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
+from gpucloud_nb.sandbox.budgets import Budgets, budget_routes, budget_watching
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
 from gpucloud_nb.sandbox.http import (
     MAX_BODY_BYTES,
@@ -68,6 +69,7 @@ from gpucloud_nb.sandbox.lifecycle import FAIL_SUFFIX, details_json, instance_js
 from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
+from gpucloud_nb.sandbox.teacher import teacher_routes
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.config import SandboxConfig
@@ -192,10 +194,15 @@ class _Management:
         self.store = store
         self.catalogue = offers
         # Each key is one account: what a key creates only that key sees.
-        self.keys = [(key.encode("utf-8"), user_id(key)) for key in (config.api_key, *config.keys)]
+        self.keys = [(key.encode("utf-8"), user_id(key)) for key in config.account_keys]
         # ... and has its own inference secret (GET /sandbox/inference tells it).
         self.inference_secrets = {user_id(key): config.inference_secret_for(key)
-                                  for key in (config.api_key, *config.keys)}
+                                  for key in config.account_keys}
+        # Class budgets, and when each account last called (the teacher's "idle minutes").
+        self.budgets = Budgets(store, {user_id(key): dollars
+                                       for key, dollars in config.budgets.items()},
+                               factor=config.bill_factor, delete_seconds=config.delete_seconds)
+        self.last_seen: dict[str, int] = {}
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
@@ -224,6 +231,7 @@ class _Management:
         if not users:
             raise Problem(403, "The API key is invalid.")
         request.state.user = users[0]
+        self.last_seen[users[0]] = now_ms()
 
     # instances
 
@@ -280,6 +288,9 @@ class _Management:
             "sshPort": free_port(),
         }
         now = now_ms()
+        refused = self.budgets.refusal(request.state.user, float(offer["hourlyPrice"] or 0), now)
+        if refused:
+            raise Problem(400, refused)
         try:
             record = self.store.insert_instance(
                 user=request.state.user, deployment_type=offer["deploymentType"],
@@ -406,7 +417,13 @@ def create_app(config: SandboxConfig) -> Starlette:
     store = Store(config.state)
     management = _Management(config, store, offers)
     routes = management.routes() + service_routes(
-        management.route, store, home=config.home, inference_secrets=management.inference_secrets)
+        management.route, store, home=config.home, inference_secrets=management.inference_secrets,
+        bill_factor=config.bill_factor)
+    routes += budget_routes(management.route, management.budgets)
+    if config.teacher_key is not None:
+        routes += teacher_routes(config.teacher_key, management.budgets,
+                                 (config.api_key, *config.keys), config.names, user_id,
+                                 management.last_seen)
     from gpucloud_nb.sandbox.inference import create_inference_app
 
     routes.append(Mount("/inference", app=create_inference_app(config)))
@@ -415,7 +432,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Background work on the server's loop: auto-delete timers and the instances' SSH servers.
-        async with auto_delete_timers(app):
+        async with auto_delete_timers(app), budget_watching(app):
             await servers.start()
             try:
                 yield
@@ -430,6 +447,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
     app.router.redirect_slashes = False
     app.state.store = store
+    app.state.budgets = management.budgets
     app.state.ssh = servers
     app.state.config = config
     guarded = _guarded(app, config)  # passes .state on

@@ -13,6 +13,10 @@ own key and secret, its runtime file). ``--keys FILE`` gives one account per key
 own inference secret, read at ``GET /sandbox/inference``); their instances refuse SSH unless
 ``--shared-shell`` is given, which warns that all accounts share one OS user. Serving beyond
 loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
+A keys file line may carry a class budget and a name, ``KEY 20 Ada`` (see
+:mod:`gpucloud_nb.sandbox.budgets`); ``--teacher-key K`` is the account that sees and stops every
+other (:mod:`gpucloud_nb.sandbox.teacher`), and ``gpucloud-nb sandbox class --port N
+--teacher-key K`` prints its view as a table. ``--bill-factor F`` bills F hours per real hour.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
 ``--port 0`` picks a free port. Without ``--api-key`` the sandbox uses the public default key
@@ -30,13 +34,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "class_table", "main"]
 
-SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs")
+SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs", "class")
 
 
 def _seconds(text: str) -> float:
@@ -121,13 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
                               "(public addresses only; default: refuse them)")
     sandbox.add_argument("action", nargs="?", choices=SERVICE_ACTIONS, metavar="ACTION",
                          help="act on the background service of the sandbox home instead of "
-                              "serving: start, status, stop, reset (with --yes) or logs")
+                              "serving: start, status, stop, reset (with --yes) or logs; or "
+                              "`class`: print the teacher's view of the class sandbox at "
+                              "--host/--port (with --teacher-key)")
     sandbox.add_argument("--home", metavar="DIR", default=None,
                          help="the sandbox home (default: GPUCLOUD_SANDBOX_HOME or the user data "
                               "dir); serving with --home makes this the home's service")
     sandbox.add_argument("--keys", metavar="FILE", default=None,
-                         help="management keys, one per line, each its own account "
-                              "(blank lines and # comments ignored)")
+                         help="management keys, one per line, each its own account: "
+                              "KEY [DOLLARS [NAME]], with a class budget in dollars and a name "
+                              "the teacher sees (blank lines and # comments ignored)")
+    sandbox.add_argument("--teacher-key", metavar="KEY",
+                         default=os.environ.get("GPUCLOUD_TEACHER_KEY"),
+                         help="the key that sees and stops every account (GET /sandbox/class; "
+                              "default: GPUCLOUD_TEACHER_KEY)")
+    sandbox.add_argument("--bill-factor", type=_positive, default=1.0, metavar="F",
+                         help="hours billed per real hour, to rehearse budgets quickly "
+                              "(default: %(default)s)")
     sandbox.add_argument("--shared-shell", action="store_true",
                          help="with --keys: allow SSH to instances although every account's shells "
                               "run as this one OS user and can read each other's files")
@@ -138,14 +153,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_keys(path: str) -> tuple[str, ...]:
-    """The keys of a ``--keys`` file: one per line; blank lines and ``#`` comments ignored."""
+def _read_keys(path: str) -> tuple[tuple[str, ...], dict[str, float], dict[str, str]]:
+    """The keys, class budgets and names of a ``--keys`` file.
+
+    One account per line, ``KEY [DOLLARS [NAME]]``; blank lines and ``#`` comments ignored.
+    """
+    keys: list[str] = []
+    budgets: dict[str, float] = {}
+    names: dict[str, str] = {}
     with open(path, encoding="utf-8") as file:
-        keys = tuple(line.strip() for line in file
-                     if line.strip() and not line.lstrip().startswith("#"))
+        for number, line in enumerate(file, start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            key, *rest = line.split(maxsplit=2)
+            if key in keys:
+                raise ValueError(f"line {number} repeats a key of an earlier line")
+            keys.append(key)
+            if rest:
+                try:
+                    dollars = float(rest[0])
+                except ValueError:
+                    dollars = -1.0
+                if not 0 <= dollars < float("inf"):
+                    raise ValueError(f"line {number}: {rest[0]!r} is not a budget in dollars "
+                                     "(lines are KEY [DOLLARS [NAME]])")
+                budgets[key] = dollars
+            if len(rest) > 1:
+                names[key] = rest[1].strip()
     if not keys:
         raise ValueError(f"the file {path} holds no key")
-    return keys
+    return tuple(keys), budgets, names
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
@@ -158,9 +195,11 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         print("gpucloud-nb sandbox: error: --yes goes with `reset` only.", file=sys.stderr)
         return 2
     keys: tuple[str, ...] = ()
+    budgets: dict[str, float] = {}
+    names: dict[str, str] = {}
     if args.keys is not None:
         try:
-            keys = _read_keys(args.keys)
+            keys, budgets, names = _read_keys(args.keys)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             reason = getattr(error, "strerror", None) or str(error)
             print(f"gpucloud-nb sandbox: error: --keys: {reason}.", file=sys.stderr)
@@ -221,6 +260,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             faults=faults,
             allow_url_fetch=args.allow_url_fetch,
             shared_shell=args.shared_shell,
+            budgets=budgets,
+            names=names,
+            teacher_key=args.teacher_key,
+            bill_factor=args.bill_factor,
         )
     except ValueError as error:
         print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
@@ -275,6 +318,8 @@ def _service_action(args: argparse.Namespace) -> int:
         print(f"gpucloud-nb sandbox: reset deletes every instance, volume and timer in {home}; "
               "run `gpucloud-nb sandbox reset --yes` to do it.", file=sys.stderr)
         return 2
+    if args.action == "class":
+        return _class_view(args)
     if args.action == "logs":
         lines = service.log_tail(home, args.lines)
         print("\n".join(lines) if lines else f"No sandbox log in {home} yet.")
@@ -320,6 +365,54 @@ def _act(action: str, home: Path, launch_seconds: float) -> int:
     print(f"Emptied the sandbox state in {home}; the service runs again at "
           f"{again.management_url}.")
     return 0
+
+
+def _class_view(args: argparse.Namespace) -> int:
+    """``class``: the teacher's view of the class sandbox at ``--host``/``--port``, as a table."""
+    from gpucloud_nb.client.management import GPUCloud
+
+    if not args.teacher_key:
+        print("gpucloud-nb sandbox: error: `class` needs the teacher's key: give --teacher-key "
+              "or set GPUCLOUD_TEACHER_KEY.", file=sys.stderr)
+        return 2
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    try:
+        with GPUCloud(api_key=args.teacher_key, base_url=f"http://{host}:{args.port}",
+                      max_retries=0, timeout=10.0) as teacher:
+            rows = teacher.class_view.accounts()
+    except GPUCloudError as error:
+        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
+        return 1
+    print(class_table(rows))
+    return 0
+
+
+def class_table(rows: Sequence[Any]) -> str:
+    """The teacher's view (:class:`~gpucloud_nb.client.teacher.AccountUse` rows) as a text table.
+
+        >>> from gpucloud_nb.client.teacher import AccountUse
+        >>> print(class_table([AccountUse("a1", "Ada", "stu…6789", 2, 4.0, 1.25, 20.0, 18.75, 3.5)]))
+        account  key       instances  $/h now  spend  budget  left    idle min
+        Ada      stu…6789          2    $4.00  $1.25  $20.00  $18.75       3.5
+        total                      2    $4.00  $1.25
+    """
+    def money(value: float | None) -> str:
+        return "" if value is None else format_price(value)
+
+    table = [["account", "key", "instances", "$/h now", "spend", "budget", "left", "idle min"]]
+    for row in rows:
+        table.append([row.name, row.key, str(row.instances), money(row.per_hour),
+                      money(row.spend), money(row.budget), money(row.left),
+                      "" if row.idle_minutes is None else f"{row.idle_minutes:g}"])
+    table.append(["total", "", str(sum(row.instances for row in rows)),
+                  money(sum(row.per_hour for row in rows)), money(sum(row.spend for row in rows)),
+                  "", "", ""])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    right = {2, 3, 4, 7}
+    return "\n".join(
+        "  ".join(cell.rjust(width) if i in right else cell.ljust(width)
+                  for i, (cell, width) in enumerate(zip(line, widths, strict=True))).rstrip()
+        for line in table)
 
 
 def _status(home: Path) -> int:

@@ -48,8 +48,12 @@ class SandboxConfig:
     each its own account (``--keys FILE``) with its own inference secret
     (:meth:`inference_secret_for`) and rate-limit bucket. With ``keys``, instances refuse SSH
     unless ``shared_shell`` (``--shared-shell``) accepts that every account's shells run as this
-    one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). A ``host`` beyond loopback is refused with
-    the public default key or secret.
+    one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). ``budgets`` gives some accounts (by key) a
+    class budget in dollars and ``names`` a name the teacher sees; ``teacher_key`` is one more
+    account, the only one that may read and stop every account (see
+    :mod:`gpucloud_nb.sandbox.teacher`). ``bill_factor`` is how many hours are billed per real
+    hour (1; more rehearses budgets quickly). A ``host`` beyond loopback is refused with the
+    public default key or secret.
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +74,10 @@ class SandboxConfig:
     allow_url_fetch: bool = False
     keys: tuple[str, ...] = ()
     shared_shell: bool = False
+    budgets: Mapping[str, float] = field(default_factory=dict, compare=False)
+    names: Mapping[str, str] = field(default_factory=dict, compare=False)
+    teacher_key: str | None = None
+    bill_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
@@ -87,8 +95,20 @@ class SandboxConfig:
             raise ValueError("stream_tokens_per_second must be positive.")
         if not all(isinstance(key, str) and key for key in self.keys):
             raise ValueError("keys must be non-empty strings.")
+        accounts = (self.api_key, *self.keys)
+        for key, dollars in self.budgets.items():
+            if key not in accounts:
+                raise ValueError("budgets must be given for keys of the sandbox's accounts.")
+            if isinstance(dollars, bool) or not isinstance(dollars, int | float) \
+                    or not 0 <= dollars < float("inf"):
+                raise ValueError("A class budget must be a number of dollars, zero or more.")
+        if self.teacher_key is not None and (not isinstance(self.teacher_key, str)
+                                             or not self.teacher_key or self.teacher_key in accounts):
+            raise ValueError("teacher_key must be a non-empty string that is no account's key.")
+        if not self.bill_factor > 0 or self.bill_factor == float("inf"):
+            raise ValueError("bill_factor must be a positive number of billed hours per hour.")
         if not is_loopback(self.host) and (
-                DEFAULT_API_KEY in (self.api_key, *self.keys)
+                DEFAULT_API_KEY in (self.api_key, *self.keys, self.teacher_key)
                 or self.inference_secret == DEFAULT_INFERENCE_SECRET):
             raise ValueError(
                 f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
@@ -97,6 +117,12 @@ class SandboxConfig:
             from gpucloud_nb.sandbox.inference.upstream import upstream_base
 
             upstream_base(self.upstream)  # a bad URL is one line now, its password masked
+
+    @property
+    def account_keys(self) -> tuple[str, ...]:
+        """Every key that is an account: ``api_key``, ``keys``, then ``teacher_key`` if given."""
+        teacher = () if self.teacher_key is None else (self.teacher_key,)
+        return (self.api_key, *self.keys, *teacher)
 
     def inference_secret_for(self, api_key: str) -> str:
         """The inference secret of the account of ``api_key``.

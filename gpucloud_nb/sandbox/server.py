@@ -63,6 +63,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+KEEP_ALIVE_SECONDS = 75
+
+
 def _server(config: SandboxConfig, sock: socket.socket, **options: Any) -> uvicorn.Server:
     import uvicorn
 
@@ -75,6 +78,9 @@ def _server(config: SandboxConfig, sock: socket.socket, **options: Any) -> uvico
         port=sock.getsockname()[1],
         lifespan="on",  # the app's background tasks (timers, SSH servers) run in its lifespan
         timeout_graceful_shutdown=2,
+        # Longer than any client keeps an idle connection (httpx: 5 s), so a sidebar polling every
+        # 5 s never sends on a connection the server is closing (uvicorn's default is 5 s).
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         **options,
     )
     return uvicorn.Server(uvicorn_config)

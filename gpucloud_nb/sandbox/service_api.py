@@ -13,7 +13,7 @@ Every path but the challenge needs ``x-api-key``, and each key sees only its own
 - ``GET /sandbox/service``: ``{"pid", "startedAt"}`` of the serving process.
 - ``GET /sandbox/status``: ``pid``, ``startedAt``, ``instances`` (count by status), ``volumes``,
   ``autoDeletes`` and ``spend`` (dollars so far: hourly price × time active or deleting; a launch
-  that ended in ``error`` costs nothing).
+  that ended in ``error`` costs nothing; see :func:`gpucloud_nb.sandbox.budgets.spend`).
 - ``GET /sandbox/inference``: ``{"url", "secret"}``, the inference endpoint's base (before
   ``/v1``) and this account's own inference secret (each ``--keys`` account has its own).
 - ``GET /sandbox/auto-deletes``: ``[{"instanceId", "at"}]``, soonest first.
@@ -50,6 +50,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gpucloud_nb.sandbox.budgets import spend
 from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 from gpucloud_nb.sandbox.lifecycle import iso, status_of
 from gpucloud_nb.sandbox.service import challenge_proof, challenge_secret
@@ -78,25 +79,15 @@ def _at_ms(body: dict[str, Any]) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _spend(record: Any, now_ms: int) -> float:
-    """Dollars so far: hourly price × hours active or deleting (see the module docstring)."""
-    if record.fails:
-        return 0.0
-    status = status_of(record, now_ms)
-    if status.name == "pending":
-        return 0.0
-    start = record.ready_ms if record.delete_ms is None else min(record.ready_ms, record.delete_ms)
-    end = now_ms if status.deleted_ms is None else status.deleted_ms
-    return max(end - start, 0) / 3_600_000 * float(record.doc.get("hourlyPrice") or 0.0)
-
-
 def service_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute], store: Store, *,
                    home: str | os.PathLike[str] | None,
-                   inference_secrets: Mapping[str, str]) -> list[BaseRoute]:
+                   inference_secrets: Mapping[str, str],
+                   bill_factor: float = 1.0) -> list[BaseRoute]:
     """The sandbox-only routes over ``store``; ``route(path, handlers)`` checks the key first.
 
     ``home`` is the sandbox home whose service this is (``None``: not a service), and
-    ``inference_secrets`` each account's (user id's) inference secret.
+    ``inference_secrets`` each account's (user id's) inference secret; ``bill_factor`` the
+    hours billed per real hour.
     """
     started = iso(now_ms())
 
@@ -131,7 +122,7 @@ def service_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute], sto
         return json_response({
             "pid": os.getpid(), "startedAt": started, "instances": counts,
             "volumes": len(store.volumes(user)), "autoDeletes": len(store.auto_deletes(user)),
-            "spend": round(sum(_spend(record, now) for record in records), 6),
+            "spend": round(sum(spend(record, now, bill_factor) for record in records), 6),
         })
 
     async def inference(request: Request) -> Response:

@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS instances (
 );
 CREATE INDEX IF NOT EXISTS instances_user ON instances (user, seq);
 CREATE INDEX IF NOT EXISTS instances_volume ON instances (volume_id);
+CREATE TABLE IF NOT EXISTS budgets (
+    instance_id TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    dollars REAL NOT NULL,
+    warned INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS volumes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -385,6 +391,48 @@ class Store:
                 raise VolumeInUseError(id_, holder[0])
             db.execute("DELETE FROM volumes WHERE id = ? AND user = ?", (id_, user))
         return True
+
+    def every_instance(self) -> list[InstanceRecord]:
+        """Every user's instances in creation order, deleted ones included (the teacher's view)."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM instances ORDER BY seq").fetchall()
+        return [_instance(row) for row in rows]
+
+    # -- spend budgets (sandbox-only; the spend itself is derived from the instances' times) ----
+
+    def set_budget(self, user: str, id_: str, dollars: float) -> bool:
+        """Delete instance ``id_`` of ``user`` once it has cost ``dollars``; replaces a budget.
+
+        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
+        """
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
+                          (id_, user)).fetchone() is None:
+                return False
+            db.execute("INSERT OR REPLACE INTO budgets (instance_id, user, dollars, warned)"
+                       " VALUES (?, ?, ?, 0)", (id_, user, dollars))
+        return True
+
+    def cancel_budget(self, user: str, id_: str) -> bool:
+        """Drop the budget of instance ``id_``; ``True`` if it had one."""
+        with self._transaction() as db:
+            found = db.execute("DELETE FROM budgets WHERE instance_id = ? AND user = ?",
+                               (id_, user)).rowcount
+        return found > 0
+
+    def budgets(self, user: str | None = None) -> dict[str, tuple[str, float, bool]]:
+        """Instance id → ``(user, dollars, warned)`` of every budget (of ``user``, or everyone's)."""
+        query = "SELECT instance_id, user, dollars, warned FROM budgets"
+        with self._lock:
+            rows = (self._db.execute(query).fetchall() if user is None
+                    else self._db.execute(query + " WHERE user = ?", (user,)).fetchall())
+        return {id_: (owner, float(dollars), bool(warned)) for id_, owner, dollars, warned in rows}
+
+    def mark_budget_warned(self, id_: str) -> None:
+        """Record that the 80 % warning of instance ``id_``'s budget was given."""
+        with self._transaction() as db:
+            db.execute("UPDATE budgets SET warned = 1 WHERE instance_id = ?", (id_,))
 
     # -- auto-delete timers (sandbox-only; kept here so they outlive every kernel) ----------------
 

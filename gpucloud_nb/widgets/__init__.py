@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpucloud_nb.errors import WaitStopped
+from gpucloud_nb.widgets.class_panel import ClassPanel
 from gpucloud_nb.widgets.instances_panel import InstancesPanel
 from gpucloud_nb.widgets.launch_form import LaunchForm
 from gpucloud_nb.widgets.offers_browser import OffersBrowser
 
-__all__ = ["InstancesPanel", "LaunchForm", "OffersBrowser", "WaitStopped"]
+__all__ = ["ClassPanel", "InstancesPanel", "LaunchForm", "OffersBrowser", "WaitStopped"]
 
 _LAZY = {"ChatWidget": "gpucloud_nb.widgets.chat"}
 

@@ -45,11 +45,14 @@ def volume_info_html(offer: InstanceOffer | None, region: str | None,
 
 def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
               volume_offer: VolumeOffer | None, minutes: int, cap: float | None,
-              used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel") -> str:
-    """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the cap.
+              used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel",
+              budget: float = 0.0, budget_by: str = "this kernel") -> str:
+    """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the
+    budget, the cap.
 
     ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``): "this kernel"
     deletes only while it runs; a service (the sandbox's) deletes even if the kernel stops.
+    ``budget_by`` is who watches a ``budget`` in dollars (``cloud.budgets.where``).
     """
     if offer is None:
         return ""
@@ -64,6 +67,13 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
                   else f"by the {escape(kept_by)}, even if this kernel stops")
         parts.append(f"<br>Auto-deletes after {minutes} min, {keeper}: "
                      f"at most {escape(money(offer.hourly_price * minutes / 60))}.")
+    if budget:
+        keeper = ("if this kernel is still running" if budget_by == "this kernel"
+                  else f"by the {escape(budget_by)}, even if this kernel stops")
+        hours = budget / offer.hourly_price if offer.hourly_price > 0 else float("inf")
+        about = "" if hours == float("inf") else f" (about {hours:.3g} h at this price)"
+        parts.append(f"<br>Deleted once it has cost {escape(money(budget))}{about}, {keeper}; "
+                     "a warning at 80 %.")
     if cap is not None and used_hourly is not None:
         after = used_hourly + offer.hourly_price
         parts.append("<br>" + hint(

@@ -13,6 +13,8 @@ Choices, written down once:
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
   ``cloud.auto_delete``); for the selected instance, "Auto-delete in N min" sets or extends it
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
+- Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
+  ``cloud.budgets``), with ⚠ from 80 %; for the selected instance "Budget ($)" sets one.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
@@ -32,6 +34,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
+from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
@@ -45,6 +48,7 @@ from gpucloud_nb.widgets._common import (
     guarded,
     hint,
     log,
+    money,
     per_day,
     per_hour,
     set_options,
@@ -55,7 +59,7 @@ __all__ = ["BASE_COLUMNS", "InstancesPanel"]
 
 #: The table's columns.
 BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
-                                 "autoDelete", "_id")
+                                 "autoDelete", "budget", "_id")
 _BUSY = ("pending", "deleting")
 #: Seconds between refreshes while nothing is changing state but spend and countdowns move.
 LIVE_INTERVAL = 10.0
@@ -118,6 +122,7 @@ class InstancesPanel(widgets.VBox):
         self.all_instances: list[Instance] = []
         self.instances: list[Instance] = []
         self.frame: pd.DataFrame = pd.DataFrame(columns=list(BASE_COLUMNS))
+        self._budgets: dict[str, BudgetState] = {}
         self.pending_delete: str | None = None
         self.shown_details: InstanceDetails | None = None
         self._lock = threading.RLock()
@@ -171,6 +176,12 @@ class InstancesPanel(widgets.VBox):
         self.auto_delete_cancel = css(widgets.Button(description="Cancel auto-delete",
                                                      layout=widgets.Layout(width="auto")),
                                       "gpucloud-auto-delete-cancel")
+        self.budget_dollars = css(widgets.BoundedFloatText(
+            value=5, min=0.01, max=1_000_000, step=1, description="Budget ($)", style=STYLE,
+            layout=widgets.Layout(width="12em")), "gpucloud-budget-dollars")
+        self.budget_set = css(widgets.Button(description="Set budget", icon="money",
+                                             layout=widgets.Layout(width="auto")),
+                              "gpucloud-budget-set")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
         self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
@@ -202,6 +213,8 @@ class InstancesPanel(widgets.VBox):
         self.auto_delete_set.on_click(guarded(
             self.status, lambda _: self.set_auto_delete(minutes=self.auto_delete_minutes.value)))
         self.auto_delete_cancel.on_click(guarded(self.status, lambda _: self.cancel_auto_delete()))
+        self.budget_set.on_click(guarded(
+            self.status, lambda _: self.set_budget(dollars=self.budget_dollars.value)))
 
     # ------------------------------------------------------------------ auto-delete
 
@@ -238,6 +251,32 @@ class InstancesPanel(widgets.VBox):
         self.status.success(message)
         return message
 
+    # ------------------------------------------------------------------ budget
+
+    def _budget_text(self, instance: Instance) -> str:
+        if instance.id in self._cloud.budgets.failures:
+            return "failed"
+        state = self._budgets.get(instance.id)
+        if state is None:
+            return ""
+        text = f"{money(state.spend)} of {money(state.dollars)}"
+        return f"⚠ {text}" if state.warning else text
+
+    def set_budget(self, instance_id: str | None = None, *, dollars: float) -> str:
+        """Delete an instance (default: the selected one) once it has cost ``dollars``;
+        replaces an earlier budget. Returns the sentence shown."""
+        instance = self._require(instance_id, "give a budget")
+        if instance.status in ("deleting", "deleted"):
+            raise InvalidInputError(f"{instance.name} is already {instance.status}.")
+        self._cloud.budgets.set(instance.id, dollars)
+        self.refresh()
+        watcher = self._cloud.budgets.where
+        message = (f"{instance.name} will be deleted once it has cost {money(dollars)}, "
+                   + ("if this kernel is still running." if watcher == "this kernel"
+                      else f"by the {watcher}, even if this kernel stops."))
+        self.status.success(message)
+        return message
+
     def _render_actions(self) -> None:
         instance = self.selected
         live = instance is not None and instance.status not in ("deleting", "deleted")
@@ -245,7 +284,11 @@ class InstancesPanel(widgets.VBox):
             and self._cloud.auto_delete.remaining(instance.id) is not None
         self.auto_delete_set.description = "Extend to this" if timed else "Set auto-delete"
         controls = [self.auto_delete_minutes, self.auto_delete_set] if live else []
-        self.actions.children = (*controls, self.auto_delete_cancel) if timed else tuple(controls)
+        if timed:
+            controls.append(self.auto_delete_cancel)
+        if live:
+            controls += [self.budget_dollars, self.budget_set]
+        self.actions.children = tuple(controls)
 
     # ------------------------------------------------------------------ data
 
@@ -281,6 +324,7 @@ class InstancesPanel(widgets.VBox):
             listed = list(self._cloud.instances.list())
             now = datetime.now(timezone.utc)
             spend = _spend_by_id(self._cloud)
+            self._budgets = self._cloud.budgets.states()
             listed.sort(key=lambda i: i.created_at or now, reverse=True)
             self.all_instances = listed
             self.instances = [i for i in listed
@@ -323,11 +367,14 @@ class InstancesPanel(widgets.VBox):
             return self.frame
 
     def _timer_failures(self, listed: Sequence[Instance]) -> str:
-        """One sentence about auto-deletes that failed for instances still not deleted."""
+        """One sentence about auto-deletes (or budget deletes) that failed for instances still
+        not deleted."""
         failures = self._cloud.auto_delete.failures
         failed = [i for i in listed if i.id in failures and i.status not in ("deleting", "deleted")]
         if not failed:
-            return ""
+            over = self._cloud.budgets.failures
+            spent = [i for i in listed if i.id in over and i.status not in ("deleting", "deleted")]
+            return over[spent[0].id] if spent else ""
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         return (f"Auto-delete of {first.name}{more} failed; it is still billing: "
@@ -343,7 +390,8 @@ class InstancesPanel(widgets.VBox):
                 "region": instance.region_id,
                 "age": pd.Timedelta(now - created) if created else pd.NaT,
                 "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
-                "autoDelete": self._auto_delete_text(instance), "_id": instance.id,
+                "autoDelete": self._auto_delete_text(instance),
+                "budget": self._budget_text(instance), "_id": instance.id,
             })
         return pd.DataFrame(rows, columns=list(BASE_COLUMNS))
 

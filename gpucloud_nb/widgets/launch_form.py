@@ -79,7 +79,7 @@ from gpucloud_nb.widgets._launch_thread import launch_thread
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "auto_delete_minutes")
+              "ssh_key_id", "auto_delete_minutes", "budget")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
@@ -104,7 +104,8 @@ class LaunchForm(LaunchFields):
     ``gpucloud-volume-create-toggle``, ``gpucloud-volume-create``, ``gpucloud-volume-info``,
     ``gpucloud-volume-name``, ``gpucloud-volume-size``, ``gpucloud-volume-create-button``,
     ``gpucloud-volume-reason``, ``gpucloud-volume-status``, ``gpucloud-launch-ssh-key``,
-    ``gpucloud-launch-ssh-key-id``, ``gpucloud-launch-cost``, ``gpucloud-launch-reason``,
+    ``gpucloud-launch-ssh-key-id``, ``gpucloud-launch-budget``, ``gpucloud-launch-cost``,
+    ``gpucloud-launch-reason``,
     ``gpucloud-launch-button``, ``gpucloud-launch-progress``, ``gpucloud-launch-elapsed``,
     ``gpucloud-launch-stop``, ``gpucloud-launch-status`` (with ``gpucloud-status``, and
     ``gpucloud-error`` while it shows an error), ``gpucloud-launch-result``,
@@ -161,7 +162,7 @@ class LaunchForm(LaunchFields):
         on(self.offer, lambda _: self._on_offer_or_region())
         on(self.region, lambda _: self._on_offer_or_region())
         for widget in (self.name, self.os, self.cloud_init, self.image, self.volume, self.ssh_key,
-                       self.ssh_key_id, self.auto_delete):
+                       self.ssh_key_id, self.auto_delete, self.budget):
             on(widget, lambda _: self._on_field())
         on(self.cloud_init_file, self._uploaded)
         on(self.volume_name, lambda _: self._update_volume_create(), self.volume_status)
@@ -370,6 +371,7 @@ class LaunchForm(LaunchFields):
                 offer, volume=next((v for v in self._volumes if v.id == self.volume.value), None),
                 volume_offer=self._volume_offer(), minutes=self.auto_delete.value,
                 kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
+                budget=self.budget.value, budget_by=self._cloud.budgets.where,
                 used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
             launching = self.launching
             problem = self.problem
@@ -382,7 +384,8 @@ class LaunchForm(LaunchFields):
 
     def fill(self, **values: Any) -> LaunchForm:
         """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``; returns the form.
+        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``, ``budget``
+        (dollars); returns the form.
 
         Values the form does not offer are kept and explained by :attr:`problem`.
         """
@@ -413,6 +416,8 @@ class LaunchForm(LaunchFields):
                 self.ssh_key_id.value = values["ssh_key_id"] or ""
             if "auto_delete_minutes" in values:
                 self.auto_delete.value = values["auto_delete_minutes"] or 0
+            if "budget" in values:
+                self.budget.value = values["budget"] or 0
         self._sync()
         return self
 
@@ -489,7 +494,8 @@ class LaunchForm(LaunchFields):
                 settle(future, error=InvalidInputError(problem))
                 self._future = future
                 return future
-            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None)
+            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None,
+                                          budget=self.budget.value or None)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True

@@ -19,11 +19,13 @@ from gpucloud_nb import (
     RemoteTimeoutError,
     connect,
 )
+from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
+from gpucloud_nb.client.teacher import AccountUse
 from gpucloud_nb.cluster import GPUCloudCluster
 from gpucloud_nb.errors import RequestInfo
 from gpucloud_nb.models import (
@@ -74,6 +76,12 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.max_hourly_cost, float | None)
     assert_type(cloud.spend(), pd.DataFrame)
     assert_type(cloud.sandbox_inference(), InferenceClient)
+    assert_type(cloud.budgets.set("x", 5), BudgetState)
+    assert_type(cloud.budgets.states(), dict[str, BudgetState])
+    assert_type(cloud.budgets.cancel("x"), bool)
+    assert_type(cloud.class_view.accounts(), list[AccountUse])
+    assert_type(cloud.class_view.stop_class(), list[str])
+    assert_type(cloud.class_view.csv(), str)
 
 
 def async_cloud(cloud: AsyncGPUCloud) -> None:

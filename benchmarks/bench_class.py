@@ -1,0 +1,422 @@
+"""Benchmark: a class of 40 on one class sandbox, simulated from one load-generator process.
+
+``bench_service`` runs 40 client Python processes on the machine that serves them, so on two
+cores their own CPU dominates its p99. Here one process (asyncio + httpx, one connection pool
+per student, as separate kernels would have) behaves as the 40 students' sidebars and kernels
+against a class sandbox served as ``gpucloud-nb sandbox --keys FILE --teacher-key K`` (each
+student its own account with a class budget of $20, state in a SQLite file):
+
+- the 40 kernels launch one instance each at the same moment, then each reads its instance
+  every second until it is active (``wait_until_active``) and every 5 s after;
+- the 40 sidebars list every 5 s and read the idle/budget state (``GET /sandbox/idle`` where
+  the idle watcher serves it, else ``GET /sandbox/budgets``) every 5 s, each student starting at
+  its own moment within the first 5 s;
+- the teacher's panel reads ``GET /sandbox/class`` every 5 s.
+
+Baseline: one student alone, in the same run, against the same server (20 lists, gets and idle
+checks, 5 launches). Rows: p50/p95/p99 per route, class vs alone; errors; launches active; and
+the CPU the server and the load generator used per request of the class, which a machine shared
+with other work does not inflate the way it inflates latencies.
+Targets: list/get p99 <= 50 ms, 40 simultaneous launches p99 <= 250 ms, 0 errors.
+
+Then the create path is profiled, in this process, away from the network: its parts timed alone
+(the JSON rules, the free SSH port, the SQLite insert in a WAL file, the host key, the SSH
+server's listen) and 40 creates through the app under cProfile (the top functions go to stderr).
+Run standalone with ``python -m benchmarks.bench_class`` (``--quick``: 6 students for 4 s).
+
+Where a create's time went (25 Nov 2026, two cores shared with other work at load ~13):
+
+- In the server, a create is 1.2-1.5 ms in-process: the SQLite insert (one ``BEGIN IMMEDIATE``
+  transaction in the WAL file, ~0.1 ms alone) is most of what our code does, then reading the
+  body and the create rules (~0.02 ms), the free SSH port (~0.02 ms); the rest is Starlette.
+  The host key (ed25519, ~0.1-0.2 ms) and the SSH server's listen (0.3-1 ms) are not on the
+  request's path: the reconciler opens them when the instance turns active, on the same loop.
+  The server spent ~1 ms of CPU per request of the class.
+- From :class:`~gpucloud_nb.GPUCloud` alone, a create without ``ssh_key`` took 47-117 ms: most
+  of it is the client finding the key to send on every create (``client.ssh_keys``: a thread,
+  an event loop, the SSH agent, the key files), which is the 85-93 ms the issue saw.
+- 40 at once wait for each other on the server's one event loop and for the CPU; with the
+  machine loaded, that waiting (not the create's own work) makes the launch and get p99.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import pstats
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["QUICK", "run"]
+
+Row = tuple[str, float, float, float, str, str]
+QUICK = {"students": 6, "seconds": 4.0, "profile_creates": 10}
+ROOT = Path(__file__).resolve().parents[1]
+TEACHER = "bench-teacher-key-0123456789"
+PERIOD = 5.0
+LAUNCH_SECONDS = 3.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(round(q / 100 * (len(ordered) - 1)), len(ordered) - 1)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``; NaN elsewhere)."""
+    import os
+
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, list[str]]:
+    keys = [f"bench-student-{n:02d}-key-0123456789" for n in range(students)]
+    (folder / "class.txt").write_text("".join(f"{key} 20 student {n}\n"
+                                              for n, key in enumerate(keys)), encoding="utf-8")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys",
+         str(folder / "class.txt"), "--teacher-key", TEACHER, "--state", str(folder / "class.db"),
+         "--launch-seconds", str(LAUNCH_SECONDS), "--inference-secret", "bench-secret-0123456789"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    if not line.startswith("management: "):
+        server.kill()
+        raise RuntimeError("the class sandbox did not start")
+    return server, line.split(": ", 1)[1].strip(), keys
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+        self.errors: list[str] = []
+
+    async def timed(self, route: str, call: Callable[[], Awaitable[Any]],
+                    ok: tuple[int, ...] = (200,)) -> Any:
+        start = time.perf_counter()
+        try:
+            response = await call()
+        except Exception as error:  # a refused or dropped connection is an error like a 5xx
+            self.errors.append(f"{route}: {type(error).__name__}: {error}")
+            return None
+        finally:
+            self.times.setdefault(route, []).append(time.perf_counter() - start)
+        if response.status_code not in ok:
+            self.errors.append(f"{route}: {response.status_code} {response.text[:200]}")
+            return None
+        return response
+
+
+def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"name": name, "cloudProvider": offer["cloud"]["_id"], "instanceId": offer["instanceId"],
+            "region": next(a["region"] for a in offer["availability"] if a["available"]),
+            "vm": {"os": offer["configuration"]["os"][0]}}
+
+
+async def _idle_route(client: Any) -> str:
+    answer = await client.get("/sandbox/idle")
+    return "/sandbox/idle" if answer.status_code == 200 else "/sandbox/budgets"
+
+
+async def _alone(base: str, key: str, offer: dict[str, Any], idle: str) -> _Recorder:
+    import httpx
+
+    rec = _Recorder()
+    async with httpx.AsyncClient(base_url=base, headers={"x-api-key": key}, timeout=30,
+                                 trust_env=False) as client:
+        first = await rec.timed("launch", lambda: client.post(
+            "/gpu-cloud/instances", json=_create_body(offer, "alone-0")), ok=(201,))
+        for n in range(1, 5):
+            await asyncio.sleep(0.05)
+            await rec.timed("launch", lambda n=n: client.post(
+                "/gpu-cloud/instances", json=_create_body(offer, f"alone-{n}")), ok=(201,))
+        own = first.json()["_id"] if first is not None else "missing"
+        for _ in range(20):
+            await rec.timed("list", lambda: client.get("/gpu-cloud/instances"))
+            await rec.timed("get", lambda: client.get(f"/gpu-cloud/instances/{own}"))
+            await rec.timed("idle check", lambda: client.get(idle))
+            await asyncio.sleep(0.05)
+        for item in (await client.get("/gpu-cloud/instances")).json():
+            await client.delete(f"/gpu-cloud/instances/{item['_id']}")
+    return rec
+
+
+async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
+                 seconds: float) -> tuple[_Recorder, list[str]]:
+    import httpx
+
+    rec = _Recorder()
+    go = asyncio.Event()
+    ids: list[str] = []
+    clients = [httpx.AsyncClient(base_url=base, headers={"x-api-key": key}, timeout=30,
+                                 trust_env=False) for key in keys]
+    teacher = httpx.AsyncClient(base_url=base, headers={"x-api-key": TEACHER}, timeout=30,
+                                trust_env=False)
+
+    async def kernel(n: int, client: httpx.AsyncClient, end: float) -> None:
+        await go.wait()
+        made = await rec.timed("launch", lambda: client.post(
+            "/gpu-cloud/instances", json=_create_body(offer, f"class-{n}")), ok=(201,))
+        if made is None:
+            return
+        own = made.json()["_id"]
+        ids.append(own)
+        active = False
+        while time.monotonic() < end:
+            got = await rec.timed("get", lambda: client.get(f"/gpu-cloud/instances/{own}"))
+            active = active or (got is not None and got.json().get("status") == "active")
+            await asyncio.sleep(PERIOD if active else 1.0)
+
+    async def sidebar(client: httpx.AsyncClient, end: float, offset: float) -> None:
+        await go.wait()
+        await asyncio.sleep(offset)
+        while time.monotonic() < end:
+            await rec.timed("list", lambda: client.get("/gpu-cloud/instances"))
+            await rec.timed("idle check", lambda: client.get(idle))
+            await asyncio.sleep(PERIOD)
+
+    async def teacher_panel(end: float) -> None:
+        await go.wait()
+        while time.monotonic() < end:
+            await rec.timed("teacher view", lambda: teacher.get("/sandbox/class"))
+            await asyncio.sleep(PERIOD)
+
+    try:
+        for client in clients:  # connected before the go, as open kernels and sidebars are
+            await client.get("/sandbox/service")
+        end = time.monotonic() + seconds
+        rng = random.Random(29)
+        tasks = [asyncio.create_task(kernel(n, client, end)) for n, client in enumerate(clients)]
+        tasks += [asyncio.create_task(sidebar(client, end, rng.uniform(0, PERIOD)))
+                  for client in clients]
+        tasks.append(asyncio.create_task(teacher_panel(end)))
+        await asyncio.sleep(0.1)
+        go.set()
+        await asyncio.gather(*tasks)
+    finally:
+        for client in clients:
+            await client.aclose()
+        await teacher.aclose()
+    return rec, ids
+
+
+async def rec_stop(rec: _Recorder, teacher: Any) -> None:
+    """The teacher stops the whole class (one request, its time recorded)."""
+    await rec.timed("stop the class", lambda: teacher.delete("/sandbox/class/instances"))
+
+
+async def _load(base: str, keys: list[str], seconds: float,
+                pid: int) -> tuple[_Recorder, _Recorder, int, str, dict[str, float]]:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base, headers={"x-api-key": keys[0]}, timeout=30,
+                                 trust_env=False) as client:
+        offer = (await client.get("/gpu-cloud/instances/offers", params={
+            "deploymentType": "vm", "available": "true", "sort": "price"})).json()[0]
+        idle = await _idle_route(client)
+    alone = await _alone(base, keys[0], offer, idle)
+    server_before, ours_before = _cpu_seconds(pid), time.process_time()
+    crowd, ids = await _class(base, keys, offer, idle, seconds)
+    cpu = {"server": _cpu_seconds(pid) - server_before,
+           "load generator": time.process_time() - ours_before,
+           "requests": float(sum(len(times) for times in crowd.times.values()))}
+    await asyncio.sleep(max(LAUNCH_SECONDS - seconds, 0) + 0.5)
+    active = 0
+    async with httpx.AsyncClient(base_url=base, headers={"x-api-key": TEACHER}, timeout=120,
+                                 trust_env=False) as teacher:
+        for key in keys:
+            try:
+                listed = (await teacher.get("/gpu-cloud/instances",
+                                            headers={"x-api-key": key})).json()
+            except httpx.HTTPError as error:
+                crowd.errors.append(f"final list: {type(error).__name__}: {error}")
+                continue
+            active += sum(1 for item in listed if item["_id"] in ids and item["status"] == "active")
+        await rec_stop(crowd, teacher)
+    return alone, crowd, active, idle, cpu
+
+
+def _profile_parts(n: int) -> list[Row]:
+    """The create path's parts, each timed alone n times (ms each, median)."""
+    import asyncssh
+
+    from gpucloud_nb.models import InstanceOffer
+    from gpucloud_nb.rules import instance_create_problem
+    from gpucloud_nb.sandbox.catalogue import instance_offers
+    from gpucloud_nb.sandbox.ssh import free_port
+    from gpucloud_nb.sandbox.store import Store
+
+    offer = next(o for o in instance_offers() if o["deploymentType"] == "vm"
+                 and any(a["available"] for a in o["availability"]))
+    body = _create_body(offer, "job")
+    folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-profile-"))
+    parts: dict[str, list[float]] = {}
+
+    def timed(name: str, call: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        result = call()
+        parts.setdefault(name, []).append(time.perf_counter() - start)
+        return result
+
+    store = Store(folder / "state.db")
+    keys: list[Any] = []
+    try:
+        for i in range(n):
+            timed("rules (offer record + create rules)", lambda: instance_create_problem(
+                body, [InstanceOffer.from_json(offer)], None))
+            timed("free SSH port (bind + close)", free_port)
+            timed("SQLite insert (WAL file, one transaction)", lambda i=i: store.insert_instance(
+                user="u", deployment_type="vm", volume_id=None, created_ms=i, ready_ms=i,
+                fails=False, doc={"name": "job", "hourlyPrice": 1.0, "pad": "x" * 600}))
+            keys.append(timed("host key (ed25519 generate + write)", lambda i=i: (
+                k := asyncssh.generate_private_key("ssh-ed25519"),
+                k.write_private_key(str(folder / f"host-{i}")))[0]))
+
+        async def listen() -> None:  # on one running loop, as the server's reconciler does
+            for key in keys:
+                start = time.perf_counter()
+                server = await asyncssh.create_server(asyncssh.SSHServer, "127.0.0.1", 0,
+                                                      server_host_keys=[key])
+                parts.setdefault("SSH server listen (asyncssh.create_server)", []).append(
+                    time.perf_counter() - start)
+                server.close()
+                await server.wait_closed()
+
+        asyncio.run(listen())
+    finally:
+        store.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return [(f"class: create profile, {name}, ms each (median of {n})",
+             _percentile(times, 50), float("nan"), float("nan"), "", "s")
+            for name, times in parts.items()]
+
+
+def _profile_app(n: int) -> list[Row]:
+    """n creates through the app in this process (no network, no lifespan) under cProfile."""
+    import httpx
+
+    from gpucloud_nb.sandbox import SandboxConfig
+    from gpucloud_nb.sandbox.app import create_app
+
+    folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-profile-"))
+    app = create_app(SandboxConfig(api_key="bench-key-0123456789", state=folder / "s.db"))
+
+    async def creates() -> list[float]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1",
+                                     headers={"x-api-key": "bench-key-0123456789"}) as client:
+            offer = (await client.get("/gpu-cloud/instances/offers", params={
+                "deploymentType": "vm", "available": "true", "sort": "price"})).json()[0]
+            times = []
+            for i in range(n):
+                start = time.perf_counter()
+                answer = await client.post("/gpu-cloud/instances",
+                                           json=_create_body(offer, f"p-{i}"))
+                times.append(time.perf_counter() - start)
+                assert answer.status_code == 201, answer.text
+            return times
+
+    profile = cProfile.Profile()
+    try:
+        times = profile.runcall(asyncio.run, creates())
+    finally:
+        app.state.store.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("gpucloud_nb", 12)
+    print("bench_class: a create inside the app (in-process, cProfile, our functions):\n"
+          + "\n".join(out.getvalue().splitlines()[:30]), file=sys.stderr)
+    return [(f"class: create through the app in-process, no network (median of {n})",
+             _percentile(times, 50), float("nan"), float("nan"), "", "s")]
+
+
+def _profile_client(base: str, key: str, n: int) -> list[Row]:
+    """n creates through :class:`~gpucloud_nb.GPUCloud` (its checks included) under cProfile."""
+    from gpucloud_nb import GPUCloud
+
+    with GPUCloud(api_key=key, base_url=base, max_retries=0) as cloud:
+        offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+        times: list[float] = []
+
+        def creates() -> None:
+            for i in range(n):
+                start = time.perf_counter()
+                cloud.instances.create(name=f"client-{i}", cloud_provider=offer.cloud.id,
+                                       instance_id=offer.instance_id,
+                                       region=offer.available_regions[0],
+                                       vm={"os": offer.configuration.os[0]})
+                times.append(time.perf_counter() - start)
+
+        profile = cProfile.Profile()
+        profile.runcall(creates)
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("gpucloud_nb", 14)
+    print("bench_class: a create from GPUCloud, by cumulative time (our functions):\n"
+          + "\n".join(out.getvalue().splitlines()[:32]), file=sys.stderr)
+    return [(f"class: create from GPUCloud alone, client checks included (median of {n})",
+             _percentile(times, 50), float("nan"), float("nan"), "", "s")]
+
+
+def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) -> list[Row]:
+    """Per-route percentiles of ``students`` simulated students, next to one student alone."""
+    folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-class-"))
+    server, base, keys = _serve(folder, students)
+    try:
+        alone, crowd, active, idle, cpu = asyncio.run(_load(base, keys, seconds, server.pid))
+        client_rows = _profile_client(base, keys[-1], max(profile_creates // 4, 3))
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+        shutil.rmtree(folder, ignore_errors=True)
+    if crowd.errors or alone.errors:
+        first = (crowd.errors + alone.errors)[0]
+        print(f"bench_class: {len(crowd.errors)} errors, first: {first}", file=sys.stderr)
+    rows: list[Row] = []
+    targets = {"list": "<= 50 ms", "get": "<= 50 ms", "launch": "<= 250 ms"}
+    for route in ("list", "get", "idle check", "launch", "teacher view", "stop the class"):
+        ours = crowd.times.get(route, [])
+        mine = alone.times.get(route, [])
+        label = f"{route} (GET {idle})" if route == "idle check" else route
+        how = f"{students} at once" if route == "launch" else f"{students} students"
+        for q in ((50, 95, 99) if len(ours) > 1 else (50,)):
+            value, base_q = _percentile(ours, q), _percentile(mine, q)
+            rows.append((f"class: {label} p{q}, {how} vs 1 alone ({len(ours)} requests)", value,
+                         base_q, value / base_q if mine and base_q else float("nan"),
+                         targets.get(route, "") if q == 99 else "", "s"))
+    rows.append((f"class: errors, {students} students vs 1", float(len(crowd.errors)),
+                 float(len(alone.errors)), float("nan"), "<= 0", ""))
+    rows.append((f"class: launches active of {students} at once", float(active), float(students),
+                 active / students, ">= 1x", ""))
+    for who in ("server", "load generator"):
+        rows.append((f"class: {who} CPU per request of the class ({cpu['requests']:.0f} requests,"
+                     f" {cpu[who]:.2f} s in all)", cpu[who] / max(cpu["requests"], 1.0),
+                     float("nan"), float("nan"), "", "s"))
+    rows += client_rows
+    rows += _profile_parts(max(profile_creates // 4, 3))
+    rows += _profile_app(profile_creates)
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run(**(QUICK if "--quick" in sys.argv else {})):
+        print(row)

@@ -1,0 +1,265 @@
+"""Spend budgets: an instance is deleted once it has cost its budget, with a warning at 80 %.
+
+    >>> cloud.budgets.set(instance.id, 5)          # dollars  # doctest: +SKIP
+    >>> cloud.budgets.states()[instance.id].warning  # doctest: +SKIP
+    False
+
+Who watches, plainly:
+
+- **Sandbox**: the sandbox service (:class:`ServiceBudgets`, over the sandbox-only routes of
+  :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs; a class account's budget
+  (``KEY 20`` in the ``--keys`` file) is the service's too.
+- **Real cloud**: this kernel (:class:`KernelBudgets`): a background thread reads each watched
+  instance every ``poll`` seconds (30), bills it as ``cloud.spend()`` does, logs a warning at
+  80 % and deletes it at the budget (so it may overshoot by one poll's worth). A killed kernel
+  watches nothing; keep ``cloud.spend()`` in view.
+
+Deletes are confirmed: after a budget delete the watcher reads the instance until it is
+``deleting`` or ``deleted``; if that does not happen within ``CONFIRM_WITHIN`` seconds (60) the
+instance is in ``failures`` with one sentence, which the panels show in red.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.display import format_price
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.models import InstanceDetails
+
+__all__ = ["CONFIRM_WITHIN", "WARN_SHARE", "BudgetState", "KernelBudgets", "ServiceBudgets",
+           "budget_dollars", "confirm_deleted"]
+
+log = logging.getLogger("gpucloud_nb.budgets")
+WARN_SHARE = 0.8
+CONFIRM_WITHIN = 60.0
+GONE = ("deleting", "deleted")
+
+
+def budget_dollars(value: float) -> float:
+    """A budget in dollars, checked to be a positive finite number.
+
+        >>> budget_dollars(5)
+        5.0
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not value > 0:
+        raise InvalidInputError(f"budget must be a positive number of dollars, not {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """Where an instance stands against its budget: dollars, and its status when last read."""
+
+    instance_id: str
+    dollars: float
+    spend: float
+    warning: bool
+    status: str
+
+    @property
+    def left(self) -> float:
+        """Dollars left before the delete."""
+        return max(self.dollars - self.spend, 0.0)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BudgetState:
+        """A state from the sandbox service's JSON (``GET /sandbox/budgets``)."""
+        return cls(instance_id=str(data["instanceId"]), dollars=float(data["dollars"]),
+                   spend=float(data["spend"]), warning=bool(data["warning"]),
+                   status=str(data["status"]))
+
+
+def confirm_deleted(status: Callable[[], str], within: float = CONFIRM_WITHIN, *,
+                    poll: float = 2.0) -> bool:
+    """Read ``status()`` until it is ``deleting`` or ``deleted`` (or the instance is gone).
+
+    True once it is; False if ``within`` seconds pass first. Errors other than a 404 count as
+    not yet.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if status() in GONE:
+                return True
+        except NotFoundError:
+            return True
+        except GPUCloudError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
+
+
+class ServiceBudgets:
+    """Budgets kept by the sandbox service (see the module docstring).
+
+    ``send(method, path, body)`` makes one request and returns the decoded JSON.
+    """
+
+    where = "sandbox service"
+
+    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], Any]) -> None:
+        self._send = send
+        self.failures: dict[str, str] = {}
+
+    @staticmethod
+    def _path(instance_id: str) -> str:
+        if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
+            raise InvalidInputError(f"{instance_id!r} is not a valid id.")
+        return f"/sandbox/instances/{instance_id}/budget"
+
+    def set(self, instance_id: str, dollars: float) -> BudgetState:
+        """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
+        answer = self._send("PUT", self._path(instance_id), {"dollars": budget_dollars(dollars)})
+        return BudgetState.from_json(answer)
+
+    def cancel(self, instance_id: str) -> bool:
+        """Drop the budget of ``instance_id``; it keeps running. True if it had one."""
+        try:
+            self._send("DELETE", self._path(instance_id), None)
+        except NotFoundError:
+            return False
+        return True
+
+    def states(self) -> dict[str, BudgetState]:
+        """Every budget of this account, by instance id."""
+        answer = self._send("GET", "/sandbox/budgets", None)
+        return {state.instance_id: state for state in
+                (BudgetState.from_json(item) for item in answer.get("instances", []))}
+
+    def account_left(self) -> float | None:
+        """Dollars left of this account's class budget, or ``None`` without one."""
+        account = self._send("GET", "/sandbox/budgets", None).get("account")
+        return None if account is None else float(account["left"])
+
+    def forget(self, instance_id: str) -> None:
+        """A deleted instance's budget ends with it (the service keeps its state); nothing to do."""
+
+
+class KernelBudgets:
+    """Budgets watched by a thread of this kernel, for the real cloud (see the module docstring).
+
+    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. ``deleted`` maps
+    each instance the watcher deleted to when; ``failures`` an instance whose budget delete
+    failed or was not confirmed to the sentence saying why.
+    """
+
+    where = "this kernel"
+
+    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None], *,
+                 poll: float = 30.0, confirm_within: float = CONFIRM_WITHIN) -> None:
+        self._get, self._delete = get, delete
+        self.poll, self.confirm_within = poll, confirm_within
+        self._ledger = Ledger()
+        self._lock = threading.Lock()
+        self._budgets: dict[str, float] = {}
+        self._states: dict[str, BudgetState] = {}
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self.deleted: dict[str, datetime] = {}
+        self.failures: dict[str, str] = {}
+
+    def set(self, instance_id: str, dollars: float) -> BudgetState:
+        """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
+        dollars = budget_dollars(dollars)
+        state = self._check(instance_id, dollars)
+        if state.status in GONE:
+            raise InvalidInputError(f"Instance {instance_id} is already {state.status}.")
+        with self._lock:
+            self._budgets[instance_id] = dollars
+            self._states[instance_id] = state
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="gpucloud-nb-budgets",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+        return state
+
+    def cancel(self, instance_id: str) -> bool:
+        """Stop watching ``instance_id``; it keeps running. True if it was watched."""
+        with self._lock:
+            self._states.pop(instance_id, None)
+            return self._budgets.pop(instance_id, None) is not None
+
+    def forget(self, instance_id: str) -> None:
+        """Drop the budget of a deleted instance."""
+        self.cancel(instance_id)
+
+    def states(self) -> dict[str, BudgetState]:
+        """The last reading of every watched instance."""
+        with self._lock:
+            return dict(self._states)
+
+    def _check(self, instance_id: str, dollars: float) -> BudgetState:
+        instance = self._get(instance_id)
+        bill = self._ledger.bill(instance, datetime.now(timezone.utc))
+        state = BudgetState(instance_id, dollars, bill.spend, bill.spend >= WARN_SHARE * dollars,
+                            instance.status)
+        with self._lock:
+            if instance_id in self._budgets:
+                self._states[instance_id] = state
+        return state
+
+    def step(self) -> None:
+        """Read every watched instance once: warn at 80 %, delete at the budget."""
+        with self._lock:
+            watched = dict(self._budgets)
+        for instance_id, dollars in watched.items():
+            try:
+                before = self._states.get(instance_id)
+                state = self._check(instance_id, dollars)
+            except NotFoundError:
+                self.cancel(instance_id)
+                continue
+            except GPUCloudError as error:
+                log.warning("The budget of instance %s could not be checked: %s", instance_id,
+                            error)
+                continue
+            if state.status in GONE:
+                self.cancel(instance_id)
+            elif state.spend >= dollars:
+                self._delete_at_budget(instance_id, state)
+            elif state.warning and not (before and before.warning):
+                log.warning("Instance %s has cost %s, %d %% of its budget of %s.", instance_id,
+                            format_price(state.spend), round(100 * state.spend / dollars),
+                            format_price(dollars))
+
+    def _delete_at_budget(self, instance_id: str, state: BudgetState) -> None:
+        try:
+            self._delete(instance_id)
+        except GPUCloudError as error:
+            self.failures[instance_id] = (f"Instance {instance_id} reached its budget of "
+                                          f"{format_price(state.dollars)} but the delete failed: "
+                                          f"{error}")
+            return
+        self.cancel(instance_id)
+        self.deleted[instance_id] = datetime.now(timezone.utc)
+        log.info("Deleted instance %s: it has cost %s, its budget.", instance_id,
+                 format_price(state.spend))
+        if not confirm_deleted(lambda: self._get(instance_id).status, self.confirm_within):
+            self.failures[instance_id] = (
+                f"Instance {instance_id} reached its budget and was deleted, but it is not "
+                f"deleting after {self.confirm_within:g} s; it may still be billing.")
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._budgets:
+                    self._thread = None
+                    return
+            try:
+                self.step()
+            except Exception:  # a bug must not end the watching
+                log.exception("The budget watcher failed; trying again.")
+            self._wake.wait(self.poll)
+            self._wake.clear()
