@@ -100,6 +100,7 @@ commands (each has its own --help):
   %gpucloud volumes get ID
   %gpucloud volumes delete ID [--yes]
   %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
+  %%gpucloud run --nodes NAME1,NAME2,… [--python]   (on every node at once, ranks set)
   %gpucloud put LOCAL INSTANCE:REMOTE
   %gpucloud get INSTANCE:REMOTE LOCAL
   %gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]

@@ -25,7 +25,11 @@ returns a value.
   terminal would leave (the text after it), and other control characters and undecodable bytes
   are shown escaped (``\\x07``, ``\\xff``).
 - **The result.** The run's :class:`~gpucloud_nb.client.remote.RunResult` (the last 10 MiB of
-  each stream) is kept in the shell as ``_gpucloud_run``.
+  each stream) is kept in the shell as ``_gpucloud_run``; with ``--nodes``, the list of them.
+- **Several nodes.** ``%%gpucloud run --nodes NAME1,NAME2,…`` runs the cell on every node at
+  once (:meth:`~gpucloud_nb.client.instances.Instances.run_all`), with ``GPUCLOUD_NODE_RANK``,
+  ``GPUCLOUD_NUM_NODES``, ``GPUCLOUD_NODE_IPS`` and ``MASTER_ADDR``/``MASTER_PORT`` set; each
+  line shows ``[rank]`` first, and every node that exits non-zero is named in one line.
 - **get** never replaces an existing local file unless ``--force`` is given (as ``cp -n``).
 """
 
@@ -139,7 +143,8 @@ def _progress(label: str) -> Callable[[int, int], None]:
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False,
                                      exit_on_error=False)
-    parser.add_argument("instance")
+    parser.add_argument("instance", nargs="?")
+    parser.add_argument("--nodes", default=None)
     parser.add_argument("--python", action="store_true")
     parser.add_argument("--timeout", type=float, default=None)
     return parser
@@ -159,8 +164,14 @@ def remote_magic(cloud: GPUCloud, line: str, cell: str | None) -> None:
         try:
             args = _parser("%%gpucloud run").parse_args(rest)
         except (argparse.ArgumentError, SystemExit):
-            raise RemoteUsage("Usage: %%gpucloud run INSTANCE [--python] [--timeout S].") from None
-        _run(cloud, args.instance, cell, python=args.python, timeout=args.timeout)
+            args = None
+        if args is None or (args.instance is None) == (args.nodes is None):
+            raise RemoteUsage("Usage: %%gpucloud run INSTANCE [--python] [--timeout S], or "
+                              "%%gpucloud run --nodes NAME1,NAME2,… [--python] [--timeout S].")
+        if args.nodes is not None:
+            _run_nodes(cloud, args.nodes, cell, python=args.python, timeout=args.timeout)
+        else:
+            _run(cloud, args.instance, cell, python=args.python, timeout=args.timeout)
         return
     if cell is not None:
         raise RemoteUsage(f"%%gpucloud {verb} is a line magic: use %gpucloud {verb} ... alone.")
@@ -207,7 +218,34 @@ def _run(cloud: GPUCloud, name: str, cell: str, *, python: bool, timeout: float 
         raise GPUCloudError(f"The cell exited with status {result.exit_status} on {label}.")
 
 
-def _keep(result: RunResult) -> None:
+def _run_nodes(cloud: GPUCloud, nodes: str, cell: str, *, python: bool,
+               timeout: float | None) -> None:
+    """``--nodes``: the cell on every node at once, each line prefixed ``[rank]``."""
+    names = [name.strip() for name in nodes.split(",")]
+    if not all(names):
+        raise RemoteUsage(f"--nodes takes instance names or ids separated by commas, e.g. "
+                          f"--nodes train-0,train-1; {nodes!r} was given.")
+    instances = [cloud.instances.get(name) for name in names]
+    labels = [instance.name or instance.id for instance in instances]
+    command = f"python3 -u -c {shlex.quote(cell)}" if python else cell
+    shown = _Shown()
+    try:
+        results = cloud.instances.run_all([i.id for i in instances], command, timeout=timeout,
+                                          on_output=shown)
+    except KeyboardInterrupt:
+        shown.summary(None)
+        print(f"Interrupted: the cell's processes on {', '.join(labels)} were stopped.",
+              file=sys.stderr)
+        return
+    _keep(results)
+    shown.summary(results[0])
+    failed = [(rank, r.exit_status) for rank, r in enumerate(results) if r.exit_status != 0]
+    if failed:
+        said = ", ".join(f"{status} on node {rank} ({labels[rank]})" for rank, status in failed)
+        raise GPUCloudError(f"The cell exited with status {said}.")
+
+
+def _keep(result: RunResult | list[RunResult]) -> None:
     """Keep ``result`` in the shell as ``_gpucloud_run`` (when there is a shell)."""
     from IPython import get_ipython
 

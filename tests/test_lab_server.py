@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client import clusters
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
 
@@ -541,3 +542,19 @@ def test_notebook_on_this_instance_installs_its_kernelspec(api: httpx.Client,
     assert missing.json()["message"] == ("Instance no-such-instance not found: no instance has "
                                          "that id or name.")
     assert_no_secret(answer.text + missing.text)
+
+
+def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "server"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # the server's user, as a kernel
+    with counting_sandbox() as (box, _), \
+            jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
+            GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
+        member, other = launch(cloud, "trio-0"), launch(cloud, "loner")
+        clusters.note(cloud.base_url, member, "trio")  # what cloud.cluster does for each instance
+        shown = wait_for(api, lambda s: row_of(s, member) and row_of(s, other))
+        assert row_of(shown, member)["cluster"] == "trio"
+        assert row_of(shown, other)["cluster"] is None

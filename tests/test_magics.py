@@ -813,6 +813,24 @@ def test_cell_run_streams_output_and_a_failure_is_one_line(magic: Magic,
     assert missing.err.count("\n") == 1 and "not found on box-1 (exit status 127)" in missing.err
 
 
+def test_cell_run_on_several_nodes_gives_each_its_rank(magic: Magic, ssh_cloud: GPUCloud) -> None:
+    first, second = _active(ssh_cloud, "node-a"), _active(ssh_cloud, "node-b")
+    ran = magic.cell("%%gpucloud run --nodes node-a,node-b\n"
+                     'echo "rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES on $GPUCLOUD_INSTANCE_ID '
+                     'master $MASTER_ADDR:$MASTER_PORT"')
+    assert ran.err == ""
+    assert sorted(ran.out.splitlines()) == [
+        f"[0] rank 0 of 2 on {first.id} master 127.0.0.1:29500",
+        f"[1] rank 1 of 2 on {second.id} master 127.0.0.1:29500"]
+    failed = magic.cell('%%gpucloud run --nodes node-a,node-b\nexit "$GPUCLOUD_NODE_RANK"')
+    assert failed.err == "The cell exited with status 1 on node 1 (node-b).\n"
+    assert magic.cell("%%gpucloud run node-a --nodes node-a\ntrue").err.startswith(
+        "Usage: %%gpucloud run INSTANCE [--python] [--timeout S], or %%gpucloud run --nodes")
+    assert magic.cell("%%gpucloud run --nodes node-a,,node-b\ntrue").err == (
+        "--nodes takes instance names or ids separated by commas, e.g. --nodes train-0,train-1; "
+        "'node-a,,node-b' was given.\n")
+
+
 def test_interrupting_a_cell_stops_the_remote_process(magic: Magic, ssh_cloud: GPUCloud) -> None:
     import _thread
     import os

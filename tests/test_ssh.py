@@ -316,3 +316,28 @@ def test_a_mnt_link_out_of_the_home_is_not_followed_when_mounting(sandbox_factor
     again.instances.wait_until_active(details.id, timeout=30)
     listed = over_asyncssh(details.ssh_port, key, lambda c: c.run("echo up", check=True))
     assert listed.stdout == "up\n" and list(outside.iterdir()) == []
+
+
+def test_a_forward_reaches_a_port_a_command_on_the_instance_listens_on(cloud: GPUCloud) -> None:
+    import asyncssh
+
+    key, public = asyncssh_key()
+    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+    served = ("import socket; s = socket.create_server(('127.0.0.1', 0)); "
+              "print(s.getsockname()[1], flush=True); c, _ = s.accept(); c.sendall(b'hello')")
+
+    async def use(connection: Any) -> tuple[bytes, list[str]]:
+        process = await connection.create_process(f"python3 -c \"{served}\"")
+        port = int(await asyncio.wait_for(process.stdout.readline(), 20))
+        reader, writer = await connection.open_connection("localhost", port)
+        got = await asyncio.wait_for(reader.read(100), 10)
+        writer.close()
+        refused = []
+        with pytest.raises(asyncssh.ChannelOpenError) as info:
+            await connection.open_connection("127.0.0.2", port)  # only the instance's loopback
+        refused.append(type(info.value).__name__)
+        process.close()
+        return got, refused
+
+    got, refused = over_asyncssh(details.ssh_port, key, use)
+    assert got == b"hello" and refused == ["ChannelOpenError"]

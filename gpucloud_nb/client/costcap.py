@@ -60,12 +60,16 @@ def running_hourly(cap: float, instances: Iterable[Instance]) -> tuple[float, st
 
 
 def cap_problem(cap: float | None, running: Iterable[Instance],
-                offer: InstanceOffer) -> str | None:
-    """``None`` when launching ``offer`` keeps pending and active instances within ``cap``.
+                offer: InstanceOffer, count: int = 1) -> str | None:
+    """``None`` when launching ``count`` of ``offer`` keeps pending and active instances within
+    ``cap`` (a cluster's instances count as one launch, checked before the first is sent).
 
     ``running`` is the instances as listed (``cloud.instances.list()``). Otherwise one sentence:
     the total over the cap, or the instance or offer whose price is missing, non-finite or
     negative.
+
+        >>> cap_problem(10.0, [], InstanceOffer(instance_id="h100-1x", hourly_price=3.0), count=4)
+        'Launching 4 × this $3.00/h offer would bring pending and active instances to $12.00/h, ...'
     """
     if cap is None:
         return None
@@ -77,9 +81,10 @@ def cap_problem(cap: float | None, running: Iterable[Instance],
         seller = f" from {offer.cloud.name}" if offer.cloud.name else ""
         return (f"Offer {offer.instance_id!r}{seller} has "
                 f"{_shown(offer.hourly_price)}, {_why(cap)}.")
-    total = used + price
+    total = used + count * price
     if total > cap + 1e-9:
-        return (f"Launching this {per_hour(price)} offer would bring pending and active "
+        what = "this" if count == 1 else f"{count} × this"
+        return (f"Launching {what} {per_hour(price)} offer would bring pending and active "
                 f"instances to {per_hour(total)}, above the cap of {per_hour(cap)} "
                 "(max_hourly_cost).")
     return None

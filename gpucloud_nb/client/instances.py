@@ -31,14 +31,14 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
-from gpucloud_nb.client import changes
+from gpucloud_nb.client import changes, multinode
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
@@ -458,6 +458,23 @@ class Instances:
         return self._remote().run(self._target(id, wait), command, timeout=timeout,
                                   on_output=on_output)
 
+    def run_all(self, ids: Sequence[str], command: str, *,
+                on_output: Callable[[str], None] | None = None, timeout: float | None = None,
+                master_port: int = multinode.MASTER_PORT, wait: float = 60.0
+                ) -> builtins.list[RunResult]:
+        """Run ``command`` on every instance of ``ids`` at once, each told its rank; the results
+        in rank order.
+
+        ``GPUCLOUD_NODE_RANK``, ``GPUCLOUD_NUM_NODES``, ``GPUCLOUD_NODE_IPS`` and
+        ``MASTER_ADDR``/``MASTER_PORT`` are set as SkyPilot sets them for torchrun; each line
+        reaches ``on_output`` prefixed ``[rank]`` (see :mod:`gpucloud_nb.client.multinode`).
+
+            >>> cloud.instances.run_all([a.id, b.id], "torchrun --node_rank $GPUCLOUD_NODE_RANK "
+            ...                         "train.py", on_output=print)  # doctest: +SKIP
+        """
+        return multinode.run_all(self, ids, command, on_output=on_output, timeout=timeout,
+                                 master_port=master_port, wait=wait)
+
     def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
         """The ``ssh`` command that logs in to the instance from a terminal, as printed.
 
@@ -654,6 +671,15 @@ class AsyncInstances:
         target = await self._target(id, wait)
         return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
             remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+
+    async def run_all(self, ids: Sequence[str], command: str, *,
+                      on_output: Callable[[str], None] | None = None,
+                      timeout: float | None = None, master_port: int = multinode.MASTER_PORT,
+                      wait: float = 60.0) -> builtins.list[RunResult]:
+        """The coroutine twin of :meth:`Instances.run_all` (``on_output`` runs on the SSH loop)."""
+        return await multinode.run_all_async(self, ids, command, on_output=on_output,
+                                             timeout=timeout, master_port=master_port,
+                                             wait=wait)
 
     async def ssh_command(self, id: str, *, wait: float = 60.0) -> str:
         """The coroutine twin of :meth:`Instances.ssh_command`."""

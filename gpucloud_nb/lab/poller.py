@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpucloud_nb._secrets import without_userinfo
-from gpucloud_nb.client import changes
+from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
@@ -236,6 +236,7 @@ class Poller:
         # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
         # own timers on the real cloud live in that kernel.
         keeper = "the sandbox service" if cloud.is_sandbox else "the cloud"
+        members = clusters.members(cloud.base_url)  # a Dask cluster's instances, one heading
         for instance in instances:
             bill = self._ledger.bill(instance, now)
             bills.append(bill.spend)
@@ -250,6 +251,7 @@ class Poller:
                 "estimated": bill.estimated, "autoDeleteAt": _iso(deadline),
                 "autoDeleteBy": None if deadline is None else keeper,
                 "sshCommand": self._ssh.get(instance.id),
+                "cluster": members.get(instance.id),
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),

@@ -36,10 +36,12 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   :mod:`gpucloud_nb.sandbox.vllm`), and ``python3`` is the sandbox's own Python (so it has
   ipykernel and ipywidgets). A signal from the client, or the channel closing before the command
   ends, kills its process group.
-- **Port 8000.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
-  port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands). Forwarding to a port
-  named in a Jupyter connection file under ``~/.local/share/jupyter/runtime`` reaches that port
-  (a kernel started on the instance, see :mod:`gpucloud_nb.kernel`); other ports are refused.
+- **Ports.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
+  port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); to any other port,
+  that port of the host's loopback, where the instance's processes listen (a kernel started on
+  the instance, see :mod:`gpucloud_nb.kernel`; a Dask scheduler of :mod:`gpucloud_nb.cluster`).
+  That reaches nothing a command on the instance could not already connect to. Forwards to other
+  hosts are refused.
 - **Files.** SFTP is served rooted at the instance home. A volume attached at create is the
   directory ``<machines>/volumes/<volumeId>``, linked into the instance home at the path of its
   ``volumes`` entry (``/mnt/<name>`` is ``~/mnt/<name>`` in commands, ``/mnt/<name>`` over SFTP):
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
@@ -89,9 +90,6 @@ __all__ = [
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
 _PERIOD = 0.2
 MODEL_PORT = 8000
-#: Where Jupyter kernels started on an instance keep their connection files (under its home).
-KERNEL_RUNTIME = ".local/share/jupyter/runtime"
-KERNEL_PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 _VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 SHARED_SHELL_REFUSAL = (
@@ -574,21 +572,7 @@ class _Auth(asyncssh.SSHServer):
         if not self.server.servers.shell:
             raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                                             SHARED_SHELL_REFUSAL)
-        if dest_host not in ("localhost", "127.0.0.1", "::1"):
+        if dest_host not in ("localhost", "127.0.0.1", "::1") or not 0 < dest_port < 65536:
             return False
-        if dest_port == MODEL_PORT:
-            return self.connection.forward_connection("127.0.0.1", self.server.model_port)
-        if dest_port in kernel_ports(self.server.home):
-            return self.connection.forward_connection("127.0.0.1", dest_port)
-        return False
-
-
-def kernel_ports(home: Path) -> set[int]:
-    """The ports named in the Jupyter kernel connection files of an instance home."""
-    ports: set[int] = set()
-    for path in (home / KERNEL_RUNTIME).glob("*.json"):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            info = json.loads(path.read_text())
-            ports.update(int(info[name]) for name in KERNEL_PORT_NAMES
-                         if int(info.get(name) or 0) > 0)
-    return ports
+        port = self.server.model_port if dest_port == MODEL_PORT else dest_port
+        return self.connection.forward_connection("127.0.0.1", port)

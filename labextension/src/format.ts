@@ -22,6 +22,8 @@ export interface IInstanceRow {
   /** Who keeps the auto-delete timer: "the sandbox service" or "the cloud". */
   autoDeleteBy?: string | null;
   sshCommand: string | null;
+  /** The Dask cluster (`cloud.cluster`) the instance belongs to, if any. */
+  cluster?: string | null;
 }
 
 /** The totals of a snapshot. */
@@ -204,4 +206,45 @@ export function warning(snapshot: ISnapshot, warnHours: number, now: number): st
     }
   }
   return null;
+}
+
+/** A Dask cluster's instances, shown under one heading. */
+export interface IClusterGroup {
+  cluster: string;
+  rows: IInstanceRow[];
+}
+
+/**
+ * The rows in the server's order, except that the instances of one cluster are gathered under
+ * one group where its first instance stands; an instance of no cluster stays a row of its own.
+ */
+export function groupClusters(rows: IInstanceRow[]): Array<IInstanceRow | IClusterGroup> {
+  const out: Array<IInstanceRow | IClusterGroup> = [];
+  const groups = new Map<string, IClusterGroup>();
+  for (const row of rows) {
+    if (!row.cluster) {
+      out.push(row);
+      continue;
+    }
+    let group = groups.get(row.cluster);
+    if (!group) {
+      group = { cluster: row.cluster, rows: [] };
+      groups.set(row.cluster, group);
+      out.push(group);
+    }
+    group.rows.push(row);
+  }
+  return out;
+}
+
+/** A cluster's heading: its name and size, and what its instances bill now ($/h). */
+export function formatCluster(group: IClusterGroup): { title: string; detail: string } {
+  const n = group.rows.length;
+  const hourly = group.rows
+    .filter(row => BILLED.includes(row.status))
+    .reduce((sum, row) => sum + row.hourlyPrice, 0);
+  return {
+    title: `${group.cluster} · Dask cluster`,
+    detail: `${n} instance${n === 1 ? '' : 's'} · ${formatMoney(hourly)}/h`
+  };
 }

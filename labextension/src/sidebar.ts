@@ -4,8 +4,11 @@ import { Widget } from '@lumino/widgets';
 import { chipIcon } from './icon';
 import {
   formatAutoDelete,
+  formatCluster,
   formatMoney,
   formatRow,
+  groupClusters,
+  IClusterGroup,
   IInstanceRow,
   spendAt,
   warning
@@ -25,7 +28,9 @@ function el<K extends keyof HTMLElementTagNameMap>(
 
 /**
  * The "GPU cloud" sidebar (`#gpucloud-sidebar`): one row per instance that is not deleted
- * (`[data-gpucloud-instance=ID]`), totals, a SANDBOX badge, and empty, loading and error states.
+ * (`[data-gpucloud-instance=ID]`), the instances of a Dask cluster under one heading with its
+ * $/h and a delete-all (`[data-gpucloud-cluster=NAME]`), totals, a SANDBOX badge, and empty,
+ * loading and error states.
  */
 export class GpuCloudSidebar extends Widget {
   constructor(model: GpuCloudModel, openNotebook?: (kernelName: string) => Promise<unknown>) {
@@ -119,13 +124,35 @@ export class GpuCloudSidebar extends Widget {
         this._rows.delete(id);
       }
     }
-    for (const row of rows) {
-      let node = this._rows.get(row.id);
-      if (!node) {
-        node = this._makeRow(row.id);
-        this._rows.set(row.id, node);
+    const grouped = groupClusters(rows);
+    const clusters = new Set(grouped.filter(item => 'rows' in item).map(item => (item as IClusterGroup).cluster));
+    for (const [name, node] of this._clusters) {
+      if (!clusters.has(name)) {
+        node.remove();
+        this._clusters.delete(name);
       }
-      this._list.append(node); // keeps the server's order
+    }
+    const ordered: IInstanceRow[] = [];
+    for (const item of grouped) {
+      if ('rows' in item) {
+        this._list.append(this._renderCluster(item));
+        ordered.push(...item.rows);
+      } else {
+        ordered.push(item);
+      }
+      const members = 'rows' in item ? item.rows : [item];
+      for (const row of members) {
+        let node = this._rows.get(row.id);
+        if (!node) {
+          node = this._makeRow(row.id);
+          this._rows.set(row.id, node);
+        }
+        node.classList.toggle('gpucloud-Row--member', 'rows' in item);
+        this._list.append(node); // keeps the server's order, a cluster's members together
+      }
+    }
+    for (const row of ordered) {
+      const node = this._rows.get(row.id)!;
       const text = formatRow(row, now, polledAt);
       const set = (part: string, value: string, title = '') => {
         const cell = node!.querySelector(`.gpucloud-Row-${part}`) as HTMLElement;
@@ -154,6 +181,64 @@ export class GpuCloudSidebar extends Widget {
         row.status === 'active'
           ? `A new notebook whose kernel runs on ${row.name || row.id}`
           : 'Once the instance is active';
+    }
+  }
+
+  private _renderCluster(group: IClusterGroup): HTMLLIElement {
+    let node = this._clusters.get(group.cluster);
+    if (!node) {
+      node = el('li', 'gpucloud-Cluster');
+      node.dataset.gpucloudCluster = group.cluster;
+      const line = el('div', 'gpucloud-Row-line');
+      const del = el('button', 'jp-Button jp-mod-minimal gpucloud-Cluster-delete', 'Delete all');
+      const name = group.cluster;
+      del.addEventListener('click', () => void this._confirmDeleteCluster(name));
+      line.append(el('span', 'gpucloud-Cluster-name'), el('span', 'gpucloud-Cluster-detail'), del);
+      node.append(line);
+      this._clusters.set(group.cluster, node);
+    }
+    const text = formatCluster(group);
+    (node.querySelector('.gpucloud-Cluster-name') as HTMLElement).textContent = text.title;
+    (node.querySelector('.gpucloud-Cluster-detail') as HTMLElement).textContent = text.detail;
+    const del = node.querySelector('.gpucloud-Cluster-delete') as HTMLButtonElement;
+    del.disabled = group.rows.every(row => row.status === 'deleting');
+    return node;
+  }
+
+  private async _confirmDeleteCluster(cluster: string): Promise<void> {
+    const rows = (this.model.snapshot?.instances ?? []).filter(
+      row => row.cluster === cluster && row.status !== 'deleting'
+    );
+    if (rows.length === 0) {
+      return;
+    }
+    const body = el('p', 'gpucloud-Confirm');
+    body.textContent =
+      `Delete the ${rows.length} instances of cluster ${cluster} (${rows.map(row => row.name || row.id).join(', ')})? ` +
+      'The Dask scheduler and workers on them stop, and their data is lost unless it sits on a volume. ' +
+      'Billing stops once the cloud has deleted them.';
+    const result = await showDialog({
+      title: `Delete cluster ${cluster}?`,
+      body: new Widget({ node: body }),
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete all' })]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    const failed: string[] = [];
+    await Promise.all(
+      rows.map(row =>
+        this.model.remove(row.id).catch((error: unknown) => {
+          failed.push(`${row.name || row.id}: ${error instanceof Error ? error.message : String(error)}`);
+        })
+      )
+    );
+    if (failed.length) {
+      await showDialog({
+        title: `${failed.length} of cluster ${cluster} not deleted`,
+        body: failed.join('\n'),
+        buttons: [Dialog.okButton()]
+      });
     }
   }
 
@@ -244,4 +329,5 @@ export class GpuCloudSidebar extends Widget {
   private _note: HTMLElement;
   private _rows = new Map<string, HTMLLIElement>();
   private _openNotebook: ((kernelName: string) => Promise<unknown>) | null;
+  private _clusters = new Map<string, HTMLLIElement>();
 }

@@ -1,12 +1,15 @@
 import {
   formatAutoDelete,
   formatAge,
+  formatCluster,
   formatCountdown,
   formatGpu,
   formatMoney,
   formatPrice,
   formatRow,
   formatStatus,
+  groupClusters,
+  IClusterGroup,
   IInstanceRow,
   ISnapshot,
   warning
@@ -165,5 +168,38 @@ describe('status bar', () => {
     expect(warning(snapshot(), 0.5, NOW)).toMatch(/train-1 has been active for 1h 00m, over 0.5 h/);
     expect(warning(snapshot(), 2, NOW)).toBeNull();
     expect(warning(snapshot(), 0, NOW)).toBeNull();
+  });
+});
+
+describe('groupClusters', () => {
+  it("gathers a cluster's instances where its first one stands and keeps the others' order", () => {
+    const rows = [
+      row({ id: 'a', name: 'solo' }),
+      row({ id: 'b', name: 'trio-0', cluster: 'trio' }),
+      row({ id: 'c', name: 'other' }),
+      row({ id: 'd', name: 'trio-1', cluster: 'trio' })
+    ];
+    const grouped = groupClusters(rows);
+    expect(grouped.map(item => ('rows' in item ? `[${item.cluster}]` : item.id))).toEqual([
+      'a',
+      '[trio]',
+      'c'
+    ]);
+    expect((grouped[1] as IClusterGroup).rows.map(r => r.id)).toEqual(['b', 'd']);
+  });
+  it('leaves rows of no cluster alone', () => {
+    const rows = [row({ id: 'a' }), row({ id: 'b', cluster: null })];
+    expect(groupClusters(rows)).toEqual(rows);
+  });
+});
+
+describe('formatCluster', () => {
+  it("names the cluster, its size and the $/h its billed instances cost", () => {
+    const group: IClusterGroup = {
+      cluster: 'trio',
+      rows: [row({ hourlyPrice: 2.5 }), row({ hourlyPrice: 2.5 }), row({ hourlyPrice: 2.5, status: 'pending' })]
+    };
+    expect(formatCluster(group)).toEqual({ title: 'trio · Dask cluster', detail: '3 instances · $5.00/h' });
+    expect(formatCluster({ cluster: 'one', rows: [row()] }).detail).toBe('1 instance · $2.50/h');
   });
 });

@@ -26,6 +26,7 @@ from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
 from gpucloud_nb.client.teacher import AccountUse
+from gpucloud_nb.cluster import GPUCloudCluster
 from gpucloud_nb.errors import RequestInfo
 from gpucloud_nb.models import (
     CreateInstance,
@@ -53,6 +54,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.wait_until_active("x"), InstanceDetails)
     assert_type(cloud.instances.spend(), pd.DataFrame)
     assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
+    assert_type(cloud.instances.run_all(["x", "y"], "hostname", on_output=print), list[RunResult])
+    assert_type(cloud.cluster(4, gpu_type="H100"), GPUCloudCluster)
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True), None)
@@ -94,6 +97,7 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.wait_until_active("x"), Coroutine[Any, Any, InstanceDetails])
     assert_type(cloud.instances.run("x", "ls"), Coroutine[Any, Any, RunResult])
+    assert_type(cloud.instances.run_all(["x"], "ls"), Coroutine[Any, Any, list[RunResult]])
     assert_type(cloud.volumes.offers(), Coroutine[Any, Any, list[VolumeOffer]])
     assert_type(cloud.volumes.list(), Coroutine[Any, Any, list[Volume]])
     assert_type(cloud.volumes.get("v"), Coroutine[Any, Any, Volume])

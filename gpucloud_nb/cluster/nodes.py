@@ -1,0 +1,288 @@
+"""The scheduler and the workers of a :class:`~gpucloud_nb.cluster.GPUCloudCluster`, each a Dask
+``ProcessInterface`` driven over the client's SSH layer (``cloud.instances.run``/``upload``/
+``forward``), in the style of dask-cloudprovider's ``VMInterface``.
+
+    >>> worker = WorkerNode("tls://10.0.0.5:40001", plan=plan, name=3)  # doctest: +SKIP
+    >>> await worker  # rents an instance, starts `dask worker`, waits for it  # doctest: +SKIP
+
+On an instance the cluster keeps its files in ``~/gpucloud-cluster`` (mode 0700): the TLS
+certificate and key, ``scheduler.json``, one log per process and Dask's scratch space.
+Processes start detached (``nohup … &``; their pid is kept) so that the SSH session that starts
+them can end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import distributed
+from distributed.core import Status
+from distributed.deploy.spec import ProcessInterface
+
+from gpucloud_nb.client import clusters
+from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, NotFoundError
+
+if TYPE_CHECKING:
+    from distributed.security import Security
+
+    from gpucloud_nb.client.management import GPUCloud
+    from gpucloud_nb.models import InstanceOffer
+
+__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking"]
+
+#: Where the cluster's files live on each instance (relative to its home).
+FOLDER = "gpucloud-cluster"
+_START_SECONDS = 120  # how long a process may take to be ready (a pip install takes longer)
+_GONE = ("deleting", "deleted", "error")
+
+
+@dataclass
+class ClusterPlan:
+    """What every node of one cluster shares: the client, the offer and region, TLS, and the
+    instances rented so far (so that ``close`` can delete them all, even half-started ones)."""
+
+    cloud: GPUCloud
+    name: str
+    offer: InstanceOffer
+    region: str
+    os_image: str
+    security: Security
+    python: str = "python3"
+    instance_ids: list[str] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # instance id -> instance name
+    cuda: set[str] = field(default_factory=set)  # instances with dask-cuda
+    _files: tempfile.TemporaryDirectory[str] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def rented(self, instance_id: str, instance_name: str) -> None:
+        """Remember an instance of the cluster as soon as it is created."""
+        with self._lock:
+            self.instance_ids.append(instance_id)
+            self.names[instance_id] = instance_name
+        clusters.note(self.cloud.base_url, instance_id, self.name)  # for the Lab sidebar
+
+    def create(self, instance_name: str) -> str:
+        """Rent one instance of the plan's offer (blocking); its id."""
+        instance = self.cloud.instances.create(
+            name=instance_name, cloud_provider=self.offer.cloud.id,
+            instance_id=self.offer.instance_id, region=self.region, vm={"os": self.os_image})
+        self.rented(instance.id, instance_name)
+        return instance.id
+
+    def tls_files(self) -> tuple[Path, Path]:
+        """The certificate and key as local files (mode 0600, in a private temporary folder),
+        for uploading; made once per cluster, removed by :meth:`forget_files`."""
+        with self._lock:
+            if self._files is None:
+                self._files = tempfile.TemporaryDirectory(prefix="gpucloud-cluster-")
+                folder = Path(self._files.name)
+                tls = self.security.get_tls_config_for_role("scheduler")  # one pair for all
+                for filename, text in (("cert.pem", tls["cert"]), ("key.pem", tls["key"])):
+                    path = folder / filename
+                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(descriptor, "w") as file:
+                        file.write(str(text))
+            folder = Path(self._files.name)
+        return folder / "cert.pem", folder / "key.pem"
+
+    def forget_files(self) -> None:
+        """Remove the local copies of the certificate and key."""
+        with self._lock:
+            if self._files is not None:
+                self._files.cleanup()
+                self._files = None
+
+    def delete(self, instance_id: str) -> None:
+        """Delete one instance of the cluster unless it is already going (blocking)."""
+        with contextlib.suppress(NotFoundError):
+            if self.cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
+                self.cloud.instances.delete(instance_id)
+        clusters.forget(self.cloud.base_url, instance_id)
+
+    def prepare(self, instance_id: str) -> None:
+        """Make the folder, upload the TLS files and see that Dask is there (installing the
+        client's ``distributed`` version if not); note whether ``dask-cuda`` is."""
+        cert, key = self.tls_files()
+        run = self.cloud.instances.run
+        py = self.python
+        result = run(instance_id, f"mkdir -p -m 700 {FOLDER} && chmod 700 {FOLDER}; "
+                     f"{py} -c 'import sys' >/dev/null 2>&1 || echo no-python; "
+                     f"{py} -c 'import distributed; print(distributed.__version__)' 2>/dev/null; "
+                     f"{py} -c 'import dask_cuda' >/dev/null 2>&1 && echo dask-cuda", timeout=60)
+        lines = result.stdout.split()
+        if "no-python" in lines:
+            raise InstanceFailedError(f"Instance {instance_id} has no working {py}, so it cannot "
+                                      "run Dask; use an image with Python 3.")
+        if distributed.__version__ not in lines:
+            wanted = f"distributed=={distributed.__version__}"
+            print(f"Installing {wanted} on instance {instance_id} (pip install --user)…",
+                  flush=True)
+            installed = run(instance_id, f"{py} -m pip install --user --progress-bar off -q "
+                            f"{shlex.quote(wanted)}", timeout=900)
+            if not installed.ok:
+                why = (installed.stderr.strip().splitlines() or ["no output"])[-1]
+                raise InstanceFailedError(
+                    f"Dask could not be installed on instance {instance_id} ({py} -m pip "
+                    f"install --user {wanted}): {why}")
+        for local in (cert, key):
+            self.cloud.instances.upload(instance_id, local, f"{FOLDER}/{local.name}")
+        run(instance_id, f"chmod 600 {FOLDER}/key.pem", timeout=30)
+        if "dask-cuda" in lines:
+            with self._lock:
+                self.cuda.add(instance_id)
+
+    def tls_options(self) -> str:
+        """The TLS options of a Dask command run in :data:`FOLDER`."""
+        return "--tls-ca-file cert.pem --tls-cert cert.pem --tls-key key.pem"
+
+
+def _detached(command: str, log: str, ready: str, seconds: float = _START_SECONDS) -> str:
+    """Start ``command`` detached, then wait (on the instance, one SSH round trip) until the
+    shell test ``ready`` holds or the process ends; print ``pid=<n>`` and ``ready`` or the log's
+    last lines."""
+    tries = int(seconds * 10)
+    return (f"cd {FOLDER} || exit 1; DASK_TEMPORARY_DIRECTORY=\"$PWD/scratch\" "
+            f"nohup {command} > {log} 2>&1 < /dev/null & pid=$!; "
+            f"echo pid=$pid; i=0; while [ $i -lt {tries} ]; do {ready} && break; "
+            f"kill -0 $pid 2>/dev/null || break; sleep 0.1; i=$((i+1)); done; "
+            f"if {ready}; then echo ready; else echo not-ready; tail -n 5 {log}; fi")
+
+
+def _started(result_stdout: str, what: str, instance_id: str) -> int:
+    """The pid a :func:`_detached` command printed, or one sentence why the process is not up."""
+    lines = result_stdout.splitlines()
+    pid = next((int(line[4:]) for line in lines if line.startswith("pid=")), 0)
+    if "ready" in lines and pid:
+        return pid
+    after = lines[lines.index("not-ready") + 1:] if "not-ready" in lines else []
+    last = next((line.strip() for line in reversed(after) if line.strip()), "no output")
+    raise InstanceFailedError(f"The Dask {what} on instance {instance_id} did not start: {last}")
+
+
+async def blocking(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one blocking client call off the cluster's event loop; at interpreter exit, when no
+    thread can start any more (a cluster closed by the exit hooks), on it."""
+    try:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    except RuntimeError as error:
+        if "shutdown" not in str(error):
+            raise
+    return function(*args, **kwargs)
+
+
+class SchedulerNode(ProcessInterface):
+    """``dask scheduler`` on the cluster's first instance, reached through SSH forwards.
+
+    ``address`` is where the workers reach it (the instance's ip); ``external_address`` is the
+    local end of the forward this client uses; ``dashboard_url`` the dashboard's.
+    """
+
+    def __init__(self, *, plan: ClusterPlan, instance_id: str) -> None:
+        super().__init__()
+        self.plan = plan
+        self.instance_id = instance_id
+        self.pid = 0
+        self.dashboard_url = ""
+        self._forwards = contextlib.ExitStack()
+
+    async def start(self) -> None:
+        plan = self.plan
+        details = await blocking(plan.cloud.instances.get, self.instance_id)
+        command = (f"{plan.python} -m dask scheduler --host {details.ip} --port 0 --protocol tls "
+                   f"{plan.tls_options()} --dashboard-address 127.0.0.1:0 "
+                   f"--scheduler-file scheduler.json")
+        script = (f"rm -f {FOLDER}/scheduler.json; "
+                  + _detached(command, "scheduler.log", "[ -s scheduler.json ]")
+                  + "; cat scheduler.json 2>/dev/null")
+        result = await blocking(plan.cloud.instances.run, self.instance_id, script,
+                                 timeout=_START_SECONDS + 30)
+        self.pid = _started(result.stdout, "scheduler", self.instance_id)
+        info = json.loads(result.stdout[result.stdout.index("{"):])
+        self.address = str(info["address"])
+        port = int(self.address.rsplit(":", 1)[1])
+        local = await blocking(self._forward, port)
+        self.external_address = f"tls://127.0.0.1:{local.rsplit(':', 1)[1]}"
+        dashboard = (info.get("services") or {}).get("dashboard")
+        if dashboard:
+            self.dashboard_url = await blocking(self._forward, int(dashboard))
+        await super().start()
+
+    def _forward(self, port: int) -> str:
+        return self._forwards.enter_context(self.plan.cloud.instances.forward(self.instance_id,
+                                                                              port))
+
+    async def close(self) -> None:
+        self.status = Status.closing
+        plan = self.plan
+        await blocking(self._forwards.close)
+        if self.pid:
+            with contextlib.suppress(GPUCloudError):
+                await blocking(plan.cloud.instances.run, self.instance_id,
+                                f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
+        with contextlib.suppress(GPUCloudError):
+            await blocking(plan.delete, self.instance_id)
+        await super().close()
+
+
+class WorkerNode(ProcessInterface):
+    """``dask worker`` (``dask cuda worker`` where dask-cuda is installed) on one instance.
+
+    Given no ``instance_id`` it rents one (scaling up); it deletes the instance when closed
+    unless ``owns_instance`` is false (the scheduler's instance outlives its worker).
+    """
+
+    def __init__(self, scheduler: str, *, plan: ClusterPlan, name: Any,
+                 instance_id: str | None = None, owns_instance: bool = True) -> None:
+        super().__init__(scheduler=scheduler, name=name)
+        self.scheduler = scheduler
+        self.plan = plan
+        self.name = name
+        self.instance_id = instance_id
+        self.owns_instance = owns_instance
+        self.pid = 0
+
+    async def start(self) -> None:
+        plan = self.plan
+        if self.instance_id is None:
+            self.instance_id = await blocking(plan.create, f"{plan.name}-{self.name}")
+            await blocking(plan.cloud.instances.wait_until_active, self.instance_id)
+            await blocking(plan.prepare, self.instance_id)
+        details = await blocking(plan.cloud.instances.get, self.instance_id)
+        cuda = self.instance_id in plan.cuda
+        gpus = max(1, int(details.gpu_count or plan.offer.gpu_count or 1))
+        kind, resources = ("cuda worker", "GPU=1") if cuda else ("worker", f"GPU={gpus}")
+        log = f"worker-{self.name}.log"
+        command = (f"{plan.python} -m dask {kind} {shlex.quote(self.scheduler)} "
+                   f"--host {details.ip} --name {shlex.quote(str(self.name))} "
+                   f"--resources {resources} --no-dashboard {plan.tls_options()} "
+                   f"--local-directory worker-{self.name} --death-timeout 60")
+        ready = f"grep -q 'Registered to' {log}"
+        result = await blocking(plan.cloud.instances.run, self.instance_id,
+                                 f"rm -f {FOLDER}/{log}; " + _detached(command, log, ready),
+                                 timeout=_START_SECONDS + 30)
+        self.pid = _started(result.stdout, "worker", self.instance_id)
+        self.address = self.scheduler
+        await super().start()
+
+    async def close(self) -> None:
+        self.status = Status.closing
+        plan = self.plan
+        if self.instance_id is not None:
+            if self.pid:
+                with contextlib.suppress(GPUCloudError):
+                    await blocking(plan.cloud.instances.run, self.instance_id,
+                                    f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
+            if self.owns_instance:
+                with contextlib.suppress(GPUCloudError):
+                    await blocking(plan.delete, self.instance_id)
+        await super().close()

@@ -1,0 +1,291 @@
+"""cloud.cluster: a real Dask cluster on sandbox instances (scheduler and workers over real SSH),
+and run_all over the same SSH layer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.client import clusters
+from gpucloud_nb.client.multinode import run_all
+from gpucloud_nb.cluster import GPUCloudCluster
+from gpucloud_nb.display import per_hour
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import wait_for
+
+distributed = pytest.importorskip("distributed")
+
+LIVE = ("pending", "active")
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home without ~/.ssh keys (the client makes its own), and this interpreter's ``python3``
+    first on the PATH that instance commands inherit."""
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return home
+
+
+@pytest.fixture
+def box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
+    sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2)
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+def dask_processes() -> list[psutil.Process]:
+    """Scheduler, nanny and worker processes of ours still running (any cluster)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if "-m dask scheduler" in line or "-m dask worker" in line or (
+                "multiprocessing" in line and "distributed" in line):
+            found.append(process)
+    return found
+
+
+def live_ids(cloud: GPUCloud) -> set[str]:
+    return {i.id for i in cloud.instances.list() if i.status in LIVE}
+
+
+def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothing(
+        box: GPUCloud) -> None:
+    def instance_of_task(_: int) -> str:  # nested: pickled by value, workers cannot import tests
+        time.sleep(0.05)  # long enough that every worker gets some of the 30
+        return os.environ["GPUCLOUD_INSTANCE_ID"]
+
+    with GPUCloudCluster(box, 3, name="trio") as cluster:
+        assert len(cluster.instance_ids) == 3 and live_ids(box) == set(cluster.instance_ids)
+        assert clusters.members(box.base_url) == dict.fromkeys(cluster.instance_ids, "trio")
+        with distributed.Client(cluster) as client:
+            seen = client.gather(client.map(instance_of_task, range(30)))
+            assert len(seen) == 30 and set(seen) == set(cluster.instance_ids)
+            resources = {w["resources"].get("GPU") for w in
+                         client.scheduler_info()["workers"].values()}
+            assert resources and all(r >= 1 for r in resources)
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+        assert httpx.get(cluster.dashboard_link, follow_redirects=True).status_code == 200
+        ids = cluster.instance_ids
+    assert {i.id: i.status for i in box.instances.list() if i.id in ids} == dict.fromkeys(
+        ids, "deleted") or not live_ids(box)
+    assert not live_ids(box)
+    assert clusters.members(box.base_url) == {}  # the sidebar's notes go with the instances
+    wait_for(lambda: not dask_processes(), timeout=10)
+
+
+def workers_of(cluster: GPUCloudCluster) -> int:
+    return len(cluster.scheduler_info.get("workers", {}))
+
+
+def test_scale_4_rents_one_more_instance_and_scale_2_deletes_two(box: GPUCloud) -> None:
+    with GPUCloudCluster(box, 3, name="scaled") as cluster:
+        first = list(cluster.instance_ids)
+        cluster.scale(4)
+        cluster.wait_for_workers(4, timeout=60)
+        assert len(live_ids(box)) == 4 and live_ids(box) > set(first)
+        added = (live_ids(box) - set(first)).pop()
+        assert box.instances.get(added).name == "scaled-3"
+        cluster.scale(2)
+        wait_for(lambda: workers_of(cluster) == 2 and len(live_ids(box)) == 2, timeout=30)
+        assert live_ids(box) == set(first[:2])  # the newest went; the scheduler's stays
+    assert not live_ids(box)
+
+
+def test_an_instance_deleted_from_outside_is_named_and_replaced_under_adapt(
+        box: GPUCloud) -> None:
+    with GPUCloudCluster(box, 2, name="adaptive") as cluster:
+        first = list(cluster.instance_ids)
+        cluster.adapt(minimum=2, maximum=2, interval="300ms")
+        box.instances.delete(first[1])  # not through the cluster
+        wait_for(lambda: cluster.notices, timeout=15)
+        assert cluster.notices == [
+            f"Instance {first[1]} (adaptive-1) of cluster 'adaptive' was deleted from outside "
+            "the cluster, and its worker with it; adapt starts a replacement."]
+        wait_for(lambda: len(live_ids(box)) == 2 and workers_of(cluster) == 2, timeout=60)
+        assert first[0] in live_ids(box) and first[1] not in live_ids(box)
+    assert not live_ids(box)
+    wait_for(lambda: not dask_processes(), timeout=10)
+
+
+def test_without_adapt_a_lost_instance_is_named_and_the_cluster_shrinks(box: GPUCloud) -> None:
+    with GPUCloudCluster(box, 2, name="fixed") as cluster:
+        gone = cluster.instance_ids[1]
+        box.instances.delete(gone)
+        wait_for(lambda: cluster.notices, timeout=15)
+        assert cluster.notices == [
+            f"Instance {gone} (fixed-1) of cluster 'fixed' was deleted from outside the cluster, "
+            "and its worker with it; the cluster has 1 workers now (cluster.scale(2) adds one)."]
+        wait_for(lambda: workers_of(cluster) == 1, timeout=30)
+        assert len(live_ids(box)) == 1
+
+
+def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud) -> None:
+    offer = min((o for o in box.instances.offers(available=True)
+                 if o.deployment_type == "vm"), key=lambda o: o.hourly_price)
+    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url,
+                      max_hourly_cost=offer.hourly_price * 2.5)
+    capped.sandbox = box.sandbox
+    with capped, pytest.raises(InvalidInputError) as refused:
+        capped.cluster(3, offer=offer)
+    total = 3 * offer.hourly_price
+    assert str(refused.value) == (
+        f"Launching 3 × this {per_hour(offer.hourly_price)} offer would bring pending and active "
+        f"instances to {per_hour(total)}, above the cap of {per_hour(offer.hourly_price * 2.5)} "
+        "(max_hourly_cost).")
+    assert box.instances.list() == []
+
+
+@pytest.mark.parametrize(("n", "sentence"), [
+    (0, "A cluster needs at least 1 instance; n=0 was given."),
+    (-2, "A cluster needs at least 1 instance; n=-2 was given."),
+    ("3", "A cluster needs a whole number of instances, not '3'."),
+    (2.0, "A cluster needs a whole number of instances, not 2.0."),
+])
+def test_a_bad_count_is_one_sentence(box: GPUCloud, n: Any, sentence: str) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        box.cluster(n)
+    assert str(refused.value) == sentence
+    assert box.instances.list() == []
+
+
+def test_an_offer_available_in_no_region_is_one_sentence(box: GPUCloud) -> None:
+    sold_out = next(o for o in box.instances.offers(available=False)
+                    if o.deployment_type == "vm")
+    with pytest.raises(InvalidInputError) as refused:
+        box.cluster(2, offer=sold_out)
+    assert str(refused.value) == (
+        f"Offer {sold_out.instance_id!r} is not available in any region, so 2 instances of it "
+        "cannot be rented in one region; see cloud.instances.offers(available=True).")
+    offer = next(o for o in box.instances.offers(available=True) if o.deployment_type == "vm")
+    closed = next(a.region for a in offer.availability if not a.available) if any(
+        not a.available for a in offer.availability) else "mars-1"
+    with pytest.raises(InvalidInputError) as refused:
+        box.cluster(2, offer=offer, region=closed)
+    assert f"is not available in region {closed!r}, so 2 instances" in str(refused.value)
+    assert box.instances.list() == []
+
+
+def test_without_the_extra_cluster_names_it_and_launches_nothing(box: GPUCloud) -> None:
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["distributed"] = None  # as if the [cluster] extra were not installed
+        from gpucloud_nb import GPUCloud, GPUCloudError
+        with GPUCloud() as cloud:
+            try:
+                cloud.cluster(2)
+            except GPUCloudError as error:
+                print(type(error).__name__, error)
+    """)
+    env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout == (
+        "InvalidInputError cloud.cluster needs Dask, which is not installed: pip install "
+        "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.\n")
+    assert box.instances.list() == []
+
+
+def launch_nodes(cloud: GPUCloud, count: int) -> list[str]:
+    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
+    ids = [cloud.instances.create(name=f"node-{i}", cloud_provider=offer.cloud.id,
+                                  instance_id=offer.instance_id,
+                                  region=offer.available_regions[0],
+                                  vm={"os": offer.configuration.os[0]}).id
+           for i in range(count)]
+    for instance_id in ids:
+        cloud.instances.wait_until_active(instance_id, timeout=30)
+    return ids
+
+
+def test_run_all_gives_each_node_its_rank_and_prefixes_its_lines(box: GPUCloud) -> None:
+    ids = launch_nodes(box, 3)
+    lines: list[str] = []
+    command = ('echo "$GPUCLOUD_NODE_RANK $GPUCLOUD_NUM_NODES $MASTER_ADDR:$MASTER_PORT '
+               '$GPUCLOUD_INSTANCE_ID"; echo "$GPUCLOUD_NODE_IPS" | tr "\\n" ,')
+    results = box.instances.run_all(ids, command, on_output=lines.append, master_port=29400)
+    assert [r.exit_status for r in results] == [0, 0, 0]
+    for rank, (instance_id, result) in enumerate(zip(ids, results, strict=True)):
+        first, ips = result.stdout.splitlines()
+        assert first == f"{rank} 3 127.0.0.1:29400 {instance_id}"
+        assert ips == "127.0.0.1,127.0.0.1,127.0.0.1,"
+        assert f"[{rank}] {first}" in lines
+    assert sorted(line[:4] for line in lines) == ["[0] ", "[0] ", "[1] ", "[1] ", "[2] ", "[2] "]
+
+
+def test_the_async_run_all_gives_each_node_its_rank(box: GPUCloud) -> None:
+    ids = launch_nodes(box, 2)
+
+    async def both() -> list[str]:
+        async with AsyncGPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as acloud:
+            acloud.sandbox = box.sandbox
+            results = await acloud.instances.run_all(
+                ids, 'echo "$GPUCLOUD_NODE_RANK/$GPUCLOUD_NUM_NODES $GPUCLOUD_INSTANCE_ID"')
+            return [r.stdout for r in results]
+
+    assert asyncio.run(both()) == [f"0/2 {ids[0]}\n", f"1/2 {ids[1]}\n"]
+
+
+def test_run_all_refuses_bad_input_in_one_sentence(box: GPUCloud) -> None:
+    for ids, command, sentence in [
+        ([], "true", "run_all needs at least one instance id; none was given."),
+        (["a", "a"], "true", "Instance a is given twice; each node runs the command once."),
+        ("abc", "true", "ids must be a list of instance ids, not one string."),
+        (["a"], " ", "run_all needs a command to run; an empty one was given."),
+    ]:
+        with pytest.raises(InvalidInputError) as refused:
+            run_all(box.instances, ids, command)
+        assert str(refused.value) == sentence
+
+
+def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))  # class mode: no shells
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        with pytest.raises(GPUCloudError) as failed:
+            cloud.cluster(2, name="doomed")
+        assert "refused the request: SSH to instances is off" in str(failed.value)
+        assert "\n" not in str(failed.value) and str(failed.value).endswith(".")
+        assert {i.status for i in cloud.instances.list()} == {"deleted"}
+        assert len(cloud.instances.list()) == 2
+
+
+def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud) -> None:
+    script = textwrap.dedent("""
+        from gpucloud_nb import AsyncGPUCloud, GPUCloud
+        cloud = GPUCloud()
+        cluster = cloud.cluster(2, name="forgotten")
+        from distributed import Client
+        client = Client(cluster)
+        assert client.submit(sum, [1, 2]).result() == 3
+        print(" ".join(cluster.instance_ids), flush=True)
+        # no close() of either: the interpreter's exit closes them, as a kernel shutdown would
+    """)
+    env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ids = done.stdout.split()[-2:]
+    assert len(ids) == 2
+    assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
+    wait_for(lambda: not dask_processes(), timeout=10)
