@@ -489,9 +489,10 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     store = Store(config.state)
     management = _Management(config, store, offers)
+    from gpucloud_nb.sandbox.idle import idle_routes, idle_watching
     from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 
-    routes = management.routes() + service_routes(management)
+    routes = management.routes() + service_routes(management) + idle_routes(management)
     from gpucloud_nb.sandbox.inference import create_inference_app
 
     routes.append(Mount("/inference", app=create_inference_app(config)))
@@ -500,7 +501,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Background work on the server's loop: auto-delete timers and the instances' SSH servers.
-        async with auto_delete_timers(app):
+        async with auto_delete_timers(app), idle_watching(app):
             await servers.start()
             try:
                 yield
