@@ -29,6 +29,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
 from gpucloud_nb.models import Record, decode_list, parse_datetime
@@ -79,6 +80,8 @@ class Core(Generic[D]):
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
+        self.idle_delete: LabIdleDelete | ServiceIdleDelete = LabIdleDelete(
+            str(driver.http.base_url))
         self.delete_now: Callable[[str], None] | None = None
         self.sandbox: Any = None
         self.remote: Remote | None = None

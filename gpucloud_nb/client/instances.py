@@ -30,6 +30,7 @@ from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.idle import idle_seconds
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
@@ -127,8 +128,10 @@ class InstanceOps(Generic[D]):
         return creating.launch_problems(body, offers, cap=self.core.max_hourly_cost,
                                         running=running)
 
-    def create(self, kwargs: dict[str, Any], delete_after: float | timedelta | None) -> Op[Instance]:
+    def create(self, kwargs: dict[str, Any], delete_after: float | timedelta | None,
+               delete_when_idle: float | timedelta | None = None) -> Op[Instance]:
         delay = None if delete_after is None else seconds(delete_after)
+        idle = None if delete_when_idle is None else idle_seconds(delete_when_idle)
         if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
                 and self.core.sandbox is None):
             # so that run/upload/forward can log in
@@ -144,6 +147,8 @@ class InstanceOps(Generic[D]):
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if delay is not None:
             self.core.auto_delete.schedule(instance.id, delay)
+        if idle is not None:
+            self.core.idle_delete.watch(instance.id, timedelta(seconds=idle))
         return instance
 
     def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
@@ -167,6 +172,7 @@ class InstanceOps(Generic[D]):
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
         self.core.auto_delete.cancel(id)
+        self.core.idle_delete.forget(id)
         if self.core.remote is not None:
             self.core.remote.forget(id)
 
@@ -286,6 +292,7 @@ class Instances:
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
         delete_after: float | timedelta | None = None,
+        delete_when_idle: float | timedelta | None = None,
     ) -> Instance:
         """Launch an instance from an offer, checked against the offer before anything is sent.
 
@@ -296,7 +303,10 @@ class Instances:
         (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
         ``delete_after`` (seconds or a ``timedelta``) deletes the instance when the time is up
         (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
-        cloud it runs in this Python process, and a killed kernel cannot delete. A launch
+        cloud it runs in this Python process, and a killed kernel cannot delete.
+        ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
+        :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
+        JupyterLab extension while JupyterLab runs). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 
@@ -306,7 +316,7 @@ class Instances:
         """
         return self._run(self._ops.create(_create_kwargs(
             name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after))
+            ssh_key_id, ssh_key), delete_after, delete_when_idle))
 
     def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """List the instances, optionally of one deployment type.
@@ -487,11 +497,12 @@ class AsyncInstances:
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
         delete_after: float | timedelta | None = None,
+        delete_when_idle: float | timedelta | None = None,
     ) -> Instance:
         """The coroutine twin of :meth:`Instances.create`."""
         return await self._run(self._ops.create(_create_kwargs(
             name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after))
+            ssh_key_id, ssh_key), delete_after, delete_when_idle))
 
     async def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """The coroutine twin of :meth:`Instances.list`."""

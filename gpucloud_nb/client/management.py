@@ -41,6 +41,7 @@ from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -98,6 +99,8 @@ class _CloudBase(abc.ABC):
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+            core.idle_delete = (ServiceIdleDelete(self._service_send) if box is not None
+                                else LabIdleDelete(str(core.driver.http.base_url)))
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -118,7 +121,7 @@ class _CloudBase(abc.ABC):
     def _blocking_core(self) -> Core[SyncDriver]:
         """A sync core for work done from timer threads, away from any event loop."""
 
-    def _service_send(self, method: str, path: str, body: dict[str, str] | None) -> Any:
+    def _service_send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         """One request to a sandbox-only endpoint, blocking (timers are set from sync code)."""
         core = self._blocking_core()
         return core.driver.run(core.send(Call(method, path, json=body)))
@@ -167,6 +170,12 @@ class _CloudBase(abc.ABC):
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
         ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
         return self._core.auto_delete
+
+    @property
+    def idle_delete(self) -> LabIdleDelete | ServiceIdleDelete:
+        """This client's idle deletes: ``watch(id, minutes)``, ``keep(id)``, ``cancel(id)``,
+        ``states()``; ``where`` says who watches (see :mod:`gpucloud_nb.client.idle`)."""
+        return self._core.idle_delete
 
     @property
     def is_sandbox(self) -> bool:
