@@ -212,6 +212,12 @@ def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
         own.instances.delete(instance_id)
 
 
+def _status_with_own_client(cloud: _CloudBase, instance_id: str) -> str:
+    """A timer confirming its delete after close() reads through a client of its own."""
+    with cloud.own_client() as own:
+        return own.instances.get(instance_id).status
+
+
 class GPUCloud(_CloudBase):
     """A client for the GPU cloud's management API.
 
@@ -239,6 +245,7 @@ class GPUCloud(_CloudBase):
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
+        self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
 
     def spend(self) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -253,6 +260,7 @@ class GPUCloud(_CloudBase):
     def close(self) -> None:
         """Close the HTTP and SSH connections; auto-delete timers keep working on their own."""
         self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
+        self._core.status_now = lambda instance_id: _status_with_own_client(self, instance_id)
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -288,6 +296,7 @@ class AsyncGPUCloud(_CloudBase):
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
+        self._core.status_now = self._status_from_timer
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
         self._closed = False
@@ -298,6 +307,11 @@ class AsyncGPUCloud(_CloudBase):
             _delete_with_own_client(self, instance_id)
             return
         Instances(self._blocking_core()).delete(instance_id)
+
+    def _status_from_timer(self, instance_id: str) -> str:
+        if self._closed:
+            return _status_with_own_client(self, instance_id)
+        return Instances(self._blocking_core()).get(instance_id).status
 
     def _blocking_core(self) -> Core[SyncDriver]:
         if self._twin is None:

@@ -4,6 +4,7 @@
 ``GET /gpucloud/instances``        the poller's snapshot: instances with spend, totals
 ``GET /gpucloud/instances/ID``     what deleting ID loses (``{"fate": "..."}``)
 ``DELETE /gpucloud/instances/ID``  delete ID in the cloud (204)
+``POST /gpucloud/instances/ID/keep`` start ID's idle clock again (204; 404 without a limit)
 ``POST /gpucloud/refresh``         poll soon (a notebook cell just ran)
 ``PUT /gpucloud/settings``         the poller's intervals: ``{"busyInterval", "idleInterval"}``
 ``GET /gpucloud/info``             ``{"sandbox", "url", "cap"}``
@@ -26,7 +27,7 @@ from typing import Any
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
-from gpucloud_nb.errors import GPUCloudError, NotFoundError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.lab.poller import Poller
 
 __all__ = ["handlers"]
@@ -103,6 +104,20 @@ class InstanceHandler(_Handler):
             self.finish()
 
 
+class KeepHandler(_Handler):
+    @tornado.web.authenticated
+    async def post(self, instance_id: str) -> None:
+        try:
+            await self.poller.keep(instance_id)
+        except (NotFoundError, InvalidInputError) as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
+        except GPUCloudError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
+        else:
+            self.set_status(204)
+            self.finish()
+
+
 class RefreshHandler(_Handler):
     @tornado.web.authenticated
     def post(self) -> None:
@@ -123,6 +138,7 @@ def handlers(poller: Poller) -> list[tuple[str, type[APIHandler], dict[str, Any]
     return [
         ("/gpucloud/instances", InstancesHandler, bound),
         (f"/gpucloud/instances/{_ID}", InstanceHandler, bound),
+        (f"/gpucloud/instances/{_ID}/keep", KeepHandler, bound),
         ("/gpucloud/refresh", RefreshHandler, bound),
         ("/gpucloud/settings", SettingsHandler, bound),
         ("/gpucloud/info", InfoHandler, bound),

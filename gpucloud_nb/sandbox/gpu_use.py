@@ -8,10 +8,13 @@ An instance's processes are those of the sessions its SSH server started (every 
 in a session of its own, see :mod:`gpucloud_nb.sandbox.ssh`), and their descendants, even those
 that started a session of their own. Between two samples, the CPU time they used (their own and
 that of children they reaped) over the wall time passed is the utilisation, in percent of one
-core: a busy loop is 100 %. Their resident memory (RSS) is the memory used. A process first
-seen at a sample counts from when it started if that was after the previous sample, else from
-that sample on. A process that ended since the last sample and whose parent is still measured
-shows again in its parent's reaped-children time: what was counted of it already is taken off.
+core: a busy loop is 100 %. Where Linux tells it (``/proc/PID/schedstat``), the time a process
+waited for a core while ready to run counts as used too: a GPU kernel queued behind another is
+still GPU work, and a busy loop stays 100 % on a machine whose cores are shared. Their
+resident memory (RSS) is the memory used. A process first seen at a sample counts from when it
+started if that was after the previous sample, else from that sample on. A process that ended
+since the last sample and whose parent is still measured shows again in its parent's
+reaped-children time: what was counted of it already is taken off.
 """
 
 from __future__ import annotations
@@ -50,6 +53,16 @@ def sessions_of_processes() -> dict[int, list[int]]:
     return found
 
 
+def _wanted(pid: int, cpu: float) -> float:
+    """Seconds ``pid`` ran or waited to run (schedstat), else ``cpu``, its seconds on a core."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as file:
+            ran, waited = (int(part) for part in file.read().split()[:2])
+    except (OSError, ValueError):
+        return cpu
+    return (ran + waited) / 1e9
+
+
 class TreeMeter:
     """The use of one instance's process tree, sampled again and again."""
 
@@ -74,7 +87,8 @@ class TreeMeter:
                 process = psutil.Process(pid)
                 with process.oneshot():
                     times = process.cpu_times()
-                    total = times.user + times.system + times.children_user + times.children_system
+                    total = (_wanted(pid, times.user + times.system)
+                             + times.children_user + times.children_system)
                     memory = process.memory_info().rss
                     started = process.create_time()
                     parent = process.ppid()

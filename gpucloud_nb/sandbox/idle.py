@@ -115,7 +115,7 @@ class IdleWatcher:
     async def step(self) -> None:
         """Measure every running instance once; delete those idle past their limit."""
         running = self.servers.running()
-        groups = {id_: set(server.groups) for id_, server in running.items()}
+        groups = {id_: server.groups - server.looking for id_, server in running.items()}
         uses = await asyncio.to_thread(self._measure, groups)
         for id_, use in uses.items():
             with contextlib.suppress(OSError):

@@ -279,7 +279,9 @@ class _InstanceServer:
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.port = 0
-        #: Sessions open now (commands, shells, SFTP), and when one last opened or closed (s).
+        #: Sessions open now (commands, shells, SFTP), and when one last opened or closed (s);
+        #: the process groups of nvidia-smi commands, which are not use.
+        self.looking: set[int] = set()
         self.sessions = 0
         self.session_at = 0.0
 
@@ -410,12 +412,13 @@ class _InstanceServer:
         if counted:
             self.session(+1)
         try:
-            await self._run_process(process)
+            await self._run_process(process, counted)
         finally:
             if counted:
                 self.session(-1)
 
-    async def _run_process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+    async def _run_process(self, process: asyncssh.SSHServerProcess[bytes],
+                           counted: bool = True) -> None:
         command = process.command or "exec /bin/sh -i"
         try:
             child = await asyncio.create_subprocess_exec(
@@ -428,6 +431,8 @@ class _InstanceServer:
             process.exit(127)
             return
         self.groups.add(child.pid)
+        if not counted:  # nor is its CPU measured as the instance's use
+            self.looking.add(child.pid)
         pumps = [asyncio.create_task(_pump_out(child.stdout, process.stdout)),
                  asyncio.create_task(_pump_out(child.stderr, process.stderr))]
         feeder = asyncio.create_task(_pump_in(process, child))
@@ -451,6 +456,7 @@ class _InstanceServer:
             os.killpg(child.pid, 0)  # killed with the instance
         except (ProcessLookupError, PermissionError):
             self.groups.discard(child.pid)
+            self.looking.discard(child.pid)
         with contextlib.suppress(Exception):
             process.exit(child.returncode if child.returncode is not None and
                          child.returncode >= 0 else 128 + abs(child.returncode or 15))
