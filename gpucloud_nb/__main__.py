@@ -5,7 +5,7 @@
 
 import sys
 
-from gpucloud_nb.cli import main
+from gpucloud_nb.sandbox.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

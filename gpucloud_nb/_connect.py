@@ -19,6 +19,7 @@ from gpucloud_nb.errors import GPUCloudError, NotFoundError
 __all__ = ["connect", "shared_sandbox"]
 
 _lock = threading.Lock()
+_announced: set[str] = set()  # the sandboxes whose banner this process has printed
 
 
 def shared_sandbox(launch_seconds: float | None = None) -> Any:
@@ -72,7 +73,7 @@ def connect(
 
     The sandbox is the user's sandbox service, found or started in the background (see
     :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
-    announced on stdout, so nobody mistakes it for the real cloud. Pass
+    announced on stdout, once per kernel, so nobody mistakes it for the real cloud. Pass
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
     ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
@@ -86,12 +87,13 @@ def connect(
                          max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
         cloud.sandbox = box
         if not quiet:
-            print(
-                f"gpucloud-nb: SANDBOX — a simulated cloud on this machine at "
-                f"{box.management_url}; no real GPUs, no charges. Set GPUCLOUD_API_KEY and "
-                "GPUCLOUD_BASE_URL to use the real cloud.",
-                flush=True,
-            )
+            if box.management_url not in _announced:
+                # Once per process (per kernel), in short lines: JupyterLab breaks a long output
+                # line anywhere, even mid-word, so no line here needs wrapping.
+                _announced.add(box.management_url)
+                print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
+                      f"no charges.\n  It runs at {box.management_url}\n  To use the real "
+                      "cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
             differing = _differences(box, launch_seconds)
             if differing:
                 print(f"gpucloud-nb: the sandbox service was already running and keeps its own "

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucloud_nb import media
+from gpucloud_nb.client.messages import normalize_messages
 
 __all__ = ["THUMBNAIL_SIDE", "Attachment", "Conversation", "make_attachment", "note_from_url"]
 
@@ -96,14 +97,17 @@ class Conversation:
         return len(self._history)
 
     def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> dict[str, Any]:
-        """Append a user message with ``text`` and images; returns it (for :meth:`forget`)."""
-        message: dict[str, Any]
-        if not attachments:
-            message = {"role": "user", "content": text}
-        else:
-            parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
-            parts += [{"type": "image_url", "image_url": {"url": a.url}} for a in attachments]
-            message = {"role": "user", "content": parts}
+        """Append a user message with ``text`` and images; returns it (for :meth:`forget`).
+
+        The message is built once, as the endpoint takes it
+        (:func:`~gpucloud_nb.client.messages.normalize_messages`), so later turns that send the
+        history again do not check its images again.
+        """
+        content: str | list[Any] = text
+        if attachments:
+            content = [text] if text.strip() else []
+            content += [{"type": "image_url", "image_url": {"url": a.url}} for a in attachments]
+        message = normalize_messages([{"role": "user", "content": content}])[0]
         with self._lock:
             for attachment in attachments:
                 self._notes[attachment.url] = attachment.note

@@ -1,8 +1,10 @@
 """Prices as people read them: dollars in tables, price columns styled, server text escaped.
 
-:func:`format_price` writes one price; :func:`style_prices` turns a DataFrame into a pandas Styler
-that shows its price columns as dollars and escapes every other cell, since names come from the
-server. Both are re-exported by :mod:`gpucloud_nb.frames`.
+:func:`format_price` writes one price, and is the one price formatter of the package (magics,
+widgets, tables, the client's sentences, the CLI); :func:`style_prices` turns a DataFrame into a
+pandas Styler that shows its price columns as dollars and escapes every other cell, since names
+come from the server. Both are re-exported by :mod:`gpucloud_nb.frames`. pandas is imported only
+by :func:`style_prices`, so the client can format prices without it.
 
     >>> style_prices(offers_frame(offers).head())  # in a notebook cell: $2.49, $0.00014 ...  # doctest: +SKIP
 """
@@ -13,9 +15,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-import pandas as pd
-
 if TYPE_CHECKING:  # importing the Styler needs jinja2: only style_prices pays for it
+    import pandas as pd
     from pandas.io.formats.style import Styler
 
 __all__ = ["format_price", "per_hour", "style_prices"]
@@ -28,10 +29,12 @@ _PRICE_WORDS = ("price", "spend", "hourly", "cost")
 
 
 def format_price(value: Any) -> str:
-    """A price as dollars: cents from $0.10 up, two significant digits below.
+    """A price as dollars: cents from $0.10 up, two significant digits below, never ``e-05``.
 
-        >>> format_price(2.49), format_price(0.00014), format_price(1234.5)
-        ('$2.49', '$0.00014', '$1,234.50')
+        >>> format_price(2.49), format_price(0.00014), format_price(1234.5), format_price(9e-05)
+        ('$2.49', '$0.00014', '$1,234.50', '$0.00009')
+        >>> format_price(0.05), format_price(0.0999), format_price("0.25"), format_price(None)
+        ('$0.05', '$0.10', '$0.25', '')
     """
     try:
         number = float(value)
@@ -44,7 +47,9 @@ def format_price(value: Any) -> str:
         text = f"{magnitude:,.2f}"
     else:
         digits = 1 - math.floor(math.log10(magnitude))
-        text = f"{magnitude:.{digits}f}"
+        text = f"{magnitude:.{digits}f}".rstrip("0")  # 0.000090 → 0.00009
+        if len(text.partition(".")[2]) < 2:  # 0.0999 rounds to 0.1: show cents, $0.10
+            text = f"{float(text):.2f}"
     return f"-${text}" if number < 0 else f"${text}"
 
 
@@ -59,6 +64,8 @@ def per_hour(value: float | None) -> str:
 
 
 def _is_price_column(name: Any, series: pd.Series) -> bool:
+    import pandas as pd
+
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         return False
     if name in _PRICE_COLUMNS:

@@ -4,7 +4,9 @@ Every function takes the typed records of :mod:`gpucloud_nb.models` (or the raw 
 cloud sends, which is parsed into them first, so both read alike), builds its columns from their
 attributes, and returns a plain :class:`pandas.DataFrame` whose columns keep the spec's field
 names, so that what students read in the spec is what they sort and filter by. Nothing here does
-I/O.
+I/O. The instance, volume, volume offer and spend frames are :class:`~gpucloud_nb.tables.Table`:
+the same raw values, displayed as a person reads them (name first, ids last, dollars, local
+times, a total row for spend).
 
     >>> df = offers_frame(cloud.instances.offers())  # doctest: +SKIP
     >>> df[df.available & (df.gpuName == "H100 SXM5")].head(3)  # doctest: +SKIP
@@ -50,6 +52,7 @@ from gpucloud_nb.models import (
     to_float,
     to_int,
 )
+from gpucloud_nb.tables import Table, table
 
 R = TypeVar("R", bound=Record)
 
@@ -453,7 +456,7 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
 
 def instances_frame(
     instances: Iterable[Any] | None, *, now: datetime | pd.Timestamp | str | None = None
-) -> pd.DataFrame:
+) -> Table:
     """One row per instance, newest first, with its age.
 
     Takes :class:`~gpucloud_nb.models.Instance` or
@@ -493,7 +496,7 @@ def instances_frame(
         },
         columns=list(INSTANCE_COLUMNS),
     )
-    return _newest_first(frame)
+    return table(_newest_first(frame))
 
 
 def _newest_first(frame: pd.DataFrame) -> pd.DataFrame:
@@ -504,7 +507,7 @@ def _newest_first(frame: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- volumes
 
 
-def volumes_frame(volumes: Iterable[Any] | None) -> pd.DataFrame:
+def volumes_frame(volumes: Iterable[Any] | None) -> Table:
     """One row per volume, newest first.
 
     Takes :class:`~gpucloud_nb.models.Volume` records or the raw JSON of
@@ -532,10 +535,10 @@ def volumes_frame(volumes: Iterable[Any] | None) -> pd.DataFrame:
         },
         columns=list(VOLUME_COLUMNS),
     )
-    return _newest_first(frame)
+    return table(_newest_first(frame))
 
 
-def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
+def volume_offers_frame(offers: Iterable[Any] | None) -> Table:
     """One row per volume offer, cheapest first, with the monthly price per GB.
 
     Takes :class:`~gpucloud_nb.models.VolumeOffer` records or the raw JSON of
@@ -561,11 +564,15 @@ def volume_offers_frame(offers: Iterable[Any] | None) -> pd.DataFrame:
         columns=list(VOLUME_OFFER_COLUMNS),
     )
     frame = frame.sort_values(["pricePerGbPerHour", "providerId"], kind="stable")
-    return cast("pd.DataFrame", frame.reset_index(drop=True))
+    return table(frame.reset_index(drop=True))
 
 
-def spend_frame(rows: Iterable[Mapping[str, Any]] | None) -> pd.DataFrame:
+def spend_frame(rows: Iterable[Mapping[str, Any]] | None, *,
+                include_deleted: bool = True) -> Table:
     """Spend so far, one row per instance, with the total in ``frame.attrs["total"]``.
+
+    Every instance has its row, deleted ones included; ``include_deleted=False`` hides those in
+    the display only, where the total row still counts them (see :mod:`gpucloud_nb.tables`).
 
     Takes the rows ``cloud.spend()`` assembles (one mapping per instance, see
     ``gpucloud_nb.client.billing``). Columns are :data:`SPEND_COLUMNS`, then any other keys of
@@ -596,4 +603,4 @@ def spend_frame(rows: Iterable[Mapping[str, Any]] | None) -> pd.DataFrame:
         columns[key] = _col(data, key)
     frame = pd.DataFrame(columns, columns=[*SPEND_COLUMNS, *extra])
     frame.attrs["total"] = float(np.nansum(frame["spend"].to_numpy()))
-    return cast("pd.DataFrame", frame)
+    return table(frame, hide_deleted=not include_deleted)

@@ -1,4 +1,4 @@
-"""The launch form's model: what was chosen, the create arguments it makes, and why not.
+"""The launch form's model: what was chosen, the create request it makes, and why not.
 
 No widgets here. :class:`LaunchChoice` holds the values of a launch form (offer, name, region,
 OS image or container image, cloud-init script, volume, SSH key); :meth:`LaunchChoice.problem`
@@ -11,7 +11,7 @@ records the form loaded, so no request is made while someone types. The widget
     ...     offer=offer, name="train-1", region="us-east-1", os="ubuntu-22.04")
     >>> choice.problem(volumes=[], cap=None, running=[]) is None  # doctest: +SKIP
     True
-    >>> cloud.instances.create(**choice.create_kwargs())  # doctest: +SKIP
+    >>> cloud.instances.create_from(choice.request())  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -20,17 +20,24 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpucloud_nb import rules
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.errors import InvalidInputError
-from gpucloud_nb.models import Instance, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import (
+    CreateInstance,
+    DockerContainer,
+    Instance,
+    InstanceOffer,
+    VirtualMachine,
+    Volume,
+    VolumeOffer,
+)
 
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchChoice", "as_offer",
-           "expected_launch_seconds", "find_offer", "offer_label", "script_text",
+           "expected_launch_seconds", "offer_label", "script_text",
            "usable_volumes", "volume_offer_for", "volume_problem"]
 
 #: The spec: "about 5 minutes to launch for a VM with a model-serving image".
@@ -45,39 +52,6 @@ def offer_label(offer: InstanceOffer) -> str:
     """
     return (f"{offer.gpu_name} ×{offer.gpu_count} · {offer.deployment_type} · {offer.cloud.name} · "
             f"{per_hour(offer.hourly_price)} ({offer.instance_id})")
-
-
-def find_offer(offers: Sequence[InstanceOffer], instance_id: str, provider: str | None = None,
-               *, choose: str = "provider=") -> InstanceOffer:
-    """The offer with this ``instanceId``, sold by ``provider`` (its ``_id`` or name) when given.
-
-    Two providers may sell offers with the same ``instanceId``, so an id alone is enough only
-    when one provider sells it; otherwise one sentence lists the sellers and asks for ``choose``
-    (``provider=`` in Python, ``--provider`` in the magic).
-
-        >>> find_offer(cloud.instances.offers(), "h100-1x", provider="Cheap Cloud")  # doctest: +SKIP
-    """
-    same = [o for o in offers if o.instance_id == instance_id]
-    if not same:
-        raise InvalidInputError(f"There is no offer with instanceId '{instance_id}'.")
-
-    def sellers(among: Sequence[InstanceOffer]) -> str:
-        return ", ".join(f"{o.cloud.name} ({o.cloud.id}) at {per_hour(o.hourly_price) or 'no price'}"
-                         for o in among)
-
-    if provider is not None:
-        wanted = provider.casefold()
-        match = [o for o in same if wanted in (o.cloud.id.casefold(), o.cloud.name.casefold())]
-        if len(match) == 1:
-            return match[0]
-        if not match:
-            raise InvalidInputError(f"Provider '{provider}' sells no offer '{instance_id}'; "
-                                    f"it is sold by: {sellers(same)}.")
-        same = match
-    if len(same) > 1:
-        raise InvalidInputError(f"Offer '{instance_id}' is sold by {len(same)} providers: "
-                                f"{sellers(same)}; choose one with {choose}.")
-    return same[0]
 
 
 def as_offer(offer: object) -> InstanceOffer:
@@ -171,32 +145,28 @@ class LaunchChoice:
     ssh_key: str = ""
     ssh_key_id: str = ""
 
-    def create_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``cloud.instances.create`` (the cloud-init base64-encoded).
+    def request(self, delete_after: float | None = None) -> CreateInstance:
+        """The create request for this choice (the cloud-init base64-encoded), for
+        ``cloud.instances.create_from``; ``delete_after`` is in seconds.
 
         Raises :class:`~gpucloud_nb.errors.InvalidInputError` without an offer or region.
         """
         offer = self.offer
         if offer is None or self.region is None:
             raise InvalidInputError("Choose an offer and a region to launch.")
-        kwargs: dict[str, Any] = {
-            "name": self.name.strip(), "cloud_provider": offer.cloud.id,
-            "instance_id": offer.instance_id, "region": self.region,
-            "volume_id": self.volume_id, "ssh_key": self.ssh_key.strip() or None,
-            "ssh_key_id": self.ssh_key_id.strip() or None,
-        }
+        vm, container = None, None
         if offer.deployment_type == "container":
-            kwargs["docker_container"] = {"image": self.image.strip()}
+            container = DockerContainer(image=self.image.strip())
         else:
-            vm: dict[str, Any] = {"os": self.os}
-            if self.cloud_init.strip():
-                vm["base64CloudInitScript"] = creating.encode_cloud_init(self.cloud_init)
-            kwargs["vm"] = vm
-        return kwargs
-
-    def body(self) -> dict[str, Any]:
-        """The CreateInstance JSON the client will send for this choice."""
-        return creating.instance_body(**self.create_kwargs())
+            script = self.cloud_init
+            vm = VirtualMachine(os=self.os,  # type: ignore[arg-type]  # None: the rules say so
+                                base64_cloud_init_script=(creating.encode_cloud_init(script)
+                                                          if script.strip() else None))
+        return CreateInstance(
+            name=self.name.strip(), cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=self.region, volume_id=self.volume_id, vm=vm, docker_container=container,
+            ssh_key=self.ssh_key.strip() or None, ssh_key_id=self.ssh_key_id.strip() or None,
+            delete_after=delete_after)
 
     def problem(self, *, volumes: Sequence[Volume], cap: float | None,
                 running: Sequence[Instance]) -> str | None:
@@ -222,11 +192,11 @@ class LaunchChoice:
         elif self.os is None:
             return f"Choose an OS image for this {offer.deployment_type} offer."
         try:
-            body = self.body()
+            request = self.request()
         except InvalidInputError as error:
             return error.message
         volume: Volume | object | None = rules.UNCHECKED
         if self.volume_id is not None:  # same provider and region (None: not one of ours)
             volume = next((v for v in volumes if v.id == self.volume_id), None)
-        problems = creating.launch_problems(body, [offer], cap=cap, running=running, volume=volume)
+        problems = creating.launch_problems(request, [offer], cap=cap, running=running, volume=volume)
         return problems[0] if problems else None

@@ -24,20 +24,24 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
         df = %gpucloud offers --gpu H100 --gpus 8 --region us-east-1 --type vm
 
 ``%gpucloud instances [--type vm|container|baremetal] [--all]``
-    Your instances as a DataFrame, newest first; deleted ones only with ``--all``::
+    Your instances as a DataFrame, newest first; deleted ones only with ``--all``. Lists are
+    shown as a person reads them (name first, ids last, dollars, local times; see
+    :mod:`gpucloud_nb.tables`), while the DataFrame keeps the raw values::
 
         %gpucloud instances --type container
 
-``%gpucloud instance ID``
-    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...)::
+``%gpucloud instance INSTANCE``
+    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...).
+    INSTANCE, here and below, is an instance's ``_id`` or its name (unique among the instances
+    not deleted; see :mod:`gpucloud_nb.client.instances`)::
 
         details = %gpucloud instance 6650f0c2a1b2c3d4e5f60718
 
-``%gpucloud delete ID [--yes]``
+``%gpucloud delete INSTANCE [--yes]``
     Delete an instance, after a y/N confirmation unless ``--yes``; says which volumes keep its
     data::
 
-        %gpucloud delete 6650f0c2a1b2c3d4e5f60718 --yes
+        %gpucloud delete my-box --yes
 
 ``%gpucloud launch [OFFER_ID] [--provider ID]``
     The launch form, prefilled with the offer whose ``instanceId`` is OFFER_ID. Two providers
@@ -52,8 +56,9 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud chat https://abc123-9f8e.inference.example-gpu.cloud/
 
-``%gpucloud spend``
-    Spend so far as a DataFrame (``cloud.spend()``)::
+``%gpucloud spend [--all]``
+    Spend so far as a DataFrame (``cloud.spend()``), shown with a total row; deleted instances
+    are shown only with ``--all`` (the total counts them either way)::
 
         %gpucloud spend
 
@@ -127,6 +132,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
 from gpucloud_nb.magics_parse import PROG, HelpShown, Stop, parse
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
@@ -302,13 +308,13 @@ class GPUCloudMagics(Magics):
     def _connect(self, args: argparse.Namespace) -> None:
         from gpucloud_nb._connect import connect
 
-        if args.sandbox:
-            _replace(connect(sandbox=True), owned=True)
-            return None
-        if args.base_url is None:
-            cloud = connect()
+        if args.sandbox or args.base_url is None:
+            cloud = connect(sandbox=True if args.sandbox else None, quiet=True)
             if cloud.is_sandbox:
                 _replace(cloud, owned=True)
+                # The command's answer, every time (connect()'s banner shows once per kernel).
+                _say(f"Connected to the SANDBOX at {cloud.base_url}:\n  a simulated cloud on "
+                     "this machine, no real GPUs, no charges.")
                 return None
         else:
             if not args.base_url.startswith(("http://", "https://")):
@@ -330,7 +336,7 @@ class GPUCloudMagics(Magics):
         return None
 
     def _spend(self, args: argparse.Namespace) -> pandas.DataFrame | None:
-        return self.cloud.spend()
+        return self.cloud.spend(include_deleted=args.all)
 
     # ------------------------------------------------------------------ offers, instances
 
@@ -377,8 +383,8 @@ class GPUCloudMagics(Magics):
     # ------------------------------------------------------------------ widgets
 
     def _launch(self, args: argparse.Namespace) -> Any:
+        from gpucloud_nb.rules import find_offer
         from gpucloud_nb.widgets import LaunchForm
-        from gpucloud_nb.widgets.launch_form import find_offer
 
         cloud = self.cloud
         offer: InstanceOffer | None = None
@@ -443,7 +449,7 @@ class GPUCloudMagics(Magics):
                          f"the {len(selling)} of {len(here)} providers there selling "
                          f"{_gb(args.size)}")
                 chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
-                          f"(${offer.price_per_gb_per_hour:g}/GB/h; choose another with "
+                          f"({format_price(offer.price_per_gb_per_hour)}/GB/h; choose another with "
                           "--provider)")
         _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
              f"{chosen}, {_gb(volume.size_in_gb)}.")

@@ -82,11 +82,11 @@ commands (each has its own --help):
   %gpucloud connect [--sandbox | --base-url URL]
   %gpucloud offers [--gpu NAME] [--gpus N] [--region R] [--type vm|container|baremetal] [--all]
   %gpucloud instances [--type vm|container|baremetal] [--all]
-  %gpucloud instance ID
-  %gpucloud delete ID [--yes]
+  %gpucloud instance INSTANCE                (INSTANCE: a name or an _id)
+  %gpucloud delete INSTANCE [--yes]
   %gpucloud launch [OFFER_ID] [--provider ID]
   %gpucloud chat [ENDPOINT] [--model MODEL]
-  %gpucloud spend
+  %gpucloud spend [--all]
   %gpucloud volumes [list]
   %gpucloud volumes offers
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
@@ -143,13 +143,13 @@ def _parser() -> _Parser:
     p.add_argument("--all", action="store_true", help="include deleted instances")
     p.set_defaults(handler="instances")
 
-    p = _sub(commands, "instance", "One instance in full.", "%gpucloud instance ID")
-    p.add_argument("id", metavar="ID", help="the instance _id")
+    p = _sub(commands, "instance", "One instance in full.", "%gpucloud instance my-box")
+    p.add_argument("id", metavar="INSTANCE", help="the instance's name or _id")
     p.set_defaults(handler="instance")
 
     p = _sub(commands, "delete", "Delete an instance (its data is lost unless on a volume).",
-             "%gpucloud delete ID --yes")
-    p.add_argument("id", metavar="ID", help="the instance _id")
+             "%gpucloud delete my-box --yes")
+    p.add_argument("id", metavar="INSTANCE", help="the instance's name or _id")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler="delete")
 
@@ -167,7 +167,8 @@ def _parser() -> _Parser:
     p.add_argument("--model", metavar="MODEL", help="the model identifier (default: the first)")
     p.set_defaults(handler="chat")
 
-    p = _sub(commands, "spend", "Spend so far as a DataFrame.", "%gpucloud spend")
+    p = _sub(commands, "spend", "Spend so far as a DataFrame, with a total row.", "%gpucloud spend")
+    p.add_argument("--all", action="store_true", help="show deleted instances too")
     p.set_defaults(handler="spend")
 
     volumes = _sub(commands, "volumes", "Persistent volumes, which keep data beyond the life of "

@@ -10,7 +10,8 @@
     %gpucloud get my-instance:results.csv results.csv
     %gpucloud get my-instance:results.csv results.csv --force
 
-``INSTANCE`` is an instance's name or its ``_id`` (a name must name one live instance). The cell
+``INSTANCE`` is an instance's name or its ``_id``, resolved by ``cloud.instances.get`` (see
+:mod:`gpucloud_nb.client.instances`). The cell
 runs as a shell script (``--python``: with ``python3``); its output streams into the cell as it
 comes. Interrupting the kernel stops the remote process; ``--timeout S`` stops it after S
 seconds. A non-zero exit status, like every other failure, is one line on stderr; nothing
@@ -44,11 +45,9 @@ from gpucloud_nb.errors import GPUCloudError
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
-    from gpucloud_nb.models import Instance
 
-__all__ = ["LINES_PER_SECOND", "LINE_CHARS_SHOWN", "RemoteUsage", "printable", "remote_magic", "resolve"]
+__all__ = ["LINES_PER_SECOND", "LINE_CHARS_SHOWN", "RemoteUsage", "printable", "remote_magic"]
 
-_LIVE = ("pending", "active", "error")
 _BIG = 8 * 1024 * 1024
 LINES_PER_SECOND = 200
 """The most lines ``%%gpucloud run`` prints into a cell in one second."""
@@ -114,21 +113,6 @@ class RemoteUsage(Exception):
     """A usage problem in one sentence."""
 
 
-def resolve(cloud: GPUCloud, given: str) -> Instance:
-    """The one live instance whose ``_id`` or name is ``given``, or one sentence why not."""
-    instances = cloud.instances.list()
-    for instance in instances:
-        if instance.id == given:
-            return instance
-    named = [i for i in instances if i.name == given and i.status in _LIVE]
-    if len(named) == 1:
-        return named[0]
-    if named:
-        raise RemoteUsage(f"{len(named)} instances are named {given!r}; use the id of one: "
-                          f"{', '.join(i.id for i in named)}.")
-    raise RemoteUsage(f"No instance has the name or id {given!r}; %gpucloud instances lists them.")
-
-
 def _split(target: str, which: str) -> tuple[str, str]:
     instance, sep, path = target.partition(":")
     if not sep or not instance or not path:
@@ -187,13 +171,13 @@ def remote_magic(cloud: GPUCloud, line: str, cell: str | None) -> None:
         raise RemoteUsage(f"Usage: %gpucloud {verb} {shape}.")
     if verb == "put":
         local, (name, remote) = rest[0], _split(rest[1], "put")
-        instance = resolve(cloud, name)
+        instance = cloud.instances.get(name)
         size = os.path.getsize(local) if os.path.isfile(local) else 0
         cloud.instances.upload(instance.id, local, remote, progress=_progress(f"put {local}"))
         print(f"Copied {local} to {instance.name or instance.id}:{remote} ({size:,} bytes).")
     else:
         (name, remote), local = _split(rest[0], "get"), rest[1]
-        instance = resolve(cloud, name)
+        instance = cloud.instances.get(name)
         cloud.instances.download(instance.id, remote, local, progress=_progress(f"get {remote}"),
                                  overwrite=force)
         print(f"Copied {instance.name or instance.id}:{remote} to {local} "
@@ -201,7 +185,7 @@ def remote_magic(cloud: GPUCloud, line: str, cell: str | None) -> None:
 
 
 def _run(cloud: GPUCloud, name: str, cell: str, *, python: bool, timeout: float | None) -> None:
-    instance = resolve(cloud, name)
+    instance = cloud.instances.get(name)
     label = instance.name or instance.id
     command = f"python3 -u -c {shlex.quote(cell)}" if python else cell
     shown = _Shown()

@@ -24,6 +24,8 @@ Choices where the spec says "not shown":
 - ``pricePerGbPerHour`` is a decimal string: ``price_per_gb_per_hour_text`` is the text as sent
   and ``price_per_gb_per_hour`` its float value.
 - ``cloudProvider`` may be an object or a bare id string; both give a :class:`VolumeProvider`.
+- :class:`CreateInstance` is the one create request: the spec's body plus the create-time options
+  the client handles itself (``delete_after``), which :meth:`CreateInstance.body` never sends.
 - ``autoDeleteAt`` is the sandbox's own field (the time its auto-delete timer fires); the real
   cloud does not send it, so ``auto_delete_at`` is ``None`` there.
 """
@@ -45,11 +47,14 @@ __all__ = [
     "Availability",
     "CloudProvider",
     "Configuration",
+    "CreateInstance",
+    "DockerContainer",
     "Instance",
     "InstanceDetails",
     "InstanceOffer",
     "PortForward",
     "Record",
+    "VirtualMachine",
     "Volume",
     "VolumeOffer",
     "VolumeProvider",
@@ -509,6 +514,73 @@ class Volume(_Frozen, frozen=True):
         provider = self.cloud_provider.id if self.cloud_provider else None
         return (f"Volume(id={self.id!r}, name={self.name!r}, size_in_gb={self.size_in_gb:g}, "
                 f"region={self.region!r}, provider={provider!r})")
+
+
+# --------------------------------------------------------------------------- the create request
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """A request record: what the client sends; values are kept as given (the rules check them)."""
+
+    #: fields the client acts on itself; :meth:`body` leaves them out.
+    _client_only: ClassVar[frozenset[str]] = frozenset()
+
+    def body(self) -> dict[str, Any]:
+        """The wire JSON: the spec's field names, fields left as ``None`` omitted.
+
+            >>> VirtualMachine(os="ubuntu-22.04").body()
+            {'os': 'ubuntu-22.04'}
+        """
+        out: dict[str, Any] = {}
+        for name, wire in zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True):
+            value = getattr(self, name)
+            if value is None or name in self._client_only:
+                continue
+            out[wire] = value.body() if isinstance(value, _Request) else value
+        return out
+
+
+class VirtualMachine(_Request, frozen=True):
+    """``vm`` of a create request: the OS image and an optional base64 cloud-init script."""
+
+    os: str
+    base64_cloud_init_script: str | None = None
+
+
+class DockerContainer(_Request, frozen=True):
+    """``dockerContainer`` of a create request: the image to run."""
+
+    image: str
+
+
+class CreateInstance(_Request, frozen=True):
+    """One create request, built once and used by the launch form, the magics and the client.
+
+    The spec's CreateInstance fields, plus a field for each create-time option the client
+    handles itself (``delete_after``: seconds until the client, or the sandbox, deletes it;
+    ``delete_when_idle``: seconds idle before it is deleted); those are never sent.
+    ``cloud.instances.create_from(request)`` sends it.
+
+        >>> request = CreateInstance(name="a", cloud_provider="p1", instance_id="x", region="r",
+        ...                          vm=VirtualMachine(os="ubuntu"), delete_after=3600.0)
+        >>> request.body()
+        {'name': 'a', 'cloudProvider': 'p1', 'instanceId': 'x', 'region': 'r', 'vm': {'os': 'ubuntu'}}
+    """
+
+    _client_only: ClassVar[frozenset[str]] = frozenset({"delete_after", "delete_when_idle"})
+
+    name: str
+    cloud_provider: str
+    instance_id: str
+    region: str
+    volume_id: str | None = None
+    vm: VirtualMachine | None = None
+    docker_container: DockerContainer | None = None
+    ssh_key_id: str | None = None
+    ssh_key: str | None = None
+    delete_after: float | None = None
+    delete_when_idle: float | None = None
+
 
 
 # --------------------------------------------------------------------------- decoding bodies

@@ -29,6 +29,8 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpucloud_nb.display import per_hour
+from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 
 __all__ = [
@@ -63,19 +65,45 @@ def _first(*problems: str | None) -> str | None:
     return next((p for p in problems if p), None)
 
 
-def find_offer(offers: Iterable[InstanceOffer], instance_id: str,
-               cloud_provider: str | None = None) -> InstanceOffer | None:
-    """Return the offer with this ``instanceId`` (and provider ``_id``, when given), or ``None``.
+def find_offer(offers: Iterable[InstanceOffer], instance_id: str, provider: str | None = None,
+               *, choose: str = "provider=") -> InstanceOffer:
+    """The offer with this ``instanceId``, sold by ``provider`` (its ``_id`` or name) when given.
+
+    The one lookup of an offer, for the rules, the client, the launch form and the magics: it
+    returns the offer or raises :class:`~gpucloud_nb.errors.InvalidInputError` with one sentence.
+    Two providers may sell offers with the same ``instanceId``, so an id alone is enough only
+    when one provider sells it; otherwise the sentence lists the sellers and asks for ``choose``
+    (``provider=`` in Python, ``--provider`` in the magic). ``provider`` matches an ``_id``
+    exactly or a name whatever its case.
 
         >>> find_offer([InstanceOffer(instance_id="h100-1x")], "h100-1x").instance_id
         'h100-1x'
+        >>> find_offer([InstanceOffer(instance_id="h100-1x")], "a100-1x")
+        Traceback (most recent call last):
+        gpucloud_nb.errors.InvalidInputError: There is no offer with instanceId 'a100-1x'.
     """
-    for offer in offers:
-        if offer.instance_id != instance_id:
-            continue
-        if cloud_provider is None or offer.cloud.id == cloud_provider:
-            return offer
-    return None
+    same = [o for o in offers if o.instance_id == instance_id]
+    if not same:
+        raise InvalidInputError(f"There is no offer with instanceId '{instance_id}'.")
+
+    def sellers(among: Iterable[InstanceOffer]) -> str:
+        return ", ".join(f"{o.cloud.name} ({o.cloud.id}) at {per_hour(o.hourly_price) or 'no price'}"
+                         for o in among)
+
+    if provider is not None:
+        wanted = provider.casefold()
+        match = ([o for o in same if o.cloud.id == provider]
+                 or [o for o in same if o.cloud.name.casefold() == wanted])
+        if len(match) == 1:
+            return match[0]
+        if not match:
+            raise InvalidInputError(f"Provider '{provider}' sells no offer '{instance_id}'; "
+                                    f"it is sold by: {sellers(same)}.")
+        same = match
+    if len(same) > 1:
+        raise InvalidInputError(f"Offer '{instance_id}' is sold by {len(same)} providers: "
+                                f"{sellers(same)}; choose one with {choose}.")
+    return same[0]
 
 
 def _names(values: Iterable[str]) -> str:
@@ -131,11 +159,13 @@ def instance_create_problem(
             return problem
 
     instance_id, provider, region = body["instanceId"], body["cloudProvider"], body["region"]
-    offer = find_offer(offers, instance_id, provider)
-    if offer is None:
-        if find_offer(offers, instance_id) is not None:
-            return f"Offer '{instance_id}' is not sold by provider '{provider}'."
-        return f"There is no offer with instanceId '{instance_id}'."
+    try:
+        offer = find_offer(offers, instance_id, provider)
+    except InvalidInputError as error:
+        return error.message
+    if offer.cloud.id != provider:
+        return (f"cloudProvider is the provider's _id: '{offer.cloud.id}', "
+                f"not its name '{provider}'.")
 
     here = [a for a in offer.availability if a.region == region]
     open_regions = list(offer.available_regions)

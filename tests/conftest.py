@@ -7,7 +7,9 @@
         durable = sandbox_factory(state=tmp_path / "state.db", latency=0.05)
 
 Fixtures use quick life cycles (``launch_seconds=0.3``, ``delete_seconds=0.2``) unless a test
-passes other values to ``sandbox_factory``. Every sandbox is stopped when its test ends.
+passes other values to ``sandbox_factory``. Every sandbox is stopped when its test ends, except
+``shared_sandbox``: one for the whole run, for tests that only read the catalogue or use what they
+create by its id (never the account as a whole: lists, counts, spend, the cost cap).
 
 The temporary sandbox home of the whole run, and the check that no sandbox service outlives it,
 are in the repository's root ``conftest.py`` (so ``pytest notebooks/...`` has them too).
@@ -51,6 +53,20 @@ def sandbox_factory() -> Iterator[Callable[..., Sandbox]]:
     yield start
     for sandbox in reversed(started):
         sandbox.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_sandbox() -> Iterator[Sandbox]:
+    """One sandbox for the whole run (see the module docs for the tests that may use it)."""
+    with Sandbox(**FAST_LIFE_CYCLE) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture
+def shared_cloud(shared_sandbox: Sandbox) -> Iterator[GPUCloud]:
+    """A client of this test's own, of ``shared_sandbox``."""
+    with GPUCloud(api_key=shared_sandbox.api_key, base_url=shared_sandbox.management_url) as client:
+        yield client
 
 
 @pytest.fixture

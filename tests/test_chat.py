@@ -43,10 +43,12 @@ NOW = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 # -- helpers --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick."""
-    return sandbox_factory(stream_tokens_per_second=500)
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """This module's sandbox streams replies at 500 tokens/s, to keep the tests quick; the chat
+    endpoint keeps no state between requests, so the module's tests share it."""
+    with Sandbox(stream_tokens_per_second=500) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
@@ -389,13 +391,50 @@ def test_upload_attaches_checked_images(client: InferenceClient,
     chat._image_upload.value = ({"name": "red.png", "type": "image/png", "size": 100,
                                  "content": memoryview(png()), "last_modified": NOW},)
     assert chat.attachments == ["64×64 PNG"]
-    assert chat._image_upload.value == ()
+    # The button reads "Image (n)" for the n entries of its value: one per waiting attachment.
+    assert len(chat._image_upload.value) == 1
+    assert not any(len(item["content"]) for item in chat._image_upload.value)  # bytes stay here
     chat._image_upload.value = ({"name": "notes.png", "type": "image/png", "size": 5,
                                  "content": memoryview(b"hello, not an image"), "last_modified": NOW},)
     assert chat.attachments == ["64×64 PNG"]
     assert chat.status.is_error and "notes.png" in chat.status.text
+    assert len(chat._image_upload.value) == 1
+    chat.attach(png((0, 0, 255)))
+    assert len(chat._image_upload.value) == 2
     chat.clear_attachments()
-    assert chat.attachments == []
+    assert chat.attachments == [] and chat._image_upload.value == ()
+
+
+def test_the_upload_button_counts_until_the_images_are_sent(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    chat._image_upload.value = tuple(
+        {"name": f"{n}.png", "type": "image/png", "size": 100, "content": memoryview(png()),
+         "last_modified": NOW} for n in range(2))
+    assert len(chat._image_upload.value) == 2 and len(chat.attachments) == 2
+    turn = chat.send("What is in these?").wait(WAIT)
+    assert turn.status == "done" and "Image 2" in turn.text
+    assert chat._image_upload.value == () and chat.attachments == []
+
+
+def test_the_style_sheet_uses_theme_colours_and_lets_bubbles_grow() -> None:
+    from gpucloud_nb.widgets._chat_style import STYLE_SHEET
+
+    assert not re.search(r"#[0-9a-fA-F]{3,6}\b|rgb\(", STYLE_SHEET)
+    assert "opacity" not in STYLE_SHEET  # dimmed text is a theme colour, not a lighter blend
+    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", STYLE_SHEET.replace("\n", "")))
+    assert "flex:none" in rules[".gpucloud-chat-message"]
+    assert "overflow:visible" in rules[".gpucloud-chat-message"]
+    assert "overflow-y:auto" in rules[".gpucloud-chat-messages"]
+
+
+def test_max_tokens_says_zero_is_no_limit_and_the_transcript_follows(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget]) -> None:
+    from gpucloud_nb.widgets._chat_follow import FollowBottom
+
+    chat = chat_factory(client)
+    assert "0 = no limit" in chat._max_tokens.description
+    assert sum(isinstance(w, FollowBottom) for w in iter_widgets(chat)) == 1
 
 
 def test_refused_images_send_nothing(sandbox: Sandbox, client: InferenceClient,
@@ -704,3 +743,26 @@ def test_a_reply_cut_off_before_its_end_is_marked_incomplete_in_one_line(
     assert "Once upon a time" in html_text("".join(blocks_in_order(assistant_boxes(chat)[-1])))
     assert chat.history[-1] == {"role": "assistant", "content": "Once upon a time"}
     assert chat.to_markdown().rstrip().endswith("Once upon a time\n[incomplete]")
+
+
+def test_a_chat_collected_while_the_loop_starts_does_not_deadlock() -> None:
+    """A widget's finalizer can run release() inside get() (garbage collection during
+    Thread.start): it must not wait for the lock its own thread holds."""
+    import threading
+
+    from gpucloud_nb.widgets._chat_turn import LoopThread
+
+    class User:
+        pass
+
+    user = User()
+    LoopThread.use(user)
+
+    def collected_inside_get() -> None:
+        with LoopThread._lock:       # where get() is when the collector runs the finalizer
+            LoopThread.release(user)
+
+    worker = threading.Thread(target=collected_inside_get, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "release() inside get() deadlocked"

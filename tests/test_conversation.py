@@ -70,3 +70,32 @@ def test_an_address_is_passed_through_without_a_thumbnail() -> None:
     picture = make_attachment("http://127.0.0.1:9/cat.png")
     assert picture.url == picture.note == "http://127.0.0.1:9/cat.png"
     assert picture.thumbnail is None
+
+
+def test_an_image_is_checked_once_not_on_every_turn(sandbox_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gpucloud_nb.client.inference import InferenceClient
+    from gpucloud_nb.media import images
+
+    checks: list[int] = []
+    real_check = images.check_image
+
+    def counted(*args: object, **kwargs: object) -> images.CheckedImage:
+        checks.append(1)
+        return real_check(*args, **kwargs)  # type: ignore[arg-type]
+
+    sandbox = sandbox_factory(stream_tokens_per_second=500)
+    talk = Conversation()
+    picture = make_attachment(png(8, 8))
+    monkeypatch.setattr(images, "check_image", counted)
+    per_turn = []
+    with InferenceClient(sandbox.inference_url, sandbox.inference_secret) as client:
+        for turn in range(6):
+            before = len(checks)
+            talk.add_user(f"turn {turn}", [picture] if turn == 0 else [])
+            reply = client.chat(talk.request_messages("Be brief."))
+            talk.add_reply(reply.choices[0].message.content or "", stopped=False, incomplete=False)
+            per_turn.append(len(checks) - before)
+    sent = talk.request_messages("")
+    assert sent[0]["content"][1] == {"type": "image_url", "image_url": {"url": picture.url}}
+    assert len(sent) == 12
+    assert per_turn == [1, 0, 0, 0, 0, 0]  # was [1, 1, 1, 1, 1, 1]: the history re-decoded per turn

@@ -8,8 +8,8 @@ import base64
 import pytest
 
 from gpucloud_nb import GPUCloud, InvalidInputError
-from gpucloud_nb.client.create import instance_body
-from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.client.create import create_request
+from gpucloud_nb.models import CreateInstance, InstanceOffer, VirtualMachine
 from gpucloud_nb.sandbox.server import Sandbox
 
 
@@ -51,19 +51,45 @@ def test_the_cost_cap_is_a_reason(sandbox: Sandbox, observer: GPUCloud) -> None:
 
 
 def test_the_body_is_built_in_one_place() -> None:
-    body = instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
+    body = create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
                          vm={"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"},
-                         ssh_key="ssh-ed25519 AAAA me")
+                         ssh_key="ssh-ed25519 AAAA me", delete_after=60).body()
+    assert "delete_after" not in body and "deleteAfter" not in body
     assert body["sshKey"] == "ssh-ed25519 AAAA me" and "volumeId" not in body
     assert base64.b64decode(body["vm"]["base64CloudInitScript"]) == b"#cloud-config\n"
     with pytest.raises(InvalidInputError, match="once"):
-        instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
-                      vm={"os": "u", "cloud_init": "#x", "base64CloudInitScript": "I3g="})
-    container = instance_body(name="a", cloud_provider="p1", instance_id="x", region="r",
-                              docker_container="vllm/vllm-openai:latest")
+        create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
+                       vm={"os": "u", "cloud_init": "#x", "base64CloudInitScript": "I3g="})
+    container = create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
+                               docker_container="vllm/vllm-openai:latest").body()
     assert container["dockerContainer"] == {"image": "vllm/vllm-openai:latest"}
 
 
 def test_a_vm_of_the_wrong_shape_is_one_sentence() -> None:
     with pytest.raises(InvalidInputError):
-        instance_body(name="a", cloud_provider="p1", instance_id="x", region="r", vm=42)  # type: ignore[arg-type]
+        create_request(name="a", cloud_provider="p1", instance_id="x", region="r", vm=42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="delete_after"):
+        create_request(name="a", cloud_provider="p1", instance_id="x", region="r", vm="u",
+                       delete_after=-5)
+
+
+def test_create_from_sends_the_record_and_acts_on_its_client_options(
+        cloud: GPUCloud, observer: GPUCloud) -> None:
+    offer = a_vm_offer(cloud)
+    request = CreateInstance(name="from-record", cloud_provider=offer.cloud.id,
+                             instance_id=offer.instance_id, region=offer.available_regions[0],
+                             vm=VirtualMachine(os=offer.configuration.os[0]), delete_after=3600.0)
+    instance = cloud.instances.create_from(request)
+    assert [(i.id, i.name) for i in observer.instances.list()] == [(instance.id, "from-record")]
+    assert instance.id in cloud.auto_delete.deadlines()  # delete_after acted on, not sent
+
+
+def test_create_from_refuses_what_is_not_a_record_and_a_provider_name(
+        cloud: GPUCloud, observer: GPUCloud) -> None:
+    with pytest.raises(InvalidInputError, match="takes a CreateInstance, not dict"):
+        cloud.instances.create_from({"name": "x"})  # type: ignore[arg-type]
+    offer = a_vm_offer(cloud)
+    by_name = cloud.instances.check_create(**arguments(offer, cloud_provider=offer.cloud.name))
+    assert by_name == [f"cloudProvider is the provider's _id: '{offer.cloud.id}', "
+                       f"not its name '{offer.cloud.name}'."]
+    assert observer.instances.list() == []

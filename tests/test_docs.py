@@ -1,46 +1,43 @@
 """docs/choices.md is generated from the module docstrings, so the two never drift apart.
 
-Regenerate it with ``python tests/test_docs.py`` after changing a "not shown" choice.
+Regenerate it with ``./scripts/choices.py`` after changing a "not shown" choice.
 """
 
 from __future__ import annotations
 
-import ast
-import sys
+import importlib.util
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CHOICES = REPO / "docs" / "choices.md"
-#: The modules whose docstrings record what was chosen where the interface is silent.
-MODULES = (
-    "gpucloud_nb/client/management.py", "gpucloud_nb/client/inference.py",
-    "gpucloud_nb/client/billing.py", "gpucloud_nb/models.py", "gpucloud_nb/rules.py",
-    "gpucloud_nb/media/__init__.py", "gpucloud_nb/frames.py", "gpucloud_nb/sandbox/app.py",
-    "gpucloud_nb/sandbox/lifecycle.py", "gpucloud_nb/sandbox/catalogue.py",
-    "gpucloud_nb/sandbox/inference/app.py",
-)
-HEADER = """# Choices where the interface is silent
-
-[interface.md](interface.md) says "not shown" in many places. This page collects what the package
-chose in each, module by module. It is generated from the module docstrings (`python
-tests/test_docs.py`), which stay the one place each choice is written.
-"""
 
 
-def render() -> str:
-    parts = [HEADER]
-    for module in MODULES:
-        doc = ast.get_docstring(ast.parse((REPO / module).read_text(encoding="utf-8"))) or ""
-        first, _, rest = doc.partition("\n")
-        blocks = rest.strip().split("\n\n")  # the examples stay in the code
-        text = "\n\n".join(b for b in blocks if ">>>" not in b and not b.lstrip().startswith("$ "))
-        parts.append(f"\n## `{module}`\n\n{first.strip()}\n\n{text}\n")
-    return "".join(parts)
+def _choices_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("choices", REPO / "scripts" / "choices.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_choices_page_matches_the_docstrings() -> None:
-    assert CHOICES.read_text(encoding="utf-8") == render(), (
-        "docs/choices.md is out of date: run python tests/test_docs.py")
+    assert CHOICES.read_text(encoding="utf-8") == _choices_script().render(), (
+        "docs/choices.md is out of date: run ./scripts/choices.py")
+
+
+def test_the_choices_script_checks_without_writing(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _choices_script()
+    stale = tmp_path / "choices.md"
+    stale.write_text("old\n", encoding="utf-8")
+    monkeypatch.setattr(script, "CHOICES", stale)
+    assert script.main(["--check"]) == 1 and stale.read_text(encoding="utf-8") == "old\n"
+    assert script.main([]) == 0 and script.main(["--check"]) == 0
+    assert stale.read_text(encoding="utf-8") == script.render()
+    assert script.main(["--bogus"]) == 2
 
 
 def test_no_reference_to_files_outside_the_repository() -> None:
@@ -62,8 +59,3 @@ def test_architecture_names_every_module() -> None:
         if not any(f"`{name}`" in text for name in (relative, path.name, f"{folder}/")):
             missing.append(relative)
     assert not missing, f"ARCHITECTURE.md has no line for {', '.join(missing)}"
-
-
-if __name__ == "__main__":
-    CHOICES.write_text(render(), encoding="utf-8")
-    sys.exit(0)

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.cli import main as cli_main
 from gpucloud_nb.client._ops import RetryPolicy
 from gpucloud_nb.errors import GPUCloudError, RateLimitError, ServerError
 from gpucloud_nb.frames import (
@@ -30,6 +29,7 @@ from gpucloud_nb.frames import (
 )
 from gpucloud_nb.models import INSTANCE_STATUSES, InstanceOffer
 from gpucloud_nb.sandbox import Sandbox, SandboxConfig
+from gpucloud_nb.sandbox.cli import main as cli_main
 from gpucloud_nb.sandbox.faults import (
     EXTRA_FIELDS,
     ConnectionDropped,

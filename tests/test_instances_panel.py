@@ -182,6 +182,9 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
     assert panel.actions.children == ()
     panel.select(instance.id)
     assert panel.auto_delete_set.description == "Set auto-delete"
+    # Buttons as wide as their label: a fixed width cut "Set auto-delete" to "Set auto-del…".
+    assert panel.auto_delete_set.layout.width == panel.auto_delete_cancel.layout.width == "auto"
+    assert "var(--jp-ui-font-color2)" in panel.updated.value and "#555" not in panel.updated.value
     assert panel.auto_delete_cancel not in panel.actions.children
 
     panel.auto_delete_minutes.value = 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -46,9 +47,9 @@ def assert_disabled_because(form: LaunchForm, sentence: str) -> None:
 # the form's checks ---------------------------------------------------------------------------
 
 
-def test_prefilled_form_and_each_invalid_state(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "vm", cloud_init=True, volumes=True)
-    form = LaunchForm(cloud, offer)
+def test_prefilled_form_and_each_invalid_state(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "vm", cloud_init=True, volumes=True)
+    form = LaunchForm(shared_cloud, offer)
     assert form.offer.value == offer and form.offer.disabled
     assert form.region.value == offer.available_regions[0]
     assert [v for _, v in form.region.options] == list(offer.available_regions)
@@ -77,17 +78,17 @@ def test_prefilled_form_and_each_invalid_state(cloud: GPUCloud) -> None:
         form.fill(colour="red")
 
 
-def test_typing_updates_the_reason(cloud: GPUCloud) -> None:
-    form = LaunchForm(cloud, pick(cloud, "vm"))
+def test_typing_updates_the_reason(shared_cloud: GPUCloud) -> None:
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm"))
     form.name.value = "typed"
     assert form.problem is None and not form.launch_button.disabled
     form.name.value = "   "
     assert_disabled_because(form, "Give the instance a name.")
 
 
-def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "container")
-    form = LaunchForm(cloud, offer, name="serve")
+def test_container_offer_needs_an_image(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "container")
+    form = LaunchForm(shared_cloud, offer, name="serve")
     assert form.container_box.layout.display is None and form.vm_box.layout.display == "none"
     assert_disabled_because(form, "Give the container image to run")
     form.image.value = "vllm/vllm-openai:latest"
@@ -96,9 +97,9 @@ def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
     assert "vm" not in form.body
 
 
-def test_cloud_init_only_where_the_offer_runs_it(cloud: GPUCloud) -> None:
-    offer = pick(cloud, "vm", cloud_init=False)
-    form = LaunchForm(cloud, offer, name="no-init")
+def test_cloud_init_only_where_the_offer_runs_it(shared_cloud: GPUCloud) -> None:
+    offer = pick(shared_cloud, "vm", cloud_init=False)
+    form = LaunchForm(shared_cloud, offer, name="no-init")
     assert form.cloud_init_box.layout.display == "none"
     assert "does not run cloud-init" in form.cloud_init_note.value
     form.fill(cloud_init="#cloud-config\npackages: [htop]\n")
@@ -108,8 +109,8 @@ def test_cloud_init_only_where_the_offer_runs_it(cloud: GPUCloud) -> None:
     assert form.problem is None
 
 
-def test_cloud_init_upload_fills_the_script(cloud: GPUCloud, tmp_path) -> None:
-    form = LaunchForm(cloud, pick(cloud, "vm", cloud_init=True), name="init")
+def test_cloud_init_upload_fills_the_script(shared_cloud: GPUCloud, tmp_path) -> None:
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm", cloud_init=True), name="init")
     script = b"#!/bin/sh\necho ready > /tmp/ready\n"
     form.cloud_init_file.value = ({"name": "init.sh", "type": "text/x-sh", "size": len(script),
                                    "content": memoryview(script), "last_modified": NOW},)
@@ -146,8 +147,8 @@ def test_cost_cap_disables_launch(sandbox, observer: GPUCloud) -> None:
         assert form.problem is None
 
 
-def test_offer_dropdown_when_no_offer_is_given(cloud: GPUCloud) -> None:
-    form = LaunchForm(cloud)
+def test_offer_dropdown_when_no_offer_is_given(shared_cloud: GPUCloud) -> None:
+    form = LaunchForm(shared_cloud)
     assert_disabled_because(form, "Choose an offer to launch.")
     offers = [v for _, v in form.offer.options if v is not None]
     assert offers and all(o.is_available for o in offers)
@@ -215,6 +216,36 @@ def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> 
     form.auto_delete.value = 0
     assert "Auto-deletes" not in form.cost.value
     cloud.auto_delete.cancel_all()
+
+
+@pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
+def test_the_auto_delete_preview_says_who_keeps_the_timer(cloud, observer, sandbox, kept_by) -> None:
+    if kept_by == "sandbox service":
+        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: its service keeps them
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", auto_delete_minutes=30)
+    assert ("Auto-deletes after 30 min, if this kernel is still running: " if kept_by == "this kernel"
+            else "Auto-deletes after 30 min, by the sandbox service, even if this kernel stops: "
+            ) in form.cost.value
+    details = form.launch().result(timeout=10)
+    # What it said is true: a service timer is seen by another client, a kernel's is not.
+    assert (observer.auto_delete.remaining(details.id) is None) == (kept_by == "this kernel")
+    cloud.auto_delete.cancel_all()
+
+
+def test_colours_come_from_the_theme_and_the_name_hint_is_a_hint(sandbox, observer) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=0.01) as capped:
+        offer = pick(capped, "vm", cloud_init=False)
+        form = LaunchForm(capped, offer)
+        assert form.name.placeholder == "e.g. train-1" and form.name.value == ""
+        form.fill(name="x", cloud_init="#cloud-config\n")
+        shown = [w.value for w in iter_widgets(form) if isinstance(getattr(w, "value", None), str)]
+        coloured = [v for v in shown if "color:" in v]
+        assert coloured, "the cap, the reason and the cloud-init note are coloured"
+        for value in shown:
+            assert not re.search(r"#[0-9a-fA-F]{3,6}\b|rgb\(", value), value
+        assert any("var(--jp-warn-color0)" in v for v in coloured)
+        assert any("var(--jp-error-color1)" in v for v in coloured)  # over the cap
 
 
 def test_launch_with_an_invalid_form_fails_fast(cloud: GPUCloud, observer: GPUCloud) -> None:
@@ -296,12 +327,12 @@ def test_client_refusal_is_shown(sandbox, observer: GPUCloud) -> None:
     assert [i.name for i in observer.instances.list()] == ["other"]
 
 
-def test_unexpected_errors_are_labelled(cloud: GPUCloud, monkeypatch) -> None:
-    def broken(**_: object) -> None:
+def test_unexpected_errors_are_labelled(shared_cloud: GPUCloud, monkeypatch) -> None:
+    def broken(*_: object) -> None:
         raise RuntimeError("socket on fire")
 
-    monkeypatch.setattr(cloud.instances, "create", broken)
-    form = LaunchForm(cloud, pick(cloud, "vm"), name="oops")
+    monkeypatch.setattr(shared_cloud.instances, "create_from", broken)
+    form = LaunchForm(shared_cloud, pick(shared_cloud, "vm"), name="oops")
     form.launch_button.click()
     with pytest.raises(RuntimeError):
         form.future.result(timeout=5)

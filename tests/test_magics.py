@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpucloud_nb.magics as magics
@@ -127,7 +128,11 @@ def no_cloud() -> Iterator[None]:
 
 
 @pytest.fixture
-def magic(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> Iterator[Magic]:
+def magic(shell: InteractiveShell, capsys: pytest.CaptureFixture[str],
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[Magic]:
+    import gpucloud_nb._connect as connecting
+
+    monkeypatch.setattr(connecting, "_announced", set())  # each test is a fresh kernel
     runner = Magic(shell, capsys)
     yield runner
     seen = "\n".join([*runner.transcript, capsys.readouterr().out])
@@ -214,8 +219,8 @@ def test_help_prints_every_subcommand_and_returns_none(magic: Magic, line: str) 
     assert run.value is None and run.err == ""
     assert run.out.startswith("usage: %gpucloud")
     for synopsis in ("connect [--sandbox | --base-url URL]", "offers [--gpu NAME]", "instances",
-                     "instance ID", "delete ID [--yes]", "launch [OFFER_ID]", "chat [ENDPOINT]",
-                     "spend", "volumes create NAME --size GB --region R [--provider ID]",
+                     "instance INSTANCE", "delete INSTANCE [--yes]", "launch [OFFER_ID]",
+                     "chat [ENDPOINT]", "spend", "volumes create NAME --size GB --region R [--provider ID]",
                      "volumes delete ID [--yes]"):
         assert f"%gpucloud {synopsis}" in run.out
 
@@ -307,6 +312,16 @@ def test_create_picks_the_cheapest_provider_where_several_sell_volumes(magic: Ma
     assert run.value.cloud_provider.id == cheapest.cloud_provider.id
     assert f"with {cheapest.cloud_provider.display_name}, the cheapest of {len(here)}" in run.out
     assert "--provider" in run.out
+    # Prices read as money ($0.00009/GB/h), never as 9e-05.
+    offers = cloud.volumes.offers()
+    tiny = next(r for r in sorted({r for o in offers for r in o.regions})
+                if len([o for o in offers if r in o.regions]) > 1
+                and min(o.price_per_gb_per_hour for o in offers if r in o.regions) < 1e-4)
+    least = min((o for o in offers if tiny in o.regions), key=lambda o: o.price_per_gb_per_hour)
+    priced = magic(f"volumes create tiny-price --size {max(least.min_size_in_gb, 100):g} "
+                   f"--region {tiny}")
+    price = f"{least.price_per_gb_per_hour:.10f}".rstrip("0")
+    assert f"(${price}/GB/h;" in priced.out and "e-0" not in priced.out
     magics.use(None)
     cloud.volumes.delete(run.value.id)
 
@@ -455,7 +470,23 @@ def test_instances_instance_and_delete(magic: Magic, cloud: GPUCloud,
     assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
     assert _one_sentence(magic(f"delete {instance.id} --yes")).startswith(
         f"Instance notebook box ({instance.id}) is already delet")
-    assert _one_sentence(magic("instance nope")) == "Instance nope not found."
+    assert _one_sentence(magic("instance nope")) == (
+        "Instance nope not found: no instance has that id or name.")
+
+
+def test_names_work_where_ids_do(magic: Magic, cloud: GPUCloud,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _, box = _launch(cloud, name="magic-box")
+    assert magic("instance magic-box").value.id == box.id
+    _, twin = _launch(cloud, name="twin")
+    _, other = _launch(cloud, name="twin")
+    assert _one_sentence(magic("delete twin --yes")) == (
+        f"2 instances are named 'twin' ({twin.id}, {other.id}); give the id of the one you mean.")
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("asked"))
+    run = magic("delete magic-box --yes")
+    assert run.err == "" and run.out.startswith(f"Deleted instance magic-box ({box.id});")
+    assert cloud.instances.get(box.id).status in ("deleting", "deleted")
+    assert {cloud.instances.get(i.id).status for i in (twin, other)} <= {"pending", "active"}
 
 
 def test_deleting_an_instance_names_the_volume_that_keeps_its_data(
@@ -517,7 +548,7 @@ def test_chat_without_an_endpoint_on_the_real_cloud_asks_for_one(magic: Magic, c
 def test_spend_returns_the_clients_frame(magic: Magic, cloud: GPUCloud,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     frame = pd.DataFrame({"name": ["a"], "spend": [0.5]})
-    monkeypatch.setattr(GPUCloud, "spend", lambda self: frame, raising=False)
+    monkeypatch.setattr(GPUCloud, "spend", lambda self, include_deleted=False: frame, raising=False)
     assert magic("spend").value is frame
 
 
@@ -527,16 +558,48 @@ def test_spend_against_the_sandbox(magic: Magic, cloud: GPUCloud) -> None:
     assert isinstance(spend, pd.DataFrame) and spend["_id"].tolist() == [instance.id]
 
 
+def test_spend_and_instances_are_shown_for_reading(magic: Magic, cloud: GPUCloud) -> None:
+    _, kept = _launch(cloud, name="kept")
+    _, gone = _launch(cloud, name="gone")
+    cloud.instances.delete(gone.id)
+    wait_for(lambda: cloud.instances.get(gone.id).status == "deleted")
+    spend = magic("spend").value
+    assert set(spend["_id"]) == {kept.id, gone.id}  # the frame keeps every row, raw
+    shown = repr(spend).splitlines()
+    assert shown[0].split()[0] == "name" and shown[0].split()[-1] == "_id"
+    assert shown[-1].lstrip().startswith("Total (1 deleted not shown) ")
+    assert "gone" not in [line.split()[0] for line in shown]
+    shown_all = repr(magic("spend --all").value).splitlines()
+    assert "gone" in [line.split()[0] for line in shown_all]
+    assert shown_all[-1].split()[0] == "Total"
+    listed = magic.cell("%gpucloud instances")
+    header = next(line for line in listed.out.splitlines() if "status" in line)
+    assert header.split()[0] == "name" and header.split()[-1] == "_id"
+    assert "gone" not in listed.out and "kept" in listed.out
+
+
 # --------------------------------------------------------------------------- connect
 
 
 def test_first_use_connects_to_the_sandbox_without_a_key(magic: Magic,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpucloud_nb._connect as connecting
+
     monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
     magics.use(None)
     run = magic("volumes offers")
-    assert isinstance(run.value, pd.DataFrame) and "SANDBOX" in run.out
+    assert isinstance(run.value, pd.DataFrame) and "gpucloud-nb: SANDBOX" in run.out
     assert magics.current_cloud().is_sandbox
+    # Short lines, broken at spaces: JupyterLab would break a long one mid-word.
+    banner = run.out[run.out.index("gpucloud-nb: SANDBOX"):].splitlines()[:3]
+    assert magics.current_cloud().base_url in banner[1]
+    assert all(len(line) <= 88 for line in banner), banner
+    # Once per kernel: neither the next magic nor another connect() repeats it.
+    magics.use(None)
+    assert "SANDBOX" not in magic("volumes offers").out
+    with connecting.connect() as again:
+        assert again.is_sandbox
+    assert magic("volumes").err == "" and "SANDBOX" not in magic("volumes").out
 
 
 def test_connect_without_options_and_without_a_key_is_the_sandbox(
@@ -617,9 +680,9 @@ def test_connect_with_a_wrong_key_keeps_the_previous_cloud(
                               "from 'vm', 'container', 'baremetal'); try %gpucloud offers --help"),
         ("offers --gpus two", "%gpucloud offers: argument --gpus: 'two' is not a whole number of "
                               "GPUs; try %gpucloud offers --help"),
-        ("instance", "%gpucloud instance: the following arguments are required: ID; "
+        ("instance", "%gpucloud instance: the following arguments are required: INSTANCE; "
                      "try %gpucloud instance --help"),
-        ("delete", "%gpucloud delete: the following arguments are required: ID; "
+        ("delete", "%gpucloud delete: the following arguments are required: INSTANCE; "
                    "try %gpucloud delete --help"),
         ("connect --sandbox --base-url http://x", "%gpucloud connect: argument --base-url: not "
          "allowed with argument --sandbox; try %gpucloud connect --help"),
@@ -665,7 +728,8 @@ def test_errors_in_a_cell_show_no_traceback(magic: Magic, reader: GPUCloud, line
 def test_an_api_error_is_one_sentence(magic: Magic, reader: GPUCloud) -> None:
     assert _one_sentence(magic("volumes get vol-123")) == "Volume vol-123 not found."
     assert _one_sentence(magic("volumes delete vol-123 --yes")) == "Volume vol-123 not found."
-    assert _one_sentence(magic("delete i-123 --yes")) == "Instance i-123 not found."
+    assert _one_sentence(magic("delete i-123 --yes")) == (
+        "Instance i-123 not found: no instance has that id or name.")
 
 
 def test_a_refused_key_is_one_sentence_without_the_key(magic: Magic, sandbox_box: Any) -> None:
@@ -783,7 +847,7 @@ def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_c
     got = magic(f"get box-3:notes.txt {back}")
     assert got.err == "" and back.read_text() == "hello instance\n"
     assert magic(f"get nobody:notes.txt {back}").err == (
-        "No instance has the name or id 'nobody'; %gpucloud instances lists them.\n")
+        "Instance nobody not found: no instance has that id or name.\n")
     assert magic(f"put {local} box-3").err.startswith("%gpucloud put: write the remote side")
     assert "does not exist on instance" in magic(f"get box-3:absent.txt {tmp_path / 'a'}").err
     assert magic("run box-3").err.startswith("%gpucloud run runs a cell")

@@ -13,6 +13,7 @@ from pandas.testing import assert_frame_equal
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import (
     AuthenticationError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -44,8 +45,8 @@ def launch_args(offer: InstanceOffer, name: str = "job") -> dict[str, object]:
 # offers -------------------------------------------------------------------------------------
 
 
-def test_offers_are_typed_records(cloud: GPUCloud) -> None:
-    offers = cloud.instances.offers()
+def test_offers_are_typed_records(shared_cloud: GPUCloud) -> None:
+    offers = shared_cloud.instances.offers()
     assert len(offers) >= 40
     assert {o.deployment_type for o in offers} == {"vm", "container", "baremetal"}
     assert any(not o.is_available for o in offers)
@@ -54,41 +55,41 @@ def test_offers_are_typed_records(cloud: GPUCloud) -> None:
     assert isinstance(offer.hourly_price, float)
 
 
-def test_each_offer_filter(cloud: GPUCloud) -> None:
-    every = cloud.instances.offers()
+def test_each_offer_filter(shared_cloud: GPUCloud) -> None:
+    every = shared_cloud.instances.offers()
     region = every[0].availability[0].region
     assert all(region in {a.region for a in o.availability}
-               for o in cloud.instances.offers(region=region))
-    assert {o.gpu_count for o in cloud.instances.offers(num_gpus=8)} == {8}
-    assert all("h100" in o.gpu_name.lower() for o in cloud.instances.offers(gpu_type="h100"))
-    assert cloud.instances.offers(gpu_type="h100")
-    assert all(o.is_available for o in cloud.instances.offers(available=True))
-    prices = [o.hourly_price for o in cloud.instances.offers(sort="price")]
+               for o in shared_cloud.instances.offers(region=region))
+    assert {o.gpu_count for o in shared_cloud.instances.offers(num_gpus=8)} == {8}
+    assert all("h100" in o.gpu_name.lower() for o in shared_cloud.instances.offers(gpu_type="h100"))
+    assert shared_cloud.instances.offers(gpu_type="h100")
+    assert all(o.is_available for o in shared_cloud.instances.offers(available=True))
+    prices = [o.hourly_price for o in shared_cloud.instances.offers(sort="price")]
     assert prices == sorted(prices)
     for kind in ("vm", "container", "baremetal"):
-        assert {o.deployment_type for o in cloud.instances.offers(deployment_type=kind)} == {kind}
+        assert {o.deployment_type for o in shared_cloud.instances.offers(deployment_type=kind)} == {kind}
 
 
-def test_offers_frame_is_a_dataframe(cloud: GPUCloud) -> None:
-    frame = cloud.instances.offers_frame(gpu_type="H100")
+def test_offers_frame_is_a_dataframe(shared_cloud: GPUCloud) -> None:
+    frame = shared_cloud.instances.offers_frame(gpu_type="H100")
     assert len(frame) >= 1
     assert {"instanceId", "gpuName", "hourlyPrice", "region", "available"} <= set(frame.columns)
 
 
 @pytest.mark.parametrize("filters", [{}, {"gpu_type": "A100", "available": True}])
-def test_offers_frame_reads_the_body_like_the_records(cloud: GPUCloud, filters: dict) -> None:
+def test_offers_frame_reads_the_body_like_the_records(shared_cloud: GPUCloud, filters: dict) -> None:
     # The frame decodes the body itself (msgspec); the records go through json.loads.
-    assert_frame_equal(cloud.instances.offers_frame(**filters),
-                       offers_frame(cloud.instances.offers(**filters)))
+    assert_frame_equal(shared_cloud.instances.offers_frame(**filters),
+                       offers_frame(shared_cloud.instances.offers(**filters)))
 
 
 @pytest.mark.parametrize(
     ("filters", "words"),
     [({"sort": "name"}, "sort must be 'price'"), ({"deployment_type": "gpu"}, "deployment_type")],
 )
-def test_bad_filters_are_refused_before_sending(cloud: GPUCloud, filters: dict, words: str) -> None:
+def test_bad_filters_are_refused_before_sending(shared_cloud: GPUCloud, filters: dict, words: str) -> None:
     with pytest.raises(InvalidInputError, match=words):
-        cloud.instances.offers(**filters)
+        shared_cloud.instances.offers(**filters)
 
 
 # instances ----------------------------------------------------------------------------------
@@ -170,6 +171,119 @@ def test_an_odd_id_is_refused_before_anything_is_sent(sandbox, bad: str) -> None
     assert sent == []
 
 
+def _counting_cloud(sandbox) -> tuple[GPUCloud, list[httpx.Request]]:
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    return GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                    transport=Counting()), sent
+
+
+def test_names_work_wherever_ids_do(sandbox, observer: GPUCloud) -> None:
+    cloud, sent = _counting_cloud(sandbox)
+    with cloud:
+        args = launch_args(first_offer(cloud))
+        alpha = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        twins = [cloud.instances.create(**(args | {"name": "twin"})) for _ in range(2)]  # type: ignore[arg-type]
+        # An instance named with another's id: the id wins, it is never taken for a name.
+        decoy = cloud.instances.create(**(args | {"name": alpha.id}))  # type: ignore[arg-type]
+
+        sent.clear()
+        assert cloud.instances.get(alpha.id).id == alpha.id
+        assert [r.url.path for r in sent] == [f"/gpu-cloud/instances/{alpha.id}"]  # no list
+
+        sent.clear()
+        assert cloud.instances.get("alpha").id == alpha.id
+        assert [r.method for r in sent] == ["GET", "GET", "GET"]  # tried as id, one list, get
+        assert cloud.instances.wait_until_active("alpha", timeout=30).status == "active"
+
+        with pytest.raises(InvalidInputError) as info:
+            cloud.instances.delete("twin")
+        assert str(info.value) == (f"2 instances are named 'twin' ({twins[0].id}, {twins[1].id}); "
+                                   "give the id of the one you mean.")
+        with pytest.raises(NotFoundError, match="Instance nobody not found: no instance has that "
+                                                "id or name."):
+            cloud.instances.get("nobody")
+        assert {i.status for i in observer.instances.list()} <= {"pending", "active"}  # none deleted
+
+        cloud.instances.delete("alpha")
+        assert observer.instances.get(alpha.id).status in ("deleting", "deleted")
+        assert observer.instances.get(decoy.id).status in ("pending", "active")
+        # A new "alpha" is the one found by name; the deleted one is not in the way.
+        again = cloud.instances.create(**(args | {"name": "alpha"}))  # type: ignore[arg-type]
+        assert cloud.instances.get("alpha").id == again.id
+
+
+def test_names_work_in_the_async_client(sandbox) -> None:
+    async def main() -> None:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+            offers = await cloud.instances.offers(deployment_type="vm", available=True)
+            args = launch_args(offers[0])
+            made = await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            assert (await cloud.instances.get("beta")).id == made.id
+            assert (await cloud.instances.wait_until_active("beta", timeout=30)).id == made.id
+            await cloud.instances.create(**(args | {"name": "beta"}))  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError, match="2 instances are named 'beta'"):
+                await cloud.instances.delete("beta")
+            await cloud.instances.delete(made.id)
+            assert (await cloud.instances.get(made.id)).status in ("deleting", "deleted")
+            with pytest.raises(NotFoundError, match="no instance has that id or name"):
+                await cloud.instances.delete("gamma")
+
+    asyncio.run(main())
+
+
+def test_a_name_works_where_the_cloud_answers_400_for_a_malformed_id() -> None:
+    # A real server may validate ids (a Mongo ObjectId) and answer 400 to a name in the path,
+    # which the sandbox never does: hence a MockTransport.
+    live = {"_id": "6650f0c2a1b2c3d4e5f60718", "name": "train", "status": "active"}
+    busy = {"_id": "busy", "name": "other", "status": "pending"}
+    seen: list[str] = []
+
+    def cloud_api(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/gpu-cloud/instances":
+            return httpx.Response(200, json=[live, busy])
+        if request.url.path.endswith(live["_id"]):
+            return httpx.Response(200 if request.method == "GET" else 204,
+                                  json=live if request.method == "GET" else None)
+        if request.method == "DELETE" and request.url.path.endswith("/busy"):
+            return httpx.Response(400, json={"statusCode": 400, "message": "Instance is busy"})
+        return httpx.Response(400, json={"statusCode": 400, "message": "id must be a mongodb id"})
+
+    with GPUCloud(api_key="k", base_url="http://127.0.0.1:9",
+                  transport=httpx.MockTransport(cloud_api)) as cloud:
+        assert cloud.instances.get("train").id == live["_id"]
+        assert seen == ["GET /gpu-cloud/instances/train", "GET /gpu-cloud/instances",
+                        f"GET /gpu-cloud/instances/{live['_id']}"]
+        cloud.instances.delete("train")
+        assert seen[-1] == f"DELETE /gpu-cloud/instances/{live['_id']}"
+        with pytest.raises(NotFoundError, match="no instance has that id or name"):
+            cloud.instances.get("nobody")
+        # A 400 for an id that exists is about something else: the server's sentence stays.
+        with pytest.raises(BadRequestError, match="Instance is busy"):
+            cloud.instances.delete("busy")
+
+
+def test_names_work_over_ssh(sandbox, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh: the client's own key is used
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        made = cloud.instances.create(**launch_args(first_offer(cloud), "ssh-box"))  # type: ignore[arg-type]
+        assert cloud.instances.run("ssh-box", "echo hello", wait=30).stdout == "hello\n"
+        local = tmp_path / "notes.txt"
+        local.write_text("by name\n")
+        cloud.instances.upload("ssh-box", local, "notes.txt")
+        cloud.instances.download("ssh-box", "notes.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "by name\n"
+        assert cloud.instances.run(made.id, "cat notes.txt").stdout == "by name\n"
+
+
 # client-side validation: refused before anything is sent ------------------------------------
 
 
@@ -179,7 +293,7 @@ def test_an_odd_id_is_refused_before_anything_is_sent(sandbox, bad: str) -> None
         ({"vm": {"os": "windows-11"}}, "has no OS image 'windows-11'; choose one of"),
         ({"region": "mars-1"}, "is not offered in region 'mars-1'"),
         ({"instance_id": "no-such-offer"}, "There is no offer with instanceId 'no-such-offer'"),
-        ({"cloud_provider": "nobody"}, "is not sold by provider 'nobody'"),
+        ({"cloud_provider": "nobody"}, "Provider 'nobody' sells no offer"),
         ({"vm": None, "docker_container": "nginx"}, "vm offer: vm.os is required"),
         ({"vm": None}, "vm.os is required"),
         ({"name": ""}, "name must not be empty"),
@@ -192,22 +306,22 @@ def test_create_validation(cloud: GPUCloud, change: dict, words: str) -> None:
     assert cloud.instances.list() == []
 
 
-def test_region_where_the_offer_is_not_available(cloud: GPUCloud) -> None:
-    offer = next(o for o in cloud.instances.offers()
+def test_region_where_the_offer_is_not_available(shared_cloud: GPUCloud) -> None:
+    offer = next(o for o in shared_cloud.instances.offers()
                  if any(not a.available for a in o.availability))
     region = next(a.region for a in offer.availability if not a.available)
     args = launch_args(offer) | {"region": region}
     if offer.deployment_type != "container":
         args["vm"] = {"os": offer.configuration.os[0]} if offer.configuration.os else {"os": "x"}
     with pytest.raises(InvalidInputError, match=f"not available in region '{region}'"):
-        cloud.instances.create(**args)  # type: ignore[arg-type]
+        shared_cloud.instances.create(**args)  # type: ignore[arg-type]
 
 
-def test_container_offer_needs_an_image(cloud: GPUCloud) -> None:
-    offer = first_offer(cloud, "container")
+def test_container_offer_needs_an_image(shared_cloud: GPUCloud) -> None:
+    offer = first_offer(shared_cloud, "container")
     args = launch_args(offer) | {"vm": {"os": "ubuntu-22.04"}, "docker_container": None}
     with pytest.raises(InvalidInputError, match="container offer: dockerContainer.image is required"):
-        cloud.instances.create(**args)  # type: ignore[arg-type]
+        shared_cloud.instances.create(**args)  # type: ignore[arg-type]
 
 
 def test_the_official_clis_shape_vm_with_docker_container(cloud: GPUCloud, sandbox) -> None:
@@ -260,12 +374,16 @@ def test_cloud_init_text_and_file(cloud: GPUCloud, tmp_path) -> None:
 
 
 def test_cloud_init_is_base64_encoded_on_the_wire() -> None:
-    from gpucloud_nb.client.create import _vm_body
+    from gpucloud_nb.client.create import create_request
 
-    body = _vm_body({"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"})
+    def vm_body(vm: dict) -> dict:
+        return create_request(name="a", cloud_provider="p", instance_id="x", region="r",
+                              vm=vm).body()["vm"]
+
+    body = vm_body({"os": "ubuntu-22.04", "cloud_init": "#cloud-config\n"})
     assert base64.b64decode(body["base64CloudInitScript"]) == b"#cloud-config\n"
     with pytest.raises(InvalidInputError, match="once"):
-        _vm_body({"os": "u", "cloud_init": "a\n", "base64CloudInitScript": "YQ=="})
+        vm_body({"os": "u", "cloud_init": "a\n", "base64CloudInitScript": "YQ=="})
 
 
 def test_hourly_cost_cap(sandbox) -> None:

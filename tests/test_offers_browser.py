@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 
@@ -17,6 +18,12 @@ from gpucloud_nb.widgets import LaunchForm, OffersBrowser
 from gpucloud_nb.widgets._common import iter_widgets
 
 SECRET = "sk-widget-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def cloud(shared_cloud: GPUCloud) -> GPUCloud:
+    """These tests read the catalogue only: a client of the run's shared sandbox serves them."""
+    return shared_cloud
 
 
 @pytest.fixture
@@ -49,6 +56,15 @@ def test_starts_with_available_offers_and_a_count(browser: OffersBrowser, cloud:
     assert {"gpucloud-offers-browser", "gpucloud-offers-table", "gpucloud-offers-count",
             "gpucloud-offers-select", "gpucloud-offers-refresh", "gpucloud-filter-gpu",
             "gpucloud-filter-available", "gpucloud-filter-max-price"} <= classes(browser)
+
+
+def test_region_and_availability_come_before_the_wide_columns(browser: OffersBrowser) -> None:
+    """A notebook at 1400 px cut the table after pricePerGpuHour: where and whether come first."""
+    headers = re.findall(r"<th[^>]*>([^<]+)</th>", browser.table.value)
+    assert headers.index("region") < headers.index("totalVRamGB")
+    assert headers.index("available") < headers.index("pricePerGpuHour")
+    assert headers.index("hourlyPrice") < headers.index("region")
+    assert headers[-1] == "instanceId"
 
 
 def test_set_filters_narrows_rows_without_refetching(browser: OffersBrowser,

@@ -1,11 +1,14 @@
-"""Every Python and IPython block of the README runs, in order, in one IPython shell.
+"""Every Python and IPython block of the README runs, in order, in one fresh IPython shell.
 
-A newcomer copies these first; each must work as printed, on the sandbox. Shell blocks start
-long-running programs (JupyterLab, the whole test suite) and are left to their own tests.
+A newcomer copies these first; each must work as printed, on the sandbox, in a shell where no
+``GPUCLOUD_*`` variable is set (only the run's private sandbox home stays, so the user's own is
+never touched). Shell blocks start long-running programs (JupyterLab, the whole test suite) and
+are left to their own tests.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -28,13 +31,19 @@ def test_every_block_names_a_known_language() -> None:
     assert sum(kind in RUN for kind, _ in blocks()) >= 3
 
 
-def test_every_python_and_ipython_block_runs(sandbox_factory, monkeypatch: pytest.MonkeyPatch,
+#: Test-run isolation, not settings a reader has: the run's own sandbox home and its mark.
+ISOLATION = ("GPUCLOUD_SANDBOX_HOME", "GPUCLOUD_NB_TEST_RUN")
+
+
+def test_every_python_and_ipython_block_runs(monkeypatch: pytest.MonkeyPatch,
                                              capfd: pytest.CaptureFixture[str]) -> None:
-    model = sandbox_factory()
-    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
-    monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "0.3")
-    monkeypatch.setenv("GPUCLOUD_INFERENCE_URL", model.inference_url)
-    monkeypatch.setenv("GPUCLOUD_INFERENCE_SECRET", model.inference_secret)
+    import gpucloud_nb._connect as connecting
+
+    for name in list(os.environ):
+        if name.startswith("GPUCLOUD_") and name not in ISOLATION:
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(connecting, "_announced", set())  # a fresh kernel, leaving no trace
+    InteractiveShell.clear_instance()
     shell = InteractiveShell.instance()
     try:
         for number, (kind, code) in enumerate(blocks(), start=1):

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpucloud_nb.display import per_hour
 from gpucloud_nb.models import Instance, InstanceDetails, Volume, parse_datetime
 from gpucloud_nb.sandbox import (
     DEFAULT_API_KEY,
@@ -461,7 +462,11 @@ def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:
         ({**instance_body(vm, vm_region), "instanceId": "nope"},
          "There is no offer with instanceId 'nope'."),
         ({**instance_body(vm, vm_region), "cloudProvider": "other"},
-         f"Offer '{vm['instanceId']}' is not sold by provider 'other'."),
+         f"Provider 'other' sells no offer '{vm['instanceId']}'; it is sold by: "
+         f"{vm['cloud']['name']} ({vm['cloud']['_id']}) at {per_hour(vm['hourlyPrice'])}."),
+        ({**instance_body(vm, vm_region), "cloudProvider": vm["cloud"]["name"].upper()},
+         f"cloudProvider is the provider's _id: '{vm['cloud']['_id']}', "
+         f"not its name '{vm['cloud']['name'].upper()}'."),
         ({**instance_body(vm, vm_region), "region": "mars-1"}, None),
         (instance_body(closed, closed["availability"][0]["region"]), None),
         ({**instance_body(vm, vm_region), "vm": {"os": "windows-11"}}, None),
@@ -769,7 +774,7 @@ def test_inference_app_is_mounted_when_present(
 def test_import_is_cheap() -> None:
     import subprocess
 
-    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.cli; "
+    code = ("import sys, gpucloud_nb.sandbox, gpucloud_nb.sandbox.cli; "
             "print(any(m.split('.')[0] in ('starlette', 'uvicorn') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

@@ -398,7 +398,7 @@ def test_upstream_error_bodies_and_url_passwords_are_scrubbed(sandbox_factory, m
 
 def test_upstream_url_password_never_shows_in_errors_or_cli_output(sandbox_factory,
                                                                   plain: httpx.Client, capsys) -> None:
-    from gpucloud_nb import cli
+    from gpucloud_nb.sandbox import cli
 
     proxy = sandbox_factory(upstream=f"http://bob:{URL_PASSWORD}@127.0.0.1:9")
     response = plain.get(proxy.inference_url + "/v1/models",

@@ -58,6 +58,30 @@ def test_the_lab_command_serves_the_notebooks(tmp_path: Path) -> None:
         names = {item["name"] for item in answer.json()["content"]}
         assert "01-quickstart.ipynb" in names and "data" in names
         assert httpx.get(f"http://127.0.0.1:{port}/lab", params={"token": "t0k"}).status_code == 200
+        # The browser opens lesson 01, with no news pop-up over it.
+        home = httpx.get(f"http://127.0.0.1:{port}/", params={"token": "t0k"})
+        assert home.status_code == 302
+        assert home.headers["location"].split("?")[0].endswith("/lab/tree/01-quickstart.ipynb")
+        news = httpx.get(f"http://127.0.0.1:{port}/lab/api/settings/"
+                         "@jupyterlab/apputils-extension:notification", params={"token": "t0k"})
+        assert news.json()["schema"]["properties"]["fetchNews"]["default"] == "false"  # "Never"
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=30)
+
+
+def test_lesson_01_is_saved_as_the_kernel_describes_it() -> None:
+    """JupyterLab writes the kernel's language_info into an open notebook: saved the same, lesson
+    01 opens unmodified (no "unsaved changes" dot before the student has done anything)."""
+    import nbformat
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        reported = client.kernel_info(reply=True, timeout=30)["content"]["language_info"]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    lesson = nbformat.read(REPO / "notebooks" / "01-quickstart.ipynb", as_version=4)
+    assert lesson.metadata["language_info"] == reported
+    assert "07-serve-a-model-on-your-instance.ipynb" in lesson.cells[-1].source  # "Next" lists 07

@@ -24,9 +24,9 @@ import pytest
 from helpers import FakeService, as_other_user, wait_for
 
 from gpucloud_nb import GPUCloud, connect
-from gpucloud_nb.cli import main
 from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.sandbox import SandboxConfig, service
+from gpucloud_nb.sandbox.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 HELPERS = str(Path(__file__).with_name("helpers.py"))

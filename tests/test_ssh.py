@@ -175,6 +175,29 @@ def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
     assert refused.stdout == ""
 
 
+def test_the_client_says_class_mode_refused_in_one_sentence(sandbox_factory: Any,
+                                                             tmp_path: Path) -> None:
+    from gpucloud_nb.client.remote import RemoteCommandError
+
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))
+    identity = keypair(tmp_path, "id")
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                     ssh_identity=identity)
+    details = launch(cloud, vm_offer(cloud), ssh_key=identity.with_suffix(".pub").read_text())
+    local = tmp_path / "notes.txt"
+    local.write_text("hello\n")
+    attempts = [lambda: cloud.instances.run(details.id, "id"),
+                lambda: cloud.instances.upload(details.id, local, "notes.txt"),
+                lambda: cloud.instances.download(details.id, "notes.txt", tmp_path / "back.txt")]
+    for attempt in attempts:
+        with pytest.raises(RemoteCommandError) as refused:
+            attempt()
+        assert str(refused.value) == (
+            f"Instance {details.id} refused the request: {SHARED_SHELL_REFUSAL}")
+    assert not (tmp_path / "back.txt").exists()
+    cloud.close()
+
+
 def test_shared_shell_lets_class_mode_use_ssh(sandbox_factory: Any) -> None:
     sandbox = sandbox_factory(keys=("student-b-key-0123456789",), shared_shell=True)
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)

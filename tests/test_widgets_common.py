@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
 import types
+from pathlib import Path
 
 import ipywidgets as widgets
 import pandas as pd
@@ -62,6 +64,30 @@ def test_status_line_shows_escaped_sentences_and_marks_errors() -> None:
     assert not status.is_error and "gpucloud-error" not in status._dom_classes
     status.clear()
     assert status.value == "" and status.text == ""
+
+
+@pytest.mark.parametrize(("kind", "variable"), [
+    ("info", "--jp-ui-font-color2"), ("success", "--jp-success-color0"),
+    ("warning", "--jp-warn-color0"), ("error", "--jp-error-color1")])
+def test_status_colours_are_theme_variables(kind: str, variable: str) -> None:
+    status = StatusLine()
+    getattr(status, kind)("Something.")
+    assert f"var({variable})" in status.value
+    assert not re.search(r"#[0-9a-fA-F]{3,6}\b|rgb\(", status.value)
+
+
+def test_no_widget_module_has_a_fixed_colour() -> None:
+    """Light and dark themes alike: every colour is a JupyterLab variable (no hex, no rgb())."""
+    folder = Path(widget_package.__file__).parent
+    for module in sorted(folder.glob("*.py")):
+        fixed = re.findall(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b(?![-\w])|rgba?\(",
+                           module.read_text(encoding="utf-8"))
+        assert fixed == [], module.name
+
+
+def test_tables_border_in_a_theme_colour() -> None:
+    html = frame_html(pd.DataFrame({"a": [1]}))
+    assert "var(--jp-border-color2)" in html and "#ccc" not in html
 
 
 def test_guarded_handlers_never_raise() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from gpucloud_nb.display import per_hour
 from gpucloud_nb.models import Instance, InstanceOffer
 
 __all__ = ["RUNNING", "cap_problem", "hourly_price", "running_hourly"]
@@ -40,7 +41,7 @@ def _shown(value: float) -> str:
 
 
 def _why(cap: float) -> str:
-    return f"so the cap of ${cap:,.2f}/h (max_hourly_cost) cannot be checked; nothing was launched"
+    return f"so the cap of {per_hour(cap)} (max_hourly_cost) cannot be checked; nothing was launched"
 
 
 def running_hourly(cap: float, instances: Iterable[Instance]) -> tuple[float, str | None]:
@@ -78,6 +79,7 @@ def cap_problem(cap: float | None, running: Iterable[Instance],
                 f"{_shown(offer.hourly_price)}, {_why(cap)}.")
     total = used + price
     if total > cap + 1e-9:
-        return (f"Launching this ${price:,.2f}/h offer would bring pending and active instances "
-                f"to ${total:,.2f}/h, above the cap of ${cap:,.2f}/h (max_hourly_cost).")
+        return (f"Launching this {per_hour(price)} offer would bring pending and active "
+                f"instances to {per_hour(total)}, above the cap of {per_hour(cap)} "
+                "(max_hourly_cost).")
     return None

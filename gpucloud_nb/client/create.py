@@ -1,13 +1,20 @@
-"""Create requests, built and checked in one place: the bodies the client sends and why not.
+"""Create requests, built and checked in one place: the requests the client sends and why not.
 
-``instances.create`` and ``instances.check_create`` build the CreateInstance body here, and the
-launch form builds it through the same functions, so the JSON a form checks is the JSON the
-client sends. :func:`launch_problems` runs the spec's rules (:mod:`gpucloud_nb.rules`) and the
-``max_hourly_cost`` cap (:mod:`gpucloud_nb.client.costcap`) over records, without the network.
+``instances.create`` and ``instances.check_create`` turn their keywords into one
+:class:`~gpucloud_nb.models.CreateInstance` here (:func:`create_request`); the launch form builds
+the same record directly, and ``instances.create_from`` sends it, so the request a form checks
+is the request the client sends. :func:`launch_problems` runs the spec's rules
+(:mod:`gpucloud_nb.rules`) and the ``max_hourly_cost`` cap (:mod:`gpucloud_nb.client.costcap`)
+over records, without the network.
 
-    >>> body = instance_body(name="demo", cloud_provider="p1", instance_id="h100-1x",
-    ...                      region="us-east-1", vm={"os": "ubuntu-22.04"})
-    >>> launch_problems(body, offers, cap=None, running=[])  # doctest: +SKIP
+A new create-time option goes in three places: a field of
+:class:`~gpucloud_nb.models.CreateInstance` (in ``_client_only`` when the client, not the cloud,
+acts on it), a keyword of :func:`create_request` and of ``instances.create``, and its handling
+in ``InstanceOps.create`` (``client/instances.py``), as ``delete_after`` is.
+
+    >>> request = create_request(name="demo", cloud_provider="p1", instance_id="h100-1x",
+    ...                          region="us-east-1", vm={"os": "ubuntu-22.04"})
+    >>> launch_problems(request, offers, cap=None, running=[])  # doctest: +SKIP
     []
 """
 
@@ -16,15 +23,26 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from gpucloud_nb import rules
 from gpucloud_nb.client import costcap
+from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.idle import idle_seconds
 from gpucloud_nb.errors import InvalidInputError
-from gpucloud_nb.models import Instance, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import (
+    CreateInstance,
+    DockerContainer,
+    Instance,
+    InstanceOffer,
+    VirtualMachine,
+    Volume,
+    VolumeOffer,
+)
 
-__all__ = ["VmSpec", "encode_cloud_init", "instance_body", "launch_problems", "volume_body",
+__all__ = ["VmSpec", "create_request", "encode_cloud_init", "launch_problems", "volume_body",
            "volume_problems"]
 
 #: ``vm=`` of ``instances.create``: the OS image name, or ``{"os": ..., "cloud_init": ...}``.
@@ -53,12 +71,13 @@ def _read_cloud_init(script: str | os.PathLike[str]) -> str:
             f"The cloud-init file {path} could not be read ({exc.strerror}).") from None
 
 
-def _vm_body(vm: VmSpec) -> dict[str, Any]:
+def _vm(vm: VmSpec | VirtualMachine) -> VirtualMachine:
+    if isinstance(vm, VirtualMachine):
+        return vm
     if isinstance(vm, str):
-        return {"os": vm}
+        return VirtualMachine(os=vm)
     if not isinstance(vm, Mapping):
         raise InvalidInputError("vm must be a dict like {'os': 'ubuntu-22.04'}.")
-    body: dict[str, Any] = {"os": vm.get("os")}
     encoded = vm.get("base64CloudInitScript", vm.get("base64_cloud_init_script"))
     script = vm.get("cloud_init", vm.get("cloudInit"))
     if script is not None and encoded is not None:
@@ -66,63 +85,67 @@ def _vm_body(vm: VmSpec) -> dict[str, Any]:
             "Give the cloud-init script once: as cloud_init or as base64CloudInitScript.")
     if script is not None:
         encoded = encode_cloud_init(_read_cloud_init(script))
-    if encoded is not None:
-        body["base64CloudInitScript"] = encoded
-    return body
+    return VirtualMachine(os=vm.get("os"), base64_cloud_init_script=encoded)  # type: ignore[arg-type]
 
 
-def _container_body(container: Mapping[str, Any] | str) -> dict[str, Any]:
+def _container(container: Mapping[str, Any] | str | DockerContainer) -> DockerContainer:
+    if isinstance(container, DockerContainer):
+        return container
     if isinstance(container, str):
-        return {"image": container}
+        return DockerContainer(image=container)
     if not isinstance(container, Mapping):
         raise InvalidInputError(
             "docker_container must be an image name or a dict like {'image': ...}.")
-    return {"image": container.get("image")}
+    return DockerContainer(image=container.get("image"))  # type: ignore[arg-type]
 
 
-def instance_body(
+def create_request(
     *, name: str, cloud_provider: str, instance_id: str, region: str,
-    volume_id: str | None = None, vm: VmSpec | None = None,
-    docker_container: Mapping[str, Any] | str | None = None,
+    volume_id: str | None = None, vm: VmSpec | VirtualMachine | None = None,
+    docker_container: Mapping[str, Any] | str | DockerContainer | None = None,
     ssh_key_id: str | None = None, ssh_key: str | None = None,
-) -> dict[str, Any]:
-    """The CreateInstance JSON for ``instances.create``'s arguments (the cloud-init is encoded).
+    delete_after: float | timedelta | None = None,
+    delete_when_idle: float | timedelta | None = None,
+) -> CreateInstance:
+    """The :class:`~gpucloud_nb.models.CreateInstance` for ``instances.create``'s keywords.
 
-    Raises :class:`~gpucloud_nb.errors.InvalidInputError` for a ``vm`` or ``docker_container``
-    of the wrong shape, or an unreadable cloud-init file.
+    The cloud-init script is read and encoded, ``delete_after`` (seconds) and
+    ``delete_when_idle`` (minutes) become seconds. Raises
+    :class:`~gpucloud_nb.errors.InvalidInputError` for a ``vm`` or ``docker_container`` of the
+    wrong shape, an unreadable cloud-init file, or a time that is not positive; the
+    values themselves are checked by :func:`launch_problems`.
 
-        >>> instance_body(name="a", cloud_provider="p1", instance_id="x", region="r", vm="ubuntu")
+        >>> create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
+        ...                vm="ubuntu").body()
         {'name': 'a', 'cloudProvider': 'p1', 'instanceId': 'x', 'region': 'r', 'vm': {'os': 'ubuntu'}}
     """
-    body: dict[str, Any] = {
-        "name": name, "cloudProvider": cloud_provider, "instanceId": instance_id, "region": region,
-    }
-    optional = {"volumeId": volume_id, "sshKeyId": ssh_key_id, "sshKey": ssh_key}
-    body.update({key: value for key, value in optional.items() if value is not None})
-    if vm is not None:
-        body["vm"] = _vm_body(vm)
-    if docker_container is not None:
-        body["dockerContainer"] = _container_body(docker_container)
-    return body
+    return CreateInstance(
+        name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+        volume_id=volume_id, ssh_key_id=ssh_key_id, ssh_key=ssh_key,
+        vm=None if vm is None else _vm(vm),
+        docker_container=None if docker_container is None else _container(docker_container),
+        delete_after=None if delete_after is None else seconds(delete_after),
+        delete_when_idle=None if delete_when_idle is None else idle_seconds(delete_when_idle),
+    )
 
 
-def launch_problems(body: Mapping[str, Any], offers: Iterable[InstanceOffer], *,
+def launch_problems(request: CreateInstance, offers: Iterable[InstanceOffer], *,
                     cap: float | None, running: Iterable[Instance],
                     volume: Volume | object | None = rules.UNCHECKED) -> list[str]:
-    """Why the cloud would refuse ``body``, or the cap forbids it: ``[]`` when it may be sent.
+    """Why the cloud would refuse ``request``, or the cap forbids it: ``[]`` when it may be sent.
 
     ``running`` is the instances as listed, for the cap; ``volume`` the volume ``volumeId`` names
     (``None``: no such volume), or leave it out to let the server check the volume.
 
-        >>> launch_problems({"name": "a"}, [], cap=None, running=[])
-        ['cloudProvider is required.']
+        >>> launch_problems(create_request(name="a", cloud_provider="p1", instance_id="x",
+        ...                                region="r", vm="ubuntu"), [], cap=None, running=[])
+        ["There is no offer with instanceId 'x'."]
     """
     offers = list(offers)
-    problem = rules.instance_create_problem(body, offers, volume)
+    problem = rules.instance_create_problem(request.body(), offers, volume)
     if problem:
         return [problem]
-    offer = rules.find_offer(offers, str(body["instanceId"]), str(body["cloudProvider"]))
-    assert offer is not None  # the rules found it
+    offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
     problem = costcap.cap_problem(cap, running, offer)
     return [problem] if problem else []
 

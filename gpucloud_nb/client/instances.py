@@ -5,11 +5,22 @@ classes :class:`Instances` and :class:`AsyncInstances` run it with their driver,
 per method, so ``cloud.instances.get(id)`` is an :class:`~gpucloud_nb.models.InstanceDetails` to
 a type checker and ``await acloud.instances.get(id)`` too.
 
+Every method that takes an instance (``get``, ``delete``, ``wait_until_active``, ``run``,
+``upload``, ``download``, ``forward``) takes its ``_id`` or its name. Chosen where the interface
+is silent: the argument is tried as an id first, so an id costs no extra request and is never
+taken for a name; only when the cloud answers 404 (or 400, which a server that checks the
+shape of its ids may send) is it looked up by name, with one list request. A name must be
+unique among the instances not deleted or being deleted (such a one is found by name only when
+no other has it); otherwise the error names the ids that match.
+An argument that cannot be an id (empty, ``..``, or holding ``/``, ``?`` or ``#``) is refused
+before anything is sent.
+
     >>> instance = cloud.instances.create(name="train-1", cloud_provider="p1",  # doctest: +SKIP
     ...                                   instance_id="h100-1x", region="us-east-1",
     ...                                   vm={"os": "ubuntu-22.04"})
     >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
     'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.delete("train-1")  # a unique name works where an id does  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -25,12 +36,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import msgspec
+
 from gpucloud_nb.client import changes
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
 from gpucloud_nb.client.autodelete import seconds
-from gpucloud_nb.client.idle import idle_seconds
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
@@ -40,11 +52,14 @@ from gpucloud_nb.client.remote import (
     refuse_existing,
 )
 from gpucloud_nb.errors import (
+    APIError,
+    BadRequestError,
     InstanceFailedError,
     InvalidInputError,
+    NotFoundError,
     WaitTimeoutError,
 )
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails, InstanceOffer
 
 if TYPE_CHECKING:
     import pandas
@@ -112,36 +127,31 @@ class InstanceOps(Generic[D]):
         except ValueError as error:  # not JSON, or not a JSON array
             raise unreadable(OFFERS_PATH, error) from None
 
-    def problems(self, kwargs: Mapping[str, Any]) -> Op[list[str]]:
-        """Why a create with these arguments would be refused (rules, then the cost cap)."""
-        try:
-            body = creating.instance_body(**kwargs)
-        except InvalidInputError as error:
-            return [error.message]
-        return (yield from self._body_problems(body))
-
-    def _body_problems(self, body: Mapping[str, Any]) -> Op[builtins.list[str]]:
+    def problems(self, request: CreateInstance) -> Op[builtins.list[str]]:
+        """Why this create would be refused (rules, then the cost cap): ``[]`` when it may go."""
         offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
         running: builtins.list[Instance] = []
         if self.core.max_hourly_cost is not None:
             running = yield from self.list(None)
-        return creating.launch_problems(body, offers, cap=self.core.max_hourly_cost,
+        return creating.launch_problems(request, offers, cap=self.core.max_hourly_cost,
                                         running=running)
 
-    def create(self, kwargs: dict[str, Any], delete_after: float | timedelta | None,
-               delete_when_idle: float | timedelta | None = None) -> Op[Instance]:
-        delay = None if delete_after is None else seconds(delete_after)
-        idle = None if delete_when_idle is None else idle_seconds(delete_when_idle)
-        if (kwargs.get("ssh_key") is None and kwargs.get("ssh_key_id") is None
-                and self.core.sandbox is None):
+    def create(self, request: CreateInstance) -> Op[Instance]:
+        """Check, send and remember one create; the client-only options act here."""
+        if not isinstance(request, CreateInstance):
+            raise InvalidInputError(
+                f"create_from takes a CreateInstance, not {type(request).__name__}.")
+        delay = None if request.delete_after is None else seconds(request.delete_after)
+        idle = request.delete_when_idle
+        if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
-            kwargs["ssh_key"] = default_public_key(identity=self.core.ssh_identity)
-        body = creating.instance_body(**kwargs)
-        problems = yield from self._body_problems(body)
+            request = msgspec.structs.replace(
+                request, ssh_key=default_public_key(identity=self.core.ssh_identity))
+        problems = yield from self.problems(request)
         if problems:
             raise InvalidInputError(problems[0])
-        data = yield from self.core.create_once("/gpu-cloud/instances", body, "instance",
-                                                "launched")
+        data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+                                                "instance", "launched")
         instance = Instance.from_json(data)
         self.core.created_instance_ids.append(instance.id)
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
@@ -160,14 +170,52 @@ class InstanceOps(Generic[D]):
             self.core.ledger.observe(instance)
         return instances
 
-    def get(self, id: str) -> Op[InstanceDetails]:
+    def by_id_or_name(self, given: str, op: Callable[[str], Op[T]]) -> Op[T]:
+        """``op(id)`` for the instance whose id or name is ``given`` (see the module docs).
+
+        ``given`` is tried as an id first, so an id is never taken for a name and costs nothing
+        extra; only when the cloud answers 404 (or 400, as a server that checks the shape of ids
+        may) is it looked up by name, with one list request.
+        """
+        try:
+            return (yield from op(path_id(given)))
+        except (NotFoundError, BadRequestError) as missing:
+            if isinstance(missing, BadRequestError) and missing.status_code != 400:
+                raise
+            id = yield from self._named(given, missing)
+        return (yield from op(id))
+
+    def _named(self, given: str, missing: APIError) -> Op[str]:
+        """The id of the one instance named ``given``, preferring those not (being) deleted."""
+        instances = yield from self.list(None)
+        if any(i.id == given for i in instances):
+            raise missing  # the id exists, so the refusal was about something else: as sent
+        named = [i for i in instances if i.name == given]
+        chosen = [i for i in named if i.status not in ("deleting", "deleted")] or named
+        if len(chosen) == 1:
+            return chosen[0].id
+        if chosen:
+            raise InvalidInputError(
+                f"{len(chosen)} instances are named {given!r} ({', '.join(i.id for i in chosen)}); "
+                "give the id of the one you mean.")
+        raise NotFoundError(f"Instance {given} not found: no instance has that id or name.",
+                            status_code=missing.status_code, path=missing.path,
+                            timestamp=missing.timestamp)
+
+    def get(self, given: str) -> Op[InstanceDetails]:
+        return (yield from self.by_id_or_name(given, self._get))
+
+    def _get(self, id: str) -> Op[InstanceDetails]:
         data = yield from self.core.send(
-            Call("GET", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
+            Call("GET", f"/gpu-cloud/instances/{id}", what=f"Instance {id}"))
         details = InstanceDetails.from_json(data)
         self.core.ledger.observe(details)
         return details
 
-    def delete(self, id: str) -> Op[None]:
+    def delete(self, given: str) -> Op[None]:
+        yield from self.by_id_or_name(given, self._delete)
+
+    def _delete(self, id: str) -> Op[None]:
         yield from self.core.send(
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
@@ -180,8 +228,9 @@ class InstanceOps(Generic[D]):
                           poll_interval: float, max_poll_interval: float) -> Op[InstanceDetails]:
         start = time.monotonic()
         interval = poll_interval
+        details = yield from self.get(id)
+        id = details.id
         while True:
-            details = yield from self.get(id)
             elapsed = time.monotonic() - start
             if on_progress is not None:
                 on_progress(details, elapsed)
@@ -198,8 +247,9 @@ class InstanceOps(Generic[D]):
                 )
             yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
             interval = min(interval * 1.5, max_poll_interval)
+            details = yield from self._get(id)
 
-    def spend(self) -> Op[pandas.DataFrame]:
+    def spend(self, include_deleted: bool) -> Op[pandas.DataFrame]:
         data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))
         moment = now()
         deadlines = self.core.auto_delete.deadlines()
@@ -215,16 +265,7 @@ class InstanceOps(Generic[D]):
             })
         from gpucloud_nb import frames
 
-        return frames.spend_frame(rows)
-
-
-def _create_kwargs(name: str, cloud_provider: str, instance_id: str, region: str,
-                   volume_id: str | None, vm: creating.VmSpec | None,
-                   docker_container: Mapping[str, Any] | str | None, ssh_key_id: str | None,
-                   ssh_key: str | None) -> dict[str, Any]:
-    return {"name": name, "cloud_provider": cloud_provider, "instance_id": instance_id,
-            "region": region, "volume_id": volume_id, "vm": vm,
-            "docker_container": docker_container, "ssh_key_id": ssh_key_id, "ssh_key": ssh_key}
+        return frames.spend_frame(rows, include_deleted=include_deleted)
 
 
 class Instances:
@@ -282,9 +323,14 @@ class Instances:
             ...                              instance_id="h100-1x", region="mars-1", vm="ubuntu-22.04")
             ["Offer 'h100-1x' is not offered in region 'mars-1'; it is available in: us-east-1."]
         """
-        return self._run(self._ops.problems(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key)))
+        try:
+            request = creating.create_request(
+                name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+                volume_id=volume_id, vm=vm, docker_container=docker_container,
+                ssh_key_id=ssh_key_id, ssh_key=ssh_key)
+        except InvalidInputError as error:
+            return [error.message]
+        return self._run(self._ops.problems(request))
 
     def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
@@ -314,9 +360,22 @@ class Instances:
             ...     name="demo", cloud_provider="p1", instance_id="h100-1x",
             ...     region="us-east-1", vm={"os": "ubuntu-22.04"})
         """
-        return self._run(self._ops.create(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after, delete_when_idle))
+        return self.create_from(creating.create_request(
+            name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+            volume_id=volume_id, vm=vm, docker_container=docker_container,
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after,
+            delete_when_idle=delete_when_idle))
+
+    def create_from(self, request: CreateInstance) -> Instance:
+        """Launch the instance a :class:`~gpucloud_nb.models.CreateInstance` describes, as
+        :meth:`create` does (the launch form builds one; so does :meth:`create`).
+
+            >>> request = CreateInstance(name="demo", cloud_provider="p1",  # doctest: +SKIP
+            ...     instance_id="h100-1x", region="us-east-1",
+            ...     vm=VirtualMachine(os="ubuntu-22.04"), delete_after=3600)
+            >>> cloud.instances.create_from(request)  # doctest: +SKIP
+        """
+        return self._run(self._ops.create(request))
 
     def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """List the instances, optionally of one deployment type.
@@ -326,7 +385,7 @@ class Instances:
         return self._run(self._ops.list(deployment_type))
 
     def get(self, id: str) -> InstanceDetails:
-        """Read one instance in full.
+        """Read one instance in full, by its id or its name.
 
             >>> cloud.instances.get(instance.id).status  # doctest: +SKIP
             'active'
@@ -334,7 +393,7 @@ class Instances:
         return self._run(self._ops.get(id))
 
     def delete(self, id: str) -> None:
-        """Delete an instance; its data is lost unless it sits on a volume.
+        """Delete an instance (by id or name); its data is lost unless it sits on a volume.
 
         Its auto-delete timer, if any, is cancelled.
 
@@ -358,16 +417,17 @@ class Instances:
         return self._run(self._ops.wait_until_active(id, timeout, on_progress, poll_interval,
                                                      max_poll_interval))
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far: one row per instance (hourly price × hours billed) and the total.
 
         Billing runs while an instance is active or deleting (see ``client.billing``); the total
-        is in ``frame.attrs["total"]``.
+        is in ``frame.attrs["total"]``. Deleted instances keep their rows; the table's display
+        hides them unless ``include_deleted`` (see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.instances.spend().attrs["total"]  # doctest: +SKIP
             1.84
         """
-        return self._run(self._ops.spend())
+        return self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core
@@ -487,9 +547,14 @@ class AsyncInstances:
         ssh_key_id: str | None = None, ssh_key: str | None = None,
     ) -> list[str]:
         """The coroutine twin of :meth:`Instances.check_create`."""
-        return await self._run(self._ops.problems(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key)))
+        try:
+            request = creating.create_request(
+                name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+                volume_id=volume_id, vm=vm, docker_container=docker_container,
+                ssh_key_id=ssh_key_id, ssh_key=ssh_key)
+        except InvalidInputError as error:
+            return [error.message]
+        return await self._run(self._ops.problems(request))
 
     async def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
@@ -500,9 +565,15 @@ class AsyncInstances:
         delete_when_idle: float | timedelta | None = None,
     ) -> Instance:
         """The coroutine twin of :meth:`Instances.create`."""
-        return await self._run(self._ops.create(_create_kwargs(
-            name, cloud_provider, instance_id, region, volume_id, vm, docker_container,
-            ssh_key_id, ssh_key), delete_after, delete_when_idle))
+        return await self.create_from(creating.create_request(
+            name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
+            volume_id=volume_id, vm=vm, docker_container=docker_container,
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after,
+            delete_when_idle=delete_when_idle))
+
+    async def create_from(self, request: CreateInstance) -> Instance:
+        """The coroutine twin of :meth:`Instances.create_from`."""
+        return await self._run(self._ops.create(request))
 
     async def list(self, deployment_type: str | None = None) -> builtins.list[Instance]:
         """The coroutine twin of :meth:`Instances.list`."""
@@ -524,9 +595,9 @@ class AsyncInstances:
         return await self._run(self._ops.wait_until_active(id, timeout, on_progress,
                                                            poll_interval, max_poll_interval))
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """The coroutine twin of :meth:`Instances.spend`."""
-        return await self._run(self._ops.spend())
+        return await self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
         core = self._core

@@ -247,12 +247,15 @@ class GPUCloud(_CloudBase):
         self._core.delete_now = self.instances.delete
         self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
 
-    def spend(self) -> pandas.DataFrame:
+    def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
+
+        Every instance has a row, deleted ones too; displayed, the table hides deleted ones
+        unless ``include_deleted`` (the total row counts them; see :mod:`gpucloud_nb.tables`).
 
             >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]  # doctest: +SKIP
         """
-        return self.instances.spend()
+        return self.instances.spend(include_deleted)
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core
@@ -321,9 +324,9 @@ class AsyncGPUCloud(_CloudBase):
                               self._core.offers_ttl)
         return self._twin
 
-    async def spend(self) -> pandas.DataFrame:
+    async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
-        return await self.instances.spend()
+        return await self.instances.spend(include_deleted)
 
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""

@@ -427,7 +427,8 @@ class Remote:
         raises :class:`RemoteTimeoutError`.
         """
         connection = await self.connection(details)
-        process = await connection.create_process(command, encoding=None)
+        with _channel(details):
+            process = await connection.create_process(command, encoding=None)
         tails = (_Tail(TAIL_BYTES), _Tail(TAIL_BYTES))
 
         async def pump(stream: Any, tail: _Tail) -> None:
@@ -476,6 +477,7 @@ class Remote:
         future = self.submit(self.execute(
             details, command, timeout=timeout,
             emit=batches.put if on_output is not None else None, backlog=batches.qsize))
+        future.add_done_callback(lambda _: batches.put([]))  # wakes the wait below at once
         try:
             # Done-ness is asked, never inferred from an exception: on 3.11+
             # concurrent.futures.TimeoutError *is* TimeoutError, which the command may raise.
@@ -512,8 +514,9 @@ class Remote:
         if not Path(local).is_file():
             raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
         connection = await self.connection(details)
-        async with connection.start_sftp_client() as sftp:
-            await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
+        with _channel(details):
+            async with connection.start_sftp_client() as sftp:
+                await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
 
     async def download_async(self, details: InstanceDetails, remote: str,
                              local: str | os.PathLike[str],
@@ -532,13 +535,14 @@ class Remote:
         connection = await self.connection(details)
         partial = destination.with_name(f".{destination.name}.gpucloud-partial")
         try:
-            async with connection.start_sftp_client() as sftp:
-                try:
-                    await sftp.get(remote, os.fspath(partial),
-                                   progress_handler=_progress(progress))
-                except asyncssh.SFTPNoSuchFile:
-                    raise InvalidInputError(
-                        f"{remote!r} does not exist on instance {details.id}.") from None
+            with _channel(details):
+                async with connection.start_sftp_client() as sftp:
+                    try:
+                        await sftp.get(remote, os.fspath(partial),
+                                       progress_handler=_progress(progress))
+                    except asyncssh.SFTPNoSuchFile:
+                        raise InvalidInputError(
+                            f"{remote!r} does not exist on instance {details.id}.") from None
             if overwrite:
                 partial.replace(destination)
             else:
@@ -567,6 +571,18 @@ class Remote:
 
             with contextlib.suppress(Exception):
                 self.call(stop())
+
+
+@contextlib.contextmanager
+def _channel(details: InstanceDetails) -> Iterator[None]:
+    """An instance's refusal to open a channel (a command, SFTP) as one sentence of its own."""
+    import asyncssh
+
+    try:
+        yield
+    except asyncssh.ChannelOpenError as refused:
+        raise RemoteCommandError(
+            f"Instance {details.id} refused the request: {refused.reason}") from None
 
 
 def refuse_existing(local: Path, overwrite: bool) -> None:

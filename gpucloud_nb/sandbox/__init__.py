@@ -11,11 +11,7 @@ sandbox run without any key; they grant nothing anywhere else. Importing this pa
 the web stack loads when a sandbox starts.
 """
 
-from gpucloud_nb.sandbox.server import (
-    DEFAULT_API_KEY,
-    DEFAULT_INFERENCE_SECRET,
-    Sandbox,
-    SandboxConfig,
-)
+from gpucloud_nb.sandbox.config import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
+from gpucloud_nb.sandbox.server import Sandbox
 
 __all__ = ["DEFAULT_API_KEY", "DEFAULT_INFERENCE_SECRET", "Sandbox", "SandboxConfig"]

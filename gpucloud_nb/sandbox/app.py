@@ -40,16 +40,13 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import json
-import math
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
@@ -57,60 +54,32 @@ from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
-from gpucloud_nb.sandbox.guards import json_object
-from gpucloud_nb.sandbox.lifecycle import (
-    FAIL_SUFFIX,
-    details_json,
-    instance_json,
-    iso,
-    volume_json,
+from gpucloud_nb.sandbox.http import (
+    MAX_BODY_BYTES,
+    Handler,
+    Problem,
+    dumps,
+    json_response,
+    now_ms,
+    read_json_object,
+    spec_error,
 )
+from gpucloud_nb.sandbox.lifecycle import FAIL_SUFFIX, details_json, instance_json, volume_json
+from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
 
 if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.server import SandboxConfig
+    from gpucloud_nb.sandbox.config import SandboxConfig
 
 __all__ = ["MAX_BODY_BYTES", "MAX_NAME_LENGTH", "MAX_VOLUME_GB", "create_app", "user_id"]
 
-MAX_BODY_BYTES = 1_000_000
 MAX_NAME_LENGTH = 255
 MAX_VOLUME_GB = 100_000
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class _Problem(Exception):
-    """An error answer: status and one sentence."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 def user_id(api_key: str) -> str:
     """The owner id of everything created with ``api_key`` (24 hex digits; reveals nothing)."""
     return hashlib.sha256(f"gpucloud-nb sandbox user {api_key}".encode()).hexdigest()[:24]
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(_dumps(data), status_code=status, media_type="application/json")
-
-
-def _error(status: int, message: str, path: str,
-           headers: Mapping[str, str] | None = None) -> Response:
-    body = {"statusCode": status, "timestamp": iso(_now_ms()), "path": path, "message": message}
-    return Response(_dumps(body), status_code=status, media_type="application/json",
-                    headers=headers)
 
 
 def _shown(value: str) -> str:
@@ -118,60 +87,7 @@ def _shown(value: str) -> str:
     return f"'{value}'" if len(value) <= 40 else f"'{value[:37]}…'"
 
 
-# -- request bodies ---------------------------------------------------------------------------
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("number out of range")
-    return value
-
-
-def _no_constant(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
-
-
-def _valid_text(value: Any) -> bool:
-    """True when every string (and key) in a parsed JSON value is encodable as UTF-8."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400/413 problem. The content type is not checked."""
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _Problem(413, "The request body is larger than 1 MB.")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise _Problem(400, "The request body was not received completely.") from None
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise _Problem(400, "The request body must be a JSON object.")
-    try:
-        body = json_object(raw, parse_float=_finite_float, parse_constant=_no_constant)
-    except ValueError as problem:
-        raise _Problem(400, str(problem)) from None
-    if not _valid_text(body):
-        raise _Problem(400, "The request body contains text that is not valid Unicode.")
-    return body
+# -- request queries and bodies ---------------------------------------------------------------
 
 
 def _param(request: Request, name: str) -> str | None:
@@ -186,8 +102,8 @@ def _deployment_type(request: Request) -> str | None:
     if value is None:
         return None
     if value.lower() not in DEPLOYMENT_TYPES:
-        raise _Problem(400, f"deploymentType must be one of vm, container, baremetal; "
-                            f"{_shown(value)} was given.")
+        raise Problem(400, f"deploymentType must be one of vm, container, baremetal; "
+                           f"{_shown(value)} was given.")
     return value.lower()
 
 
@@ -200,17 +116,17 @@ def _offer_filters(request: Request) -> dict[str, Any]:
     num_gpus = _param(request, "numGpus")
     if num_gpus is not None:
         if not re.fullmatch(r"[0-9]+", num_gpus):
-            raise _Problem(400, f"numGpus must be a whole number; {_shown(num_gpus)} was given.")
+            raise Problem(400, f"numGpus must be a whole number; {_shown(num_gpus)} was given.")
         filters["num_gpus"] = int(num_gpus) if len(num_gpus) <= 18 else -1  # -1 matches nothing
     available = _param(request, "available")
     if available is not None:
         if available.lower() not in ("true", "false"):
-            raise _Problem(400, f"available must be true or false; {_shown(available)} was given.")
+            raise Problem(400, f"available must be true or false; {_shown(available)} was given.")
         filters["available"] = available.lower() == "true"
     sort = _param(request, "sort")
     if sort is not None:
         if sort.lower() != "price":
-            raise _Problem(400, f"sort must be price; {_shown(sort)} was given.")
+            raise Problem(400, f"sort must be price; {_shown(sort)} was given.")
         filters["sort"] = "price"
     return filters
 
@@ -253,14 +169,14 @@ class _Catalogue:
     def __init__(self, offers: Sequence[Mapping[str, Any]],
                  volume_offers: Sequence[Mapping[str, Any]]) -> None:
         self.offers = [dict(offer) for offer in offers]
-        self.encoded = [_dumps(offer) for offer in self.offers]
+        self.encoded = [dumps(offer) for offer in self.offers]
         # Keyed by (provider _id, instanceId): two providers may sell the same instanceId.
         self.by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
         for offer in self.offers:
             provider = (offer.get("cloud") or {}).get("_id")
             self.by_key.setdefault((str(provider), str(offer.get("instanceId"))), offer)
         self.volume_offers = [dict(offer) for offer in volume_offers]
-        self.volume_offers_body = _dumps(self.volume_offers)
+        self.volume_offers_body = dumps(self.volume_offers)
         self.volume_offer_records = [VolumeOffer.from_json(offer) for offer in self.volume_offers]
 
     def listing(self, positions: Sequence[int]) -> bytes:
@@ -293,20 +209,20 @@ class _Management:
             try:
                 self._authenticate(request)
                 return await handler(request)
-            except _Problem as problem:
-                return _error(problem.status, problem.message, request.url.path)
+            except Problem as problem:
+                return problem.spec_response(request.url.path)
 
         return Route(path, endpoint, methods=list(handlers))
 
     def _authenticate(self, request: Request) -> None:
         given = request.headers.get("x-api-key")
         if given is None:
-            raise _Problem(403, "The x-api-key header is missing; send your API key in it.")
+            raise Problem(403, "The x-api-key header is missing; send your API key in it.")
         # Header values arrive decoded as Latin-1: encoding back gives the bytes that were sent.
         sent = given.encode("latin-1")
         users = [user for key, user in self.keys if hmac.compare_digest(sent, key)]
         if not users:
-            raise _Problem(403, "The API key is invalid.")
+            raise Problem(403, "The API key is invalid.")
         request.state.user = users[0]
 
     # instances
@@ -316,7 +232,7 @@ class _Management:
         return Response(self.catalogue.listing(positions), media_type="application/json")
 
     async def create_instance(self, request: Request) -> Response:
-        body = await _json_object(request)
+        body = await read_json_object(request)
         instance_id = body.get("instanceId")
         provider = body.get("cloudProvider")
         offer = self.catalogue.by_key.get((provider, instance_id)) \
@@ -332,7 +248,7 @@ class _Management:
         problem = instance_create_problem(body, checked, volume) \
             or _extra_instance_problem(body)
         if problem:
-            raise _Problem(400, problem)
+            raise Problem(400, problem)
         assert offer is not None
         region = body["region"]
         here = next(a for a in offer["availability"] if a.get("region") == region)
@@ -363,7 +279,7 @@ class _Management:
             "sshPublicKey": body.get("sshKey") or "",
             "sshPort": free_port(),
         }
-        now = _now_ms()
+        now = now_ms()
         try:
             record = self.store.insert_instance(
                 user=request.state.user, deployment_type=offer["deploymentType"],
@@ -372,28 +288,28 @@ class _Management:
                 fails=body["name"].endswith(FAIL_SUFFIX), doc=doc,
             )
         except VolumeMissingError:
-            raise _Problem(400, f"Volume {volume_id} not found.") from None
-        return _json(instance_json(record, now), status=201)
+            raise Problem(400, f"Volume {volume_id} not found.") from None
+        return json_response(instance_json(record, now), status=201)
 
     async def list_instances(self, request: Request) -> Response:
         records = self.store.instances(request.state.user, _deployment_type(request))
-        now = _now_ms()
-        return _json([instance_json(record, now) for record in records])
+        now = now_ms()
+        return json_response([instance_json(record, now) for record in records])
 
     async def get_instance(self, request: Request) -> Response:
         id_ = request.path_params["id"]
         record = self.store.instance(request.state.user, id_)
         if record is None:
-            raise _Problem(404, f"Instance {id_} not found.")
-        return _json(details_json(record, _now_ms()))
+            raise Problem(404, f"Instance {id_} not found.")
+        return json_response(details_json(record, now_ms()))
 
     async def delete_instance(self, request: Request) -> Response:
         id_ = request.path_params["id"]
-        now = _now_ms()
+        now = now_ms()
         record = self.store.delete_instance(request.state.user, id_, delete_ms=now,
                                             gone_ms=now + self.delete_ms)
         if record is None:
-            raise _Problem(404, f"Instance {id_} not found.")
+            raise Problem(404, f"Instance {id_} not found.")
         return Response(status_code=204)
 
     # volumes
@@ -402,12 +318,12 @@ class _Management:
         return Response(self.catalogue.volume_offers_body, media_type="application/json")
 
     async def create_volume(self, request: Request) -> Response:
-        body = await _json_object(request)
+        body = await read_json_object(request)
         offers = self.catalogue.volume_offers
         problem = volume_create_problem(body, self.catalogue.volume_offer_records) \
             or _extra_volume_problem(body)
         if problem:
-            raise _Problem(400, problem)
+            raise Problem(400, problem)
         offer = next(o for o in offers if o["cloudProvider"]["_id"] == body["cloudProvider"])
         doc = {
             "name": body["name"],
@@ -416,28 +332,28 @@ class _Management:
             "cloudProvider": {"_id": offer["cloudProvider"]["_id"],
                               "displayName": offer["cloudProvider"]["displayName"]},
         }
-        record = self.store.insert_volume(user=request.state.user, created_ms=_now_ms(), doc=doc)
-        return _json(volume_json(record), status=201)
+        record = self.store.insert_volume(user=request.state.user, created_ms=now_ms(), doc=doc)
+        return json_response(volume_json(record), status=201)
 
     async def list_volumes(self, request: Request) -> Response:
-        return _json([volume_json(record) for record in self.store.volumes(request.state.user)])
+        return json_response([volume_json(record) for record in self.store.volumes(request.state.user)])
 
     async def get_volume(self, request: Request) -> Response:
         id_ = request.path_params["id"]
         record = self.store.volume(request.state.user, id_)
         if record is None:
-            raise _Problem(404, f"Volume {id_} not found.")
-        return _json(volume_json(record))
+            raise Problem(404, f"Volume {id_} not found.")
+        return json_response(volume_json(record))
 
     async def delete_volume(self, request: Request) -> Response:
         id_ = request.path_params["id"]
         try:
             found = self.store.delete_volume(request.state.user, id_)
         except VolumeInUseError as error:
-            raise _Problem(400, f"Volume {id_} is attached to instance {error.instance_id}; "
-                                "delete the instance first.") from None
+            raise Problem(400, f"Volume {id_} is attached to instance {error.instance_id}; "
+                               "delete the instance first.") from None
         if not found:
-            raise _Problem(404, f"Volume {id_} not found.")
+            raise Problem(404, f"Volume {id_} not found.")
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:
@@ -468,12 +384,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"Method {request.method} is not allowed on {path}; use {', '.join(allowed)}."
     else:
         message = str(exc.detail)
-    return _error(exc.status_code, message, path, headers=exc.headers)
+    return spec_error(exc.status_code, message, path, headers=exc.headers)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     # A bug, never an answer to a bad request: still the spec's body, and uvicorn logs the trace.
-    return _error(500, "The sandbox failed to handle this request.", request.url.path)
+    return spec_error(500, "The sandbox failed to handle this request.", request.url.path)
 
 
 def create_app(config: SandboxConfig) -> Starlette:
@@ -490,9 +406,10 @@ def create_app(config: SandboxConfig) -> Starlette:
     store = Store(config.state)
     management = _Management(config, store, offers)
     from gpucloud_nb.sandbox.idle import idle_routes, idle_watching
-    from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 
-    routes = management.routes() + service_routes(management) + idle_routes(management)
+    routes = management.routes() + service_routes(
+        management.route, store, home=config.home, inference_secrets=management.inference_secrets)
+    routes += idle_routes(management.route, store)
     from gpucloud_nb.sandbox.inference import create_inference_app
 
     routes.append(Mount("/inference", app=create_inference_app(config)))
@@ -530,17 +447,13 @@ def _guarded(app: Any, config: SandboxConfig) -> Any:
     """``app`` behind the Host check and the body limits of :mod:`gpucloud_nb.sandbox.guards`."""
     from gpucloud_nb.media import MAX_AUDIO_BYTES
     from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
-    from gpucloud_nb.sandbox.inference.app import (
-        MAX_CHAT_BODY_BYTES,
-        MULTIPART_SLACK,
-        Problem,
-    )
+    from gpucloud_nb.sandbox.inference.app import MAX_CHAT_BODY_BYTES, MULTIPART_SLACK
 
     def error(status: int, message: str, path: str) -> Response:
         if path.startswith("/inference/"):
             code = {413: "request_too_large", 421: "misdirected_request"}.get(status)
-            return Problem(status, message, code=code).response()
-        return _error(status, message, path)
+            return Problem(status, message, code=code).openai_response()
+        return spec_error(status, message, path)
 
     audio_limit = MAX_AUDIO_BYTES + MULTIPART_SLACK
     limits = [

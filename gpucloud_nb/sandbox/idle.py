@@ -42,7 +42,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -50,12 +50,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from gpucloud_nb.sandbox.gpu_use import TreeMeter, Use, sessions_of_processes
+from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 from gpucloud_nb.sandbox.lifecycle import iso, status_of
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from gpucloud_nb.sandbox.app import _Management
+    from gpucloud_nb.sandbox.store import Store
 
 __all__ = ["POLL", "THRESHOLD", "WARN", "IdleWatcher", "idle_routes", "idle_watching",
            "warn_seconds"]
@@ -122,13 +123,13 @@ class IdleWatcher:
                 running[id_].write_use(use.util, use.memory_mib)
         self.uses = uses
         now = time.time()
-        now_ms = round(now * 1000)
+        moment = round(now * 1000)
         limits = self.store.idle_deletes()
         for id_, (user, limit_ms) in limits.items():
             record = self.store.instance(user, id_)
             server = running.get(id_)
             measured = uses.get(id_)
-            busy = (record is None or status_of(record, now_ms).name != "active"
+            busy = (record is None or status_of(record, moment).name != "active"
                     or (server is not None and (server.sessions > 0
                                                 or server.session_at >= self._last))
                     or (measured is not None and measured.util >= THRESHOLD))
@@ -136,8 +137,8 @@ class IdleWatcher:
             if busy:
                 self.since[id_] = now
             elif now - since >= limit_ms / 1000:
-                gone = now_ms + round(self.delete_seconds * 1000)
-                if self.store.delete_instance(user, id_, delete_ms=now_ms, gone_ms=gone):
+                gone = moment + round(self.delete_seconds * 1000)
+                if self.store.delete_instance(user, id_, delete_ms=moment, gone_ms=gone):
                     log.info("Idle-deleted instance %s: idle for %.0f s (no session, GPU under "
                              "%g %%).", id_, now - since, THRESHOLD)
         self._last = now
@@ -170,65 +171,62 @@ async def idle_watching(app: Starlette) -> AsyncIterator[None]:
             await task
 
 
-def idle_routes(management: _Management) -> list[BaseRoute]:
-    """The sandbox-only idle routes, checked by ``management``'s key check like every other."""
-    from gpucloud_nb.sandbox.app import _json, _json_object, _Problem
-
-    store = management.store
+def idle_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute],
+                store: Store) -> list[BaseRoute]:
+    """The sandbox-only idle routes over ``store``; ``route(path, handlers)`` checks the key."""
 
     def watcher(request: Request) -> IdleWatcher:
         found = getattr(request.app.state, "idle_watcher", None)
         if found is None:
-            raise _Problem(503, "The sandbox's idle watcher is not running.")
+            raise Problem(503, "The sandbox's idle watcher is not running.")
         return found
 
     def limit_of(request: Request) -> int:
         id_ = request.path_params["id"]
         limit = store.idle_deletes(request.state.user).get(id_)
         if limit is None:
-            raise _Problem(404, f"Instance {id_} has no idle delete.")
+            raise Problem(404, f"Instance {id_} has no idle delete.")
         return int(limit[1])
 
     async def set_limit(request: Request) -> Response:
         id_, user = request.path_params["id"], request.state.user
-        seconds = (await _json_object(request)).get("seconds")
+        seconds = (await read_json_object(request)).get("seconds")
         if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
                 or not math.isfinite(seconds) or seconds <= 0):
-            raise _Problem(400, "seconds must be a positive number.")
+            raise Problem(400, "seconds must be a positive number.")
         limit_ms = max(round(seconds * 1000), 1)
         if not store.set_idle_delete(user, id_, limit_ms):
             record = store.instance(user, id_)
             if record is None:
-                raise _Problem(404, f"Instance {id_} not found.")
-            now_ms = time.time_ns() // 1_000_000
-            raise _Problem(400, f"Instance {id_} is already {status_of(record, now_ms).name}.")
+                raise Problem(404, f"Instance {id_} not found.")
+            raise Problem(400, f"Instance {id_} is already {status_of(record, now_ms()).name}.")
         watched = watcher(request)
         watched.keep(id_)
-        return _json(watched.state(id_, limit_ms))
+        return json_response(watched.state(id_, limit_ms))
 
     async def get_limit(request: Request) -> Response:
-        return _json(watcher(request).state(request.path_params["id"], limit_of(request)))
+        return json_response(watcher(request).state(request.path_params["id"], limit_of(request)))
 
     async def cancel_limit(request: Request) -> Response:
         if not store.cancel_idle_delete(request.state.user, request.path_params["id"]):
-            raise _Problem(404, f"Instance {request.path_params['id']} has no idle delete.")
+            raise Problem(404, f"Instance {request.path_params['id']} has no idle delete.")
         return Response(status_code=204)
 
     async def keep(request: Request) -> Response:
         limit_ms = limit_of(request)
         watched = watcher(request)
         watched.keep(request.path_params["id"])
-        return _json(watched.state(request.path_params["id"], limit_ms))
+        return json_response(watched.state(request.path_params["id"], limit_ms))
 
     async def listing(request: Request) -> Response:
         watched = watcher(request)
         states = [watched.state(id_, limit)
                   for id_, (_, limit) in store.idle_deletes(request.state.user).items()]
-        return _json(sorted(states, key=lambda state: state["deleteAt"]))
+        return json_response(sorted(states, key=lambda state: state["deleteAt"]))
 
     return [
-        management.route("/sandbox/idle", {"GET": listing}),
-        management.route("/sandbox/instances/{id}/idle-delete",
-                         {"GET": get_limit, "PUT": set_limit, "DELETE": cancel_limit}),
-        management.route("/sandbox/instances/{id}/keep", {"POST": keep}),
+        route("/sandbox/idle", {"GET": listing}),
+        route("/sandbox/instances/{id}/idle-delete",
+              {"GET": get_limit, "PUT": set_limit, "DELETE": cancel_limit}),
+        route("/sandbox/instances/{id}/keep", {"POST": keep}),
     ]

@@ -8,158 +8,36 @@
 
 ``Sandbox`` serves on a free loopback port by default (``port=0``). ``management_url`` is the
 spec's ``{base_url}`` (clients append ``/gpu-cloud/...``); ``inference_url`` is the base of the
-inference endpoint, before ``/v1``. The default key and secret are public, documented values for
-keyless use, not secrets. Importing this module is cheap: Starlette and uvicorn load on start.
+inference endpoint, before ``/v1``. What a sandbox is told is a
+:class:`~gpucloud_nb.sandbox.config.SandboxConfig`. Importing this module is cheap: Starlette and
+uvicorn load on start.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from gpucloud_nb._secrets import mask, mask_url
+from gpucloud_nb._secrets import mask
+from gpucloud_nb.errors import ConnectionFailedError
+from gpucloud_nb.sandbox import service
+from gpucloud_nb.sandbox.config import SandboxConfig
 
 if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
 
-    from gpucloud_nb.sandbox.faults import Faults
+__all__ = ["Sandbox", "SandboxConfig", "serve", "serve_home", "url_host"]
 
-__all__ = [
-    "DEFAULT_API_KEY",
-    "DEFAULT_INFERENCE_SECRET",
-    "Sandbox",
-    "SandboxConfig",
-    "is_loopback",
-    "serve",
-    "url_host",
-]
-
-DEFAULT_API_KEY = "sandbox-key"
-DEFAULT_INFERENCE_SECRET = "sandbox-secret"
 _START_TIMEOUT = 15.0
-
-
-@dataclass(frozen=True)
-class SandboxConfig:
-    """Everything a sandbox needs to know; ``repr`` masks the key and the secret.
-
-    ``state`` is a SQLite file that keeps every resource across restarts (``None``: memory).
-    ``launch_seconds`` is how long an instance stays pending, ``delete_seconds`` how long it stays
-    deleting; ``latency`` seconds are added to every management request. ``offers`` and
-    ``volume_offers`` replace the default catalogue (see
-    :func:`gpucloud_nb.sandbox.catalogue.synthetic_offers`). The ``inference_*``,
-    ``stream_tokens_per_second`` and ``upstream`` fields configure the inference endpoint.
-    ``faults`` injects errors, 429s, slowness, dropped creates and unknown fields into the
-    management API (see :mod:`gpucloud_nb.sandbox.faults`). ``home`` is the directory for the
-    files the sandbox keeps besides its state (instance and volume directories, SSH keys, logs;
-    see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept. ``allow_url_fetch`` lets
-    the inference endpoint download ``http(s)`` image URLs (public addresses only); off, they are
-    refused with a sentence saying to send a ``data:`` URL. ``keys`` are more management keys,
-    each its own account (``--keys FILE``) with its own inference secret
-    (:meth:`inference_secret_for`) and rate-limit bucket. With ``keys``, instances refuse SSH
-    unless ``shared_shell`` (``--shared-shell``) accepts that every account's shells run as this
-    one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). A ``host`` beyond loopback is refused with
-    the public default key or secret.
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    api_key: str = DEFAULT_API_KEY
-    inference_secret: str = DEFAULT_INFERENCE_SECRET
-    state: str | os.PathLike[str] | None = None
-    launch_seconds: float = 3.0
-    delete_seconds: float = 1.0
-    latency: float = 0.0
-    inference_rate_limit: float | None = None
-    stream_tokens_per_second: float = 50.0
-    upstream: str | None = None
-    offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
-    volume_offers: Sequence[Mapping[str, Any]] | None = field(default=None, compare=False)
-    faults: Faults | None = None
-    home: str | os.PathLike[str] | None = None
-    allow_url_fetch: bool = False
-    keys: tuple[str, ...] = ()
-    shared_shell: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.api_key, str) or not self.api_key:
-            raise ValueError("api_key must be a non-empty string.")
-        if not isinstance(self.inference_secret, str) or not self.inference_secret:
-            raise ValueError("inference_secret must be a non-empty string.")
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be between 0 and 65535.")
-        for name in ("launch_seconds", "delete_seconds", "latency"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be a number of seconds, zero or more.")
-        if self.inference_rate_limit is not None and not self.inference_rate_limit > 0:
-            raise ValueError("inference_rate_limit must be a positive number of requests/second.")
-        if not self.stream_tokens_per_second > 0:
-            raise ValueError("stream_tokens_per_second must be positive.")
-        if not all(isinstance(key, str) and key for key in self.keys):
-            raise ValueError("keys must be non-empty strings.")
-        if not is_loopback(self.host) and (
-                DEFAULT_API_KEY in (self.api_key, *self.keys)
-                or self.inference_secret == DEFAULT_INFERENCE_SECRET):
-            raise ValueError(
-                f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
-                "or secret: give --api-key or --keys, and --inference-secret.")
-        if self.upstream is not None:
-            from gpucloud_nb.sandbox.inference.upstream import upstream_base
-
-            upstream_base(self.upstream)  # a bad URL is one line now, its password masked
-
-    def inference_secret_for(self, api_key: str) -> str:
-        """The inference secret of the account of ``api_key``.
-
-        The first account's is ``inference_secret``; each other account's (``keys``) is derived
-        from it and the account's key, so it is stable across restarts and differs per account.
-
-            >>> config = SandboxConfig(api_key="teacher", keys=("student-a", "student-b"))
-            >>> config.inference_secret_for("teacher") == config.inference_secret
-            True
-            >>> len({config.inference_secret_for(k) for k in ("teacher", "student-a", "student-b")})
-            3
-        """
-        if api_key == self.api_key:
-            return self.inference_secret
-        digest = hmac.new(self.inference_secret.encode(), f"gpucloud-nb account {api_key}".encode(),
-                          hashlib.sha256).hexdigest()
-        return f"sandbox-{digest[:32]}"
-
-    def __repr__(self) -> str:
-        custom = " offers=custom" if self.offers is not None else ""
-        if self.faults is not None:
-            custom += f" faults={str(self.faults)!r}"
-        return (
-            f"SandboxConfig(host={self.host!r}, port={self.port}, api_key={mask(self.api_key)!r}, "
-            f"inference_secret={mask(self.inference_secret)!r}, state={self.state!r}, "
-            f"launch_seconds={self.launch_seconds}, delete_seconds={self.delete_seconds}, "
-            f"latency={self.latency}, upstream={mask_url(self.upstream or '') or None!r}{custom})"
-        )
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` is ``localhost`` or a loopback address (127.0.0.0/8, ::1); no DNS."""
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def url_host(host: str) -> str:
@@ -369,3 +247,54 @@ def serve(config: SandboxConfig,
         sock.close()
         if server is not None:
             _close_app(server)
+
+
+def serve_home(config: SandboxConfig, home: Path,
+               ready: Callable[[str, str], None] | None = None) -> None:
+    """Serve ``config`` in the foreground as the service of ``home``, until SIGTERM or Ctrl-C.
+
+    Holds ``service.lock`` while serving (refusing with :class:`ConnectionFailedError` when
+    another service has it), reuses the remembered port when ``config.port`` is 0 and that port
+    is free, writes the runtime file once listening and removes it on the way out (the home's
+    files are :mod:`gpucloud_nb.sandbox.service`'s).
+    """
+    lock = service.service_lock(home)
+    if lock is None:
+        running = service.read_runtime(home)
+        where = f" (pid {running.pid}, {running.management_url})" if running else ""
+        raise ConnectionFailedError(f"A sandbox service already runs in {home}{where}; "
+                                    "`gpucloud-nb sandbox stop` stops it.")
+    try:  # the pid file: how `stop` finds this service when its runtime file cannot be read
+        lock.truncate(0)
+        lock.write(str(os.getpid()).encode("ascii"))
+        lock.flush()
+    except OSError:
+        lock.close()
+        raise
+    listening: list[bool] = []
+
+    def on_ready(management: str, inference: str) -> None:
+        listening.append(True)
+        try:
+            service.remember_port(home, int(management.rsplit(":", 1)[1]))
+            runtime = service.Runtime(management, inference, os.getpid(), config.api_key,
+                                      config.inference_secret, time.time(),
+                                      float(config.launch_seconds), str(home))
+            service.write_runtime(home, runtime)
+        except OSError as error:
+            raise ConnectionFailedError(f"Cannot write the runtime file in {home}: "
+                                        f"{error.strerror or error}.") from None
+        if ready is not None:
+            ready(management, inference)
+
+    try:
+        remembered = service.remembered_port(home) if config.port == 0 else 0
+        try:
+            serve(dataclasses.replace(config, port=remembered or config.port), on_ready)
+        except OSError:
+            if listening or not remembered:
+                raise
+            serve(config, on_ready)  # the remembered port is taken: any free one
+    finally:
+        service.remove_runtime(home, os.getpid())
+        lock.close()

@@ -37,8 +37,7 @@ import contextlib
 import logging
 import os
 import re
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,12 +46,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 from gpucloud_nb.sandbox.lifecycle import iso, status_of
+from gpucloud_nb.sandbox.service import challenge_proof, challenge_secret
+from gpucloud_nb.sandbox.store import Store
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
-
-    from gpucloud_nb.sandbox.app import _Management
 
 __all__ = ["auto_delete_timers", "service_routes"]
 
@@ -60,21 +60,15 @@ log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's o
 _NONCE = re.compile(r"[0-9a-f]{16,128}")
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _at_ms(body: dict[str, Any]) -> int:
-    from gpucloud_nb.sandbox.app import _Problem
-
     text = body.get("at")
     try:
         if not isinstance(text, str):
             raise ValueError
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise _Problem(400, "at must be an ISO 8601 date-time, such as "
-                            "2026-11-24T12:00:00Z.") from None
+        raise Problem(400, "at must be an ISO 8601 date-time, such as "
+                           "2026-11-24T12:00:00Z.") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
@@ -92,12 +86,15 @@ def _spend(record: Any, now_ms: int) -> float:
     return max(end - start, 0) / 3_600_000 * float(record.doc.get("hourlyPrice") or 0.0)
 
 
-def service_routes(management: _Management) -> list[BaseRoute]:
-    """The sandbox-only routes, checked by ``management``'s key check like every other."""
-    from gpucloud_nb.sandbox.app import _error, _json, _json_object, _Problem
+def service_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute], store: Store, *,
+                   home: str | os.PathLike[str] | None,
+                   inference_secrets: Mapping[str, str]) -> list[BaseRoute]:
+    """The sandbox-only routes over ``store``; ``route(path, handlers)`` checks the key first.
 
-    store = management.store
-    started = iso(_now_ms())
+    ``home`` is the sandbox home whose service this is (``None``: not a service), and
+    ``inference_secrets`` each account's (user id's) inference secret.
+    """
+    started = iso(now_ms())
 
     def wake(request: Request) -> None:
         event = getattr(request.app.state, "auto_delete_wake", None)
@@ -105,77 +102,74 @@ def service_routes(management: _Management) -> list[BaseRoute]:
             event.set()
 
     async def challenge(request: Request) -> Response:
-        from gpucloud_nb.sandbox.service import challenge_proof, challenge_secret
-
         nonce = request.query_params.get("nonce", "")
         try:
             if not _NONCE.fullmatch(nonce):
-                raise _Problem(400, "nonce must be 16 to 128 lowercase hex digits.")
-            home = management.config.home
+                raise Problem(400, "nonce must be 16 to 128 lowercase hex digits.")
             secret = challenge_secret(Path(home)) if home is not None else None
             server = request.scope.get("server")
             if secret is None or not server:
-                raise _Problem(404, "This sandbox is not the service of a sandbox home.")
-        except _Problem as problem:
-            return _error(problem.status, problem.message, request.url.path)
-        return _json({"proof": challenge_proof(secret, nonce, os.getpid(), int(server[1]))})
+                raise Problem(404, "This sandbox is not the service of a sandbox home.")
+        except Problem as problem:
+            return problem.spec_response(request.url.path)
+        return json_response({"proof": challenge_proof(secret, nonce, os.getpid(), int(server[1]))})
 
     async def service(request: Request) -> Response:
-        return _json({"pid": os.getpid(), "startedAt": started})
+        return json_response({"pid": os.getpid(), "startedAt": started})
 
     async def status(request: Request) -> Response:
-        user, now = request.state.user, _now_ms()
+        user, now = request.state.user, now_ms()
         records = store.instances(user)
         counts: dict[str, int] = {}
         for record in records:
             name = status_of(record, now).name
             counts[name] = counts.get(name, 0) + 1
-        return _json({
+        return json_response({
             "pid": os.getpid(), "startedAt": started, "instances": counts,
             "volumes": len(store.volumes(user)), "autoDeletes": len(store.auto_deletes(user)),
             "spend": round(sum(_spend(record, now) for record in records), 6),
         })
 
     async def inference(request: Request) -> Response:
-        return _json({"url": f"{str(request.base_url).rstrip('/')}/inference",
-                      "secret": management.inference_secrets[request.state.user]})
+        return json_response({"url": f"{str(request.base_url).rstrip('/')}/inference",
+                      "secret": inference_secrets[request.state.user]})
 
     async def timers(request: Request) -> Response:
-        return _json([{"instanceId": id_, "at": iso(at)}
+        return json_response([{"instanceId": id_, "at": iso(at)}
                       for id_, at in store.auto_deletes(request.state.user).items()])
 
     async def set_timer(request: Request) -> Response:
         id_, user = request.path_params["id"], request.state.user
-        at = max(_at_ms(await _json_object(request)), _now_ms())  # a time past means now
+        at = max(_at_ms(await read_json_object(request)), now_ms())  # a time past means now
         if not store.set_auto_delete(user, id_, at):
             record = store.instance(user, id_)
             if record is None:
-                raise _Problem(404, f"Instance {id_} not found.")
-            raise _Problem(400, f"Instance {id_} is already {status_of(record, _now_ms()).name}.")
+                raise Problem(404, f"Instance {id_} not found.")
+            raise Problem(400, f"Instance {id_} is already {status_of(record, now_ms()).name}.")
         wake(request)
-        return _json({"instanceId": id_, "at": iso(at)})
+        return json_response({"instanceId": id_, "at": iso(at)})
 
     async def get_timer(request: Request) -> Response:
         id_ = request.path_params["id"]
         at = store.auto_deletes(request.state.user).get(id_)
         if at is None:
-            raise _Problem(404, f"Instance {id_} has no auto-delete timer.")
-        return _json({"instanceId": id_, "at": iso(at)})
+            raise Problem(404, f"Instance {id_} has no auto-delete timer.")
+        return json_response({"instanceId": id_, "at": iso(at)})
 
     async def cancel_timer(request: Request) -> Response:
         id_ = request.path_params["id"]
         if not store.cancel_auto_delete(request.state.user, id_):
-            raise _Problem(404, f"Instance {id_} has no auto-delete timer.")
+            raise Problem(404, f"Instance {id_} has no auto-delete timer.")
         wake(request)
         return Response(status_code=204)
 
     return [
         Route("/sandbox/challenge", challenge, methods=["GET"]),  # no key: it proves the server
-        management.route("/sandbox/service", {"GET": service}),
-        management.route("/sandbox/status", {"GET": status}),
-        management.route("/sandbox/inference", {"GET": inference}),
-        management.route("/sandbox/auto-deletes", {"GET": timers}),
-        management.route("/sandbox/instances/{id}/auto-delete",
+        route("/sandbox/service", {"GET": service}),
+        route("/sandbox/status", {"GET": status}),
+        route("/sandbox/inference", {"GET": inference}),
+        route("/sandbox/auto-deletes", {"GET": timers}),
+        route("/sandbox/instances/{id}/auto-delete",
                          {"GET": get_timer, "PUT": set_timer, "DELETE": cancel_timer}),
     ]
 
@@ -187,7 +181,7 @@ async def _auto_delete(app: Starlette, wake: asyncio.Event) -> None:
     while True:
         timeout = 1.0
         try:
-            now = _now_ms()
+            now = now_ms()
             for user, id_, at in store.due_auto_deletes(now):
                 # Deleted as of when it was due: a timer that fell due while the service was
                 # down does not bill the downtime.
@@ -195,7 +189,7 @@ async def _auto_delete(app: Starlette, wake: asyncio.Event) -> None:
                     log.info("Auto-deleted instance %s: its timer was due.", id_)
             due = store.next_auto_delete()
             if due is not None:
-                timeout = min(max((due - _now_ms()) / 1000, 0.0), 1.0)
+                timeout = min(max((due - now_ms()) / 1000, 0.0), 1.0)
         except Exception:  # a bug must not end the timers: log it and try again
             log.exception("The auto-delete timers failed; trying again in 1 s.")
         wake.clear()

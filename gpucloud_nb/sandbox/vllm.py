@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    from gpucloud_nb.sandbox.config import DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.inference import create_inference_app
-    from gpucloud_nb.sandbox.server import DEFAULT_INFERENCE_SECRET, SandboxConfig
 
     key = args.api_key or os.environ.get("VLLM_API_KEY") or DEFAULT_INFERENCE_SECRET
     app = create_inference_app(SandboxConfig(inference_secret=key))

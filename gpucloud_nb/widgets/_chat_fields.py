@@ -12,6 +12,7 @@ from typing import Any
 import ipywidgets as widgets
 from ipywidgets.widgets.widget_string import HTMLStyle
 
+from gpucloud_nb.widgets._chat_follow import FollowBottom
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES, STYLE_SHEET
 from gpucloud_nb.widgets._common import StatusLine
@@ -40,16 +41,15 @@ class ChatFields(widgets.VBox):
             _dom_classes=(CSS_CLASSES["temperature"],), style={"description_width": "initial"},
             layout=widgets.Layout(width="170px"))
         self._max_tokens = widgets.BoundedIntText(
-            value=int(max_tokens or 0), min=0, max=1_000_000, description="Max tokens",
-            tooltip="0: no limit", _dom_classes=(CSS_CLASSES["max_tokens"],),
-            style={"description_width": "initial"}, layout=widgets.Layout(width="170px"))
+            value=int(max_tokens or 0), min=0, max=1_000_000, description="Max tokens (0 = no limit)",
+            _dom_classes=(CSS_CLASSES["max_tokens"],),
+            style={"description_width": "initial"}, layout=widgets.Layout(width="260px"))
         self._clear_button = widgets.Button(description="Clear", icon="trash",
                                             tooltip="Forget the conversation",
                                             _dom_classes=(CSS_CLASSES["clear"],),
                                             layout=widgets.Layout(width="auto"))
         self._system = widgets.Textarea(value=system_prompt, placeholder="System prompt (optional)",
-                                        rows=2, _dom_classes=(CSS_CLASSES["system"],),
-                                        layout=widgets.Layout(width="100%"))
+                                        rows=2, _dom_classes=(CSS_CLASSES["system"],))
         self._messages = widgets.VBox([], _dom_classes=(CSS_CLASSES["messages"],))
         self._attachments = widgets.HBox([], _dom_classes=(CSS_CLASSES["attachments"],))
         self._input = ChatInput(placeholder="Message — Enter sends, Shift+Enter adds a line",
@@ -77,6 +77,7 @@ class ChatFields(widgets.VBox):
                                  self._clear_button], layout=widgets.Layout(flex_flow="row wrap"))
         uploads = widgets.HBox([self._image_upload, self._audio_upload, self._audio_sends],
                                layout=widgets.Layout(flex_flow="row wrap"))
-        super().__init__([self._style, settings, self._system, self._messages, self._attachments,
-                          self._input_row, uploads, self._hint, self.status], **kwargs)
+        super().__init__([self._style, FollowBottom(), settings, self._system, self._messages,
+                          self._attachments, self._input_row, uploads, self._hint, self.status],
+                         **kwargs)
         self.add_class(CSS_CLASSES["root"])

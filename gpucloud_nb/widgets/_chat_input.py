@@ -50,8 +50,8 @@ export default { render };
 _CSS = """
 .gpucloud-chat-textarea {
   width: 100%; min-height: 2.6em; box-sizing: border-box; resize: vertical;
-  font: inherit; padding: 4px 6px; border: 1px solid var(--jp-border-color1, #bbb);
-  border-radius: 2px; background: var(--jp-layout-color1, white); color: inherit;
+  font: inherit; padding: 4px 6px; border: 1px solid var(--jp-border-color1);
+  border-radius: 2px; background: var(--jp-layout-color1); color: var(--jp-ui-font-color1);
 }
 """
 

@@ -41,7 +41,9 @@ class LoopThread:
     it, and so does Python's exit.
     """
 
-    _lock = threading.Lock()
+    # Reentrant: a chat widget collected while get() starts the thread runs release() (its
+    # weakref finalizer) inside get(), on this thread; a plain Lock deadlocked there.
+    _lock = threading.RLock()
     _instance: LoopThread | None = None
     _users: ClassVar[weakref.WeakSet[Any]] = weakref.WeakSet()
 

@@ -16,6 +16,9 @@ Choices, written down once:
   the ``gpucloud_nb.widgets`` logger at debug level, never to the screen.
 - Background work runs in daemon threads, so a kernel can always exit
   and headless tests need no event loop. ipykernel accepts widget updates from any thread.
+- Every colour is a JupyterLab CSS variable (``--jp-ui-font-color2`` for hints, the accent
+  colours through :func:`tone` for warnings, errors and success), never a fixed hex value, so
+  the widgets read well in the light and the dark theme alike.
 - Money is shown with :func:`gpucloud_nb.frames.format_price`: ``$2.49/h``, ``$59.76/day``.
 """
 
@@ -40,7 +43,11 @@ from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 
 __all__ = [
+    "ERROR",
+    "HINT",
     "STYLE",
+    "SUCCESS",
+    "WARNING",
     "Debouncer",
     "Repeater",
     "StatusLine",
@@ -48,6 +55,7 @@ __all__ = [
     "describe_error",
     "duration",
     "guarded",
+    "hint",
     "iter_widgets",
     "money",
     "per_day",
@@ -55,6 +63,7 @@ __all__ = [
     "set_options",
     "settle",
     "show",
+    "tone",
 ]
 
 log = logging.getLogger("gpucloud_nb.widgets")
@@ -90,7 +99,38 @@ def describe_error(error: BaseException, *secrets: str | None,
                       else f"Something went wrong: {kind}.", *secrets))
 
 
-_COLOURS = {"info": "#555", "success": "#1b7f3b", "error": "#b00020", "warning": "#8a5a00"}
+
+
+def tone(variable: str) -> str:
+    """A JupyterLab colour variable pulled towards the theme's text colour, for text.
+
+    JupyterLab's accent colours are made for icons and borders; as text some fall under WCAG AA
+    (``--jp-warn-color0`` on white is 3.8:1). Mixing 30% of ``--jp-ui-font-color0`` in
+    darkens them on a light theme and lightens them on a dark one, so text stays above 4.5:1.
+
+        >>> tone("--jp-warn-color0")
+        'color-mix(in srgb, var(--jp-warn-color0) 70%, var(--jp-ui-font-color0))'
+    """
+    return f"color-mix(in srgb, var({variable}) 70%, var(--jp-ui-font-color0))"
+
+
+#: Text colours, all from JupyterLab's theme variables (light and dark alike).
+HINT = "var(--jp-ui-font-color2)"
+WARNING = tone("--jp-warn-color0")
+ERROR = tone("--jp-error-color1")
+SUCCESS = tone("--jp-success-color0")
+
+_COLOURS = {"info": HINT, "success": SUCCESS, "error": ERROR, "warning": WARNING}
+
+
+def hint(text_html: str, colour: str = HINT) -> str:
+    """HTML (already escaped) in a theme colour: a dimmer hint by default.
+
+        >>> hint("updated 11:09")
+        '<span style="color:var(--jp-ui-font-color2)">updated 11:09</span>'
+    """
+    return f'<span style="color:{colour}">{text_html}</span>'
+
 
 
 class StatusLine(widgets.HTML):
@@ -123,7 +163,7 @@ class StatusLine(widgets.HTML):
             self.value = ""
             return
         icon = {"error": "⚠ ", "success": "✓ ", "warning": "⏸ "}.get(kind, "")
-        self.value = (f'<span style="color:{_COLOURS[kind]}">{html.escape(icon + text)}</span>')
+        self.value = hint(html.escape(icon + text), _COLOURS[kind])
 
     def info(self, text: str) -> None:
         """Show a neutral message."""
@@ -468,8 +508,8 @@ def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
         f'class="{escape(table_class)}" style="border-collapse:collapse;font-size:0.9em"'
     )
     styler = styler.set_table_styles([
-        {"selector": "th", "props": "text-align:left;padding:2px 8px;border-bottom:1px solid #ccc;"
-                                    "line-height:1.4;white-space:nowrap"},
+        {"selector": "th", "props": "text-align:left;padding:2px 8px;line-height:1.4;"
+                                    "border-bottom:1px solid var(--jp-border-color2);white-space:nowrap"},
         {"selector": "td", "props": "padding:2px 8px;line-height:1.4;white-space:nowrap"},
     ])
     return styler.to_html()

@@ -46,7 +46,7 @@ class LaunchFields(widgets.VBox):
 
         self.title = widgets.HTML()
         self.title.add_class("gpucloud-launch-title")
-        self.name = text("Name", "gpucloud-launch-name", "train-1")
+        self.name = text("Name", "gpucloud-launch-name", "e.g. train-1")
         self.offer = dropdown("Offer", "gpucloud-launch-offer")
         self.region = dropdown("Region", "gpucloud-launch-region", _MEDIUM)
         self.os = dropdown("OS image", "gpucloud-launch-os", _MEDIUM)
@@ -106,8 +106,9 @@ class LaunchFields(widgets.VBox):
         self.stop_button.add_class("gpucloud-launch-stop")
         self.result = widgets.HTML()
         self.result.add_class("gpucloud-launch-result")
-        self.ssh_command = widgets.Text(description="SSH", disabled=True, style=STYLE,
-                                        layout=widgets.Layout(width=_WIDE.width))
+        # A text area (rows set to fit when shown): the command is read and copied whole.
+        self.ssh_command = widgets.Textarea(description="SSH", disabled=True, rows=2, style=STYLE,
+                                            layout=widgets.Layout(width=_WIDE.width))
         self.ssh_command.add_class("gpucloud-launch-ssh")
 
     def _layout_children(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
-from gpucloud_nb.widgets._common import escape, join_nonempty, money, per_day
+from gpucloud_nb.widgets._common import ERROR, HINT, escape, hint, join_nonempty, money, per_day
 
 __all__ = ["cost_html", "result_html", "title_html", "volume_info_html"]
 
@@ -40,13 +40,17 @@ def volume_info_html(offer: InstanceOffer | None, region: str | None,
                 f"volumes: at least <b>{volume_offer.min_size_in_gb:g} GB</b>, "
                 f"{escape(money(volume_offer.price_per_gb_per_hour))}/GB/h — "
                 f"{size} GB ≈ {escape(per_hour(hourly))} ({escape(per_day(hourly))}).")
-    return f'<span style="color:#555">{info}</span>'
+    return hint(info)
 
 
 def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
               volume_offer: VolumeOffer | None, minutes: int, cap: float | None,
-              used_hourly: float | None, over_cap: bool) -> str:
-    """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the cap."""
+              used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel") -> str:
+    """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the cap.
+
+    ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``): "this kernel"
+    deletes only while it runs; a service (the sandbox's) deletes even if the kernel stops.
+    """
     if offer is None:
         return ""
     parts = [f"<b>Cost</b>: {escape(per_hour(offer.hourly_price))} · "
@@ -56,15 +60,16 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
         parts.append(f" + volume {escape(volume.name)} {escape(per_hour(hourly))} (billed "
                      "while it exists)")
     if minutes:
-        parts.append(f"<br>Auto-deletes after {minutes} min, if this kernel is still running: "
+        keeper = ("if this kernel is still running" if kept_by == "this kernel"
+                  else f"by the {escape(kept_by)}, even if this kernel stops")
+        parts.append(f"<br>Auto-deletes after {minutes} min, {keeper}: "
                      f"at most {escape(money(offer.hourly_price * minutes / 60))}.")
     if cap is not None and used_hourly is not None:
         after = used_hourly + offer.hourly_price
-        colour = "#b00020" if over_cap else "#555"
-        parts.append(
-            f'<br><span style="color:{colour}">Cap {escape(per_hour(cap))} (max_hourly_cost): '
+        parts.append("<br>" + hint(
+            f"Cap {escape(per_hour(cap))} (max_hourly_cost): "
             f"{escape(per_hour(used_hourly))} already used by pending and active "
-            f"instances; {escape(per_hour(after))} after this launch.</span>")
+            f"instances; {escape(per_hour(after))} after this launch.", ERROR if over_cap else HINT))
     return "".join(parts)
 
 

@@ -5,7 +5,7 @@ reference (and only while drawing), so a form dropped mid-wait is garbage-collec
 ``stop`` and ends the wait at the next poll. Whatever happens, the Future settles.
 
     >>> threading.Thread(target=launch_thread,  # doctest: +SKIP
-    ...                  args=(weakref.ref(form), cloud, kwargs, None, future, stop)).start()
+    ...                  args=(weakref.ref(form), cloud, request, future, stop)).start()
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import weakref
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Protocol
 
 import ipywidgets as widgets
 
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.models import Instance, InstanceDetails
+from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails
 from gpucloud_nb.widgets._common import StatusLine, WaitStopped, duration, escape, settle
 
 __all__ = ["MAX_POLL_SECONDS", "LaunchView", "launch_thread"]
@@ -48,15 +48,15 @@ class _StopSignal(Exception):
     """Raised inside on_progress to leave wait_until_active after the user stopped waiting."""
 
 
-def launch_thread(ref: weakref.ref[LaunchView], cloud: GPUCloud, kwargs: dict[str, Any],
-                  delete_after: float | None, future: Future[InstanceDetails],
+def launch_thread(ref: weakref.ref[LaunchView], cloud: GPUCloud, request: CreateInstance,
+                  future: Future[InstanceDetails],
                    stop: threading.Event) -> None:
     """Create, wait, draw the outcome: whatever happens, the Future settles and the form goes
     idle."""
     gone = WaitStopped("Stopped waiting: the launch form is gone; the instance keeps launching "
                        "and is billed once active: check InstancesPanel.")
     try:
-        details, waited = _launch_and_wait(ref, cloud, kwargs, delete_after, stop)
+        details, waited = _launch_and_wait(ref, cloud, request, stop)
     except _StopSignal:
         if ref() is None:
             settle(future, error=gone)
@@ -88,13 +88,12 @@ def launch_thread(ref: weakref.ref[LaunchView], cloud: GPUCloud, kwargs: dict[st
         settle(future, details)
 
 
-def _launch_and_wait(ref: weakref.ref[LaunchView], cloud: GPUCloud, kwargs: dict[str, Any],
-                     delete_after: float | None,
+def _launch_and_wait(ref: weakref.ref[LaunchView], cloud: GPUCloud, request: CreateInstance,
                      stop: threading.Event) -> tuple[InstanceDetails | None, float]:
     """Create, then wait; returns the active details (``None`` once the form is gone or
     stopped) and the seconds waited."""
-    name = kwargs["name"]
-    instance = cloud.instances.create(**kwargs, delete_after=delete_after)
+    name = request.name
+    instance = cloud.instances.create_from(request)
     form = ref()
     if form is None or stop.is_set():
         return None, 0.0

@@ -19,6 +19,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import ipywidgets as widgets
@@ -37,6 +38,9 @@ from gpucloud_nb.widgets._common import describe_error, iter_widgets
 from gpucloud_nb.widgets._throttle import Throttle
 
 __all__ = ["CSS_CLASSES", "THUMBNAIL_SIDE", "UPLOAD_HINT", "ChatTurn", "ChatWidget"]
+
+_COUNTED = "gpucloud_attached"  # marks the upload button's entries that only count attachments
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 log = logging.getLogger("gpucloud_nb.widgets")
 
@@ -360,14 +364,14 @@ class ChatWidget(ChatFields):
             return None
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
-        files = change["new"]
+        files = [item for item in change["new"] if not item.get(_COUNTED)]
         if not files:
             return
         try:
             for item in files:
                 self.attach(bytes(item["content"]), name=item.get("name") or None)
         finally:
-            self._image_upload.value = ()
+            self._show_attachments()  # the button counts what is attached, not this upload
 
     def _on_audio_upload(self, change: Mapping[str, Any]) -> None:
         files = change["new"]
@@ -385,6 +389,11 @@ class ChatWidget(ChatFields):
     def _show_attachments(self) -> None:
         with self._lock:
             pending = list(self._pending)
+        # The upload button reads "Image (n)" for the n files of its value: make n the number of
+        # attachments waiting to be sent (contentless entries; the bytes live in the kernel).
+        self._image_upload.value = tuple(
+            {"name": a.note, "type": "", "size": 0, "content": memoryview(b""),
+             "last_modified": _EPOCH, _COUNTED: True} for a in pending)
         old = self._attachments.children
         self._attachments.children = tuple(self._attachment_widget(i, a) for i, a in enumerate(pending))
         for child in old:

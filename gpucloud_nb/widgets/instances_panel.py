@@ -43,6 +43,7 @@ from gpucloud_nb.widgets._common import (
     escape,
     frame_html,
     guarded,
+    hint,
     log,
     per_day,
     per_hour,
@@ -165,10 +166,10 @@ class InstancesPanel(widgets.VBox):
             value=60, min=1, max=7 * 24 * 60, description="Auto-delete in (min)", style=STYLE,
             layout=widgets.Layout(width="15em")), "gpucloud-auto-delete-minutes")
         self.auto_delete_set = css(widgets.Button(description="Set", icon="clock-o",
-                                                  layout=widgets.Layout(width="10em")),
+                                                  layout=widgets.Layout(width="auto")),
                                    "gpucloud-auto-delete-set")
         self.auto_delete_cancel = css(widgets.Button(description="Cancel auto-delete",
-                                                     layout=widgets.Layout(width="12em")),
+                                                     layout=widgets.Layout(width="auto")),
                                       "gpucloud-auto-delete-cancel")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
@@ -311,7 +312,7 @@ class InstancesPanel(widgets.VBox):
                         "or auto-delete timers run")
             else:
                 auto = ""
-            self.updated.value = f'<span style="color:#555">updated {stamp}{escape(auto)}</span>'
+            self.updated.value = hint(f"updated {stamp}{escape(auto)}")
             failed = self._timer_failures(listed)
             if failed:
                 self.status.error(failed)
@@ -470,10 +471,12 @@ class InstancesPanel(widgets.VBox):
         if d.deleted_at:
             rows.append(("Deleted", d.deleted_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")))
         cells = "".join(
-            f'<tr><th style="text-align:left;padding:1px 12px 1px 0">{escape(k)}</th>'
+            f'<tr><th style="text-align:left;padding:1px 12px 1px 0;white-space:nowrap">'
+            f"{escape(k)}</th>"
             f"<td>{_code(escape(v)) if k == 'SSH' and v.startswith('ssh ') else escape(v)}</td></tr>"
             for k, v in rows)
-        return f'<table class="gpucloud-details-table">{cells}</table>'
+        # Lines of text, not of widgets: ipywidgets gives HTML its 28 px control height.
+        return f'<table class="gpucloud-details-table" style="line-height:1.5">{cells}</table>'
 
     # ------------------------------------------------------------------ delete
 

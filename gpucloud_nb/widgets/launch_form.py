@@ -48,7 +48,6 @@ from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
     as_offer,
-    find_offer,
     offer_label,
     script_text,
     usable_volumes,
@@ -59,13 +58,16 @@ from gpucloud_nb.launch_model import (
     expected_launch_seconds as sandbox_launch_seconds,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._common import (
+    WARNING,
     StatusLine,
     WaitStopped,
     choose,
     duration,
     escape,
     guarded,
+    hint,
     log,
     set_options,
     settle,
@@ -75,10 +77,14 @@ from gpucloud_nb.widgets._launch_fields import LaunchFields
 from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html, volume_info_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
 
-__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "find_offer", "offer_label"]
+__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
               "ssh_key_id", "auto_delete_minutes")
+
+
+#: Characters per line of the SSH box (42em, the description aside), counted short.
+_SSH_LINE = 48
 
 
 class LaunchForm(LaunchFields):
@@ -324,7 +330,7 @@ class LaunchForm(LaunchFields):
         choice = self.choice
         if choice.offer is None or choice.region is None:
             return None
-        return choice.body()
+        return choice.request().body()
 
     @property
     def problem(self) -> str | None:
@@ -349,7 +355,7 @@ class LaunchForm(LaunchFields):
         problem = self.volume_problem
         self.volume_create_button.disabled = problem is not None
         self.volume_reason.value = "" if problem is None else \
-            f'<span style="color:#8a5a00">{escape(problem)}</span>'
+            hint(escape(problem), WARNING)
 
     def _update(self) -> None:
         if self._quiet:
@@ -360,18 +366,18 @@ class LaunchForm(LaunchFields):
                 has_script = bool(self.cloud_init.value.strip())
                 show(self.cloud_init_box, offer.cloud_init_available or has_script)
                 self.cloud_init_note.value = "" if offer.cloud_init_available else (
-                    '<span style="color:#8a5a00">This offer does not run cloud-init scripts.</span>')
+                    hint("This offer does not run cloud-init scripts.", WARNING))
             self.cost.value = "" if offer is None else cost_html(
                 offer, volume=next((v for v in self._volumes if v.id == self.volume.value), None),
                 volume_offer=self._volume_offer(), minutes=self.auto_delete.value,
-                cap=self._cloud.max_hourly_cost, used_hourly=self._used_hourly,
-                over_cap=self._cap_problem(offer) is not None)
+                kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
+                used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
             launching = self.launching
             problem = self.problem
             self.launch_button.disabled = launching or problem is not None
             self.launch_button.description = "Launching…" if launching else "Launch"
             self.reason.value = "" if problem is None or launching else (
-                f'<span style="color:#8a5a00">{escape(problem)}</span>')
+                hint(escape(problem), WARNING))
 
     # ------------------------------------------------------------------ from code
 
@@ -484,7 +490,7 @@ class LaunchForm(LaunchFields):
                 settle(future, error=InvalidInputError(problem))
                 self._future = future
                 return future
-            kwargs = self.choice.create_kwargs()
+            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True
@@ -496,12 +502,11 @@ class LaunchForm(LaunchFields):
             self.elapsed.value = "sending…"
             show(self.stop_button, True)
             show(self.progress_box, True)
-            self.status.info(f"Launching {kwargs['name']}…")
+            self.status.info(f"Launching {request.name}…")
             self._update()
-        delete_after = self.auto_delete.value * 60 or None
         weakref.finalize(self, stop.set)  # a form garbage-collected mid-wait ends the thread
         threading.Thread(target=launch_thread,
-                         args=(weakref.ref(self), self._cloud, kwargs, delete_after, future, stop),
+                         args=(weakref.ref(self), self._cloud, request, future, stop),
                          daemon=True, name="gpucloud-nb-launch").start()
         return future
 
@@ -546,6 +551,7 @@ class LaunchForm(LaunchFields):
             ssh = str(error)
         self.result.value = result_html(details)
         self.ssh_command.value = ssh
+        self.ssh_command.rows = 1 + len(ssh) // _SSH_LINE
         show(self.ssh_command, bool(ssh))
         show(self.result_box, True)
 

@@ -35,6 +35,7 @@ from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.frames import OFFER_COLUMNS, offers_frame
 from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._common import (
     STYLE,
     Debouncer,
@@ -47,16 +48,18 @@ from gpucloud_nb.widgets._common import (
     per_hour,
     set_options,
 )
-from gpucloud_nb.widgets.launch_form import LaunchForm, find_offer
+from gpucloud_nb.widgets.launch_form import LaunchForm
 
 __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
 
 DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
 
-#: Columns the table shows by default (``browser.frame`` keeps all of :data:`OFFER_COLUMNS`).
+#: Columns the table shows by default (``browser.frame`` keeps all of :data:`OFFER_COLUMNS`):
+#: what a person chooses by first (GPU, price, where, whether it is there), so that a narrow
+#: notebook still shows them; the id, needed only to launch from code, last.
 DEFAULT_COLUMNS: tuple[str, ...] = (
-    "gpuName", "gpuCount", "vRamGB", "totalVRamGB", "hourlyPrice", "pricePerGpuHour",
-    "deploymentType", "providerName", "region", "available", "instanceId",
+    "gpuName", "gpuCount", "vRamGB", "hourlyPrice", "region", "available", "deploymentType",
+    "providerName", "totalVRamGB", "pricePerGpuHour", "instanceId",
 )
 _PRICE_COLUMNS = ("hourlyPrice", "pricePerGpuHour")
 

@@ -2,7 +2,7 @@
  * Pure formatting for the sidebar and the status bar: no DOM, no JupyterLab, so jest tests it
  * directly.
  *
- *     formatPrice(1.234)                 // "$1.23"; formatPrice(0.00009) is "$0.000090"
+ *     formatPrice(1.234)                 // "$1.23"; formatPrice(0.00009) is "$0.00009"
  *     formatCountdown(deadline, now)     // "12:04" or "1:02:03", "due" once passed
  */
 
@@ -68,7 +68,7 @@ function parse(value: string | null | undefined): number | null {
 /**
  * A price as dollars, as Python's `gpucloud_nb.display.format_price` writes it: cents from
  * $0.10 up (with thousands separators), two significant digits below, never scientific
- * notation: `$2.49`, `$1,234.50`, `$0.00014`, `$0.000090`; `$0.00` for zero, `''` for a
+ * notation: `$2.49`, `$1,234.50`, `$0.00014`, `$0.00009`; `$0.00` for zero, `''` for a
  * number that is not finite.
  */
 export function formatPrice(value: number): string {
@@ -82,7 +82,10 @@ export function formatPrice(value: number): string {
     text = `${whole.replace(/\B(?=(\d{3})+(?!\d))/g, ',')}.${cents}`;
   } else {
     const digits = Math.min(100, 1 - Math.floor(Math.log10(magnitude)));
-    text = magnitude.toFixed(digits);
+    text = magnitude.toFixed(digits).replace(/0+$/, ''); // 0.000090 -> 0.00009
+    if ((text.split('.')[1] ?? '').length < 2) {
+      text = Number(text).toFixed(2); // 0.0999 rounds to 0.1: show cents, $0.10
+    }
   }
   return value < 0 ? `-$${text}` : `$${text}`;
 }

@@ -43,9 +43,9 @@ describe('formatPrice', () => {
     expect(formatPrice(0.1)).toBe('$0.10');
     expect(formatPrice(0.099)).toBe('$0.099');
     expect(formatPrice(0.00014)).toBe('$0.00014');
-    expect(formatPrice(0.00009)).toBe('$0.000090');
-    expect(formatPrice(0.001)).toBe('$0.0010');
-    expect(formatPrice(1e-9)).toBe('$0.0000000010');
+    expect(formatPrice(0.00009)).toBe('$0.00009');
+    expect(formatPrice(0.001)).toBe('$0.001');
+    expect(formatPrice(1e-9)).toBe('$0.000000001');
     expect(formatPrice(0)).toBe('$0.00');
     expect(formatPrice(-0.5)).toBe('-$0.50');
     expect(formatPrice(NaN)).toBe('');
@@ -72,7 +72,7 @@ describe('formatMoney', () => {
   it('shows dollars like formatPrice, and $0.00 for nothing', () => {
     expect(formatMoney(1.234)).toBe('$1.23');
     expect(formatMoney(0)).toBe('$0.00');
-    expect(formatMoney(0.001)).toBe('$0.0010');
+    expect(formatMoney(0.001)).toBe('$0.001');
     expect(formatMoney(NaN)).toBe('$0.00');
   });
 });

@@ -35,7 +35,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from . import lab as harness
-from .lab import CHROMIUM, CHROMIUM_ARGS, Lab, LabServer, save_screenshot
+from .lab import CHROMIUM, CHROMIUM_ARGS, Lab, LabServer, save_screenshot, this_checkout
 
 BROWSER_TEST_TIMEOUT = 120
 
@@ -81,10 +81,11 @@ def chromium() -> Iterator[Browser]:
 
 @pytest.fixture(scope="package")
 def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    """One JupyterLab for the session, on a free loopback port, its log in test-artifacts/."""
+    """One JupyterLab for the session, on a free loopback port, its log in test-artifacts/; its
+    kernels and server extension run this checkout (not whatever the venv installed)."""
     _require_chromium()
     base = tmp_path_factory.mktemp("lab")
-    server = LabServer(root=base / "root", home=base / "home")
+    server = LabServer(root=base / "root", home=base / "home", env=this_checkout(base))
     try:
         server.start()
         yield server

@@ -80,6 +80,21 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
+def this_checkout(base: Path) -> dict[str, str]:
+    """Environment for a :class:`LabServer` that runs this checkout: its package on the kernels'
+    and the server's ``PYTHONPATH`` and, when built (``gpucloud_nb/labextension``, from
+    ``jlpm build``), its lab extension first on Lab's search path (a link made under ``base``)."""
+    env = {"PYTHONPATH": str(REPO)}
+    built = REPO / "gpucloud_nb" / "labextension"
+    if (built / "package.json").exists():
+        link = base / "jupyter-path" / "labextensions" / "gpucloud-nb"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(built)
+        env["JUPYTER_PATH"] = str(base / "jupyter-path")
+    return env
+
+
 class LabServer:
     """A ``jupyter lab`` subprocess serving ``root`` on 127.0.0.1, logged to ``log_path``."""
 

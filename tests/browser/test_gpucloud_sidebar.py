@@ -156,7 +156,7 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     assert status_text(page) == expected
     assert re.fullmatch(r"\$\d+\.\d\d/h · 1 running", expected)
     assert warns(page)  # pending plus active above the cap of $0.01/h
-    cap = f"cap of {per_hour(CAP)}"  # $0.010/h, as format_price writes it
+    cap = f"cap of {per_hour(CAP)}"  # $0.01/h, as format_price writes it
     assert cap in page.locator("#gpucloud-statusbar").get_attribute("title")
     assert cap in sidebar.locator(".gpucloud-Warning").inner_text()
     assert sidebar.locator(".gpucloud-Badge").is_hidden()  # the real cloud: no SANDBOX badge

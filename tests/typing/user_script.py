@@ -17,7 +17,14 @@ from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transc
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import (
+    CreateInstance,
+    Instance,
+    InstanceDetails,
+    InstanceOffer,
+    Volume,
+    VolumeOffer,
+)
 
 
 def sync_cloud(cloud: GPUCloud) -> None:
@@ -33,6 +40,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
         delete_when_idle=timedelta(minutes=30)), Instance)
     assert_type(cloud.idle_delete.states(), dict[str, IdleState])
     assert_type(cloud.idle_delete.cancel("x"), bool)
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Instance)
     assert_type(cloud.instances.list(), list[Instance])
     assert_type(cloud.instances.get("x"), InstanceDetails)
     assert_type(cloud.instances.delete("x"), None)
@@ -64,6 +73,8 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.offers_frame(), Coroutine[Any, Any, pd.DataFrame])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Coroutine[Any, Any, Instance])
+    assert_type(cloud.instances.create_from(CreateInstance(
+        name="a", cloud_provider="p", instance_id="i", region="r")), Coroutine[Any, Any, Instance])
     assert_type(cloud.instances.list(), Coroutine[Any, Any, list[Instance]])
     assert_type(cloud.instances.get("x"), Coroutine[Any, Any, InstanceDetails])
     assert_type(cloud.instances.delete("x"), Coroutine[Any, Any, None])

@@ -66,12 +66,11 @@ from starlette.routing import Route
 
 from gpucloud_nb.media import MAX_AUDIO_BYTES, MAX_IMAGE_BYTES, MB
 from gpucloud_nb.sandbox.guards import json_object
+from gpucloud_nb.sandbox.http import Problem, json_response
 from gpucloud_nb.sandbox.inference.ratelimit import TokenBuckets
 from gpucloud_nb.sandbox.inference.request_checks import (
-    Problem,
     check_messages,
     check_number,
-    json_response,
     positive_int,
     shown,
 )
@@ -83,7 +82,7 @@ from gpucloud_nb.sandbox.inference.upstream import (
 )
 
 if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.server import SandboxConfig
+    from gpucloud_nb.sandbox.config import SandboxConfig
 
 __all__ = ["MAX_AUDIO_BYTES", "MAX_CHAT_BODY_BYTES", "create_inference_app"]
 
@@ -309,16 +308,16 @@ class _Inference:
                 self._admit(request)
                 return await handler(request)
             except Problem as problem:
-                return problem.response()
+                return problem.openai_response()
             except UpstreamUnreachable as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
                                     f"could not be reached ({shown(exc)}).",
-                               type="server_error", code="upstream_unreachable").response()
+                               type="server_error", code="upstream_unreachable").openai_response()
             except UpstreamRefused as exc:
                 return Problem(502, f"The upstream server {self.upstream.base if self.upstream else ''} "
                                     f"refused the sandbox's key ({exc.status}); set "
                                     f"{UPSTREAM_KEY_VARIABLE} to its key.",
-                               type="server_error", code="upstream_refused").response()
+                               type="server_error", code="upstream_refused").openai_response()
             except ClientDisconnect:
                 return Response(status_code=400)
 
@@ -518,16 +517,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         return Problem(404, f"Unknown request URL: {request.method} {request.url.path}.",
-                       code="unknown_url").response()
+                       code="unknown_url").openai_response()
     if exc.status_code == 405:
         return Problem(405, f"Method {request.method} is not allowed on {request.url.path}.",
-                       code="method_not_allowed", headers=exc.headers).response()
-    return Problem(exc.status_code, str(exc.detail)).response()
+                       code="method_not_allowed", headers=exc.headers).openai_response()
+    return Problem(exc.status_code, str(exc.detail)).openai_response()
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     return Problem(500, "The sandbox's inference endpoint failed to handle this request.",
-                   type="server_error", code="internal_error").response()
+                   type="server_error", code="internal_error").openai_response()
 
 
 def create_inference_app(config: SandboxConfig) -> Starlette:

@@ -1,7 +1,7 @@
 """What the sandbox's inference endpoint accepts in a request, and the errors it answers.
 
-Errors are answered in the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``
-(:class:`Problem`); every check names the field at fault (``messages[0].content[1].type``).
+Every check raises a :class:`~gpucloud_nb.sandbox.http.Problem` that names the field at fault
+(``messages[0].content[1].type`` in ``param``); the endpoint answers it in OpenAI's shape.
 
     >>> check_messages([{"role": "user", "content": "Hello there"}])
     (2, 0)
@@ -9,37 +9,14 @@ Errors are answered in the OpenAI shape ``{"error": {"message", "type", "param",
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.responses import Response
+from gpucloud_nb.sandbox.http import Problem
 
-__all__ = ["ROLES", "Problem", "check_messages", "check_number", "json_response", "positive_int",
-           "shown"]
+__all__ = ["ROLES", "check_messages", "check_number", "positive_int", "shown"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-class Problem(Exception):
-    """An OpenAI-style error answer."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type = status, message, type
-        self.code, self.param, self.headers = code, param, dict(headers or {})
-
-    def response(self) -> Response:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
-        return json_response(body, self.status, headers=self.headers)
-
-
-def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-                    status_code=status, media_type="application/json", headers=headers)
 
 
 def shown(value: Any) -> str:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 
 __all__ = ["build_parser", "main"]
@@ -246,7 +247,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
     try:
         if home is not None:
-            from gpucloud_nb.sandbox.service import serve_home
+            from gpucloud_nb.sandbox.server import serve_home
 
             serve_home(config, home, ready)
         else:
@@ -364,7 +365,7 @@ def _status(home: Path) -> int:
     print(f"instances: {shown}")
     print(f"volumes: {status.get('volumes', 0)}")
     print(f"auto-delete timers: {status.get('autoDeletes', 0)}")
-    print(f"spend so far: ${spend if isinstance(spend, (int, float)) else 0:.2f}")
+    print(f"spend so far: {format_price(float(spend) if isinstance(spend, (int, float)) else 0.0)}")
     return 0
 
 

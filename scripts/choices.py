@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Write docs/choices.md from the module docstrings, the one place each "not shown" choice lives.
+
+Usage: ./scripts/choices.py            rewrite docs/choices.md
+       ./scripts/choices.py --check    exit 1 when docs/choices.md is out of date (writes nothing)
+
+``tests/test_docs.py`` runs the check, so the page never drifts from the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHOICES = REPO / "docs" / "choices.md"
+#: The modules whose docstrings record what was chosen where the interface is silent.
+MODULES = (
+    "gpucloud_nb/client/management.py", "gpucloud_nb/client/inference.py",
+    "gpucloud_nb/client/billing.py", "gpucloud_nb/models.py", "gpucloud_nb/rules.py",
+    "gpucloud_nb/media/__init__.py", "gpucloud_nb/frames.py", "gpucloud_nb/sandbox/app.py",
+    "gpucloud_nb/sandbox/lifecycle.py", "gpucloud_nb/sandbox/catalogue.py",
+    "gpucloud_nb/sandbox/inference/app.py",
+)
+HEADER = """# Choices where the interface is silent
+
+[interface.md](interface.md) says "not shown" in many places. This page collects what the package
+chose in each, module by module. It is generated from the module docstrings
+(`scripts/choices.py`), which stay the one place each choice is written.
+"""
+
+
+def render() -> str:
+    """The page: each module's first docstring line and its paragraphs, examples left out."""
+    parts = [HEADER]
+    for module in MODULES:
+        doc = ast.get_docstring(ast.parse((REPO / module).read_text(encoding="utf-8"))) or ""
+        first, _, rest = doc.partition("\n")
+        blocks = rest.strip().split("\n\n")  # the examples stay in the code
+        text = "\n\n".join(b for b in blocks if ">>>" not in b and not b.lstrip().startswith("$ "))
+        parts.append(f"\n## `{module}`\n\n{first.strip()}\n\n{text}\n")
+    return "".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args not in ([], ["--check"]):
+        print("usage: scripts/choices.py [--check]", file=sys.stderr)
+        return 2
+    page = render()
+    if args:
+        if CHOICES.read_text(encoding="utf-8") != page:
+            print("docs/choices.md is out of date: run ./scripts/choices.py", file=sys.stderr)
+            return 1
+        return 0
+    CHOICES.write_text(page, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
