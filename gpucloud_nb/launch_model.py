@@ -145,9 +145,11 @@ class LaunchChoice:
     ssh_key: str = ""
     ssh_key_id: str = ""
 
-    def request(self, delete_after: float | None = None) -> CreateInstance:
+    def request(self, delete_after: float | None = None,
+                delete_when_idle: float | None = None) -> CreateInstance:
         """The create request for this choice (the cloud-init base64-encoded), for
-        ``cloud.instances.create_from``; ``delete_after`` is in seconds.
+        ``cloud.instances.create_from``; ``delete_after`` and ``delete_when_idle`` are in
+        seconds.
 
         Raises :class:`~gpucloud_nb.errors.InvalidInputError` without an offer or region.
         """
@@ -166,7 +168,7 @@ class LaunchChoice:
             name=self.name.strip(), cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
             region=self.region, volume_id=self.volume_id, vm=vm, docker_container=container,
             ssh_key=self.ssh_key.strip() or None, ssh_key_id=self.ssh_key_id.strip() or None,
-            delete_after=delete_after)
+            delete_after=delete_after, delete_when_idle=delete_when_idle)
 
     def problem(self, *, volumes: Sequence[Volume], cap: float | None,
                 running: Sequence[Instance]) -> str | None:

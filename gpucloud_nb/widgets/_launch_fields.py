@@ -88,6 +88,12 @@ class LaunchFields(widgets.VBox):
             value=0, min=0, max=7 * 24 * 60, description="Auto-delete after (min, 0 = never)",
             style=STYLE, layout=widgets.Layout(width="24em"))
         self.auto_delete.add_class("gpucloud-launch-auto-delete")
+        self.idle_delete = widgets.BoundedIntText(
+            value=0, min=0, max=7 * 24 * 60, description="Delete when idle for (min, 0 = never)",
+            style=STYLE, layout=widgets.Layout(width="24em"))
+        self.idle_delete.add_class("gpucloud-launch-idle-delete")
+        self.idle_note = widgets.HTML()
+        self.idle_note.add_class("gpucloud-launch-idle-note")
         self.cost = widgets.HTML()
         self.cost.add_class("gpucloud-launch-cost")
         self.reason = widgets.HTML()
@@ -131,7 +137,8 @@ class LaunchFields(widgets.VBox):
         self.children = (
             self.title, self.name, self.offer, self.region, self.vm_box, self.container_box,
             widgets.HBox([self.volume, self.volume_create_toggle]), self.volume_create_box,
-            self.ssh_key, self.ssh_key_id, self.auto_delete, self.cost,
+            self.ssh_key, self.ssh_key_id, self.auto_delete,
+            widgets.HBox([self.idle_delete, self.idle_note]), self.cost,
             widgets.HBox([self.launch_button, self.reason]),
             self.progress_box, self.status, self.result_box,
         )

@@ -80,7 +80,7 @@ from gpucloud_nb.widgets._launch_thread import launch_thread
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "auto_delete_minutes")
+              "ssh_key_id", "auto_delete_minutes", "idle_minutes")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
@@ -162,7 +162,7 @@ class LaunchForm(LaunchFields):
         on(self.offer, lambda _: self._on_offer_or_region())
         on(self.region, lambda _: self._on_offer_or_region())
         for widget in (self.name, self.os, self.cloud_init, self.image, self.volume, self.ssh_key,
-                       self.ssh_key_id, self.auto_delete):
+                       self.ssh_key_id, self.auto_delete, self.idle_delete):
             on(widget, lambda _: self._on_field())
         on(self.cloud_init_file, self._uploaded)
         on(self.volume_name, lambda _: self._update_volume_create(), self.volume_status)
@@ -372,6 +372,9 @@ class LaunchForm(LaunchFields):
                 volume_offer=self._volume_offer(), minutes=self.auto_delete.value,
                 kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
                 used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
+            self.idle_note.value = "" if not self.idle_delete.value else hint(escape(
+                f"Idle: no SSH session, no busy kernel, GPU under 5 %; watched by the "
+                f"{self._cloud.idle_delete.where}."))
             launching = self.launching
             problem = self.problem
             self.launch_button.disabled = launching or problem is not None
@@ -383,7 +386,8 @@ class LaunchForm(LaunchFields):
 
     def fill(self, **values: Any) -> LaunchForm:
         """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``; returns the form.
+        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``, ``idle_minutes``;
+        returns the form.
 
         Values the form does not offer are kept and explained by :attr:`problem`.
         """
@@ -414,6 +418,8 @@ class LaunchForm(LaunchFields):
                 self.ssh_key_id.value = values["ssh_key_id"] or ""
             if "auto_delete_minutes" in values:
                 self.auto_delete.value = values["auto_delete_minutes"] or 0
+            if "idle_minutes" in values:
+                self.idle_delete.value = values["idle_minutes"] or 0
         self._sync()
         return self
 
@@ -490,7 +496,8 @@ class LaunchForm(LaunchFields):
                 settle(future, error=InvalidInputError(problem))
                 self._future = future
                 return future
-            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None)
+            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None,
+                                          delete_when_idle=self.idle_delete.value * 60 or None)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True
