@@ -397,7 +397,8 @@ class GPUCloudMagics(Magics):
                 raise Stop(f"There is no offer with instanceId {args.offer!r}; "
                             "see %gpucloud offers --all.")
             offer = find_offer(offers, args.offer, args.provider, choose="--provider ID")
-        return LaunchForm(cloud, offer=offer)
+        form = LaunchForm(cloud, offer=offer)
+        return form if args.idle is None else form.fill(idle_minutes=args.idle)
 
     def _chat(self, args: argparse.Namespace) -> Any:
         from gpucloud_nb.widgets.chat import ChatWidget
