@@ -13,6 +13,11 @@ Choices, written down once:
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
   ``cloud.auto_delete``); for the selected instance, "Auto-delete in N min" sets or extends it
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
+- Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
+  25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
+  min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
+  again. On the real cloud the clock runs in the JupyterLab extension: the column shows the
+  limit only.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
@@ -32,6 +37,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
@@ -55,7 +61,7 @@ __all__ = ["BASE_COLUMNS", "InstancesPanel"]
 
 #: The table's columns.
 BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
-                                 "autoDelete", "_id")
+                                 "autoDelete", "idle", "_id")
 _BUSY = ("pending", "deleting")
 #: Seconds between refreshes while nothing is changing state but spend and countdowns move.
 LIVE_INTERVAL = 10.0
@@ -123,6 +129,7 @@ class InstancesPanel(widgets.VBox):
         self._lock = threading.RLock()
         self._quiet = 0
         self._failures = 0
+        self._idle_states: dict[str, IdleState] = {}
         self._refresh_failed = False
         self.status = StatusLine("gpucloud-instances-status")
         self._fast = interval
@@ -171,6 +178,9 @@ class InstancesPanel(widgets.VBox):
         self.auto_delete_cancel = css(widgets.Button(description="Cancel auto-delete",
                                                      layout=widgets.Layout(width="auto")),
                                       "gpucloud-auto-delete-cancel")
+        self.keep_button = css(widgets.Button(description="Keep (idle clock to 0)", icon="clock-o",
+                                              layout=widgets.Layout(width="auto")),
+                               "gpucloud-idle-keep")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
         self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
@@ -202,6 +212,7 @@ class InstancesPanel(widgets.VBox):
         self.auto_delete_set.on_click(guarded(
             self.status, lambda _: self.set_auto_delete(minutes=self.auto_delete_minutes.value)))
         self.auto_delete_cancel.on_click(guarded(self.status, lambda _: self.cancel_auto_delete()))
+        self.keep_button.on_click(guarded(self.status, lambda _: self.keep()))
 
     # ------------------------------------------------------------------ auto-delete
 
@@ -238,6 +249,33 @@ class InstancesPanel(widgets.VBox):
         self.status.success(message)
         return message
 
+    def _idle_text(self, instance: Instance) -> str:
+        if instance.status in ("deleting", "deleted"):
+            return ""
+        state = self._idle_states.get(instance.id)
+        if state is not None:
+            idle, limit = duration(state.idle), duration(state.limit)
+            if state.warning:
+                return f"idle {idle}, deletes in {duration(state.deletes_in)}"
+            return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
+        limits = getattr(self._cloud.idle_delete, "limits", None)
+        entry = limits().get(instance.id) if callable(limits) else None
+        return f"after {duration(entry['seconds'])} idle (JupyterLab)" if entry else ""
+
+    def keep(self, instance_id: str | None = None) -> str:
+        """Start the idle clock of an instance (default: the selected one) again: the Keep button.
+
+        Returns the sentence shown.
+        """
+        instance = self._require(instance_id, "keep")
+        if instance.id not in self._idle_states and not self._idle_text(instance):
+            raise InvalidInputError(f"{instance.name} is not deleted when idle.")
+        self._cloud.idle_delete.keep(instance.id)
+        self.refresh()
+        message = f"{instance.name} kept: its idle clock starts again."
+        self.status.success(message)
+        return message
+
     def _render_actions(self) -> None:
         instance = self.selected
         live = instance is not None and instance.status not in ("deleting", "deleted")
@@ -245,7 +283,11 @@ class InstancesPanel(widgets.VBox):
             and self._cloud.auto_delete.remaining(instance.id) is not None
         self.auto_delete_set.description = "Extend to this" if timed else "Set auto-delete"
         controls = [self.auto_delete_minutes, self.auto_delete_set] if live else []
-        self.actions.children = (*controls, self.auto_delete_cancel) if timed else tuple(controls)
+        if timed:
+            controls.append(self.auto_delete_cancel)
+        if live and instance is not None and self._idle_text(instance):
+            controls.append(self.keep_button)
+        self.actions.children = tuple(controls)
 
     # ------------------------------------------------------------------ data
 
@@ -281,6 +323,7 @@ class InstancesPanel(widgets.VBox):
             listed = list(self._cloud.instances.list())
             now = datetime.now(timezone.utc)
             spend = _spend_by_id(self._cloud)
+            self._idle_states = self._cloud.idle_delete.states()
             listed.sort(key=lambda i: i.created_at or now, reverse=True)
             self.all_instances = listed
             self.instances = [i for i in listed
@@ -343,7 +386,8 @@ class InstancesPanel(widgets.VBox):
                 "region": instance.region_id,
                 "age": pd.Timedelta(now - created) if created else pd.NaT,
                 "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
-                "autoDelete": self._auto_delete_text(instance), "_id": instance.id,
+                "autoDelete": self._auto_delete_text(instance), "idle": self._idle_text(instance),
+                "_id": instance.id,
             })
         return pd.DataFrame(rows, columns=list(BASE_COLUMNS))
 
