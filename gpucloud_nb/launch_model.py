@@ -146,9 +146,11 @@ class LaunchChoice:
     ssh_key_id: str = ""
 
     def request(self, delete_after: float | None = None,
-                budget: float | None = None) -> CreateInstance:
+                budget: float | None = None,
+                delete_when_idle: float | None = None) -> CreateInstance:
         """The create request for this choice (the cloud-init base64-encoded), for
-        ``cloud.instances.create_from``; ``delete_after`` is in seconds, ``budget`` in dollars.
+        ``cloud.instances.create_from``; ``delete_after`` and ``delete_when_idle`` are in
+        seconds, ``budget`` in dollars.
 
         Raises :class:`~gpucloud_nb.errors.InvalidInputError` without an offer or region.
         """
@@ -167,7 +169,7 @@ class LaunchChoice:
             name=self.name.strip(), cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
             region=self.region, volume_id=self.volume_id, vm=vm, docker_container=container,
             ssh_key=self.ssh_key.strip() or None, ssh_key_id=self.ssh_key_id.strip() or None,
-            delete_after=delete_after, budget=budget)
+            delete_after=delete_after, budget=budget, delete_when_idle=delete_when_idle)
 
     def problem(self, *, volumes: Sequence[Volume], cap: float | None,
                 running: Sequence[Instance]) -> str | None:

@@ -417,7 +417,11 @@ class GPUCloudMagics(Magics):
                             "see %gpucloud offers --all.")
             offer = find_offer(offers, args.offer, args.provider, choose="--provider ID")
         form = LaunchForm(cloud, offer=offer)
-        return form if args.budget is None else form.fill(budget=args.budget)
+        if args.budget is not None:
+            form.fill(budget=args.budget)
+        if args.idle is not None:
+            form.fill(idle_minutes=args.idle)
+        return form
 
     def _chat(self, args: argparse.Namespace) -> Any:
         from gpucloud_nb.widgets.chat import ChatWidget

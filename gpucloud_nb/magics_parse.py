@@ -84,6 +84,13 @@ def _gpus(text: str) -> int:
     return value
 
 
+def _minutes(text: str) -> int:
+    # The form's field takes whole minutes: plain digits 0-9 only, at least 1.
+    if not (text.isascii() and text.removeprefix("-").isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of minutes")
+    return int(text)
+
+
 SYNOPSIS = """\
 commands (each has its own --help):
   %gpucloud connect [--sandbox | --base-url URL]
@@ -91,7 +98,7 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance INSTANCE                (INSTANCE: a name or an _id)
   %gpucloud delete INSTANCE [--yes]
-  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS]
+  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle MIN]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
   %gpucloud volumes [list]
@@ -169,6 +176,9 @@ def _parser() -> _Parser:
                    "providers sell offers with this instanceId")
     p.add_argument("--budget", metavar="DOLLARS", type=_dollars,
                    help="delete the instance once it has cost this much (the form's budget)")
+    p.add_argument("--idle", metavar="MIN", type=_minutes,
+                   help="delete it once idle this many minutes (no SSH session, no busy kernel, "
+                   "GPU under 5 %%)")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "

@@ -559,7 +559,8 @@ class CreateInstance(_Request, frozen=True):
 
     The spec's CreateInstance fields, plus a field for each create-time option the client
     handles itself (``delete_after``: seconds until the client, or the sandbox, deletes it;
-    ``budget``: dollars it may cost before it is deleted); those are never sent.
+    ``budget``: dollars it may cost before it is deleted; ``delete_when_idle``: seconds idle
+    before it is deleted); those are never sent.
     ``cloud.instances.create_from(request)`` sends it.
 
         >>> request = CreateInstance(name="a", cloud_provider="p1", instance_id="x", region="r",
@@ -569,7 +570,7 @@ class CreateInstance(_Request, frozen=True):
         {'name': 'a', 'cloudProvider': 'p1', 'instanceId': 'x', 'region': 'r', 'vm': {'os': 'ubuntu'}}
     """
 
-    _client_only: ClassVar[frozenset[str]] = frozenset({"delete_after", "budget"})
+    _client_only: ClassVar[frozenset[str]] = frozenset({"delete_after", "budget", "delete_when_idle"})
 
     name: str
     cloud_provider: str
@@ -582,6 +583,7 @@ class CreateInstance(_Request, frozen=True):
     ssh_key: str | None = None
     delete_after: float | None = None
     budget: float | None = None
+    delete_when_idle: float | None = None
 
 
 

@@ -255,3 +255,34 @@ def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(
                        headers={"x-api-key": second.api_key}).json()["spend"]
     hours = (ended - activated).total_seconds() / 3600
     assert billed == pytest.approx(hours * instance.hourly_price, abs=2e-6)
+
+
+class NeverDeletes(httpx.HTTPTransport):
+    """A cloud that accepts every delete (204) and never performs it."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return super().handle_request(request)
+
+
+def test_a_timed_delete_the_cloud_never_performs_is_a_failure(sandbox, observer: GPUCloud) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  transport=NeverDeletes()) as cloud:
+        cloud._core.confirm_seconds = 1.0  # a minute by default
+        instance = launch(cloud, "never-deleted", delete_after=0.2)
+        deadline = time.monotonic() + 10
+        while instance.id not in cloud.auto_delete.failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reason = cloud.auto_delete.failures[instance.id]
+        assert reason.startswith(f"The cloud accepted the timed delete of instance {instance.id}, "
+                                 "but it is still active ")
+        assert reason.endswith("it may still be billing; delete it by hand.")
+        assert instance.id not in cloud.auto_delete.deleted
+    assert observer.instances.get(instance.id).status == "active"
+
+
+def test_the_confirmation_waits_a_minute_by_default() -> None:
+    from gpucloud_nb.client._core import DELETE_CONFIRM_SECONDS
+
+    assert DELETE_CONFIRM_SECONDS == 60

@@ -66,7 +66,7 @@ def test_lists_instances_with_status_age_price_and_spend(sandbox_factory, panels
         frame = panel.refresh()
         assert panel.auto_refreshing
         assert list(frame.columns) == ["name", "status", "gpu", "region", "age", "hourlyPrice",
-                                       "spend", "autoDelete", "budget", "_id"]
+                                       "spend", "autoDelete", "budget", "idle", "_id"]
         assert set(frame["_id"]) == {first.id, second.id}
         assert set(frame["status"]) == {"pending"} and (frame["spend"] == 0).all()
         assert (frame["hourlyPrice"] == first.hourly_price).all()
@@ -412,3 +412,28 @@ def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels)
                  or panel.refresh() is None, timeout=10)
         with pytest.raises(InvalidInputError, match="is already"):
             panel.set_budget(instance.id, dollars=10)
+
+
+def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(cloud, panels,
+                                                                     sandbox) -> None:
+    from datetime import timedelta
+
+    cloud.sandbox = sandbox  # as connect() does: the service watches
+    instance = cloud.instances.create(**launch_arguments(cloud, "idle-panel"),
+                                      delete_when_idle=timedelta(seconds=8))
+    cloud.instances.wait_until_active(instance.id, timeout=30)
+    panel = make_panel(panels, cloud, interval=0.05)
+    panel.select(instance.id)
+    assert panel.frame["idle"].iloc[0] == "after 8 s idle"
+    assert panel.keep_button in panel.actions.children
+    time.sleep(4.3)  # the warning starts half-way for a short limit
+    panel.refresh()
+    warned = panel.frame["idle"].iloc[0]
+    assert warned.startswith("idle ") and ", deletes in " in warned
+    assert warned in panel.table.value
+    assert panel.keep(instance.id) == "idle-panel kept: its idle clock starts again."
+    assert panel.frame["idle"].iloc[0] == "after 8 s idle"
+    other = launch(cloud, "not-watched")
+    panel.refresh()
+    with pytest.raises(InvalidInputError, match="not-watched is not deleted when idle"):
+        panel.keep(other.id)

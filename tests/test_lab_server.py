@@ -227,6 +227,7 @@ def test_a_cloud_that_refuses_or_is_down_is_one_sentence_without_the_key(
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/gpucloud/instances"), ("GET", "/gpucloud/info"), ("GET", "/gpucloud/instances/x"),
     ("DELETE", "/gpucloud/instances/x"), ("POST", "/gpucloud/refresh"),
+    ("POST", "/gpucloud/instances/x/keep"),
 ])
 def test_routes_refuse_without_the_token(server: str, method: str, path: str) -> None:
     response = httpx.request(method, server + path, timeout=10)
@@ -310,6 +311,15 @@ def test_an_unknown_instance_is_a_404_with_one_sentence(api: httpx.Client) -> No
         assert refused.status_code == 400, refused.text
         assert refused.json()["message"] == "idleInterval must be a number of seconds."
     assert api.put("/gpucloud/settings", content=b"[1, 2]").status_code == 400
+
+
+def test_keep_without_an_idle_limit_is_a_404_with_one_sentence(api: httpx.Client,
+                                                               cloud: GPUCloud) -> None:
+    instance_id = launch(cloud, "keep-no-limit")
+    response = api.post(f"/gpucloud/instances/{instance_id}/keep")
+    assert response.status_code == 404
+    assert response.json()["message"] == f"Instance {instance_id} is not deleted when idle."
+    cloud.instances.delete(instance_id)
 
 
 def test_reading_the_instances_never_changes_the_intervals(api: httpx.Client) -> None:

@@ -218,6 +218,18 @@ def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> 
     cloud.auto_delete.cancel_all()
 
 
+def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_service(
+        cloud: GPUCloud, sandbox) -> None:
+    cloud.sandbox = sandbox  # as connect() does: the service watches
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="idle-form", idle_minutes=30)
+    assert "watched by the sandbox service" in form.idle_note.value
+    details = form.launch().result(timeout=10)
+    state = cloud.idle_delete.states()[details.id]
+    assert state.limit == 30 * 60 and not state.warning
+    form.idle_delete.value = 0
+    assert form.idle_note.value == ""
+
+
 @pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
 def test_the_auto_delete_preview_says_who_keeps_the_timer(cloud, observer, sandbox, kept_by) -> None:
     if kept_by == "sandbox service":

@@ -520,6 +520,16 @@ def test_launch_with_an_offer_id_prefills_the_form(magic: Magic, cloud: GPUCloud
     assert sentence == "There is no offer with instanceId 'no-such-offer'; see %gpucloud offers --all."
 
 
+def test_launch_idle_prefills_delete_when_idle(magic: Magic, cloud: GPUCloud) -> None:
+    offer = cloud.instances.offers(available=True, sort="price")[0]
+    run = magic(f"launch {offer.instance_id} --idle 30")
+    assert run.value.idle_delete.value == 30 and run.err == ""
+    assert "Delete when idle" in run.value.idle_delete.description
+    for bad in ("0", "-5", "soon", "1.5"):
+        sentence = _one_sentence(magic(f"launch --idle {bad}"))
+        assert f"{bad!r} is not a positive whole number of minutes" in sentence
+
+
 def test_chat_returns_a_chat_widget(magic: Magic, cloud: GPUCloud, sandbox_box: Any,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from gpucloud_nb.widgets.chat import ChatWidget

@@ -28,19 +28,24 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
+    NotFoundError,
     OutcomeUnknownError,
     UnreadableResponseError,
 )
 from gpucloud_nb.models import Record, decode_list, parse_datetime
 
-__all__ = ["CREATE_LOOKUP_SLACK", "Core", "D", "decode_offers", "json_list", "now", "unreadable"]
+__all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Core", "D", "decode_offers", "json_list",
+           "now", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
+#: How long a timed delete may take to show as deleting or deleted before it counts as failed.
+DELETE_CONFIRM_SECONDS = 60.0
 D = TypeVar("D", SyncDriver, AsyncDriver)
 R = TypeVar("R", bound=Record)
 
@@ -84,11 +89,15 @@ class Core(Generic[D]):
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
+        self.idle_delete: LabIdleDelete | ServiceIdleDelete = LabIdleDelete(
+            str(driver.http.base_url))
         self.delete_now: Callable[[str], None] | None = None
         #: ``cloud.budgets`` of the cloud this core belongs to (``create(budget=)`` sets one).
         self.budgets: Callable[[], Any] | None = None
         self.sandbox: SandboxHandle | None = None
         self.register_keys: Callable[[list[str]], None] = lambda publics: None
+        self.status_now: Callable[[str], str] | None = None
+        self.confirm_seconds = DELETE_CONFIRM_SECONDS
         self.remote: Remote | None = None
         self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
@@ -98,10 +107,29 @@ class Core(Generic[D]):
         return send(call, self.policy, secrets=(self.key.reveal(),))
 
     def delete_from_timer(self, instance_id: str) -> None:
-        """What an auto-delete timer in this process calls when it fires."""
+        """What an auto-delete timer in this process calls when it fires: the delete, then
+        its confirmation (the instance shows as deleting or deleted within
+        ``confirm_seconds``, else one sentence saying it may still be billing)."""
         if self.delete_now is None:
             raise ConnectionFailedError("This client cannot delete from a timer.")
         self.delete_now(instance_id)
+        if self.status_now is None:
+            return
+        sent = time.monotonic()
+        while True:
+            try:
+                status = self.status_now(instance_id)
+            except NotFoundError:
+                return
+            if status in ("deleting", "deleted"):
+                return
+            waited = time.monotonic() - sent
+            if waited >= self.confirm_seconds:
+                raise GPUCloudError(
+                    f"The cloud accepted the timed delete of instance {instance_id}, but it is "
+                    f"still {status} {waited:.0f} s later: it may still be billing; delete it "
+                    "by hand.")
+            time.sleep(min(2.0, self.confirm_seconds - waited))
 
     def catalogue(self, path: str, cls: type[R]) -> Op[list[R]]:
         """The offers at ``path`` as records, fetched at most once per ``offers_ttl`` seconds."""

@@ -31,6 +31,7 @@ from gpucloud_nb import rules
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.autodelete import seconds
 from gpucloud_nb.client.budgets import budget_dollars
+from gpucloud_nb.client.idle import idle_seconds
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import (
     CreateInstance,
@@ -105,13 +106,15 @@ def create_request(
     docker_container: Mapping[str, Any] | str | DockerContainer | None = None,
     ssh_key_id: str | None = None, ssh_key: str | None = None,
     delete_after: float | timedelta | None = None, budget: float | None = None,
+    delete_when_idle: float | timedelta | None = None,
 ) -> CreateInstance:
     """The :class:`~gpucloud_nb.models.CreateInstance` for ``instances.create``'s keywords.
 
-    The cloud-init script is read and encoded, ``delete_after`` becomes seconds. Raises
+    The cloud-init script is read and encoded, ``delete_after`` (seconds) and
+    ``delete_when_idle`` (minutes) become seconds. Raises
     :class:`~gpucloud_nb.errors.InvalidInputError` for a ``vm`` or ``docker_container`` of the
-    wrong shape, an unreadable cloud-init file, or a ``delete_after`` or ``budget`` (dollars)
-    that is not positive; the
+    wrong shape, an unreadable cloud-init file, a time that is not positive, or a ``budget``
+    (dollars) that is not positive; the
     values themselves are checked by :func:`launch_problems`.
 
         >>> create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
@@ -125,6 +128,7 @@ def create_request(
         docker_container=None if docker_container is None else _container(docker_container),
         delete_after=None if delete_after is None else seconds(delete_after),
         budget=None if budget is None else budget_dollars(budget),
+        delete_when_idle=None if delete_when_idle is None else idle_seconds(delete_when_idle),
     )
 
 

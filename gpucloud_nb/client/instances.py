@@ -146,6 +146,7 @@ class InstanceOps(Generic[D]):
         budget = None if request.budget is None else budget_dollars(request.budget)
         if budget is not None and self.core.budgets is None:
             raise InvalidInputError("This client cannot keep a budget.")
+        idle = request.delete_when_idle
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
@@ -162,6 +163,8 @@ class InstanceOps(Generic[D]):
             self.core.auto_delete.schedule(instance.id, delay)
         if budget is not None and self.core.budgets is not None:
             self.core.budgets().set(instance.id, budget)
+        if idle is not None:
+            self.core.idle_delete.watch(instance.id, timedelta(seconds=idle))
         return instance
 
     def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
@@ -223,6 +226,7 @@ class InstanceOps(Generic[D]):
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
         self.core.auto_delete.cancel(id)
+        self.core.idle_delete.forget(id)
         if self.core.remote is not None:
             self.core.remote.forget(id)
 
@@ -340,6 +344,7 @@ class Instances:
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
         delete_after: float | timedelta | None = None, budget: float | None = None,
+        delete_when_idle: float | timedelta | None = None,
     ) -> Instance:
         """Launch an instance from an offer, checked against the offer before anything is sent.
 
@@ -352,7 +357,10 @@ class Instances:
         (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
         cloud it runs in this Python process, and a killed kernel cannot delete. ``budget``
         (dollars) deletes it once it has cost that much, with a warning at 80 % (see
-        ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel). A launch
+        ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
+        ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
+        :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
+        JupyterLab extension while JupyterLab runs). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 
@@ -363,7 +371,8 @@ class Instances:
         return self.create_from(creating.create_request(
             name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
             volume_id=volume_id, vm=vm, docker_container=docker_container,
-            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget))
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget,
+            delete_when_idle=delete_when_idle))
 
     def create_from(self, request: CreateInstance) -> Instance:
         """Launch the instance a :class:`~gpucloud_nb.models.CreateInstance` describes, as
@@ -612,12 +621,14 @@ class AsyncInstances:
         docker_container: Mapping[str, Any] | str | None = None,
         ssh_key_id: str | None = None, ssh_key: str | None = None,
         delete_after: float | timedelta | None = None, budget: float | None = None,
+        delete_when_idle: float | timedelta | None = None,
     ) -> Instance:
         """The coroutine twin of :meth:`Instances.create`."""
         return await self.create_from(creating.create_request(
             name=name, cloud_provider=cloud_provider, instance_id=instance_id, region=region,
             volume_id=volume_id, vm=vm, docker_container=docker_container,
-            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget))
+            ssh_key_id=ssh_key_id, ssh_key=ssh_key, delete_after=delete_after, budget=budget,
+            delete_when_idle=delete_when_idle))
 
     async def create_from(self, request: CreateInstance) -> Instance:
         """The coroutine twin of :meth:`Instances.create_from`."""

@@ -42,6 +42,7 @@ from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -106,6 +107,8 @@ class _CloudBase(abc.ABC):
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+            core.idle_delete = (ServiceIdleDelete(self._service_send) if box is not None
+                                else LabIdleDelete(str(core.driver.http.base_url)))
 
     def _register_keys(self, publics: list[str]) -> None:
         """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
@@ -209,6 +212,12 @@ class _CloudBase(abc.ABC):
         return ClassView(self._service_send)
 
     @property
+    def idle_delete(self) -> LabIdleDelete | ServiceIdleDelete:
+        """This client's idle deletes: ``watch(id, minutes)``, ``keep(id)``, ``cancel(id)``,
+        ``states()``; ``where`` says who watches (see :mod:`gpucloud_nb.client.idle`)."""
+        return self._core.idle_delete
+
+    @property
     def is_sandbox(self) -> bool:
         """True when this client talks to the local sandbox rather than the real cloud."""
         return self.sandbox is not None
@@ -243,6 +252,12 @@ def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
         own.instances.delete(instance_id)
 
 
+def _status_with_own_client(cloud: _CloudBase, instance_id: str) -> str:
+    """A timer confirming its delete after close() reads through a client of its own."""
+    with cloud.own_client() as own:
+        return own.instances.get(instance_id).status
+
+
 class GPUCloud(_CloudBase):
     """A client for the GPU cloud's management API.
 
@@ -271,6 +286,7 @@ class GPUCloud(_CloudBase):
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
         self._core.budgets = lambda: self.budgets
+        self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -309,6 +325,7 @@ class GPUCloud(_CloudBase):
     def close(self) -> None:
         """Close the HTTP and SSH connections; auto-delete timers keep working on their own."""
         self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
+        self._core.status_now = lambda instance_id: _status_with_own_client(self, instance_id)
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -345,6 +362,7 @@ class AsyncGPUCloud(_CloudBase):
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
         self._core.budgets = lambda: self.budgets
+        self._core.status_now = self._status_from_timer
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
         self._closed = False
@@ -355,6 +373,11 @@ class AsyncGPUCloud(_CloudBase):
             _delete_with_own_client(self, instance_id)
             return
         Instances(self._blocking_core()).delete(instance_id)
+
+    def _status_from_timer(self, instance_id: str) -> str:
+        if self._closed:
+            return _status_with_own_client(self, instance_id)
+        return Instances(self._blocking_core()).get(instance_id).status
 
     def _blocking_core(self) -> Core[SyncDriver]:
         if self._twin is None:

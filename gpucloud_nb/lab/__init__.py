@@ -45,7 +45,7 @@ class GPUCloudExtension(ExtensionApp):
         from gpucloud_nb.lab.handlers import handlers
         from gpucloud_nb.lab.poller import Poller
 
-        self.poller = Poller(self._connect, cap=self.max_hourly_cost)
+        self.poller = Poller(self._connect, cap=self.max_hourly_cost, busy=self._busy_instances)
         self.handlers.extend(handlers(self.poller))
 
     def _connect(self) -> Any:
@@ -62,6 +62,30 @@ class GPUCloudExtension(ExtensionApp):
                               max_retries=RETRIES, max_hourly_cost=cap)
         cloud.sandbox = box
         return cloud
+
+    def _busy_instances(self) -> set[str]:
+        """The instances a kernel of this server is busy on: a busy kernel is activity.
+
+        A kernel is ours when its kernelspec is ``gpucloud-…`` and its provisioner's config
+        names the instance (see :mod:`gpucloud_nb.kernel`); never raises.
+        """
+        from gpucloud_nb.lab.idle import busy_instance_ids
+
+        found = []
+        try:
+            manager = getattr(self.serverapp, "kernel_manager", None)
+            if manager is None:
+                return set()
+            for kernel_id in list(manager.list_kernel_ids()):
+                kernel = manager.get_kernel(kernel_id)
+                if not str(getattr(kernel, "kernel_name", "")).startswith("gpucloud-"):
+                    continue
+                metadata = getattr(kernel.kernel_spec, "metadata", None) or {}
+                config = (metadata.get("kernel_provisioner") or {}).get("config") or {}
+                found.append((str(getattr(kernel, "execution_state", "")), dict(config)))
+        except Exception:  # a kernel going away mid-read: ask again at the next poll
+            self.log.debug("Could not read the kernels' states.", exc_info=True)
+        return busy_instance_ids(found)
 
     async def stop_extension(self) -> None:
         await self.poller.stop()

@@ -5,6 +5,7 @@
 ``GET /gpucloud/instances/ID``     what deleting ID loses (``{"fate": "..."}``)
 ``DELETE /gpucloud/instances/ID``  delete ID in the cloud (204)
 ``POST /gpucloud/instances/ID/kernel``  install ID's kernelspec: ``{"name", "displayName"}``
+``POST /gpucloud/instances/ID/keep`` start ID's idle clock again (204; 404 without a limit)
 ``POST /gpucloud/refresh``         poll soon (a notebook cell just ran)
 ``PUT /gpucloud/settings``         the poller's intervals: ``{"busyInterval", "idleInterval"}``
 ``GET /gpucloud/info``             ``{"sandbox", "url", "cap"}``
@@ -117,6 +118,20 @@ class KernelHandler(_Handler):
             self._answer({"message": self.poller.scrub(str(error))}, 502)
 
 
+class KeepHandler(_Handler):
+    @tornado.web.authenticated
+    async def post(self, instance_id: str) -> None:
+        try:
+            await self.poller.keep(instance_id)
+        except (NotFoundError, InvalidInputError) as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
+        except GPUCloudError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
+        else:
+            self.set_status(204)
+            self.finish()
+
+
 class RefreshHandler(_Handler):
     @tornado.web.authenticated
     def post(self) -> None:
@@ -138,6 +153,7 @@ def handlers(poller: Poller) -> list[tuple[str, type[APIHandler], dict[str, Any]
         ("/gpucloud/instances", InstancesHandler, bound),
         (f"/gpucloud/instances/{_ID}", InstanceHandler, bound),
         (f"/gpucloud/instances/{_ID}/kernel", KernelHandler, bound),
+        (f"/gpucloud/instances/{_ID}/keep", KeepHandler, bound),
         ("/gpucloud/refresh", RefreshHandler, bound),
         ("/gpucloud/settings", SettingsHandler, bound),
         ("/gpucloud/info", InfoHandler, bound),

@@ -15,6 +15,13 @@ the sidebar one error sentence and never a thread of the executor Jupyter's own 
 The blocking bits (finding or starting the sandbox, the sandbox service's auto-delete
 deadlines) run in one thread of the poller's own.
 
+Each poll also asks every active instance for its GPU use, advances the idle clocks and checks
+that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``gpu`` (``util``,
+``memoryMiB``, ``history`` of the last 10 minutes), ``idle`` (the limit, ``idleSeconds``,
+``deleteAt``, ``warning``) and ``deleteProblem`` (one sentence, or ``None``); the snapshot's
+``deleteProblems`` lists those sentences for the status bar. ``keep(id)`` starts an idle clock
+again (``POST /gpucloud/instances/ID/keep``).
+
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
 
@@ -36,8 +43,10 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
 __all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
@@ -61,8 +70,16 @@ class Poller:
     """
 
     def __init__(self, connect: Callable[[], AsyncGPUCloud], *, fast: float = 5.0,
-                 slow: float = 30.0, cap: float | None = None) -> None:
+                 slow: float = 30.0, cap: float | None = None,
+                 busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM) -> None:
         self._connect = connect
+        self._busy = busy or set
+        self._gpu = GpuUse()
+        self._idle: CloudIdle | None = None
+        self._idle_states: dict[str, IdleState] = {}
+        self._listed: tuple[list[Instance], dict[str, datetime]] = ([], {})
+        self._ssh_work: asyncio.Future[None] | None = None
+        self._confirm = Confirmations(confirm)
         self.fast = fast
         self.slow = slow
         self.cap = cap
@@ -108,10 +125,12 @@ class Poller:
     async def stop(self) -> None:
         """Stop polling and close the client."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for job in (task, self._ssh_work):
+            while job is not None and not job.done():
+                # Python 3.11's wait_for swallows a cancel that meets a nudge: cancel until done.
+                job.cancel()
+                await asyncio.wait([job], timeout=1)
+        await self._gpu.close(TIMEOUT)
         if self._cloud is not None:
             await self._cloud.aclose()
             self._cloud = None
@@ -161,6 +180,21 @@ class Poller:
                                                                  name)
         return {"name": name, "displayName": title}
 
+    async def keep(self, instance_id: str) -> None:
+        """Start the idle clock of ``instance_id`` again (the Keep button)."""
+        cloud = await self._client()
+        if cloud.is_sandbox:
+            await asyncio.get_running_loop().run_in_executor(
+                self._thread, cloud.idle_delete.keep, instance_id)
+        else:
+            self._cloud_idle(cloud).keep(instance_id)
+        self.nudge()
+
+    def _cloud_idle(self, cloud: AsyncGPUCloud) -> CloudIdle:
+        if self._idle is None:
+            self._idle = CloudIdle(cloud.base_url)
+        return self._idle
+
     def scrub(self, text: str) -> str:
         """``text`` with the client's key (and the sandbox's secret) masked."""
         return text if self._cloud is None else self._cloud.scrub(text)
@@ -201,9 +235,14 @@ class Poller:
             instances = await cloud.instances.list()
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, cloud.auto_delete.deadlines)
-            await self._learn_ssh(cloud, instances)
             await self._forget_kernels(cloud, instances)
-            self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc))
+            self._listed = (instances, deadlines)
+            self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
+                                         self._idle_states)
+            # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
+            # time, so a slow instance never delays the next list; it updates the snapshot.
+            if self._ssh_work is None or self._ssh_work.done():
+                self._ssh_work = asyncio.ensure_future(self._over_ssh(cloud, instances))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
             message = (str(error) if isinstance(error, GPUCloudError)
                        else f"Could not read the instances ({type(error).__name__}: {error}).")
@@ -221,6 +260,16 @@ class Poller:
         await asyncio.get_running_loop().run_in_executor(self._thread, remove_stale, kind,
                                                          statuses.get)
 
+    async def _over_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
+        try:
+            await self._learn_ssh(cloud, instances)
+            self._idle_states = await self._watch(cloud, instances)
+        except GPUCloudError:
+            return  # tried again after the next list
+        latest, deadlines = self._listed
+        self._snapshot = self._build(cloud, latest, deadlines, datetime.now(timezone.utc),
+                                     self._idle_states)
+
     async def _learn_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
         """The working ssh command of each newly active instance, once (it connects once)."""
         for instance in instances:
@@ -230,9 +279,43 @@ class Poller:
                 except GPUCloudError:
                     continue  # asked again at the next poll
 
+    async def _watch(self, cloud: AsyncGPUCloud,
+                     instances: list[Instance]) -> dict[str, IdleState]:
+        """GPU use of the active instances, the idle clocks, and deletes the real cloud's are due."""
+        active = {i.id for i in instances if i.status == "active" and i.ip}
+        await self._gpu.measure(cloud, sorted(active), TIMEOUT)
+        busy = self._busy() & active
+        loop = asyncio.get_running_loop()
+        if cloud.is_sandbox:  # the service keeps the clocks; a busy kernel here keeps them at 0
+            states: dict[str, IdleState] = await loop.run_in_executor(
+                self._thread, cloud.idle_delete.states)
+            for instance_id in busy & set(states):
+                await loop.run_in_executor(self._thread, cloud.idle_delete.keep, instance_id)
+            return states
+        idle = self._cloud_idle(cloud)
+        for instance_id in idle.step(active, self._gpu, busy):
+            self._confirm.expect(instance_id, time.time(), "idle limit")
+            try:
+                await self.delete(instance_id)
+            except GPUCloudError:
+                continue  # still expected: unconfirmed within a minute, it turns red
+        return idle.states()
+
     def _build(self, cloud: AsyncGPUCloud, instances: list[Instance],
-               deadlines: dict[str, datetime], now: datetime) -> dict[str, Any]:
+               deadlines: dict[str, datetime], now: datetime,
+               idle: dict[str, IdleState] | None = None) -> dict[str, Any]:
+        idle = idle or {}
         rows, bills = [], []
+        watcher = "the sandbox service" if cloud.is_sandbox else "JupyterLab"
+        due: dict[str, tuple[float, str]] = {}
+        for instance in instances:
+            deadline = instance.auto_delete_at or deadlines.get(instance.id)
+            if deadline is not None:
+                due[instance.id] = (deadline.timestamp(), "auto-delete timer")
+            if instance.id in idle and instance.status == "active":
+                due[instance.id] = (idle[instance.id].delete_at.timestamp(), "idle limit")
+        self._confirm.track(due)
+        problems = self._confirm.problems({i.id: (i.name, i.status) for i in instances})
         # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
         # own timers on the real cloud live in that kernel.
         keeper = "the sandbox service" if cloud.is_sandbox else "the cloud"
@@ -252,11 +335,16 @@ class Poller:
                 "autoDeleteBy": None if deadline is None else keeper,
                 "sshCommand": self._ssh.get(instance.id),
                 "cluster": members.get(instance.id),
+                "gpu": self._gpu.row(instance.id, stale_after=2 * self.fast + TIMEOUT),
+                "idle": (idle_row(idle[instance.id], watcher) if instance.id in idle
+                         and instance.status == "active" else None),
+                "deleteProblem": problems.get(instance.id),
             })
         return {
             "instances": rows, "totals": _totals(rows, bills, self.cap),
             "sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
             "polledAt": _iso(now), "error": None,
+            "deleteProblems": [problems[r["id"]] for r in rows if r["id"] in problems],
         }
 
 

@@ -416,10 +416,13 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     store = Store(config.state)
     management = _Management(config, store, offers)
+    from gpucloud_nb.sandbox.idle import idle_routes, idle_watching
+
     routes = management.routes() + service_routes(
         management.route, store, home=config.home, inference_secrets=management.inference_secrets,
         bill_factor=config.bill_factor)
     routes += budget_routes(management.route, management.budgets)
+    routes += idle_routes(management.route, store)
     if config.teacher_key is not None:
         routes += teacher_routes(config.teacher_key, management.budgets,
                                  (config.api_key, *config.keys), config.names, user_id,
@@ -432,7 +435,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Background work on the server's loop: auto-delete timers and the instances' SSH servers.
-        async with auto_delete_timers(app), budget_watching(app):
+        async with auto_delete_timers(app), budget_watching(app), idle_watching(app):
             await servers.start()
             try:
                 yield

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -71,6 +72,7 @@ from typing import TYPE_CHECKING, Any
 import asyncssh
 
 from gpucloud_nb.rules import volume_name_problem
+from gpucloud_nb.sandbox import nvidia_smi
 from gpucloud_nb.sandbox.home import private_dir
 from gpucloud_nb.sandbox.lifecycle import status_of
 
@@ -83,6 +85,7 @@ __all__ = [
     "SHARED_SHELL_WARNING",
     "InstanceServers",
     "free_port",
+    "gpu_state",
     "mount_point",
     "nvidia_smi_text",
 ]
@@ -120,41 +123,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def gpu_state(doc: dict[str, Any], util: float = 0.0, memory_mib: float = 0.0) -> dict[str, Any]:
+    """What the instance's ``nvidia-smi`` reads: its offer's GPUs and their measured use."""
+    return {"model": str(doc.get("gpuModel") or "GPU"), "count": int(doc.get("gpuCount") or 1),
+            "mib": round(float(doc.get("vramPerGpu") or 0) * 1024), "util": util,
+            "memoryMiB": memory_mib, "at": time.time()}
+
+
 def nvidia_smi_text(doc: dict[str, Any]) -> str:
-    """What ``nvidia-smi`` prints on an instance: its GPUs in nvidia-smi's table layout."""
-    model = str(doc.get("gpuModel") or "GPU")
-    count = int(doc.get("gpuCount") or 1)
-    mib = round(float(doc.get("vramPerGpu") or 0) * 1024)
-    stamp = time.strftime("%a %b %d %H:%M:%S %Y")
-    rule = "+-----------------------------------------+------------------------+----------------------+"
-    lines = [
-        stamp,
-        rule,
-        "| NVIDIA-SMI 550.54.15 (gpucloud-nb sandbox) Driver Version: 550.54.15  CUDA Version: 12.4 |",
-        "|-----------------------------------------+------------------------+----------------------+",
-        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
-        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
-        "|=========================================+========================+======================|",
-    ]
-    for index in range(count):
-        name = f"NVIDIA {model}"[:26]
-        memory = f"0MiB / {mib}MiB"
-        lines += [
-            f"| {index:>3}  {name:<26}     On  |   00000000:{index + 1:02X}:00.0 Off |"
-            "                    0 |",
-            f"| N/A   34C    P0             70W /  700W | {memory:>22} |      0%      Default |",
-            rule,
-        ]
-    lines += [
-        "",
-        "+-----------------------------------------------------------------------------------------+",
-        "| Processes:                                                                              |",
-        "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
-        "|=========================================================================================|",
-        "|  No running processes found                                                             |",
-        "+-----------------------------------------------------------------------------------------+",
-    ]
-    return "\n".join(lines) + "\n"
+    """What ``nvidia-smi`` prints on an idle instance: its GPUs in nvidia-smi's table layout."""
+    return nvidia_smi.table(gpu_state(doc))
 
 
 def _load_or_make_host_key(path: Path) -> asyncssh.SSHKey:
@@ -229,6 +207,10 @@ class InstanceServers:
     def server(self, instance_id: str) -> _InstanceServer | None:
         """The running server of ``instance_id``, if any."""
         return self._servers.get(instance_id)
+
+    def running(self) -> dict[str, _InstanceServer]:
+        """The running servers, by instance id (a copy)."""
+        return dict(self._servers)
 
     async def start(self) -> None:
         """Make the home and the machines directory, and start the reconciler task."""
@@ -328,6 +310,25 @@ class _InstanceServer:
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.port = 0
+        #: Sessions open now (commands, shells, SFTP), and when one last opened or closed (s);
+        #: the process groups of nvidia-smi commands, which are not use.
+        self.looking: set[int] = set()
+        self.sessions = 0
+        self.session_at = 0.0
+
+    def session(self, change: int) -> None:
+        """Count a session opened (+1) or closed (-1): what keeps an instance from idling."""
+        self.sessions += change
+        self.session_at = time.time()
+
+    def write_use(self, util: float, memory_mib: float) -> None:
+        """Give the instance's ``nvidia-smi`` the use just measured (written whole, then moved)."""
+        if not self.servers.shell:
+            return
+        path = self.bin / "gpu.json"
+        part = path.with_suffix(".part")
+        part.write_text(json.dumps(gpu_state(self.record.doc, util, memory_mib)))
+        os.replace(part, path)
 
     @classmethod
     async def open(cls, servers: InstanceServers, record: InstanceRecord) -> _InstanceServer:
@@ -372,9 +373,11 @@ class _InstanceServer:
             link.symlink_to(target, target_is_directory=True)
 
     def _write_commands(self) -> None:
-        smi = self.bin / "nvidia-smi"
-        smi.write_text("#!/bin/sh\ncat <<'GPUCLOUD_EOF'\n" + nvidia_smi_text(self.record.doc)
-                       + "GPUCLOUD_EOF\n")
+        self.write_use(0.0, 0.0)
+        smi = self.bin / "nvidia-smi"  # stdlib only (-S): it starts in milliseconds
+        smi.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -SI "
+                       f"{shlex.quote(nvidia_smi.__file__)} {shlex.quote(str(self.bin / 'gpu.json'))}"
+                       " \"$@\"\n")
         smi.chmod(0o755)
         python = self.bin / "python3"  # the sandbox's own Python: ipykernel and ipywidgets
         python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
@@ -400,7 +403,7 @@ class _InstanceServer:
         }
         if self.servers.shell:  # else no factory: sessions go to _Auth.session_requested
             options.update(process_factory=self._process, allow_scp=True,
-                           sftp_factory=lambda chan: asyncssh.SFTPServer(chan, chroot=chroot))
+                           sftp_factory=lambda chan: _SFTP(self, chan, chroot=chroot))
         try:
             self.acceptor = await asyncssh.create_server(lambda: _Auth(self), "127.0.0.1", stored,
                                                          **options)
@@ -438,6 +441,18 @@ class _InstanceServer:
         return env
 
     async def _process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        # Looking at the GPU is not using the instance: nvidia-smi keeps nothing from idling.
+        counted = (process.command or "").split(maxsplit=1)[:1] != ["nvidia-smi"]
+        if counted:
+            self.session(+1)
+        try:
+            await self._run_process(process, counted)
+        finally:
+            if counted:
+                self.session(-1)
+
+    async def _run_process(self, process: asyncssh.SSHServerProcess[bytes],
+                           counted: bool = True) -> None:
         command = process.command or "exec /bin/sh -i"
         try:
             child = await asyncio.create_subprocess_exec(
@@ -450,6 +465,8 @@ class _InstanceServer:
             process.exit(127)
             return
         self.groups.add(child.pid)
+        if not counted:  # nor is its CPU measured as the instance's use
+            self.looking.add(child.pid)
         pumps = [asyncio.create_task(_pump_out(child.stdout, process.stdout)),
                  asyncio.create_task(_pump_out(child.stderr, process.stderr))]
         feeder = asyncio.create_task(_pump_in(process, child))
@@ -473,6 +490,7 @@ class _InstanceServer:
             os.killpg(child.pid, 0)  # killed with the instance
         except (ProcessLookupError, PermissionError):
             self.groups.discard(child.pid)
+            self.looking.discard(child.pid)
         with contextlib.suppress(Exception):
             process.exit(child.returncode if child.returncode is not None and
                          child.returncode >= 0 else 128 + abs(child.returncode or 15))
@@ -487,6 +505,19 @@ class _InstanceServer:
         for group in list(self.groups):
             _kill_group(group, signal.SIGKILL)
         self.groups.clear()
+
+
+class _SFTP(asyncssh.SFTPServer):
+    """SFTP (and scp) rooted at the instance home, counted as a session while open."""
+
+    def __init__(self, server: _InstanceServer, chan: Any, chroot: bytes) -> None:
+        super().__init__(chan, chroot=chroot)
+        self._server = server
+        server.session(+1)
+
+    def exit(self) -> None:
+        self._server.session(-1)
+        super().exit()
 
 
 def _kill_group(pid: int, sig: int) -> None:

@@ -79,6 +79,11 @@ CREATE TABLE IF NOT EXISTS auto_deletes (
     user TEXT NOT NULL,
     at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS idle_deletes (
+    instance_id TEXT PRIMARY KEY,
+    user TEXT NOT NULL,
+    limit_ms INTEGER NOT NULL
+);
 """
 _INSTANCE_COLUMNS = (
     "seq, id, user, deployment_type, volume_id, created_ms, ready_ms, fails, delete_ms, gone_ms, doc"
@@ -480,3 +485,40 @@ class Store:
                               (now_ms,)).fetchall()
             db.execute("DELETE FROM auto_deletes WHERE at_ms <= ?", (now_ms,))
         return [(user, id_, at) for user, id_, at in rows]
+
+    # -- idle deletes (sandbox-only): the limit is kept here, the idle clock by the service ------
+
+    def set_idle_delete(self, user: str, id_: str, limit_ms: int) -> bool:
+        """Delete instance ``id_`` of ``user`` once idle for ``limit_ms``; replaces a limit.
+
+        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
+        """
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
+                          (id_, user)).fetchone() is None:
+                return False
+            db.execute("INSERT OR REPLACE INTO idle_deletes (instance_id, user, limit_ms)"
+                       " VALUES (?, ?, ?)", (id_, user, limit_ms))
+        return True
+
+    def cancel_idle_delete(self, user: str, id_: str) -> bool:
+        """Drop the idle limit of instance ``id_``; ``True`` if a live instance had one."""
+        with self._transaction() as db:
+            live = db.execute(
+                "SELECT 1 FROM idle_deletes JOIN instances ON id = instance_id"
+                " WHERE instance_id = ? AND idle_deletes.user = ? AND delete_ms IS NULL",
+                (id_, user)).fetchone() is not None
+            db.execute("DELETE FROM idle_deletes WHERE instance_id = ? AND user = ?", (id_, user))
+        return live
+
+    def idle_deletes(self, user: str | None = None) -> dict[str, tuple[str, int]]:
+        """Instance id → ``(user, limit ms)`` of every idle limit of a live instance (of
+        ``user``, or of everyone)."""
+        query = ("SELECT instance_id, idle_deletes.user, limit_ms FROM idle_deletes"
+                 " JOIN instances ON id = instance_id WHERE delete_ms IS NULL")
+        with self._lock:
+            if user is None:
+                rows = self._db.execute(query).fetchall()
+            else:
+                rows = self._db.execute(query + " AND idle_deletes.user = ?", (user,)).fetchall()
+        return {id_: (owner, limit) for id_, owner, limit in rows}

@@ -92,6 +92,12 @@ class LaunchFields(widgets.VBox):
             value=0, min=0, max=1_000_000, step=1, description="Budget ($, 0 = none)",
             style=STYLE, layout=widgets.Layout(width="24em"))
         self.budget.add_class("gpucloud-launch-budget")
+        self.idle_delete = widgets.BoundedIntText(
+            value=0, min=0, max=7 * 24 * 60, description="Delete when idle for (min, 0 = never)",
+            style=STYLE, layout=widgets.Layout(width="24em"))
+        self.idle_delete.add_class("gpucloud-launch-idle-delete")
+        self.idle_note = widgets.HTML()
+        self.idle_note.add_class("gpucloud-launch-idle-note")
         self.cost = widgets.HTML()
         self.cost.add_class("gpucloud-launch-cost")
         self.reason = widgets.HTML()
@@ -135,7 +141,8 @@ class LaunchFields(widgets.VBox):
         self.children = (
             self.title, self.name, self.offer, self.region, self.vm_box, self.container_box,
             widgets.HBox([self.volume, self.volume_create_toggle]), self.volume_create_box,
-            self.ssh_key, self.ssh_key_id, self.auto_delete, self.budget, self.cost,
+            self.ssh_key, self.ssh_key_id, self.auto_delete, self.budget,
+            widgets.HBox([self.idle_delete, self.idle_note]), self.cost,
             widgets.HBox([self.launch_button, self.reason]),
             self.progress_box, self.status, self.result_box,
         )

@@ -15,6 +15,11 @@ Choices, written down once:
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
 - Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
   ``cloud.budgets``), with ⚠ from 80 %; for the selected instance "Budget ($)" sets one.
+- Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
+  25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
+  min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
+  again. On the real cloud the clock runs in the JupyterLab extension: the column shows the
+  limit only.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
@@ -35,6 +40,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from gpucloud_nb.client.budgets import BudgetState
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
@@ -59,7 +65,7 @@ __all__ = ["BASE_COLUMNS", "InstancesPanel"]
 
 #: The table's columns.
 BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hourlyPrice", "spend",
-                                 "autoDelete", "budget", "_id")
+                                 "autoDelete", "budget", "idle", "_id")
 _BUSY = ("pending", "deleting")
 #: Seconds between refreshes while nothing is changing state but spend and countdowns move.
 LIVE_INTERVAL = 10.0
@@ -128,6 +134,7 @@ class InstancesPanel(widgets.VBox):
         self._lock = threading.RLock()
         self._quiet = 0
         self._failures = 0
+        self._idle_states: dict[str, IdleState] = {}
         self._refresh_failed = False
         self.status = StatusLine("gpucloud-instances-status")
         self._fast = interval
@@ -182,6 +189,9 @@ class InstancesPanel(widgets.VBox):
         self.budget_set = css(widgets.Button(description="Set budget", icon="money",
                                              layout=widgets.Layout(width="auto")),
                               "gpucloud-budget-set")
+        self.keep_button = css(widgets.Button(description="Keep (idle clock to 0)", icon="clock-o",
+                                              layout=widgets.Layout(width="auto")),
+                               "gpucloud-idle-keep")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
         self.question = css(widgets.HTML(), "gpucloud-delete-question")
         self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
@@ -215,6 +225,7 @@ class InstancesPanel(widgets.VBox):
         self.auto_delete_cancel.on_click(guarded(self.status, lambda _: self.cancel_auto_delete()))
         self.budget_set.on_click(guarded(
             self.status, lambda _: self.set_budget(dollars=self.budget_dollars.value)))
+        self.keep_button.on_click(guarded(self.status, lambda _: self.keep()))
 
     # ------------------------------------------------------------------ auto-delete
 
@@ -277,6 +288,35 @@ class InstancesPanel(widgets.VBox):
         self.status.success(message)
         return message
 
+    # ------------------------------------------------------------------ idle
+
+    def _idle_text(self, instance: Instance) -> str:
+        if instance.status in ("deleting", "deleted"):
+            return ""
+        state = self._idle_states.get(instance.id)
+        if state is not None:
+            idle, limit = duration(state.idle), duration(state.limit)
+            if state.warning:
+                return f"idle {idle}, deletes in {duration(state.deletes_in)}"
+            return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
+        limits = getattr(self._cloud.idle_delete, "limits", None)
+        entry = limits().get(instance.id) if callable(limits) else None
+        return f"after {duration(entry['seconds'])} idle (JupyterLab)" if entry else ""
+
+    def keep(self, instance_id: str | None = None) -> str:
+        """Start the idle clock of an instance (default: the selected one) again: the Keep button.
+
+        Returns the sentence shown.
+        """
+        instance = self._require(instance_id, "keep")
+        if instance.id not in self._idle_states and not self._idle_text(instance):
+            raise InvalidInputError(f"{instance.name} is not deleted when idle.")
+        self._cloud.idle_delete.keep(instance.id)
+        self.refresh()
+        message = f"{instance.name} kept: its idle clock starts again."
+        self.status.success(message)
+        return message
+
     def _render_actions(self) -> None:
         instance = self.selected
         live = instance is not None and instance.status not in ("deleting", "deleted")
@@ -288,6 +328,8 @@ class InstancesPanel(widgets.VBox):
             controls.append(self.auto_delete_cancel)
         if live:
             controls += [self.budget_dollars, self.budget_set]
+        if live and instance is not None and self._idle_text(instance):
+            controls.append(self.keep_button)
         self.actions.children = tuple(controls)
 
     # ------------------------------------------------------------------ data
@@ -325,6 +367,7 @@ class InstancesPanel(widgets.VBox):
             now = datetime.now(timezone.utc)
             spend = _spend_by_id(self._cloud)
             self._budgets = self._cloud.budgets.states()
+            self._idle_states = self._cloud.idle_delete.states()
             listed.sort(key=lambda i: i.created_at or now, reverse=True)
             self.all_instances = listed
             self.instances = [i for i in listed
@@ -391,7 +434,8 @@ class InstancesPanel(widgets.VBox):
                 "age": pd.Timedelta(now - created) if created else pd.NaT,
                 "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
                 "autoDelete": self._auto_delete_text(instance),
-                "budget": self._budget_text(instance), "_id": instance.id,
+                "budget": self._budget_text(instance), "idle": self._idle_text(instance),
+                "_id": instance.id,
             })
         return pd.DataFrame(rows, columns=list(BASE_COLUMNS))
 

@@ -79,7 +79,7 @@ from gpucloud_nb.widgets._launch_thread import launch_thread
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "auto_delete_minutes", "budget")
+              "ssh_key_id", "auto_delete_minutes", "budget", "idle_minutes")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
@@ -162,7 +162,7 @@ class LaunchForm(LaunchFields):
         on(self.offer, lambda _: self._on_offer_or_region())
         on(self.region, lambda _: self._on_offer_or_region())
         for widget in (self.name, self.os, self.cloud_init, self.image, self.volume, self.ssh_key,
-                       self.ssh_key_id, self.auto_delete, self.budget):
+                       self.ssh_key_id, self.auto_delete, self.budget, self.idle_delete):
             on(widget, lambda _: self._on_field())
         on(self.cloud_init_file, self._uploaded)
         on(self.volume_name, lambda _: self._update_volume_create(), self.volume_status)
@@ -373,6 +373,9 @@ class LaunchForm(LaunchFields):
                 kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
                 budget=self.budget.value, budget_by=self._cloud.budgets.where,
                 used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
+            self.idle_note.value = "" if not self.idle_delete.value else hint(escape(
+                f"Idle: no SSH session, no busy kernel, GPU under 5 %; watched by the "
+                f"{self._cloud.idle_delete.where}."))
             launching = self.launching
             problem = self.problem
             self.launch_button.disabled = launching or problem is not None
@@ -385,7 +388,7 @@ class LaunchForm(LaunchFields):
     def fill(self, **values: Any) -> LaunchForm:
         """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
         ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``, ``budget``
-        (dollars); returns the form.
+        (dollars), ``idle_minutes``; returns the form.
 
         Values the form does not offer are kept and explained by :attr:`problem`.
         """
@@ -418,6 +421,8 @@ class LaunchForm(LaunchFields):
                 self.auto_delete.value = values["auto_delete_minutes"] or 0
             if "budget" in values:
                 self.budget.value = values["budget"] or 0
+            if "idle_minutes" in values:
+                self.idle_delete.value = values["idle_minutes"] or 0
         self._sync()
         return self
 
@@ -495,7 +500,8 @@ class LaunchForm(LaunchFields):
                 self._future = future
                 return future
             request = self.choice.request(delete_after=self.auto_delete.value * 60 or None,
-                                          budget=self.budget.value or None)
+                                          budget=self.budget.value or None,
+                                          delete_when_idle=self.idle_delete.value * 60 or None)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True

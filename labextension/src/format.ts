@@ -24,6 +24,32 @@ export interface IInstanceRow {
   sshCommand: string | null;
   /** The Dask cluster (`cloud.cluster`) the instance belongs to, if any. */
   cluster?: string | null;
+  /** The GPU use measured over SSH (nvidia-smi), `null` before the first measure. */
+  gpu?: IGpuUse | null;
+  /** The idle clock of an instance launched with `delete_when_idle`. */
+  idle?: IIdle | null;
+  /** One sentence when an automatic delete of it was not seen within a minute. */
+  deleteProblem?: string | null;
+}
+
+/** An instance's GPU use: the last measure and the last 10 minutes (`[unix s, util %]`). */
+export interface IGpuUse {
+  util: number;
+  memoryMiB: number;
+  measuredAt: number;
+  stale: boolean;
+  history: [number, number][];
+}
+
+/** An idle clock: its limit, how long idle, when it deletes, whether it warns. */
+export interface IIdle {
+  limitSeconds: number;
+  idleSeconds: number;
+  deleteAt: string;
+  deletesIn: number;
+  warning: boolean;
+  halfway: boolean;
+  by: string;
 }
 
 /** The totals of a snapshot. */
@@ -45,6 +71,8 @@ export interface ISnapshot {
   polledAt?: string | null;
   error?: string | null;
   nextPollSeconds?: number;
+  /** The sentences of automatic deletes not seen within a minute. */
+  deleteProblems?: string[];
 }
 
 /** One row, as text, ready for the sidebar. */
@@ -189,10 +217,15 @@ export function formatStatus(totals: ITotals): string {
 }
 
 /**
- * Why the status bar warns, as one sentence, or `null`: the cost cap is reached, or an instance
- * has been active for more than `warnHours` hours.
+ * Why the status bar warns, as one sentence, or `null`: an automatic delete was not seen (the
+ * status bar then turns red), the cost cap is reached, or an instance has been active for more
+ * than `warnHours` hours.
  */
 export function warning(snapshot: ISnapshot, warnHours: number, now: number): string | null {
+  const problems = snapshot.deleteProblems ?? [];
+  if (problems.length > 0) {
+    return problems[0];
+  }
   const cap = snapshot.cap;
   if (cap !== null && cap !== undefined && snapshot.totals.capReached) {
     return `Pending and active instances cost ${formatMoney(snapshot.totals.committed)}/h, at or above the cap of ${formatMoney(cap)}/h.`;
@@ -247,4 +280,72 @@ export function formatCluster(group: IClusterGroup): { title: string; detail: st
     title: `${group.cluster} · Dask cluster`,
     detail: `${n} instance${n === 1 ? '' : 's'} · ${formatMoney(hourly)}/h`
   };
+}
+
+/** `57 % · 1.2 GiB` (memory in MiB below 1 GiB); `GPU use unknown` when stale; '' without. */
+export function formatGpuUse(gpu: IGpuUse | null | undefined): string {
+  if (!gpu) {
+    return '';
+  }
+  if (gpu.stale) {
+    return 'GPU use unknown';
+  }
+  const memory =
+    gpu.memoryMiB >= 1024 ? `${(gpu.memoryMiB / 1024).toFixed(1)} GiB` : `${Math.round(gpu.memoryMiB)} MiB`;
+  return `GPU ${Math.round(gpu.util)} % · ${memory}`;
+}
+
+/**
+ * The sparkline of the last `span` seconds of utilisation as SVG polyline points in a
+ * `width` × `height` box (0 % at the bottom, 100 % at the top); '' with fewer than 2 points.
+ */
+export function sparkline(
+  history: [number, number][],
+  nowSeconds: number,
+  width = 60,
+  height = 16,
+  span = 600
+): string {
+  const points = history.filter(([at]) => at >= nowSeconds - span);
+  if (points.length < 2) {
+    return '';
+  }
+  return points
+    .map(([at, util]) => {
+      const x = width - ((nowSeconds - at) / span) * width;
+      const y = height - (Math.min(Math.max(util, 0), 100) / 100) * height;
+      return `${x.toFixed(1)},${y.toFixed(1)}`;
+    })
+    .join(' ');
+}
+
+/** Whole minutes, as the idle line says them: `25 min`, `1 h 05 min`. */
+function minutes(seconds: number): string {
+  const m = Math.floor(Math.max(0, seconds) / 60);
+  return m >= 60 ? `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, '0')} min` : `${m} min`;
+}
+
+/**
+ * The idle line of a row at `now`: `idle 25 min, deletes in 5:00` once the warning is on,
+ * `idle 16 min of 30` past half the limit, '' otherwise; `warn` says whether to show Keep.
+ */
+export function formatIdle(
+  idle: IIdle | null | undefined,
+  now: number,
+  polledAt?: string | null
+): { text: string; warn: boolean } {
+  if (!idle) {
+    return { text: '', warn: false };
+  }
+  const at = parse(polledAt);
+  const idleFor = idle.idleSeconds + (at === null ? 0 : Math.max(0, now - at) / 1000);
+  if (idle.warning) {
+    const left = formatCountdown(idle.deleteAt, now);
+    const when = left === 'due' ? 'deletes now' : `deletes in ${left}`;
+    return { text: `idle ${minutes(idleFor)}, ${when}`, warn: true };
+  }
+  if (idle.halfway) {
+    return { text: `idle ${minutes(idleFor)} of ${minutes(idle.limitSeconds)}`, warn: false };
+  }
+  return { text: '', warn: false };
 }

@@ -1,3 +1,4 @@
+import { Notification } from '@jupyterlab/apputils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ApiError, requestAPI } from './api';
@@ -42,6 +43,7 @@ export class GpuCloudModel {
     try {
       this.snapshot = await requestAPI<ISnapshot>('instances');
       this.error = null;
+      this._notifyIdle();
     } catch (error) {
       this.error = error instanceof ApiError ? error.message : 'The GPU cloud could not be read.';
     }
@@ -90,6 +92,39 @@ export class GpuCloudModel {
     await this.refresh();
   }
 
+  /** Start the idle clock of `id` again (the Keep button), then re-read the snapshot. */
+  async keep(id: string): Promise<void> {
+    await requestAPI(`instances/${encodeURIComponent(id)}/keep`, { method: 'POST' });
+    this._warned.delete(id);
+    await this.refresh();
+  }
+
+  /** One JupyterLab notification, with Keep, when an instance's idle warning starts. */
+  private _notifyIdle(): void {
+    const warned = new Set<string>();
+    for (const row of this.snapshot?.instances ?? []) {
+      if (!row.idle?.warning) {
+        continue;
+      }
+      warned.add(row.id);
+      if (this._warned.has(row.id)) {
+        continue;
+      }
+      const name = row.name || row.id;
+      const minutes = Math.floor(row.idle.idleSeconds / 60);
+      Notification.warning(
+        `${name} has been idle ${minutes} min; ${row.idle.by} deletes it in ` +
+          `${Math.max(0, Math.round(row.idle.deletesIn / 60))} min unless it is used or kept.`,
+        {
+          autoClose: false,
+          actions: [{ label: 'Keep', callback: () => void this.keep(row.id) }]
+        }
+      );
+    }
+    this._warned = warned;
+  }
+
+  private _warned = new Set<string>();
   private _changed = new Signal<this, void>(this);
   private _timer: number | null = null;
   private _tick: number | null = null;

@@ -5,11 +5,14 @@ import { chipIcon } from './icon';
 import {
   formatAutoDelete,
   formatCluster,
+  formatGpuUse,
+  formatIdle,
   formatMoney,
   formatRow,
   groupClusters,
   IClusterGroup,
   IInstanceRow,
+  sparkline,
   spendAt,
   warning
 } from './format';
@@ -113,6 +116,7 @@ export class GpuCloudSidebar extends Widget {
     const warn = snapshot && !snapshot.error ? warning(snapshot, this.model.warnAfterHours, now) : null;
     this._warning.textContent = warn ?? '';
     this._warning.hidden = warn === null;
+    this._warning.classList.toggle('gpucloud-mod-error', (snapshot?.deleteProblems ?? []).length > 0);
     this._renderRows(rows, now, snapshot?.polledAt);
   }
 
@@ -169,6 +173,17 @@ export class GpuCloudSidebar extends Widget {
       set('spend', text.spend, row.estimated ? 'Estimated: billed from its creation time.' : '');
       const autoDelete = formatAutoDelete(row, now);
       set('countdown', autoDelete.text, autoDelete.title);
+      set('gpuuse', formatGpuUse(row.gpu), 'GPU utilisation and memory used (nvidia-smi), last 10 minutes');
+      const line = node.querySelector('.gpucloud-Row-spark') as SVGPolylineElement;
+      line.setAttribute('points', row.gpu && !row.gpu.stale ? sparkline(row.gpu.history, now / 1000) : '');
+      const idle = formatIdle(row.idle, now, polledAt);
+      set('idle', idle.text, row.idle ? `Deleted by ${row.idle.by} when idle this long.` : '');
+      (node.querySelector('.gpucloud-Row-keep') as HTMLButtonElement).hidden = !idle.warn;
+      (node.querySelector('.gpucloud-Row-use') as HTMLElement).hidden = !row.gpu && !idle.text;
+      node.dataset.idle = idle.warn ? 'warning' : idle.text ? 'halfway' : '';
+      const problem = node.querySelector('.gpucloud-Row-problem') as HTMLElement;
+      problem.textContent = row.deleteProblem ?? '';
+      problem.hidden = !row.deleteProblem;
       const ssh = node.querySelector('.gpucloud-Row-ssh') as HTMLButtonElement;
       ssh.disabled = !row.sshCommand;
       ssh.title = row.sshCommand ? `Copy: ${row.sshCommand}` : 'No address yet';
@@ -257,7 +272,23 @@ export class GpuCloudSidebar extends Widget {
     const del = el('button', 'jp-Button jp-mod-minimal gpucloud-Row-delete', 'Delete');
     del.addEventListener('click', () => void this._confirmDelete(id));
     bottom.append(el('span', 'gpucloud-Row-countdown'), notebook, ssh, del);
-    node.append(top, middle, bottom);
+    const use = el('div', 'gpucloud-Row-line gpucloud-Row-detail gpucloud-Row-use');
+    const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+    svg.setAttribute('class', 'gpucloud-Row-sparkline');
+    svg.setAttribute('viewBox', '0 0 60 16');
+    svg.setAttribute('width', '60');
+    svg.setAttribute('height', '16');
+    svg.setAttribute('aria-hidden', 'true');
+    const polyline = document.createElementNS('http://www.w3.org/2000/svg', 'polyline');
+    polyline.setAttribute('class', 'gpucloud-Row-spark');
+    svg.append(polyline);
+    const keep = el('button', 'jp-Button jp-mod-minimal gpucloud-Row-keep', 'Keep');
+    keep.title = 'Start the idle clock again';
+    keep.addEventListener('click', () => void this.model.keep(id));
+    use.append(el('span', 'gpucloud-Row-gpuuse'), svg, el('span', 'gpucloud-Row-idle'), keep);
+    const problem = el('p', 'gpucloud-Row-problem');
+    problem.setAttribute('role', 'alert');
+    node.append(top, middle, use, bottom, problem);
     return node;
   }
 

@@ -37,7 +37,9 @@ export class GpuCloudStatus extends Widget {
     }
     this.node.textContent = (warn ? '⚠ ' : '') + text;
     this.node.title = title.replace(/\s+/g, ' ').trim();
-    this.toggleClass('gpucloud-mod-warning', warn !== null);
+    const problem = (snapshot?.deleteProblems ?? []).length > 0;
+    this.toggleClass('gpucloud-mod-warning', warn !== null && !problem);
+    this.toggleClass('gpucloud-mod-error', problem);
     this.toggleClass('gpucloud-mod-sandbox', !!snapshot?.sandbox);
   }
 }

@@ -4,6 +4,8 @@ import {
   formatCluster,
   formatCountdown,
   formatGpu,
+  formatGpuUse,
+  formatIdle,
   formatMoney,
   formatPrice,
   formatRow,
@@ -12,6 +14,7 @@ import {
   IClusterGroup,
   IInstanceRow,
   ISnapshot,
+  sparkline,
   warning
 } from '../src/format';
 
@@ -201,5 +204,37 @@ describe('formatCluster', () => {
     };
     expect(formatCluster(group)).toEqual({ title: 'trio · Dask cluster', detail: '3 instances · $5.00/h' });
     expect(formatCluster({ cluster: 'one', rows: [row()] }).detail).toBe('1 instance · $2.50/h');
+  });
+});
+
+describe('GPU use and the idle clock (#28)', () => {
+  const idle = {
+    limitSeconds: 1800, idleSeconds: 1500, deleteAt: '2026-11-24T10:05:00Z', deletesIn: 300,
+    warning: true, halfway: true, by: 'the sandbox service'
+  };
+  it('reads utilisation and memory, and says so when the measure is stale', () => {
+    const gpu = { util: 57.4, memoryMiB: 1210, measuredAt: 0, stale: false, history: [] as [number, number][] };
+    expect(formatGpuUse(gpu)).toBe('GPU 57 % · 1.2 GiB');
+    expect(formatGpuUse({ ...gpu, memoryMiB: 300 })).toBe('GPU 57 % · 300 MiB');
+    expect(formatGpuUse({ ...gpu, stale: true })).toBe('GPU use unknown');
+    expect(formatGpuUse(null)).toBe('');
+  });
+  it('draws the last 10 minutes, 100 % at the top, and nothing from one point', () => {
+    const now = 10_000;
+    expect(sparkline([[now - 600, 0], [now, 100]], now)).toBe('0.0,16.0 60.0,0.0');
+    expect(sparkline([[now - 900, 50], [now, 50]], now)).toBe('');
+  });
+  it('warns five minutes before the delete, and says half-way before that', () => {
+    expect(formatIdle(idle, NOW)).toEqual({ text: 'idle 25 min, deletes in 5:00', warn: true });
+    const half = { ...idle, idleSeconds: 960, warning: false };
+    expect(formatIdle(half, NOW)).toEqual({ text: 'idle 16 min of 30 min', warn: false });
+    expect(formatIdle({ ...half, halfway: false }, NOW).text).toBe('');
+  });
+  it('puts an unconfirmed delete first in the status bar', () => {
+    const s: ISnapshot = {
+      instances: [row()], deleteProblems: ['train-1 was to be deleted ... delete it by hand.'],
+      totals: { hourly: 1, spend: 1, running: 1, committed: 1, capReached: true }, cap: 0.5
+    };
+    expect(warning(s, 0, NOW)).toBe('train-1 was to be deleted ... delete it by hand.');
   });
 });

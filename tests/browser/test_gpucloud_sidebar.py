@@ -330,3 +330,73 @@ def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
         failures += [f"{name}: {t['where']} {t['text']!r} {t['ratio']}:1 (rgb {t['fg']} on {t['bg']})"
                      for t in texts if t["ratio"] < 4.5]
     assert not failures, "\n".join(failures)
+
+
+LAUNCH_IDLE = """\
+from datetime import timedelta
+from gpucloud_nb import connect
+cloud = connect()
+offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+ids = {name: cloud.instances.create(
+    name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+    region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+    delete_when_idle=timedelta(seconds=50)).id for name in ("gpu-busy", "gpu-idle")}
+for instance_id in ids.values():
+    cloud.instances.wait_until_active(instance_id)
+cloud.instances.run(ids["gpu-busy"], "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 &")
+print("launched", ids)
+"""
+
+
+def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
+        cloud_lab: Lab, observer: GPUCloud, run_all) -> None:
+    """#28: GPU use per row, its sparkline, and "idle …, deletes in m:ss" with Keep."""
+    notebook = new_notebook(
+        cells=[new_code_cell(LAUNCH_IDLE)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(notebook, cloud_lab.root / "idle.ipynb")
+    page = cloud_lab.open("idle.ipynb")
+    open_sidebar(page)
+    sidebar = page.locator("#gpucloud-sidebar")
+    run_all(page)
+    deadline = time.monotonic() + 60
+    while len([i for i in observer.instances.list() if i.name.startswith("gpu-")]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    ids = {i.name: i.id for i in observer.instances.list() if i.name.startswith("gpu-")}
+    busy = page.locator(f'[data-gpucloud-instance="{ids["gpu-busy"]}"]')
+    idle = page.locator(f'[data-gpucloud-instance="{ids["gpu-idle"]}"]')
+    try:
+        # GPU use: the busy loop is a busy GPU, drawn over the last 10 minutes.
+        page.wait_for_function(
+            """(id) => {
+                 const row = document.querySelector(`[data-gpucloud-instance="${id}"]`);
+                 const use = row && row.querySelector('.gpucloud-Row-gpuuse').textContent;
+                 const points = row && row.querySelector('.gpucloud-Row-spark').getAttribute('points');
+                 const util = use && /GPU (\\d+) %/.exec(use);
+                 return util && Number(util[1]) >= 50 && points && points.split(' ').length >= 2;
+               }""", arg=ids["gpu-busy"], timeout=60_000)
+        assert re.fullmatch(r"GPU \d+ % · \d+ MiB", busy.locator(".gpucloud-Row-gpuuse").inner_text())
+        assert re.fullmatch(r"GPU \d+ % · \d+ MiB", idle.locator(".gpucloud-Row-gpuuse").inner_text())
+        # The idle one warns half-way through its 50 s (five minutes before, for real limits).
+        page.wait_for_function(
+            f"""document.querySelector('[data-gpucloud-instance="{ids["gpu-idle"]}"]')
+                  .dataset.idle === 'warning'""", timeout=60_000)
+        warned = idle.locator(".gpucloud-Row-idle").inner_text()
+        assert re.fullmatch(r"idle \d+ min, deletes in 0:\d\d", warned), warned
+        assert idle.locator(".gpucloud-Row-keep").is_visible()
+        assert busy.get_attribute("data-idle") == ""
+        for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
+            set_theme(page, theme)
+            shot(sidebar, f"gpucloud-sidebar-idle-{name}")
+        set_theme(page, "JupyterLab Light")
+        idle.locator(".gpucloud-Row-keep").click()
+        page.wait_for_function(
+            f"""document.querySelector('[data-gpucloud-instance="{ids["gpu-idle"]}"]')
+                  .dataset.idle !== 'warning'""", timeout=15_000)
+        assert observer.instances.get(ids["gpu-idle"]).status == "active"
+    finally:
+        for instance_id in ids.values():
+            if observer.instances.get(instance_id).status in ("pending", "active"):
+                observer.instances.delete(instance_id)

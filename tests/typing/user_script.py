@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Coroutine
+from datetime import timedelta
 from typing import Any, assert_type
 
 import pandas as pd
@@ -20,6 +21,7 @@ from gpucloud_nb import (
     connect,
 )
 from gpucloud_nb.client.budgets import BudgetState
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import RunResult
@@ -46,6 +48,11 @@ def sync_cloud(cloud: GPUCloud) -> None:
         name="a", cloud_provider="p", instance_id="i", region="r"), list[str])
     assert_type(cloud.instances.create(
         name="a", cloud_provider="p", instance_id="i", region="r"), Instance)
+    assert_type(cloud.instances.create(
+        name="a", cloud_provider="p", instance_id="i", region="r",
+        delete_when_idle=timedelta(minutes=30)), Instance)
+    assert_type(cloud.idle_delete.states(), dict[str, IdleState])
+    assert_type(cloud.idle_delete.cancel("x"), bool)
     assert_type(cloud.instances.create_from(CreateInstance(
         name="a", cloud_provider="p", instance_id="i", region="r")), Instance)
     assert_type(cloud.instances.list(), list[Instance])

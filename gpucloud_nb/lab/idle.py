@@ -1,0 +1,234 @@
+"""GPU use in view, idle deletes for the real cloud, and automatic deletes confirmed, for the poller.
+
+    >>> parse_use("57, 1210\\n3, 20\\n")
+    (30.0, 57.0, 1230.0)
+
+Three jobs of the JupyterLab server extension's poller (:mod:`gpucloud_nb.lab.poller`), each run
+once per list:
+
+- **GPU use** (:class:`GpuUse`): one ``nvidia-smi --query-gpu=utilization.gpu,memory.used
+  --format=csv,noheader,nounits`` per active instance per poll, over the client's cached SSH
+  connection (``instances.run``), all instances at once; the last 10 minutes are kept for the
+  sidebar's sparkline. An instance that cannot be reached keeps its last values and says nothing:
+  the sidebar shows its use as unknown after two polls.
+- **Idle deletes on the real cloud** (:class:`CloudIdle`): the limits ``delete_when_idle`` wrote
+  (:class:`gpucloud_nb.client.idle.LabIdleDelete`); an instance is busy at a poll when a
+  kernel of this server on it is busy (its kernelspec is ``gpucloud-…`` and names the instance)
+  or any of its GPUs is at 5 % or more; idle past its limit, the poller deletes it. What the
+  extension cannot see on the real cloud, plainly: an SSH session someone holds open without
+  using the GPU does not count. On the sandbox the service watches (and sees sessions); the
+  poller only reads its clocks, and tells the service to keep an instance whose kernel is busy.
+- **Deletes confirmed** (:class:`Confirmations`): every automatic delete the poller knows of (a
+  timer's deadline passed, an idle delete due or sent) is expected to show as ``deleting`` or
+  ``deleted``; one that does not within ``CONFIRM`` seconds (60) becomes one sentence in the
+  snapshot, which turns the sidebar, the status bar and the panel red.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gpucloud_nb.client.idle import IdleState, LabIdleDelete
+
+__all__ = ["CONFIRM", "HISTORY", "QUERY", "THRESHOLD", "CloudIdle", "Confirmations", "GpuUse",
+           "parse_use"]
+
+QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits"
+HISTORY = 600.0
+THRESHOLD = 5.0
+CONFIRM = 60.0
+WARN = 300.0
+
+
+def parse_use(text: str) -> tuple[float, float, float] | None:
+    """``(mean utilisation %, highest utilisation %, memory used MiB)`` from the query's lines."""
+    utils, memory = [], 0.0
+    for line in text.splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 2:
+            continue
+        try:
+            utils.append(float(parts[0]))
+            memory += float(parts[1])
+        except ValueError:
+            continue
+    if not utils:
+        return None
+    return round(sum(utils) / len(utils), 1), max(utils), memory
+
+
+class GpuUse:
+    """The GPU use of each active instance over the last :data:`HISTORY` seconds."""
+
+    def __init__(self) -> None:
+        self.history: dict[str, collections.deque[tuple[float, float, float, float]]] = {}
+        self.running: set[asyncio.Future[None]] = set()
+
+    async def measure(self, cloud: Any, instance_ids: Iterable[str], timeout: float) -> None:
+        """Ask each instance once, all at once, for at most ``timeout`` seconds; forget
+        instances no longer active. A command still running then finishes on its own (its own
+        ``timeout`` ends it) and is never cancelled: cancelling an SSH command mid-way can
+        leave its channel waiting."""
+        ids = list(instance_ids)
+        for gone in [i for i in self.history if i not in ids]:
+            del self.history[gone]
+        tasks = {asyncio.ensure_future(self._one(cloud, i, timeout)) for i in ids}
+        self.running |= tasks
+        for task in tasks:
+            task.add_done_callback(self.running.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    async def _one(self, cloud: Any, instance_id: str, timeout: float) -> None:
+        try:
+            result = await cloud.instances.run(instance_id, QUERY, timeout=timeout, wait=0)
+        except Exception:  # unreachable, no key it accepts, gone: no measure this time
+            return
+        use = parse_use(result.stdout) if result.exit_status == 0 else None
+        if use is not None:
+            now = time.time()
+            kept = self.history.setdefault(instance_id, collections.deque())
+            kept.append((now, *use))
+            while kept and kept[0][0] < now - HISTORY:
+                kept.popleft()
+
+    async def close(self, timeout: float) -> None:
+        """Let the commands still running end (at most ``timeout`` seconds)."""
+        if self.running:
+            await asyncio.wait(set(self.running), timeout=timeout)
+
+    def peak(self, instance_id: str, since: float) -> float | None:
+        """The highest utilisation measured since ``since`` (Unix time), or ``None``."""
+        found = [peak for at, _, peak, _ in self.history.get(instance_id, ()) if at >= since]
+        return max(found) if found else None
+
+    def row(self, instance_id: str, stale_after: float) -> dict[str, Any] | None:
+        """The snapshot's ``gpu`` field: last utilisation and memory, and the sparkline's points."""
+        kept = self.history.get(instance_id)
+        if not kept:
+            return None
+        at, util, _, memory = kept[-1]
+        return {"util": util, "memoryMiB": memory, "measuredAt": round(at, 3),
+                "stale": time.time() - at > stale_after,
+                "history": [[round(t, 1), u] for t, u, _, _ in kept]}
+
+
+def _iso(value: float) -> str:
+    return datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
+
+
+def idle_row(state: IdleState, by: str) -> dict[str, Any]:
+    """The snapshot's ``idle`` field for one instance."""
+    return {"limitSeconds": state.limit, "idleSeconds": round(state.idle, 1),
+            "deleteAt": state.delete_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "deletesIn": round(state.deletes_in, 1), "warning": state.warning,
+            "halfway": state.idle >= state.limit / 2, "by": by}
+
+
+@dataclass
+class _Clock:
+    limit: float
+    since: float
+
+
+class CloudIdle:
+    """The idle clocks of real-cloud instances, kept by this server (see the module docstring)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.limits = LabIdleDelete(base_url)
+        self.clocks: dict[str, _Clock] = {}
+        self._last = time.time()
+
+    def keep(self, instance_id: str) -> None:
+        """Start the idle clock again (the Keep button; the file, so kernels see it too)."""
+        self.limits.keep(instance_id)
+        clock = self.clocks.get(instance_id)
+        if clock is not None:
+            clock.since = time.time()
+
+    def step(self, active: set[str], use: GpuUse, busy_kernels: set[str]) -> list[str]:
+        """Advance every clock by one poll; return the instances idle past their limit."""
+        now = time.time()
+        limits = self.limits.limits()
+        due = []
+        for instance_id, entry in limits.items():
+            limit = entry["seconds"]
+            clock = self.clocks.setdefault(instance_id, _Clock(limit, max(entry["keptAt"], now)))
+            clock.limit = limit
+            clock.since = max(clock.since, entry["keptAt"])  # a Keep from any kernel
+            peak = use.peak(instance_id, self._last)
+            if (instance_id not in active or instance_id in busy_kernels
+                    or (peak is not None and peak >= THRESHOLD)):
+                clock.since = now
+            elif now - clock.since >= limit:
+                due.append(instance_id)
+        for gone in [i for i in self.clocks if i not in limits]:
+            del self.clocks[gone]
+        self._last = now
+        return due
+
+    def states(self) -> dict[str, IdleState]:
+        """Where each clock stands, as the sandbox service would say it."""
+        now = datetime.now(timezone.utc)
+        found = {}
+        for instance_id, clock in self.clocks.items():
+            idle = max(time.time() - clock.since, 0.0)
+            delete_at = now + timedelta(seconds=clock.limit - idle)
+            warn_at = delete_at - timedelta(seconds=min(WARN, clock.limit / 2))
+            found[instance_id] = IdleState(instance_id, clock.limit, idle, delete_at, warn_at,
+                                           now >= warn_at)
+        return found
+
+
+class Confirmations:
+    """Automatic deletes expected to show, and the sentence for each that did not in time."""
+
+    def __init__(self, confirm: float = CONFIRM) -> None:
+        self.confirm = confirm
+        self.expected: dict[str, tuple[float, str]] = {}
+
+    def expect(self, instance_id: str, due: float, why: str) -> None:
+        """An automatic delete of ``instance_id`` (``why``) is due at ``due`` (Unix time)."""
+        self.expected[instance_id] = (due, why)
+
+    def track(self, deadlines: dict[str, tuple[float, str]]) -> None:
+        """This poll's known deadlines: kept while listed; one gone before it fell due was
+        cancelled (a Keep, a cancelled timer); one past stays expected."""
+        now = time.time()
+        for instance_id, (due, why) in deadlines.items():
+            self.expected[instance_id] = (due, why)
+        for instance_id in [i for i, (due, _) in self.expected.items()
+                            if i not in deadlines and due > now]:
+            del self.expected[instance_id]
+
+    def problems(self, statuses: dict[str, tuple[str, str]]) -> dict[str, str]:
+        """Instance id → the sentence for each expected delete not seen within ``confirm``.
+
+        ``statuses`` maps each listed instance to ``(name, status)``.
+        """
+        now = time.time()
+        found = {}
+        for instance_id, (due, why) in list(self.expected.items()):
+            name, status = statuses.get(instance_id, ("", "deleted"))
+            if status in ("deleting", "deleted"):
+                del self.expected[instance_id]
+            elif now - due >= self.confirm:
+                found[instance_id] = (
+                    f"{name or instance_id} was to be deleted by its {why} at {_iso(due)}, but "
+                    f"is still {status} {now - due:.0f} s later: it may still be billing; delete "
+                    "it by hand.")
+        return found
+
+
+def busy_instance_ids(kernels: Iterable[tuple[str, dict[str, Any]]]) -> set[str]:
+    """The instances with a busy kernel, from ``(execution_state, provisioner config)`` pairs."""
+    return {str(config.get("instance_id")) for state, config in kernels
+            if state == "busy" and config.get("instance_id")}
+

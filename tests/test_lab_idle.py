@@ -1,0 +1,183 @@
+"""The Lab poller's GPU use, idle clocks and delete confirmations, against sandboxes over real
+HTTP and SSH (the poller runs in-process, on its own event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids, parse_use
+from gpucloud_nb.lab.poller import Poller
+from gpucloud_nb.sandbox import Sandbox
+
+LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
+
+
+def launch(cloud: GPUCloud, name: str, **extra: Any) -> str:
+    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    instance = cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
+    return cloud.instances.wait_until_active(instance.id, timeout=30).id
+
+
+def polling(sandbox: Sandbox, *, as_sandbox: bool, transport: Any = None,
+            busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM) -> Poller:
+    def connect() -> AsyncGPUCloud:
+        cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                              transport=transport, timeout=5, max_retries=1)
+        if as_sandbox:
+            cloud.sandbox = sandbox
+        return cloud
+
+    poller = Poller(connect, fast=1.0, slow=1.0, busy=busy, confirm=confirm)
+    return poller
+
+
+async def until(poller: Poller, predicate: Callable[[dict[str, Any]], Any],
+                timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = await poller.snapshot()
+        if predicate(snapshot):
+            return snapshot
+        assert time.monotonic() < deadline, snapshot
+        await asyncio.sleep(0.2)
+
+
+def row(snapshot: dict[str, Any], instance_id: str) -> dict[str, Any]:
+    return next((r for r in snapshot["instances"] if r["id"] == instance_id),
+                {"status": "deleted"})
+
+
+def run(poller: Poller, body: Callable[[Poller], Awaitable[None]]) -> None:
+    async def main() -> None:
+        try:
+            await body(poller)
+        finally:
+            await poller.stop()
+
+    asyncio.run(main())
+
+
+def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
+    assert parse_use("100, 2048\n50, 0\n") == (75.0, 100.0, 2048.0)
+    assert parse_use("No devices were found\n") is None
+
+
+def test_busy_kernels_name_their_instances() -> None:
+    kernels = [("busy", {"instance_id": "a"}), ("idle", {"instance_id": "b"}), ("busy", {})]
+    assert busy_instance_ids(kernels) == {"a"}
+
+
+def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_it(
+        sandbox: Sandbox) -> None:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    busy = launch(cloud, "busy", delete_when_idle=timedelta(seconds=3))
+    cloud.instances.run(busy, LOOP)
+    idle = launch(cloud, "idle", delete_when_idle=timedelta(seconds=16))
+
+    async def body(poller: Poller) -> None:
+        seen = await until(poller, lambda s: (row(s, busy).get("gpu") or {}).get("util", 0) >= 50
+                           and len(row(s, busy)["gpu"]["history"]) >= 2, 20)
+        assert row(seen, busy)["gpu"]["memoryMiB"] > 0
+        assert row(seen, busy)["idle"]["by"] == "the sandbox service"
+        warned = await until(poller, lambda s: (row(s, idle).get("idle") or {}).get("warning"), 16)
+        assert row(warned, idle)["idle"]["halfway"] and row(warned, idle)["status"] == "active"
+        assert row(warned, idle)["gpu"]["util"] < 5
+        await poller.keep(idle)
+        kept = await until(poller, lambda s: not row(s, idle)["idle"]["warning"], 8)
+        assert row(kept, idle)["idle"]["idleSeconds"] < 3
+        gone = await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 22)
+        assert row(gone, busy)["status"] == "active"  # past its 3 s limit: the loop keeps it
+        assert gone["deleteProblems"] == []
+
+    run(polling(sandbox, as_sandbox=True), body)
+    cloud.close()
+
+
+def test_a_busy_kernel_keeps_a_sandbox_instance(sandbox: Sandbox) -> None:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    instance = launch(cloud, "kernel")
+
+    async def body(poller: Poller) -> None:
+        await until(poller, lambda s: row(s, instance).get("gpu") is not None, 10)
+        cloud.idle_delete.watch(instance, timedelta(seconds=3))  # nothing runs on it
+        await asyncio.sleep(7)
+        assert row(await poller.snapshot(), instance)["status"] == "active"
+
+    run(polling(sandbox, as_sandbox=True, busy=lambda: {instance}), body)
+    assert cloud.instances.get(instance).status == "active"
+    cloud.close()
+
+
+def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
+        sandbox: Sandbox) -> None:
+    # Clients that do not know they talk to a sandbox: the real cloud's path, over real SSH.
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    busy = launch(cloud, "busy", delete_when_idle=timedelta(seconds=2))
+    cloud.instances.run(busy, LOOP)
+    idle = launch(cloud, "idle", delete_when_idle=timedelta(seconds=2))
+
+    async def body(poller: Poller) -> None:
+        first = await until(poller, lambda s: row(s, idle).get("idle") is not None, 10)
+        assert row(first, idle)["idle"]["by"] == "JupyterLab"
+        start = time.monotonic()
+        await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 10)
+        assert time.monotonic() - start <= 2 + 2 * poller.fast + 1
+        await asyncio.sleep(2)
+        snapshot = await poller.snapshot()
+        assert row(snapshot, busy)["status"] == "active" and row(snapshot, busy)["gpu"]["util"] >= 50
+        assert snapshot["deleteProblems"] == []
+
+    run(polling(sandbox, as_sandbox=False), body)
+    cloud.close()
+
+
+class NeverDeletes(httpx.AsyncHTTPTransport):
+    """A cloud that accepts every delete and never performs it."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return await super().handle_async_request(request)
+
+
+def test_a_delete_the_cloud_never_performs_turns_red(sandbox: Sandbox) -> None:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    instance = launch(cloud, "stuck", delete_when_idle=timedelta(seconds=1))
+    confirm = 3.0  # the default is a minute
+
+    async def body(poller: Poller) -> None:
+        start = time.monotonic()
+        red = await until(poller, lambda s: s["deleteProblems"], 1 + 2 + confirm + 5)
+        assert time.monotonic() - start >= confirm
+        sentence = row(red, instance)["deleteProblem"]
+        assert red["deleteProblems"] == [sentence] and row(red, instance)["status"] == "active"
+        assert sentence.startswith("stuck was to be deleted by its idle limit at ")
+        assert "is still active" in sentence and sentence.endswith("delete it by hand.")
+        assert sandbox.api_key not in sentence
+
+    run(polling(sandbox, as_sandbox=False, transport=NeverDeletes(), confirm=confirm), body)
+    assert CONFIRM == 60
+    cloud.instances.delete(instance)
+    cloud.close()
