@@ -106,13 +106,17 @@ class Core(Generic[D]):
         """One request, retried by the policy, with the key masked in any error."""
         return send(call, self.policy, secrets=(self.key.reveal(),))
 
+    def delete_unconfirmed(self, instance_id: str) -> None:
+        """The delete alone, for a watcher that confirms it in its own way (budgets)."""
+        if self.delete_now is None:
+            raise ConnectionFailedError("This client cannot delete from a timer.")
+        self.delete_now(instance_id)
+
     def delete_from_timer(self, instance_id: str) -> None:
         """What an auto-delete timer in this process calls when it fires: the delete, then
         its confirmation (the instance shows as deleting or deleted within
         ``confirm_seconds``, else one sentence saying it may still be billing)."""
-        if self.delete_now is None:
-            raise ConnectionFailedError("This client cannot delete from a timer.")
-        self.delete_now(instance_id)
+        self.delete_unconfirmed(instance_id)
         if self.status_now is None:
             return
         sent = time.monotonic()

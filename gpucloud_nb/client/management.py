@@ -198,7 +198,7 @@ class _CloudBase(abc.ABC):
         if watch is None or isinstance(watch, ServiceBudgets) != service:
             watch = ServiceBudgets(self._service_send) if service else KernelBudgets(
                 lambda id_: Instances(self._blocking_core()).get(id_),
-                self._core.delete_from_timer)
+                self._core.delete_unconfirmed)  # it confirms within its own confirm_within
             self._budget_watch = watch
         return watch
 
