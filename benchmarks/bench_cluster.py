@@ -13,6 +13,8 @@ TCP, as each would be used. Run standalone with ``python -m benchmarks.bench_clu
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from typing import Any
 
@@ -46,7 +48,9 @@ def run(workers: int = 4, tasks: int = 2_000, repeat: int = 3,
             GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
         cloud.sandbox = box
         start = time.perf_counter()
-        with cloud.cluster(workers, name="bench") as cluster:
+        # The launch's progress line goes to stderr: stdout is the benchmarks' table.
+        with contextlib.redirect_stdout(sys.stderr), \
+                cloud.cluster(workers, name="bench") as cluster:
             cluster.wait_for_workers(workers, timeout=120)
             ours_start = time.perf_counter() - start
             with distributed.Client(cluster) as client:

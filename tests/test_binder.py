@@ -59,7 +59,7 @@ def test_binder_files_pin_python_and_install_the_package_for_jupyterlab() -> Non
         line.split("#", 1)[0].strip()
         for line in (REPO / "binder" / "requirements.txt").read_text().splitlines()
     ]
-    assert ".[lab]" in requirements
+    assert ".[lab,cluster]" in requirements
 
 
 def test_repo2docker_renders_the_binder_build(repo_copy: Path) -> None:
