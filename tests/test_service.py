@@ -366,6 +366,9 @@ def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
     old = connect(quiet=True).sandbox
     os.kill(old.pid, signal.SIGKILL)
     wait_for(lambda: not service.pid_alive(old.pid), 10)
+    # A child the service forked an instant before (a process-tree measure) can hold the lock
+    # until it execs: wait for it to be free, as a restart after a crash would find it.
+    wait_for(lambda: service.lock_holder(home) is None, 10)
     assert service.read_runtime(home) == old
     return old
 
