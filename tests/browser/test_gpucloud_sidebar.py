@@ -141,8 +141,13 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
         f"""document.querySelector('[data-gpucloud-instance="{instance.id}"]')
               .dataset.status === 'active'""", timeout=20_000)
     assert "active" in row.locator(".gpucloud-Row-status").inner_text()
-    ssh = observer.instances.get(instance.id).ssh_command
-    assert ssh and row.locator(".gpucloud-Row-ssh").get_attribute("title") == f"Copy: {ssh}"
+    # The command that works as printed: the bare address plus the key and known_hosts to use.
+    bare = observer.instances.get(instance.id).ssh_command
+    page.wait_for_function(
+        f"""(document.querySelector('[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-ssh')
+              ?.title || '').includes('HostKeyAlias=')""", timeout=20_000)
+    ssh = row.locator(".gpucloud-Row-ssh").get_attribute("title").removeprefix("Copy: ")
+    assert ssh.endswith(bare.removeprefix("ssh ")) and f"HostKeyAlias={instance.id}" in ssh
     cloud_lab.context.grant_permissions(["clipboard-read", "clipboard-write"])
     row.locator(".gpucloud-Row-ssh").click()
     assert page.evaluate("navigator.clipboard.readText()") == ssh
