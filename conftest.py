@@ -29,10 +29,18 @@ _HOMES_ROOT: Path | None = None
 def pytest_configure(config: pytest.Config) -> None:
     """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
     global _HOMES_ROOT
-    _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and os.environ.get("GPUCLOUD_NB_TEST_HOMES"):
+        # An xdist worker: homes of its own under the controller's root, and the controller's
+        # mark, so the controller's check at the end finds a service any worker left.
+        _HOMES_ROOT = Path(tempfile.mkdtemp(prefix=f"{worker}-",
+                                            dir=os.environ["GPUCLOUD_NB_TEST_HOMES"]))
+    else:
+        _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
+        os.environ["GPUCLOUD_NB_TEST_HOMES"] = str(_HOMES_ROOT)
+        # Every process this run starts inherits the mark, so a service left anywhere is found.
+        os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
     os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
-    # Every process this run starts inherits the mark, so a service left anywhere is found.
-    os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
     # A shell starts background jobs with SIGINT ignored, and Python then never raises
     # KeyboardInterrupt: interrupt tests (and Ctrl-C of the subprocesses they start) would hang.
     # Restore the default so the suite behaves the same in the foreground and the background.
@@ -74,9 +82,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from gpucloud_nb.sandbox import service
 
-    for home in _HOMES_ROOT.iterdir():
-        if home.is_dir():
-            service.stop(home)
+    # Homes are the root's folders, and in an xdist run the workers' roots' folders.
+    for home in [*_HOMES_ROOT.glob("*/"), *_HOMES_ROOT.glob("gw*/*/")]:
+        service.stop(home)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller checks, once every worker is done
     left = find_services(_HOMES_ROOT, os.environ.get("GPUCLOUD_NB_TEST_RUN"))
     for process in left:
         process.kill()

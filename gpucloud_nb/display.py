@@ -1,4 +1,5 @@
-"""Prices as people read them: dollars in tables, price columns styled, server text escaped.
+"""Prices and durations as people read them: dollars in tables, price columns styled, server
+text escaped, ``12 min 34 s``.
 
 :func:`format_price` writes one price, and is the one price formatter of the package (magics,
 widgets, tables, the client's sentences, the CLI); :func:`style_prices` turns a DataFrame into a
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # importing the Styler needs jinja2: only style_prices pays f
     import pandas as pd
     from pandas.io.formats.style import Styler
 
-__all__ = ["format_price", "per_hour", "style_prices"]
+__all__ = ["format_duration", "format_price", "per_hour", "style_prices"]
 
 # Price-like columns that style_prices formats as currency, besides any name with these words.
 _PRICE_COLUMNS = frozenset(
@@ -51,6 +52,30 @@ def format_price(value: Any) -> str:
         if len(text.partition(".")[2]) < 2:  # 0.0999 rounds to 0.1: show cents, $0.10
             text = f"{float(text):.2f}"
     return f"-${text}" if number < 0 else f"${text}"
+
+
+def format_duration(seconds: float | None, *, precise: bool = True) -> str:
+    """A duration: ``12 s``, ``12 min 34 s``, ``2 h 03 min``, ``4 d 02 h``; ``""`` if missing.
+
+    The one duration formatter of the package (countdowns, waits, ages). ``precise=False``
+    drops the seconds from an hour's minutes, for ages in tables.
+
+        >>> format_duration(754), format_duration(754, precise=False), format_duration(7380)
+        ('12 min 34 s', '12 min', '2 h 03 min')
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s" if precise else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
 
 
 def per_hour(value: float | None) -> str:

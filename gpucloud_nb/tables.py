@@ -34,7 +34,7 @@ from typing import Any, ClassVar, cast
 
 import pandas as pd
 
-from gpucloud_nb.display import format_price, per_hour
+from gpucloud_nb.display import format_duration, format_price, per_hour
 
 __all__ = ["Table", "age_text", "table", "time_text"]
 
@@ -74,17 +74,7 @@ def age_text(value: Any) -> str:
     """
     if not isinstance(value, timedelta) or pd.isna(value):
         return ""
-    seconds = max(0, int(value.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours:02d} h"
+    return format_duration(value.total_seconds(), precise=False)
 
 
 def _cell(column: str, value: Any) -> str:

@@ -54,13 +54,19 @@ def box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
 
 
 def dask_processes() -> list[psutil.Process]:
-    """Scheduler, nanny and worker processes of ours still running (any cluster)."""
+    """Scheduler, nanny and worker processes of this run's sandboxes still running (any
+    cluster; not those of another pytest-xdist worker's sandboxes)."""
     found = []
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # a sandbox's commands inherit it
     for process in psutil.process_iter(["cmdline"]):
         line = " ".join(process.info["cmdline"] or [])
         if "-m dask scheduler" in line or "-m dask worker" in line or (
                 "multiprocessing" in line and "distributed" in line):
-            found.append(process)
+            try:
+                if process.environ().get("PYTEST_XDIST_WORKER") == worker:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
     return found
 
 

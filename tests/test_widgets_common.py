@@ -22,7 +22,6 @@ from gpucloud_nb.widgets._common import (
     Repeater,
     StatusLine,
     describe_error,
-    duration,
     frame_html,
     guarded,
     iter_widgets,
@@ -157,16 +156,11 @@ def test_repeater_runs_until_stopped_and_restarts() -> None:
 # formatting and plumbing ---------------------------------------------------------------------
 
 
-def test_money_and_durations() -> None:
+def test_money() -> None:
     assert money(2.49) == "$2.49" and money(None) == ""
     assert per_hour(2.49) == "$2.49/h"
     assert per_day(2.49) == "$59.76/day"
     assert per_hour(0.00014) == "$0.00014/h"
-    assert duration(12) == "12 s"
-    assert duration(754) == "12 min 34 s"
-    assert duration(2 * 3600 + 180) == "2 h 03 min"
-    assert duration(3 * 86400 + 7200) == "3 d 02 h"
-    assert duration(None) == ""
 
 
 def test_set_options_keeps_the_choice() -> None:

@@ -6,8 +6,8 @@ Nothing here talks HTTP; the widgets go through :mod:`gpucloud_nb.client`.
     >>> status.error(InvalidInputError("Give the instance a name."))
     >>> status.text, status.is_error
     ('Give the instance a name.', True)
-    >>> per_hour(2.49), per_day(2.49), duration(754)
-    ('$2.49/h', '$59.76/day', '12 min 34 s')
+    >>> per_hour(2.49), per_day(2.49)
+    ('$2.49/h', '$59.76/day')
 
 Choices, written down once:
 
@@ -48,11 +48,12 @@ __all__ = [
     "STYLE",
     "SUCCESS",
     "WARNING",
+    "ConfirmRow",
     "Debouncer",
     "Repeater",
     "StatusLine",
+    "css",
     "describe_error",
-    "duration",
     "guarded",
     "hint",
     "iter_widgets",
@@ -355,29 +356,51 @@ def per_day(hourly: float | None) -> str:
     return f"{text}/day" if text else ""
 
 
-def duration(seconds: float | None) -> str:
-    """A duration for people: ``12 s``, ``3 min 05 s``, ``2 h 03 min``, ``4 d 02 h``."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours:02d} h"
-
-
 # --------------------------------------------------------------------------- widget plumbing
 
 
 def show(widget: widgets.Widget, visible: bool = True) -> None:
     """Show or hide a widget (it keeps its state while hidden)."""
     widget.layout.display = None if visible else "none"
+
+
+W = TypeVar("W", bound=widgets.DOMWidget)
+
+
+def css(widget: W, name: str) -> W:
+    """``widget`` with the DOM class ``name`` (a stable selector for tests and themes)."""
+    widget.add_class(name)
+    return widget
+
+
+class ConfirmRow:
+    """A question in bold with a danger button and Cancel, hidden until :meth:`ask` shows it.
+
+        >>> row = ConfirmRow("gpucloud-delete", "Confirm delete", "trash")
+        >>> row.ask("Delete train-1?"); row.question.value, row.box.layout.display
+        ('<b>Delete train-1?</b>', None)
+
+    Its DOM classes are ``<prefix>-confirm`` (the row), ``<prefix>-question``,
+    ``<prefix>-confirm-button`` and ``<prefix>-cancel-button``.
+    """
+
+    def __init__(self, prefix: str, confirm: str, icon: str) -> None:
+        self.question = css(widgets.HTML(), f"{prefix}-question")
+        self.confirm_button = css(widgets.Button(description=confirm, icon=icon,
+                                                 button_style="danger"), f"{prefix}-confirm-button")
+        self.cancel_button = css(widgets.Button(description="Cancel"), f"{prefix}-cancel-button")
+        self.box = css(widgets.HBox([self.question, self.confirm_button, self.cancel_button]),
+                       f"{prefix}-confirm")
+        show(self.box, False)
+
+    def ask(self, question: str) -> None:
+        """Show the row with ``question`` (escaped)."""
+        self.question.value = f"<b>{escape(question)}</b>"
+        show(self.box, True)
+
+    def hide(self) -> None:
+        """Hide the row; nothing else changes."""
+        show(self.box, False)
 
 
 

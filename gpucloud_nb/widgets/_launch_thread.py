@@ -18,9 +18,10 @@ from typing import Protocol
 import ipywidgets as widgets
 
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import WaitStopped
 from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails
-from gpucloud_nb.widgets._common import StatusLine, duration, escape, settle
+from gpucloud_nb.widgets._common import StatusLine, escape, settle
 
 __all__ = ["MAX_POLL_SECONDS", "LaunchView", "launch_thread"]
 
@@ -113,7 +114,7 @@ def _launch_and_wait(ref: weakref.ref[LaunchView], cloud: GPUCloud, request: Cre
         waited[0] = elapsed
         if details.status == "pending":
             form.progress.value = min(elapsed / expected, 0.95)
-        form.elapsed.value = escape(f"{details.status}… {duration(elapsed)}")
+        form.elapsed.value = escape(f"{details.status}… {format_duration(elapsed)}")
 
     details = cloud.instances.wait_until_active(instance.id, timeout=timeout,
                                                 on_progress=on_progress,

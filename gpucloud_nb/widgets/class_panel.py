@@ -37,15 +37,16 @@ from gpucloud_nb.widgets._common import (
     ERROR,
     STYLE,
     WARNING,
+    ConfirmRow,
     Repeater,
     StatusLine,
+    css,
     escape,
     guarded,
     hint,
     log,
     money,
     set_options,
-    show,
 )
 
 __all__ = ["ClassPanel"]
@@ -121,10 +122,6 @@ class ClassPanel(widgets.VBox):
             log.debug("The first refresh failed; the status line says why", exc_info=True)
 
     def _build(self) -> None:
-        def css(widget: Any, name: str) -> Any:
-            widget.add_class(name)
-            return widget
-
         self.refresh_button = css(widgets.Button(description="Refresh", icon="refresh",
                                                  layout=widgets.Layout(width="8em")),
                                   "gpucloud-class-refresh")
@@ -145,15 +142,9 @@ class ClassPanel(widgets.VBox):
         self.stop_all_button = css(widgets.Button(
             description="Stop the whole class…", icon="stop-circle", button_style="danger",
             layout=widgets.Layout(width="auto")), "gpucloud-class-stop-all")
-        self.question = css(widgets.HTML(), "gpucloud-class-question")
-        self.confirm_button = css(widgets.Button(description="Confirm stop", icon="stop",
-                                                 button_style="danger"),
-                                  "gpucloud-class-confirm-button")
-        self.cancel_button = css(widgets.Button(description="Cancel"),
-                                 "gpucloud-class-cancel-button")
-        self.confirm_box = css(widgets.HBox([self.question, self.confirm_button,
-                                             self.cancel_button]), "gpucloud-class-confirm")
-        show(self.confirm_box, False)
+        self.confirm = ConfirmRow("gpucloud-class", "Confirm stop", "stop")
+        self.question, self.confirm_box = self.confirm.question, self.confirm.box
+        self.confirm_button, self.cancel_button = self.confirm.confirm_button, self.confirm.cancel_button
         self.children = (
             widgets.HBox([self.refresh_button, self.export_button, self.updated],
                          layout=widgets.Layout(align_items="center", grid_gap="12px")),
@@ -249,8 +240,7 @@ class ClassPanel(widgets.VBox):
             self.status.error(error)
             raise
         self.pending_stop = "" if account is None else account
-        self.question.value = f"<b>{escape(question)}</b>"
-        show(self.confirm_box, True)
+        self.confirm.ask(question)
         self.status.clear()
         return question
 
@@ -267,7 +257,7 @@ class ClassPanel(widgets.VBox):
             self.status.error(error)
             raise
         self.pending_stop = None
-        show(self.confirm_box, False)
+        self.confirm.hide()
         self.refresh()
         self.status.success(f"Stopping {len(deleted)} instance{'s' if len(deleted) != 1 else ''} "
                             f"of {who}.")
@@ -276,7 +266,7 @@ class ClassPanel(widgets.VBox):
     def cancel_stop(self) -> None:
         """Forget the stop question; nothing is stopped."""
         self.pending_stop = None
-        show(self.confirm_box, False)
+        self.confirm.hide()
         self.status.info("Nothing was stopped.")
 
     # ------------------------------------------------------------------ export

@@ -42,13 +42,15 @@ import pandas as pd
 from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
     STYLE,
+    ConfirmRow,
     Repeater,
     StatusLine,
-    duration,
+    css,
     escape,
     frame_html,
     guarded,
@@ -58,7 +60,6 @@ from gpucloud_nb.widgets._common import (
     per_day,
     per_hour,
     set_options,
-    show,
 )
 
 __all__ = ["BASE_COLUMNS", "InstancesPanel"]
@@ -85,7 +86,7 @@ def _age(value: Any) -> str:
     try:
         if value is None or pd.isna(value):
             return ""
-        return duration(pd.Timedelta(value).total_seconds())
+        return format_duration(pd.Timedelta(value).total_seconds())
     except (TypeError, ValueError):
         return ""
 
@@ -149,10 +150,6 @@ class InstancesPanel(widgets.VBox):
     # ------------------------------------------------------------------ construction
 
     def _build_widgets(self, show_deleted: bool) -> None:
-        def css(widget: Any, name: str) -> Any:
-            widget.add_class(name)
-            return widget
-
         self.refresh_button = css(widgets.Button(description="Refresh", icon="refresh",
                                                  layout=widgets.Layout(width="8em")),
                                   "gpucloud-instances-refresh")
@@ -193,15 +190,9 @@ class InstancesPanel(widgets.VBox):
                                               layout=widgets.Layout(width="auto")),
                                "gpucloud-idle-keep")
         self.actions = css(widgets.HBox(), "gpucloud-instance-actions")
-        self.question = css(widgets.HTML(), "gpucloud-delete-question")
-        self.confirm_button = css(widgets.Button(description="Confirm delete", icon="trash",
-                                                 button_style="danger"),
-                                  "gpucloud-delete-confirm-button")
-        self.cancel_button = css(widgets.Button(description="Cancel"),
-                                 "gpucloud-delete-cancel-button")
-        self.confirm_box = css(widgets.HBox([self.question, self.confirm_button,
-                                             self.cancel_button]), "gpucloud-delete-confirm")
-        show(self.confirm_box, False)
+        self.confirm = ConfirmRow("gpucloud-delete", "Confirm delete", "trash")
+        self.question, self.confirm_box = self.confirm.question, self.confirm.box
+        self.confirm_button, self.cancel_button = self.confirm.confirm_button, self.confirm.cancel_button
         self.details_view = css(widgets.HTML(), "gpucloud-instance-details")
         self.children = (
             widgets.HBox([self.refresh_button, self.show_deleted, self.updated],
@@ -235,7 +226,7 @@ class InstancesPanel(widgets.VBox):
             failed = instance.id in self._cloud.auto_delete.failures
             return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
         where = getattr(self._cloud.auto_delete, "where", "this kernel")
-        return f"in {duration(remaining)} ({where})"
+        return f"in {format_duration(remaining)} ({where})"
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
         """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
@@ -295,13 +286,13 @@ class InstancesPanel(widgets.VBox):
             return ""
         state = self._idle_states.get(instance.id)
         if state is not None:
-            idle, limit = duration(state.idle), duration(state.limit)
+            idle, limit = format_duration(state.idle), format_duration(state.limit)
             if state.warning:
-                return f"idle {idle}, deletes in {duration(state.deletes_in)}"
+                return f"idle {idle}, deletes in {format_duration(state.deletes_in)}"
             return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
         limits = getattr(self._cloud.idle_delete, "limits", None)
         entry = limits().get(instance.id) if callable(limits) else None
-        return f"after {duration(entry['seconds'])} idle (JupyterLab)" if entry else ""
+        return f"after {format_duration(entry['seconds'])} idle (JupyterLab)" if entry else ""
 
     def keep(self, instance_id: str | None = None) -> str:
         """Start the idle clock of an instance (default: the selected one) again: the Keep button.
@@ -584,8 +575,7 @@ class InstancesPanel(widgets.VBox):
         fate = instance.data_fate(self._cloud.volumes.list())
         question = f"Delete {instance.name}? {fate[0].upper()}{fate[1:]}."
         self.pending_delete = instance.id
-        self.question.value = f"<b>{escape(question)}</b>"
-        show(self.confirm_box, True)
+        self.confirm.ask(question)
         self.status.clear()
         return question
 
@@ -603,7 +593,7 @@ class InstancesPanel(widgets.VBox):
             self.status.error(error)
             raise
         self.pending_delete = None
-        show(self.confirm_box, False)
+        self.confirm.hide()
         self.refresh()
         self.status.success(f"Deleting {name}; {fate}." if fate else f"Deleting {name}.")
         return instance_id
@@ -612,7 +602,7 @@ class InstancesPanel(widgets.VBox):
         """Forget the delete question; nothing is deleted."""
         instance = self._find(self.pending_delete) if self.pending_delete else None
         self.pending_delete = None
-        show(self.confirm_box, False)
+        self.confirm.hide()
         if instance is not None:
             self.status.info(f"Kept {instance.name}.")
 

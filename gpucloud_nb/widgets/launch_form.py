@@ -43,6 +43,7 @@ import ipywidgets as widgets
 
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, WaitStopped
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
@@ -63,7 +64,6 @@ from gpucloud_nb.widgets._common import (
     WARNING,
     StatusLine,
     choose,
-    duration,
     escape,
     guarded,
     hint,
@@ -534,7 +534,7 @@ class LaunchForm(LaunchFields):
         self.instance = details
         self.progress.value = 1.0
         self.progress.bar_style = "success"
-        self.elapsed.value = escape(f"active after {duration(waited)}")
+        self.elapsed.value = escape(f"active after {format_duration(waited)}")
         self._show_result(details)
         self.status.success(f"{details.name} is active.")
 
