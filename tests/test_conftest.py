@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +38,33 @@ def test_the_fast_lane_leaves_out_notebooks_and_the_browser() -> None:
     files = {line.split("::")[0] for line in ran.stdout.splitlines() if "::" in line}
     assert "tests/test_conftest.py" in files
     assert not [f for f in files if f.endswith(".ipynb") or f.startswith("tests/browser/")]
+
+
+LEAKY_TEST = '''
+import tempfile
+from pathlib import Path
+
+from gpucloud_nb.sandbox import service
+
+
+def test_leaves_a_service_running_outside_the_runs_homes():
+    service.find_or_start(Path(tempfile.mkdtemp(prefix="leaky-home-")))
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist workers"])
+def test_a_service_a_test_leaves_running_fails_the_run_and_is_killed(
+        tmp_path: Path, workers: list[str]) -> None:
+    """The run's last check finds a service by the mark it inherited, from any xdist worker."""
+    (tmp_path / "test_leaky.py").write_text(LEAKY_TEST)
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+         "-p", "conftest", *workers, str(tmp_path / "test_leaky.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+             "PYTHONPATH": str(ROOT)},  # a run of its own, also when this one is an xdist worker
+    )
+    assert "1 passed" in ran.stdout, ran.stdout + ran.stderr
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "sandbox service(s) outlived the test run and were killed" in ran.stdout
+    assert "leaky-home-" in ran.stdout
