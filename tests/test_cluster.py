@@ -99,6 +99,11 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
                          client.scheduler_info()["workers"].values()}
             assert resources and all(r >= 1 for r in resources)
         assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        # This machine has no dask_cuda: prepare found none, so the workers are plain ones.
+        assert cluster.rental.cuda == set()
+        started = [" ".join(p.cmdline()) for p in dask_processes_of(cluster.instance_ids)]
+        assert sum("-m dask worker " in line for line in started) == 3
+        assert not any("dask cuda" in line for line in started)
         assert cluster.dashboard_link.startswith("http://127.0.0.1:")
         assert httpx.get(cluster.dashboard_link, follow_redirects=True).status_code == 200
         ids = cluster.instance_ids
