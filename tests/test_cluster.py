@@ -4,7 +4,10 @@ and run_all over the same SSH layer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,10 +24,12 @@ from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
 from gpucloud_nb.client.multinode import run_all
 from gpucloud_nb.cluster import GPUCloudCluster
-from gpucloud_nb.display import per_hour
+from gpucloud_nb.cluster.nodes import worker_command
+from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import wait_for
+from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
 
@@ -70,6 +75,16 @@ def dask_processes() -> list[psutil.Process]:
     return found
 
 
+def dask_processes_of(ids: list[str]) -> list[psutil.Process]:
+    """Scheduler and worker processes (and their children) started on these instances."""
+    found = []
+    for process in dask_processes():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("GPUCLOUD_INSTANCE_ID") in ids:
+                found.append(process)
+    return found
+
+
 def live_ids(cloud: GPUCloud) -> set[str]:
     return {i.id for i in cloud.instances.list() if i.status in LIVE}
 
@@ -90,6 +105,11 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
                          client.scheduler_info()["workers"].values()}
             assert resources and all(r >= 1 for r in resources)
         assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        # This machine has no dask_cuda: prepare found none, so the workers are plain ones.
+        assert cluster.rental.cuda == set()
+        started = [" ".join(p.cmdline()) for p in dask_processes_of(cluster.instance_ids)]
+        assert sum("-m dask worker " in line for line in started) == 3
+        assert not any("dask cuda" in line for line in started)
         assert cluster.dashboard_link.startswith("http://127.0.0.1:")
         assert httpx.get(cluster.dashboard_link, follow_redirects=True).status_code == 200
         ids = cluster.instance_ids
@@ -295,3 +315,97 @@ def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud
     assert len(ids) == 2
     assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
     wait_for(lambda: not dask_processes(), timeout=10)
+
+
+STUDENT = "student-with-a-budget-0123"
+
+
+@pytest.fixture
+def class_box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
+    """An account whose class budget ($2.50) pays one hour of two $1/h instances, not three."""
+    sandbox = sandbox_factory(api_key=STUDENT, budgets={STUDENT: 2.5}, offers=one_offer(1.0),
+                              launch_seconds=0.3, delete_seconds=0.2)
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+def test_a_class_budget_refuses_a_cluster_and_a_scale_up_it_cannot_pay_before_any_launch(
+        class_box: GPUCloud) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        class_box.cluster(3, name="trio")
+    assert str(refused.value) == (
+        "Cluster 'trio' needs $3.00 for one hour of 3 × $1.00/h, but your class budget has "
+        "$2.50 left; nothing was launched.")
+    assert class_box.instances.list() == []  # not one instance was created
+    with class_box.cluster(2, name="duo") as cluster:
+        with pytest.raises(InvalidInputError) as refused:
+            cluster.scale(4)
+        left = class_box.budgets.account_left()
+        assert left is not None and 2.4 < left < 2.5
+        assert str(refused.value) == (
+            "Scaling cluster 'duo' to 4 needs $4.00 for one hour of 2 × $1.00/h and the $2.00/h "
+            f"already running, but your class budget has {format_price(left)} left; nothing was "
+            "launched.")
+        assert len(class_box.instances.list()) == 2 and len(cluster.worker_spec) == 2
+    assert not live_ids(class_box)
+
+
+@pytest.mark.parametrize("budget", [0, -5, float("nan"), float("inf"), "10", True])
+def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud,
+                                                                   budget: Any) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        box.cluster(2, budget=budget)
+    assert str(refused.value) == f"budget must be a positive number of dollars, not {budget!r}."
+    assert box.instances.list() == []
+
+
+def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
+        sandbox_factory: Callable[..., Sandbox], caplog: pytest.LogCaptureFixture) -> None:
+    # $360/h: each instance costs 10 cents a second, billed as cloud.spend() bills.
+    sandbox = sandbox_factory(offers=one_offer(360.0), launch_seconds=0.3, delete_seconds=0.2)
+    budget = 4.0
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
+            caplog.at_level(logging.WARNING, logger="gpucloud_nb.cluster"):
+        cloud.sandbox = sandbox
+        cluster = cloud.cluster(2, name="thrifty", budget=budget)
+        assert cluster.budget == budget
+        ids = cluster.instance_ids
+        time.sleep(3)  # both bill for a while, then the second is scaled away
+        cluster.scale(1)
+        wait_for(lambda: cloud.instances.get(ids[1]).status == "deleted", timeout=30)
+        wait_for(lambda: len(cluster.notices) == 2, timeout=90)
+        warning, closed = cluster.notices
+        assert re.fullmatch(r"Cluster 'thrifty' has cost \$3\.\d\d, (8\d|9\d) % of its budget of "
+                            r"\$4\.00; at the budget it closes itself and deletes its instances\.",
+                            warning), warning
+        assert re.fullmatch(r"Cluster 'thrifty' has cost \$4\.\d\d, its budget of \$4\.00: it "
+                            r"closed itself, and its 2 instances are deleted\.", closed), closed
+        assert [r.getMessage() for r in caplog.records
+                if r.name == "gpucloud_nb.cluster"] == [warning, closed]
+        assert {i.id: i.status for i in cloud.instances.list()} == dict.fromkeys(ids, "deleted")
+        assert cluster.status.name == "closed"
+        wait_for(lambda: not dask_processes_of(ids), timeout=10)
+        # The bill agrees: together at least the budget (overshot by about one 2 s check), and
+        # the instance that ran to the end cost less than the budget alone, so the one deleted
+        # by the scale-down counted.
+        bills = cloud.spend(include_deleted=True).set_index("_id")["spend"]
+        assert budget <= bills[ids[0]] + bills[ids[1]] <= budget + 0.1 * 2 * (2 + 3)
+        assert bills[ids[0]] < budget and bills[ids[1]] > 0.3
+        cluster.close()  # already closed: nothing more to do
+    assert clusters.members(sandbox.management_url) == {}
+
+
+@pytest.mark.parametrize(("cuda", "kind", "resources"), [
+    (False, "-m dask worker ", "--resources GPU=4 "),
+    (True, "-m dask cuda worker ", "--resources GPU=1 "),  # dask-cuda: one worker per GPU
+])
+def test_the_worker_command_is_a_cuda_worker_only_where_dask_cuda_was_found(
+        cuda: bool, kind: str, resources: str) -> None:
+    command = worker_command("/opt/py/bin/python3", "tls://10.0.0.5:8786", host="10.0.0.6",
+                             name="w 1", gpus=4, cuda=cuda, tls="--tls-ca-file cert.pem")
+    assert command.startswith(f"/opt/py/bin/python3 {kind}tls://10.0.0.5:8786 --host 10.0.0.6 ")
+    assert resources in command and "--name 'w 1' " in command
+    assert ("dask cuda worker" in command) is cuda
+    assert "--local-directory 'worker-w 1' " in command and "--tls-ca-file cert.pem" in command

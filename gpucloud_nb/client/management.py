@@ -299,12 +299,14 @@ class GPUCloud(_CloudBase):
         return self.instances.spend(include_deleted)
 
     def cluster(self, n: int, *, offer: InstanceOffer | str | None = None, name: str = "cluster",
-                **offer_filters: Any) -> GPUCloudCluster:
+                budget: float | None = None, **offer_filters: Any) -> GPUCloudCluster:
         """A Dask cluster on ``n`` instances of one offer in one region, ready to use.
 
         The cheapest available vm or baremetal offer matching ``offer_filters`` (the filters of
-        ``instances.offers``) unless ``offer`` is given; the cost cap is checked for all ``n``
-        before any launch. Needs the ``[cluster]`` extra; see :mod:`gpucloud_nb.cluster`.
+        ``instances.offers``) unless ``offer`` is given; the cost cap and a class budget are
+        checked for all ``n`` before any launch. With ``budget`` (dollars) the cluster closes
+        itself once all its instances together have cost that much. Needs the ``[cluster]``
+        extra; see :mod:`gpucloud_nb.cluster`.
 
             >>> with cloud.cluster(4, gpu_type="H100") as cluster:  # doctest: +SKIP
             ...     client = distributed.Client(cluster)
@@ -317,7 +319,7 @@ class GPUCloud(_CloudBase):
                 "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.") from None
         from gpucloud_nb.cluster import GPUCloudCluster
 
-        return GPUCloudCluster(self, n, offer=offer, name=name, **offer_filters)
+        return GPUCloudCluster(self, n, offer=offer, name=name, budget=budget, **offer_filters)
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core

@@ -30,6 +30,7 @@ from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
 from gpucloud_nb.client import clusters
+from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, NotFoundError
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
     from gpucloud_nb.models import InstanceOffer
 
-__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking"]
+__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking", "worker_command"]
 
 #: Where the cluster's files live on each instance (relative to its home).
 FOLDER = "gpucloud-cluster"
@@ -61,6 +62,7 @@ class ClusterPlan:
     instance_ids: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # instance id -> instance name
     cuda: set[str] = field(default_factory=set)  # instances with dask-cuda
+    ledger: Ledger = field(default_factory=Ledger)  # when each instance turned active
     _files: tempfile.TemporaryDirectory[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -144,6 +146,24 @@ class ClusterPlan:
     def tls_options(self) -> str:
         """The TLS options of a Dask command run in :data:`FOLDER`."""
         return "--tls-ca-file cert.pem --tls-cert cert.pem --tls-key key.pem"
+
+
+def worker_command(python: str, scheduler: str, *, host: str, name: object, gpus: int,
+                   cuda: bool, tls: str) -> str:
+    """The command that starts one worker, run in :data:`FOLDER` on its instance.
+
+    ``dask cuda worker`` (dask-cuda's ``CUDAWorker``: one worker per GPU, each with ``GPU=1``)
+    where :meth:`ClusterPlan.prepare` found ``import dask_cuda`` working, else ``dask worker``
+    with ``GPU=<the instance's GPU count>``.
+
+        >>> worker_command("python3", "tls://10.0.0.5:8786", host="10.0.0.6", name=1, gpus=4,
+        ...                cuda=False, tls="--tls-ca-file cert.pem")
+        'python3 -m dask worker tls://10.0.0.5:8786 --host 10.0.0.6 --name 1 --resources GPU=4 ...'
+    """
+    kind, resources = ("cuda worker", "GPU=1") if cuda else ("worker", f"GPU={gpus}")
+    return (f"{python} -m dask {kind} {shlex.quote(scheduler)} --host {shlex.quote(host)} "
+            f"--name {shlex.quote(str(name))} --resources {resources} --no-dashboard {tls} "
+            f"--local-directory {shlex.quote(f'worker-{name}')} --death-timeout 60")
 
 
 def _detached(command: str, log: str, ready: str, seconds: float = _START_SECONDS) -> str:
@@ -255,17 +275,15 @@ class WorkerNode(ProcessInterface):
         plan = self.plan
         if self.instance_id is None:
             self.instance_id = await blocking(plan.create, f"{plan.name}-{self.name}")
-            await blocking(plan.cloud.instances.wait_until_active, self.instance_id)
+            active = await blocking(plan.cloud.instances.wait_until_active, self.instance_id)
+            plan.ledger.observe(active)
             await blocking(plan.prepare, self.instance_id)
         details = await blocking(plan.cloud.instances.get, self.instance_id)
-        cuda = self.instance_id in plan.cuda
         gpus = max(1, int(details.gpu_count or plan.offer.gpu_count or 1))
-        kind, resources = ("cuda worker", "GPU=1") if cuda else ("worker", f"GPU={gpus}")
         log = f"worker-{self.name}.log"
-        command = (f"{plan.python} -m dask {kind} {shlex.quote(self.scheduler)} "
-                   f"--host {details.ip} --name {shlex.quote(str(self.name))} "
-                   f"--resources {resources} --no-dashboard {plan.tls_options()} "
-                   f"--local-directory worker-{self.name} --death-timeout 60")
+        command = worker_command(plan.python, self.scheduler, host=details.ip, name=self.name,
+                                 gpus=gpus, cuda=self.instance_id in plan.cuda,
+                                 tls=plan.tls_options())
         ready = f"grep -q 'Registered to' {log}"
         result = await blocking(plan.cloud.instances.run, self.instance_id,
                                  f"rm -f {FOLDER}/{log}; " + _detached(command, log, ready),

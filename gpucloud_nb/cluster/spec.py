@@ -31,6 +31,18 @@ Choices where nothing says otherwise:
   deleting, deleted or failed without the cluster closing it is named in one sentence (logged on
   ``gpucloud_nb.cluster`` and kept in ``cluster.notices``) and its worker dropped; with ``adapt``
   on, Dask starts a replacement on a new instance.
+- **Budgets.** Before any launch, on a sandbox whose account has a class budget
+  (``cloud.budgets.account_left()``), the budget left must pay one hour of the ``n`` instances
+  and of what the account already runs, as the sandbox asks of every create; otherwise one
+  sentence names what is left and what the cluster needs, and nothing is launched. ``scale``
+  asks the same for the instances it adds. ``budget=`` dollars watches the cluster's spend as
+  one: every instance it rented, those already deleted by a scale-down too, billed as
+  ``cloud.spend()`` bills (price × time active or deleting, from what this client has seen).
+  The check runs with the lost-instance check, every 2 s: at 80 % one warning (logged and in
+  ``cluster.notices``); at the budget the cluster closes itself, as ``close()`` does (every
+  instance deleted and confirmed), and says so in ``cluster.notices``. So it may overshoot by
+  2 s of its instances' price plus the time their deletes take. Nothing watches a cluster
+  whose kernel has ended.
 - **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook, and
   ``connect(cleanup_on_exit=True)``) stops the processes, deletes every instance the cluster
   rented, and waits until the cloud reports them deleted; one it could not confirm is named.
@@ -44,7 +56,9 @@ import logging
 import shlex
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
@@ -52,15 +66,17 @@ from distributed.deploy.spec import SpecCluster
 from distributed.security import Security
 from tornado.ioloop import PeriodicCallback
 
-from gpucloud_nb.client.costcap import cap_problem
+from gpucloud_nb.client.budgets import WARN_SHARE, ServiceBudgets, budget_dollars
+from gpucloud_nb.client.costcap import RUNNING, cap_problem, hourly_price
 from gpucloud_nb.cluster.nodes import ClusterPlan, SchedulerNode, WorkerNode, blocking
+from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, InvalidInputError
-from gpucloud_nb.models import InstanceOffer
+from gpucloud_nb.models import Instance, InstanceOffer
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
 
-__all__ = ["GPUCloudCluster", "choose_offer"]
+__all__ = ["GPUCloudCluster", "budget_problem", "choose_offer"]
 
 logger = logging.getLogger("gpucloud_nb.cluster")
 _WATCH_MS = 2000
@@ -119,6 +135,36 @@ def choose_offer(cloud: GPUCloud, offer: InstanceOffer | str | None, n: int,
                             "cloud.instances.offers(available=True).")
 
 
+def budget_problem(left: float | None, running: Iterable[Instance], offer: InstanceOffer,
+                   count: int, what: str) -> str | None:
+    """``None`` when ``left`` dollars (``None``: no class budget) pay one hour of ``count`` more
+    instances of ``offer`` and of the pending and active ``running`` ones; else one sentence.
+
+        >>> budget_problem(2.5, [], InstanceOffer(instance_id="a", hourly_price=1.0), 3,
+        ...                "Cluster 'trio'")
+        "Cluster 'trio' needs $3.00 for one hour of 3 × $1.00/h, but your class budget has ..."
+    """
+    if left is None:
+        return None
+    price = hourly_price(offer.hourly_price) or 0.0
+    already = sum(hourly_price(i.hourly_price) or 0.0 for i in running if i.status in RUNNING)
+    needed = count * price + already
+    if left >= needed:
+        return None
+    also = f" and the {per_hour(already)} already running" if already else ""
+    return (f"{what} needs {format_price(needed)} for one hour of {count} × {per_hour(price)}"
+            f"{also}, but your class budget has {format_price(left)} left; nothing was launched.")
+
+
+def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str) -> str | None:
+    """The cost cap's or the class budget's refusal of ``count`` more instances, or ``None``."""
+    listed = cloud.instances.list()
+    budgets = cloud.budgets
+    left = budgets.account_left() if isinstance(budgets, ServiceBudgets) else None
+    return (cap_problem(cloud.max_hourly_cost, listed, offer, count=count)
+            or budget_problem(left, listed, offer, count, what))
+
+
 class GPUCloudCluster(SpecCluster):
     """A Dask cluster on ``n`` rented instances of one offer, in one region (see the module docs).
 
@@ -127,13 +173,15 @@ class GPUCloudCluster(SpecCluster):
     """
 
     def __init__(self, cloud: GPUCloud, n: int, *, offer: InstanceOffer | str | None = None,
-                 name: str = "cluster", timeout: float = _LAUNCH_TIMEOUT,
-                 **offer_filters: Any) -> None:
+                 name: str = "cluster", budget: float | None = None,
+                 timeout: float = _LAUNCH_TIMEOUT, **offer_filters: Any) -> None:
         n = _count(n)
         if not isinstance(name, str) or not name.strip():
             raise InvalidInputError(f"A cluster needs a name, not {name!r}.")
+        #: Dollars the whole cluster may cost before it closes itself (``None``: no limit).
+        self.budget = None if budget is None else budget_dollars(budget)
         chosen, region = choose_offer(cloud, offer, n, offer_filters)
-        problem = cap_problem(cloud.max_hourly_cost, cloud.instances.list(), chosen, count=n)
+        problem = _launch_problem(cloud, chosen, n, f"Cluster {name!r}")
         if problem:
             raise InvalidInputError(problem)
         self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
@@ -144,6 +192,9 @@ class GPUCloudCluster(SpecCluster):
         #: One sentence for each instance that went away under the running cluster.
         self.notices: list[str] = []
         self._noticed: set[str] = set()
+        self._spent: dict[str, float] = {}  # instance id -> its bill when last listed
+        self._warned = False
+        self._unconfirmed: list[str] = []
         try:
             ids = self._launch(n, timeout)
             workers = {i: {"cls": WorkerNode, "options": {
@@ -182,7 +233,10 @@ class GPUCloudCluster(SpecCluster):
         started = time.monotonic()
         shown = ""
         while True:
-            statuses = {i.id: i.status for i in cloud.instances.list() if i.id in ids}
+            listed = [i for i in cloud.instances.list() if i.id in ids]
+            for instance in listed:
+                plan.ledger.observe(instance)  # when each turned active, for the budget
+            statuses = {i.id: i.status for i in listed}
             active = sum(statuses.get(i) == "active" for i in ids)
             line = (f"\r{plan.name}: {active}/{n} instances of {plan.offer.instance_id} active "
                     f"in {plan.region} ({time.monotonic() - started:.0f} s)")
@@ -216,8 +270,9 @@ class GPUCloudCluster(SpecCluster):
                 self.close()
         self._delete_all()
 
-    def _delete_all(self) -> None:
-        """Delete every instance the cluster rented and wait until the cloud says so."""
+    def _delete_all(self) -> list[str]:
+        """Delete every instance the cluster rented and wait until the cloud says so; the ids
+        not confirmed deleted."""
         plan = self.rental
         plan.forget_files()
         for instance_id in list(plan.instance_ids):
@@ -233,12 +288,13 @@ class GPUCloudCluster(SpecCluster):
         for instance_id in left:
             print(f"gpucloud-nb: instance {instance_id} of cluster {plan.name!r} was not "
                   "confirmed deleted; check cloud.instances.list().", file=sys.stderr, flush=True)
+        return left
 
     # -- Dask's hooks ------------------------------------------------------------------------
 
     def scale(self, n: int = 0, memory: str | None = None, cores: int | None = None) -> Any:
-        """Ask for ``n`` workers: more rents instances (the cap checked for all of them first),
-        fewer deletes the newest ones' instances.
+        """Ask for ``n`` workers: more rents instances (the cost cap and a class budget checked
+        for all of them first), fewer deletes the newest ones' instances.
 
             >>> cluster.scale(4)  # doctest: +SKIP
         """
@@ -246,8 +302,8 @@ class GPUCloudCluster(SpecCluster):
             raise InvalidInputError(f"scale takes a number of workers (0 or more), not {n!r}.")
         more = n - len(self.worker_spec)
         if more > 0 and not _on_event_loop():
-            problem = cap_problem(self.rental.cloud.max_hourly_cost,
-                                  self.rental.cloud.instances.list(), self.rental.offer, count=more)
+            problem = _launch_problem(self.rental.cloud, self.rental.offer, more,
+                                      f"Scaling cluster {self.name!r} to {n}")
             if problem:
                 raise InvalidInputError(problem)
         return super().scale(n, memory=memory, cores=cores)
@@ -270,6 +326,8 @@ class GPUCloudCluster(SpecCluster):
         try:
             listed = await blocking(self.rental.cloud.instances.list)
         except GPUCloudError:
+            return
+        if self.budget is not None and await self._over_budget(listed, self.budget):
             return
         alive = {i.id for i in listed if i.status in ("pending", "active")}
         scheduler_id = getattr(self.scheduler, "instance_id", None)
@@ -298,6 +356,34 @@ class GPUCloudCluster(SpecCluster):
                              f"cluster {self.name!r} was deleted from outside the cluster, and "
                              f"its worker with it; {then}")
 
+    async def _over_budget(self, listed: list[Instance], budget: float) -> bool:
+        """Bill the cluster's instances as one: warn at 80 %; at the budget close the cluster
+        (every instance deleted and confirmed) and say so. True once it has closed."""
+        plan, moment = self.rental, datetime.now(timezone.utc)
+        for instance in listed:
+            if instance.id in plan.names:  # deleted ones too; one no longer listed keeps its bill
+                self._spent[instance.id] = plan.ledger.bill(instance, moment).spend
+        spent = sum(self._spent.values())
+        if spent < budget:
+            if spent >= WARN_SHARE * budget and not self._warned:
+                self._warned = True
+                self._notice(f"Cluster {self.name!r} has cost {format_price(spent)}, "
+                             f"{round(100 * spent / budget)} % of its budget of "
+                             f"{format_price(budget)}; at the budget it closes itself and "
+                             "deletes its instances.")
+            return False
+        logger.info("Cluster %r has cost %s, its budget: closing it.", self.name,
+                    format_price(spent))
+        await self._close()
+        unconfirmed = self._unconfirmed
+        count = len(plan.instance_ids)
+        done = (f"it closed itself, and its {count} instances are deleted." if not unconfirmed
+                else f"it closed itself, but instance {', '.join(unconfirmed)} was not confirmed "
+                     "deleted; check cloud.instances.list().")
+        self._notice(f"Cluster {self.name!r} has cost {format_price(spent)}, its budget of "
+                     f"{format_price(budget)}: {done}")
+        return True
+
     def _update_worker_status(self, op: str, msg: Any) -> None:
         # A worker removed twice (retired, then its instance deleted under it) must not end
         # Dask's status stream with a KeyError: the second "remove" has nothing left to do.
@@ -311,7 +397,7 @@ class GPUCloudCluster(SpecCluster):
 
     async def _close(self) -> None:
         await super()._close()
-        await blocking(self._delete_all)
+        self._unconfirmed = await blocking(self._delete_all)
 
 
 def _on_event_loop() -> bool:

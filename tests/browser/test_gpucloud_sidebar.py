@@ -18,6 +18,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client import clusters
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.sandbox import Sandbox
 
@@ -403,5 +404,93 @@ def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
         assert observer.instances.get(ids["gpu-idle"]).status == "active"
     finally:
         for instance_id in ids.values():
+            if observer.instances.get(instance_id).status in ("pending", "active"):
+                observer.instances.delete(instance_id)
+
+
+@pytest.mark.timeout(240)
+def test_a_clusters_instances_are_one_row_with_its_total_and_delete_all_reaches_the_cloud(
+        cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#30: a Dask cluster's instances under one heading (its size and $/h), and Delete all."""
+    # This process shares Lab's cache dir: its cluster notes and creates are what Lab's poller
+    # reads, as a kernel's cloud.cluster would leave them (client/clusters.py's note).
+    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
+    for instance in observer.instances.list():
+        if instance.status in ("pending", "active"):
+            observer.instances.delete(instance.id)
+    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+
+    def launch(name: str) -> str:
+        return observer.instances.create(
+            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}).id
+
+    members = [launch(f"trio-{n}") for n in range(3)]
+    for instance_id in members:
+        clusters.note(observer.base_url, instance_id, "trio")
+    solo = launch("solo")  # of no cluster: a row of its own
+    try:
+        notebook = new_notebook(metadata={"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}})
+        nbformat.write(notebook, cloud_lab.root / "cluster.ipynb")
+        page = cloud_lab.open("cluster.ipynb")
+        open_sidebar(page)
+        sidebar = page.locator("#gpucloud-sidebar")
+        heading = sidebar.locator('[data-gpucloud-cluster="trio"]')
+        heading.wait_for(timeout=30_000)
+        for instance_id in (*members, solo):
+            page.locator(f'[data-gpucloud-instance="{instance_id}"][data-status="active"]').wait_for(
+                timeout=60_000)
+        # One heading for the three, with their size and what they bill together.
+        expected = f"3 instances · {per_hour(3 * offer.hourly_price)}"
+        page.wait_for_function(
+            """(text) => document.querySelector('[data-gpucloud-cluster="trio"] .gpucloud-Cluster-detail')
+                 .textContent === text""", arg=expected, timeout=15_000)
+        assert sidebar.locator(".gpucloud-Cluster").count() == 1
+        assert heading.locator(".gpucloud-Cluster-name").inner_text() == "trio · Dask cluster"
+        assert heading.locator(".gpucloud-Cluster-detail").inner_text() == expected
+        # Its members follow the heading, marked as members; the other instance is not one.
+        order = page.evaluate("""() => [...document.querySelectorAll(
+            '#gpucloud-sidebar .gpucloud-Cluster, #gpucloud-sidebar .gpucloud-Row')].map(node =>
+            node.dataset.gpucloudCluster ? 'cluster:' + node.dataset.gpucloudCluster
+              : (node.classList.contains('gpucloud-Row--member') ? 'member:' : 'row:')
+                + node.dataset.gpucloudInstance)""")
+        start = order.index("cluster:trio")
+        assert sorted(order[start + 1:start + 4]) == sorted(f"member:{i}" for i in members)
+        assert f"row:{solo}" in order and len(order) == 5
+        # The name reads whole in the sidebar's default width, not squeezed out by the rest.
+        shown = heading.locator(".gpucloud-Cluster-name").evaluate(
+            "node => [node.clientWidth, node.scrollWidth]")
+        assert shown[0] > 0 and shown[1] <= shown[0], shown
+        page.mouse.move(1300, 500)  # no hover colours
+        for theme, name in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
+            set_theme(page, theme)
+            shot(sidebar, f"gpucloud-sidebar-cluster-{name}")
+            texts = page.evaluate(CONTRAST_JS, [["#gpucloud-sidebar .gpucloud-Cluster"], "none"])
+            assert len(texts) == 3, texts  # the name, the detail, Delete all
+            low = [t for t in texts if t["ratio"] < 4.5]
+            assert not low, (name, low)  # AA, as every other text of the sidebar
+
+        # Delete all: the confirmation names the three, and the cloud deletes them (not solo).
+        heading.locator(".gpucloud-Cluster-delete").click()
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for(state="visible")
+        assert "Delete cluster trio?" in dialog.inner_text()
+        assert "Delete the 3 instances of cluster trio (trio-0, trio-1, trio-2)?" in \
+            dialog.inner_text().replace("\n", " ")
+        save_screenshot(page, "gpucloud-cluster-delete-confirmation")
+        dialog.locator("button.jp-mod-accept").click()
+        deadline = time.monotonic() + 15
+        while {observer.instances.get(i).status for i in members} - {"deleting", "deleted"}:
+            assert time.monotonic() < deadline, "the sidebar's Delete all did not reach the cloud"
+            time.sleep(0.2)
+        assert observer.instances.get(solo).status == "active"
+        heading.wait_for(state="detached", timeout=30_000)  # deleted, the cluster leaves
+        for instance_id in members:
+            assert page.locator(f'[data-gpucloud-instance="{instance_id}"]').count() == 0
+        assert page.locator(f'[data-gpucloud-instance="{solo}"]').is_visible()
+    finally:
+        for instance_id in (*members, solo):
+            clusters.forget(observer.base_url, instance_id)
             if observer.instances.get(instance_id).status in ("pending", "active"):
                 observer.instances.delete(instance_id)
