@@ -361,6 +361,7 @@ def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud
     assert box.instances.list() == []
 
 
+@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
         sandbox_factory: Callable[..., Sandbox], caplog: pytest.LogCaptureFixture) -> None:
     # $360/h: each instance costs 10 cents a second, billed as cloud.spend() bills.

@@ -87,6 +87,7 @@ def test_busy_kernels_name_their_instances() -> None:
     assert busy_instance_ids(kernels) == {"a"}
 
 
+@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_it(
         sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)

@@ -439,6 +439,7 @@ def silent_cloud() -> Iterator[str]:
         listener.close()
 
 
+@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_a_cloud_that_never_answers_never_slows_jupyters_own_routes(tmp_path: Path) -> None:
     headers = {"Authorization": f"token {TOKEN}"}
     with silent_cloud() as cloud_url, jupyter_server(tmp_path, GPUCLOUD_API_KEY=API_KEY,
@@ -492,6 +493,7 @@ with GPUCloud(api_key=sys.argv[1], base_url=sys.argv[2]) as cloud:
 """
 
 
+@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_cost(
         tmp_path: Path) -> None:
     home = tmp_path / "server"

@@ -68,6 +68,7 @@ def forget(since: set[str]) -> None:
             part.comm.on_msg(None)  # the comm manager keeps the comm, no longer the widget
 
 
+@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> None:
     sandbox = sandbox_factory(launch_seconds=60)  # instances stay pending: panels poll, forms wait
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
