@@ -438,11 +438,7 @@ class Instances:
         return self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
-        core = self._core
-        if core.remote is None:
-            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
-                                 lambda publics: core.register_keys(publics))
-        return core.remote
+        return self._core.ssh()
 
     def _target(self, id: str, wait: float) -> InstanceDetails:
         cached = self._remote().cached_target(path_id(id))
@@ -659,11 +655,7 @@ class AsyncInstances:
         return await self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
-        core = self._core
-        if core.remote is None:
-            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
-                                 lambda publics: core.register_keys(publics))
-        return core.remote
+        return self._core.ssh()
 
     async def _target(self, id: str, wait: float) -> InstanceDetails:
         cached = self._remote().cached_target(path_id(id))
