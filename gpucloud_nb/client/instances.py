@@ -360,7 +360,7 @@ class Instances:
         ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
         ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
         :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
-        JupyterLab extension while JupyterLab runs). A launch
+        JupyterLab extension while JupyterLab runs, else this kernel). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 
