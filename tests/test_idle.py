@@ -166,10 +166,12 @@ def watcher_of(cloud: GPUCloud) -> KernelIdleDelete:
 
 
 def active(cloud: GPUCloud, limit: float) -> tuple[str, float]:
-    """A new instance deleted once idle ``limit`` seconds, active; its id and when it was."""
+    """A new instance deleted once idle ``limit`` seconds, active; its id and when its limit
+    was asked for (its idle clock cannot start before)."""
+    asked = time.monotonic()
     instance = launch(cloud, delete_when_idle=timedelta(seconds=limit))
     cloud.instances.wait_until_active(instance.id, timeout=30, poll_interval=0.05)
-    return instance.id, time.monotonic()
+    return instance.id, asked
 
 
 @contextlib.contextmanager
@@ -204,13 +206,17 @@ def test_the_clocks_start_late_rather_than_early_and_honour_a_keep() -> None:
 def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_it(
         kernel: GPUCloud, observer: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
     watcher = watcher_of(kernel)
+    # Another process's limit (as another kernel writes it) is that process's to watch.
+    theirs = observer.instances.wait_until_active(launch(observer, "theirs").id, timeout=30).id
+    IdleLimits(kernel.base_url).set(theirs, 1.0)
     with caplog.at_level(logging.INFO, logger="gpucloud_nb.idle"):
-        instance_id, since = active(kernel, 2)
+        instance_id, asked = active(kernel, 2)
+        up = time.monotonic()
         assert wait_gone(observer, instance_id, 2 + POLL_HERE + 5)
-        took = time.monotonic() - since
-    # The limit, give or take a poll: the clock runs from the last poll that saw it busy
-    # (pending), and the delete comes at the first poll past the limit.
-    assert 2 - POLL_HERE <= took <= 2 + POLL_HERE + 3
+        gone = time.monotonic()
+    assert observer.instances.get(theirs).status == "active"
+    # Never before the limit; after it is active, within the limit and a poll (and a measure).
+    assert gone - asked >= 2 and gone - up <= 2 + POLL_HERE + 3
     assert instance_id in watcher.deleted and watcher.failures == {}
     assert watcher.states() == {} and instance_id not in watcher.limits()
     said = [record.getMessage() for record in caplog.records]
@@ -240,7 +246,7 @@ def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
     watcher = watcher_of(kernel)
     instance_id, _ = active(kernel, 1.5)
     remote, _ = kernel.instances.ssh(instance_id)
-    holding = threading.Thread(target=kernel.instances.run, args=(instance_id, "sleep 4"))
+    holding = threading.Thread(target=kernel.instances.run, args=(instance_id, "sleep 6"))
     holding.start()  # no CPU, no GPU: only the open command says it is in use
     try:
         time.sleep(1.5 + 4 * POLL_HERE)
@@ -274,18 +280,43 @@ def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets
 def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
         kernel: GPUCloud, observer: GPUCloud, sandbox: Sandbox) -> None:
     watcher = watcher_of(kernel)
-    instance_id, _ = active(kernel, 3)
-    wait_for(lambda: (watcher.states().get(instance_id) or None) is not None
-             and watcher.states()[instance_id].warning, timeout=3 + 2)
+    instance_id, _ = active(kernel, 4)
+    wait_for(lambda: instance_id in watcher.states() and watcher.states()[instance_id].warning,
+             timeout=4 + 2)  # half-way, for so short a limit
     first_due = watcher.states()[instance_id].delete_at
     watcher.keep(instance_id)
     kept = watcher.states()[instance_id]
     assert not kept.warning and kept.idle < 0.5 and kept.delete_at > first_due
-    time.sleep(1.5)
+    time.sleep(2)
     IdleLimits(sandbox.management_url).keep(instance_id)  # the sidebar's Keep: the file only
     kept_again = time.monotonic()
     wait_for(lambda: watcher.states()[instance_id].idle < 1, timeout=2 * POLL_HERE + 2)
-    time.sleep(2)  # past the first limit and past the first Keep's limit
+    # Past where the first Keep's clock would have deleted it (2 s after the second Keep, and a
+    # poll), still within the second Keep's limit.
+    time.sleep(max(kept_again + 3 - time.monotonic(), 0))
     assert observer.instances.get(instance_id).status == "active"
-    assert wait_gone(observer, instance_id, 3 + POLL_HERE + 5)
-    assert time.monotonic() - kept_again >= 3 - POLL_HERE  # a whole limit after the last Keep
+    assert wait_gone(observer, instance_id, 4 + POLL_HERE + 5)
+    assert time.monotonic() - kept_again >= 4  # a whole limit after the last Keep
+
+
+def test_the_async_clients_watcher_deletes_too(sandbox: Sandbox, own_home: None,
+                                               observer: GPUCloud) -> None:
+    async def main() -> tuple[str, KernelIdleDelete]:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            watcher = cloud.idle_delete
+            assert isinstance(watcher, KernelIdleDelete)
+            watcher.poll = POLL_HERE
+            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
+            instance = await cloud.instances.create(
+                name="async-kernel-idle", cloud_provider=offer.cloud.id,
+                instance_id=offer.instance_id, region=offer.available_regions[0],
+                vm={"os": offer.configuration.os[0]}, delete_when_idle=timedelta(seconds=1))
+            deadline = time.monotonic() + 1 + POLL_HERE + 8
+            while instance.id not in watcher.deleted and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # the loop stays free: the watcher is a thread
+            return instance.id, watcher
+
+    instance_id, watcher = asyncio.run(main())
+    assert instance_id in watcher.deleted and watcher.failures == {}
+    assert observer.instances.get(instance_id).status in ("deleting", "deleted")

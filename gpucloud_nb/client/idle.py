@@ -391,6 +391,7 @@ class KernelIdleDelete:
         self._clocks = IdleClocks()
         self._uses: dict[str, tuple[float, float]] = {}
         self._warned: set[str] = set()
+        self._unreadable: set[str] = set()
         self._measuring: dict[str, concurrent.futures.Future[RunResult]] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -527,12 +528,15 @@ class KernelIdleDelete:
             try:
                 result = future.result()
             except Exception as error:  # unreachable, no key it accepts: no measure this time
-                log.warning("The GPU use of instance %s could not be read: %s", instance_id,
-                            error)
+                if instance_id not in self._unreadable:  # said once, not at every poll
+                    self._unreadable.add(instance_id)
+                    log.warning("The GPU use of instance %s could not be read (%s); it counts "
+                                "as idle.", instance_id, error)
                 continue
             use = parse_use(result.stdout) if result.exit_status == 0 else None
             if use is not None:
                 found[instance_id] = use
+                self._unreadable.discard(instance_id)
         return found
 
     def _warn(self, states: dict[str, IdleState]) -> None:
