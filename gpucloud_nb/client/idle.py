@@ -29,9 +29,9 @@ Choices where the issue is silent:
 
 - The kernel watches only the instances whose limit *this process* set (``create(...,
   delete_when_idle=)``, ``cloud.idle_delete.watch``), not every limit of the file: the SSH
-  sessions and ``run``\\ s a kernel can see are its own, so the kernel that set a limit is the
-  one that can tell whether its instance is in use; and two kernels never measure, nor delete,
-  the same instance. An instance whose kernel has gone is watched by JupyterLab if it runs.
+  sessions and commands a kernel can see are its own, so the kernel that set a limit is the one
+  that can tell whether its instance is in use; and two kernels never measure, nor delete, the
+  same instance. An instance whose kernel has gone is watched by JupyterLab if it runs.
 - What the kernel sees: an instance is busy at a poll while it is not active yet, while a
   command, copy (SFTP) or port forward of this client is open on it
   (:meth:`gpucloud_nb.client.remote.Remote.open_on`), or when its busiest GPU is at
