@@ -1,17 +1,39 @@
-"""delete_when_idle= at create, and cloud.idle_delete, against the sandbox (seconds, not minutes)."""
+"""delete_when_idle= at create, and cloud.idle_delete, against the sandbox (seconds, not minutes).
+
+The kernel watcher's tests use a client that does not know it talks to a sandbox (the real
+cloud's path: the limits file, this process's thread, real SSH to the instance), with limits of
+a few seconds and a poll of half a second.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.client.idle import LabIdleDelete, limits_path
+from gpucloud_nb.client.idle import (
+    THRESHOLD,
+    IdleClocks,
+    IdleLimits,
+    KernelIdleDelete,
+    lab_heartbeat,
+    lab_watching,
+    limits_path,
+    parse_use,
+)
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
@@ -76,18 +98,19 @@ def test_a_bad_limit_is_refused_before_anything_is_sent(box: GPUCloud, bad: obje
 def test_on_the_real_cloud_the_limit_goes_to_the_lab_extensions_file(sandbox: Sandbox) -> None:
     # A client that does not know it talks to the sandbox behaves as on the real cloud.
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        assert isinstance(cloud.idle_delete, LabIdleDelete)
-        assert "JupyterLab" in cloud.idle_delete.where
+        assert isinstance(cloud.idle_delete, KernelIdleDelete)
+        assert cloud.idle_delete.where == ("JupyterLab server extension while JupyterLab runs, "
+                                           "else this kernel")
         instance = launch(cloud, delete_when_idle=30)
-        limits = LabIdleDelete(sandbox.management_url).limits()
+        limits = IdleLimits(sandbox.management_url).limits()
         assert limits[instance.id]["seconds"] == 1800
         assert limits_path(sandbox.management_url).is_file()
         before = limits[instance.id]["keptAt"]
         time.sleep(0.01)
         cloud.idle_delete.keep(instance.id)
-        assert LabIdleDelete(sandbox.management_url).limits()[instance.id]["keptAt"] > before
+        assert IdleLimits(sandbox.management_url).limits()[instance.id]["keptAt"] > before
         cloud.instances.delete(instance.id)  # a deleted instance is watched no more
-        assert instance.id not in LabIdleDelete(sandbox.management_url).limits()
+        assert instance.id not in IdleLimits(sandbox.management_url).limits()
         with pytest.raises(InvalidInputError, match="is not deleted when idle"):
             cloud.idle_delete.keep(instance.id)
 
@@ -107,3 +130,193 @@ def test_the_async_client_takes_delete_when_idle(sandbox: Sandbox) -> None:
     instance_id = asyncio.run(main())
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         assert wait_gone(cloud, instance_id, 1 + POLL + 4)
+
+
+# -- the real cloud without JupyterLab: this kernel watches --------------------------------------
+
+LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
+POLL_HERE = 0.5
+
+
+@pytest.fixture
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the key pair the client generates is offered (not the user's ~/.ssh or agent)."""
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
+
+
+@pytest.fixture
+def kernel(sandbox: Sandbox, own_home: None) -> Iterator[GPUCloud]:
+    """A real-cloud client of the sandbox whose idle watcher polls every half second."""
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    watcher = cloud.idle_delete
+    assert isinstance(watcher, KernelIdleDelete) and not lab_watching(sandbox.management_url)
+    watcher.poll = POLL_HERE
+    yield cloud
+    cloud.close()
+
+
+def watcher_of(cloud: GPUCloud) -> KernelIdleDelete:
+    watcher = cloud.idle_delete
+    assert isinstance(watcher, KernelIdleDelete)
+    return watcher
+
+
+def active(cloud: GPUCloud, limit: float) -> tuple[str, float]:
+    """A new instance deleted once idle ``limit`` seconds, active; its id and when its limit
+    was asked for (its idle clock cannot start before)."""
+    asked = time.monotonic()
+    instance = launch(cloud, delete_when_idle=timedelta(seconds=limit))
+    cloud.instances.wait_until_active(instance.id, timeout=30, poll_interval=0.05)
+    return instance.id, asked
+
+
+@contextlib.contextmanager
+def busy_loop(cloud: GPUCloud, instance_id: str) -> Iterator[int]:
+    """A busy loop on the instance (a process of this machine, in the sandbox), killed after."""
+    pid = int(cloud.instances.run(instance_id, LOOP).stdout.strip())
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if "while" in " ".join(process.cmdline()):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
+    assert parse_use("100, 2048\n50, 0\n") == (75.0, 100.0, 2048.0)
+    assert parse_use("No devices were found\n") is None
+
+
+def test_the_clocks_start_late_rather_than_early_and_honour_a_keep() -> None:
+    clocks = IdleClocks()
+    limit = {"i-1": {"seconds": 60.0, "keptAt": 900.0}}
+    assert clocks.step(limit, busy=set(), now=1000) == []  # first seen at 1000, not 900
+    assert clocks.step(limit, busy=set(), now=1059) == []
+    assert clocks.step({"i-1": {"seconds": 60.0, "keptAt": 1050.0}}, busy=set(), now=1100) == []
+    assert clocks.step(limit, busy={"i-1"}, now=1150) == []
+    assert clocks.step(limit, busy=set(), now=1210) == ["i-1"]
+    assert clocks.step({}, busy=set(), now=1211) == [] and clocks.clocks == {}
+
+
+def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_it(
+        kernel: GPUCloud, observer: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    watcher = watcher_of(kernel)
+    # Another process's limit (as another kernel writes it) is that process's to watch.
+    theirs = observer.instances.wait_until_active(launch(observer, "theirs").id, timeout=30).id
+    IdleLimits(kernel.base_url).set(theirs, 1.0)
+    with caplog.at_level(logging.INFO, logger="gpucloud_nb.idle"):
+        instance_id, asked = active(kernel, 2)
+        up = time.monotonic()
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 5)
+        gone = time.monotonic()
+    assert observer.instances.get(theirs).status == "active"
+    # Never before the limit; after it is active, within the limit and a poll (and a measure).
+    assert gone - asked >= 2 and gone - up <= 2 + POLL_HERE + 3
+    assert instance_id in watcher.deleted and watcher.failures == {}
+    assert watcher.states() == {} and instance_id not in watcher.limits()
+    said = [record.getMessage() for record in caplog.records]
+    warned = next(i for i, line in enumerate(said) if line.startswith(
+        f"Instance {instance_id} has been idle for ") and "unless it is used or kept" in line)
+    deleted = next(i for i, line in enumerate(said)
+                   if line.startswith(f"Deleted instance {instance_id}: idle"))
+    assert warned < deleted  # the warning (half-way, for so short a limit) came first
+
+
+def test_a_busy_loop_keeps_the_instance_past_its_limit(kernel: GPUCloud,
+                                                       observer: GPUCloud) -> None:
+    watcher = watcher_of(kernel)
+    instance_id, _ = active(kernel, 2)
+    with busy_loop(kernel, instance_id) as pid:
+        time.sleep(2 + 4 * POLL_HERE)
+        assert observer.instances.get(instance_id).status == "active"
+        state = watcher.states()[instance_id]
+        assert state.gpu_util is not None and state.gpu_util >= THRESHOLD and state.idle < 2
+        os.kill(pid, signal.SIGKILL)  # the loop stops: now it idles away
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 5)
+    assert instance_id in watcher.deleted
+
+
+def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
+                                                        observer: GPUCloud) -> None:
+    watcher = watcher_of(kernel)
+    instance_id, _ = active(kernel, 1.5)
+    remote, _ = kernel.instances.ssh(instance_id)
+    holding = threading.Thread(target=kernel.instances.run, args=(instance_id, "sleep 6"))
+    holding.start()  # no CPU, no GPU: only the open command says it is in use
+    try:
+        time.sleep(1.5 + 4 * POLL_HERE)
+        assert remote.open_on(instance_id) == 1
+        assert observer.instances.get(instance_id).status == "active"
+        assert watcher.states()[instance_id].idle < 1.5
+    finally:
+        holding.join(10)
+    assert remote.open_on(instance_id) == 0
+    assert wait_gone(observer, instance_id, 1.5 + POLL_HERE + 5)  # closed: it idles away
+
+
+def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets_it_act(
+        kernel: GPUCloud, observer: GPUCloud, sandbox: Sandbox) -> None:
+    watcher = watcher_of(kernel)
+    url = sandbox.management_url
+    lab_heartbeat(url, every=30)  # JupyterLab polls every 30 s: fresh for 90 s
+    assert lab_watching(url)
+    instance_id, _ = active(kernel, 1)
+    time.sleep(1 + 5 * POLL_HERE)
+    assert observer.instances.get(instance_id).status == "active"  # left to JupyterLab
+    assert watcher.states() == {} and watcher.deleted == {}
+    lab_heartbeat(url, every=0.2)  # then JupyterLab stops: stale 0.6 s after this beat
+    stale = time.monotonic()
+    assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 5)
+    # The kernel took over with a fresh clock: the whole limit after the beat went stale.
+    assert time.monotonic() - stale >= 0.6 + 1 - POLL_HERE
+    assert instance_id in watcher.deleted and not lab_watching(url)
+
+
+def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
+        kernel: GPUCloud, observer: GPUCloud, sandbox: Sandbox) -> None:
+    watcher = watcher_of(kernel)
+    instance_id, _ = active(kernel, 4)
+    wait_for(lambda: instance_id in watcher.states() and watcher.states()[instance_id].warning,
+             timeout=4 + 2)  # half-way, for so short a limit
+    first_due = watcher.states()[instance_id].delete_at
+    watcher.keep(instance_id)
+    kept = watcher.states()[instance_id]
+    assert not kept.warning and kept.idle < 0.5 and kept.delete_at > first_due
+    time.sleep(2)
+    IdleLimits(sandbox.management_url).keep(instance_id)  # the sidebar's Keep: the file only
+    kept_again = time.monotonic()
+    wait_for(lambda: watcher.states()[instance_id].idle < 1, timeout=2 * POLL_HERE + 2)
+    # Past where the first Keep's clock would have deleted it (2 s after the second Keep, and a
+    # poll), still within the second Keep's limit.
+    time.sleep(max(kept_again + 3 - time.monotonic(), 0))
+    assert observer.instances.get(instance_id).status == "active"
+    assert wait_gone(observer, instance_id, 4 + POLL_HERE + 5)
+    assert time.monotonic() - kept_again >= 4  # a whole limit after the last Keep
+
+
+def test_the_async_clients_watcher_deletes_too(sandbox: Sandbox, own_home: None,
+                                               observer: GPUCloud) -> None:
+    async def main() -> tuple[str, KernelIdleDelete]:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            watcher = cloud.idle_delete
+            assert isinstance(watcher, KernelIdleDelete)
+            watcher.poll = POLL_HERE
+            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
+            instance = await cloud.instances.create(
+                name="async-kernel-idle", cloud_provider=offer.cloud.id,
+                instance_id=offer.instance_id, region=offer.available_regions[0],
+                vm={"os": offer.configuration.os[0]}, delete_when_idle=timedelta(seconds=1))
+            deadline = time.monotonic() + 1 + POLL_HERE + 8
+            while instance.id not in watcher.deleted and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)  # the loop stays free: the watcher is a thread
+            return instance.id, watcher
+
+    instance_id, watcher = asyncio.run(main())
+    assert instance_id in watcher.deleted and watcher.failures == {}
+    assert observer.instances.get(instance_id).status in ("deleting", "deleted")

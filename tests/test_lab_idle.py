@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids, parse_use
+from gpucloud_nb.client.idle import lab_watching
+from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids
 from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 
@@ -77,11 +78,6 @@ def run(poller: Poller, body: Callable[[Poller], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
-    assert parse_use("100, 2048\n50, 0\n") == (75.0, 100.0, 2048.0)
-    assert parse_use("No devices were found\n") is None
-
-
 def test_busy_kernels_name_their_instances() -> None:
     kernels = [("busy", {"instance_id": "a"}), ("idle", {"instance_id": "b"}), ("busy", {})]
     assert busy_instance_ids(kernels) == {"a"}
@@ -142,6 +138,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
     async def body(poller: Poller) -> None:
         first = await until(poller, lambda s: row(s, idle).get("idle") is not None, 10)
         assert row(first, idle)["idle"]["by"] == "JupyterLab"
+        assert lab_watching(sandbox.management_url)  # kernels' watchers stand aside
         start = time.monotonic()
         await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 10)
         assert time.monotonic() - start <= 2 + 2 * poller.fast + 1
@@ -150,6 +147,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
         assert row(snapshot, busy)["status"] == "active" and row(snapshot, busy)["gpu"]["util"] >= 50
         assert snapshot["deleteProblems"] == []
 
+    assert not lab_watching(sandbox.management_url)  # no heartbeat yet
     run(polling(sandbox, as_sandbox=False), body)
     cloud.close()
 

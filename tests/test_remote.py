@@ -108,6 +108,27 @@ def test_upload_and_download_of_50_mb_keep_the_sha256(box: GPUCloud, tmp_path: P
     assert hashlib.sha256(back.read_bytes()).hexdigest() == expected
 
 
+def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
+        box: GPUCloud, tmp_path: Path) -> None:
+    # The idle watcher counts these as use (see gpucloud_nb.client.idle).
+    instance = launch(box)
+    remote, _ = box.instances.ssh(instance.id)
+    seen: dict[str, list[int]] = {"run": [], "upload": [], "download": [], "forward": []}
+    box.instances.run(instance.id, "echo one; echo two",
+                      on_output=lambda line: seen["run"].append(remote.open_on(instance.id)))
+    source = tmp_path / "small.bin"
+    source.write_bytes(os.urandom(200_000))
+    box.instances.upload(instance.id, source, "small.bin",
+                         progress=lambda *_: seen["upload"].append(remote.open_on(instance.id)))
+    box.instances.download(instance.id, "small.bin", tmp_path / "back.bin",
+                           progress=lambda *_: seen["download"].append(
+                               remote.open_on(instance.id)))
+    with box.instances.forward(instance.id, 8000):
+        seen["forward"].append(remote.open_on(instance.id))
+    assert all(counts and set(counts) == {1} for counts in seen.values()), seen
+    assert remote.open_on(instance.id) == 0 and remote.open_on("another") == 0
+
+
 def test_forward_8000_answers_models_after_vllm_serve(box: GPUCloud) -> None:
     instance = launch(box, "ubuntu-22.04-vllm")
     started = box.instances.run(

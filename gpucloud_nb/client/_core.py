@@ -28,7 +28,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.errors import (
@@ -38,7 +38,7 @@ from gpucloud_nb.errors import (
     OutcomeUnknownError,
     UnreadableResponseError,
 )
-from gpucloud_nb.models import Record, decode_list, parse_datetime
+from gpucloud_nb.models import InstanceDetails, Record, decode_list, parse_datetime
 
 __all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Core", "D", "decode_offers", "json_list",
            "now", "unreadable"]
@@ -89,9 +89,9 @@ class Core(Generic[D]):
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
-        self.idle_delete: LabIdleDelete | ServiceIdleDelete = LabIdleDelete(
-            str(driver.http.base_url))
         self.delete_now: Callable[[str], None] | None = None
+        #: Reads an instance, blocking (the idle watcher's thread); the client sets it.
+        self.details_now: Callable[[str], InstanceDetails] | None = None
         #: ``cloud.budgets`` of the cloud this core belongs to (``create(budget=)`` sets one).
         self.budgets: Callable[[], Any] | None = None
         self.sandbox: SandboxHandle | None = None
@@ -101,6 +101,25 @@ class Core(Generic[D]):
         self.remote: Remote | None = None
         self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
+        self.idle_delete: KernelIdleDelete | ServiceIdleDelete = self.kernel_idle()
+
+    def ssh(self) -> Remote:
+        """This client's SSH to its instances (one :class:`Remote`, made at first use)."""
+        if self.remote is None:
+            self.remote = Remote(lambda: self.sandbox, self.ssh_identity,
+                                 lambda publics: self.register_keys(publics))
+        return self.remote
+
+    def kernel_idle(self) -> KernelIdleDelete:
+        """Idle deletes for the real cloud: the limits file, and this kernel's watcher."""
+        return KernelIdleDelete(str(self.driver.http.base_url), self.read_now,
+                                self.delete_unconfirmed, self.ssh)
+
+    def read_now(self, instance_id: str) -> InstanceDetails:
+        """The instance read now, blocking (from a watcher's thread)."""
+        if self.details_now is None:
+            raise ConnectionFailedError("This client cannot read instances from a watcher.")
+        return self.details_now(instance_id)
 
     def send(self, call: Call) -> Op[Any]:
         """One request, retried by the policy, with the key masked in any error."""

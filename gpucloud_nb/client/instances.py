@@ -360,7 +360,7 @@ class Instances:
         ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
         ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
         :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
-        JupyterLab extension while JupyterLab runs). A launch
+        JupyterLab extension while JupyterLab runs, else this kernel). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 
@@ -438,11 +438,7 @@ class Instances:
         return self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
-        core = self._core
-        if core.remote is None:
-            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
-                                 lambda publics: core.register_keys(publics))
-        return core.remote
+        return self._core.ssh()
 
     def _target(self, id: str, wait: float) -> InstanceDetails:
         cached = self._remote().cached_target(path_id(id))
@@ -659,11 +655,7 @@ class AsyncInstances:
         return await self._run(self._ops.spend(include_deleted))
 
     def _remote(self) -> Remote:
-        core = self._core
-        if core.remote is None:
-            core.remote = Remote(lambda: core.sandbox, core.ssh_identity,
-                                 lambda publics: core.register_keys(publics))
-        return core.remote
+        return self._core.ssh()
 
     async def _target(self, id: str, wait: float) -> InstanceDetails:
         cached = self._remote().cached_target(path_id(id))

@@ -42,7 +42,7 @@ from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
-from gpucloud_nb.client.idle import LabIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -107,8 +107,9 @@ class _CloudBase(abc.ABC):
         if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
             core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
                                 else AutoDelete(core.delete_from_timer))
+            core.idle_delete.stop()
             core.idle_delete = (ServiceIdleDelete(self._service_send) if box is not None
-                                else LabIdleDelete(str(core.driver.http.base_url)))
+                                else core.kernel_idle())
 
     def _register_keys(self, publics: list[str]) -> None:
         """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
@@ -212,9 +213,11 @@ class _CloudBase(abc.ABC):
         return ClassView(self._service_send)
 
     @property
-    def idle_delete(self) -> LabIdleDelete | ServiceIdleDelete:
+    def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
         """This client's idle deletes: ``watch(id, minutes)``, ``keep(id)``, ``cancel(id)``,
-        ``states()``; ``where`` says who watches (see :mod:`gpucloud_nb.client.idle`)."""
+        ``states()``; ``where`` says who watches (the sandbox service; on the real cloud the
+        JupyterLab extension while JupyterLab runs, else this kernel: see
+        :mod:`gpucloud_nb.client.idle`)."""
         return self._core.idle_delete
 
     @property
@@ -287,6 +290,7 @@ class GPUCloud(_CloudBase):
         self._core.delete_now = self.instances.delete
         self._core.budgets = lambda: self.budgets
         self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
+        self._core.details_now = self.instances.get
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -325,7 +329,9 @@ class GPUCloud(_CloudBase):
         return self._core
 
     def close(self) -> None:
-        """Close the HTTP and SSH connections; auto-delete timers keep working on their own."""
+        """Close the HTTP and SSH connections; auto-delete timers keep working on their own,
+        this kernel's idle watcher stops (see :mod:`gpucloud_nb.client.idle`)."""
+        self._core.idle_delete.stop()
         self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._core.status_now = lambda instance_id: _status_with_own_client(self, instance_id)
         self._http.close()
@@ -365,6 +371,8 @@ class AsyncGPUCloud(_CloudBase):
         self._core.delete_now = self._delete_from_timer
         self._core.budgets = lambda: self.budgets
         self._core.status_now = self._status_from_timer
+        self._core.details_now = lambda instance_id: Instances(self._blocking_core()).get(
+            instance_id)
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
         self._closed = False
@@ -394,8 +402,10 @@ class AsyncGPUCloud(_CloudBase):
         return await self.instances.spend(include_deleted)
 
     async def aclose(self) -> None:
-        """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working."""
+        """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working,
+        this kernel's idle watcher stops."""
         self._closed = True
+        self._core.idle_delete.stop()
         await self._http.aclose()
         if self._twin is not None:
             self._twin.driver.http.close()

@@ -229,6 +229,8 @@ class Remote:
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
         self._targets: dict[str, InstanceDetails] = {}
         self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+        self._open_lock = threading.Lock()
 
     @property
     def _sandbox(self) -> SandboxHandle | None:
@@ -287,6 +289,30 @@ class Remote:
         if self._thread is not None:
             self._thread.join(5)
         self._loop = self._thread = None
+
+    # -- what is open ------------------------------------------------------------------------
+
+    def open_on(self, id: str) -> int:
+        """How many commands, copies (SFTP) and port forwards of this client are open on
+        instance ``id`` now (the idle watcher counts them as use).
+
+            >>> Remote().open_on("i-1")
+            0
+        """
+        with self._open_lock:
+            return self._open.get(id, 0)
+
+    @contextlib.contextmanager
+    def _using(self, id: str) -> Iterator[None]:
+        with self._open_lock:
+            self._open[id] = self._open.get(id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._open_lock:
+                left = self._open.pop(id, 1) - 1
+                if left > 0:
+                    self._open[id] = left
 
     # -- connections -------------------------------------------------------------------------
 
@@ -418,6 +444,12 @@ class Remote:
         A ``timeout`` (seconds, from when the command starts) stops the remote process and
         raises :class:`RemoteTimeoutError`.
         """
+        with self._using(details.id):
+            return await self._execute(details, command, timeout, emit, backlog)
+
+    async def _execute(self, details: InstanceDetails, command: str, timeout: float | None,
+                       emit: Callable[[list[str]], None] | None,
+                       backlog: Callable[[], int]) -> RunResult:
         connection = await self.connection(details)
         with _channel(details):
             process = await connection.create_process(command, encoding=None)
@@ -506,7 +538,7 @@ class Remote:
         if not Path(local).is_file():
             raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
         connection = await self.connection(details)
-        with _channel(details):
+        with self._using(details.id), _channel(details):
             async with connection.start_sftp_client() as sftp:
                 await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
 
@@ -527,7 +559,7 @@ class Remote:
         connection = await self.connection(details)
         partial = destination.with_name(f".{destination.name}.gpucloud-partial")
         try:
-            with _channel(details):
+            with self._using(details.id), _channel(details):
                 async with connection.start_sftp_client() as sftp:
                     try:
                         await sftp.get(remote, os.fspath(partial),
@@ -562,7 +594,8 @@ class Remote:
         """Forward a free local port to ``remote_port`` on the instance; yield its URL."""
         listener = self.call(self.open_forward(details, remote_port))
         try:
-            yield f"http://127.0.0.1:{listener.get_port()}"
+            with self._using(details.id):
+                yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
             with contextlib.suppress(Exception):
                 self.call(self.close_forward(listener))
@@ -573,7 +606,8 @@ class Remote:
         """The async twin of :meth:`forward`, for a caller on another event loop."""
         listener = await asyncio.wrap_future(self.submit(self.open_forward(details, remote_port)))
         try:
-            yield f"http://127.0.0.1:{listener.get_port()}"
+            with self._using(details.id):
+                yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wrap_future(self.submit(self.close_forward(listener)))

@@ -1,23 +1,28 @@
 """GPU use in view, idle deletes for the real cloud, and automatic deletes confirmed, for the poller.
 
-    >>> parse_use("57, 1210\\n3, 20\\n")
-    (30.0, 57.0, 1230.0)
+    >>> use = GpuUse()
+    >>> use.peak("i-1", since=0) is None  # nothing measured yet
+    True
 
 Three jobs of the JupyterLab server extension's poller (:mod:`gpucloud_nb.lab.poller`), each run
 once per list:
 
 - **GPU use** (:class:`GpuUse`): one ``nvidia-smi --query-gpu=utilization.gpu,memory.used
-  --format=csv,noheader,nounits`` per active instance per poll, over the client's cached SSH
-  connection (``instances.run``), all instances at once; the last 10 minutes are kept for the
-  sidebar's sparkline. An instance that cannot be reached keeps its last values and says nothing:
-  the sidebar shows its use as unknown after two polls.
-- **Idle deletes on the real cloud** (:class:`CloudIdle`): the limits ``delete_when_idle`` wrote
-  (:class:`gpucloud_nb.client.idle.LabIdleDelete`); an instance is busy at a poll when a
-  kernel of this server on it is busy (its kernelspec is ``gpucloud-…`` and names the instance)
-  or any of its GPUs is at 5 % or more; idle past its limit, the poller deletes it. What the
-  extension cannot see on the real cloud, plainly: an SSH session someone holds open without
-  using the GPU does not count. On the sandbox the service watches (and sees sessions); the
-  poller only reads its clocks, and tells the service to keep an instance whose kernel is busy.
+  --format=csv,noheader,nounits`` (:data:`gpucloud_nb.client.idle.QUERY`) per active instance
+  per poll, over the client's cached SSH connection (``instances.run``), all instances at once;
+  the last 10 minutes are kept for the sidebar's sparkline. An instance that cannot be reached
+  keeps its last values and says nothing: the sidebar shows its use as unknown after two polls.
+- **Idle deletes on the real cloud** (:class:`CloudIdle`): every limit of the limits file
+  (:class:`gpucloud_nb.client.idle.IdleLimits`), on the clocks of
+  :class:`gpucloud_nb.client.idle.IdleClocks`; an instance is busy at a poll when a kernel of
+  this server on it is busy (its kernelspec is ``gpucloud-…`` and names the instance) or any of
+  its GPUs is at 5 % or more; idle past its limit, the poller deletes it. Each poll writes the
+  heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`) that tells kernels JupyterLab
+  watches: their own watchers stand aside while it is fresh and take over when it goes stale.
+  What the extension cannot see on the real cloud, plainly: an SSH session someone holds open
+  without using the GPU does not count (a kernel's watcher counts its own). On the sandbox the
+  service watches (and sees sessions); the poller only reads its clocks, and tells the service
+  to keep an instance whose kernel is busy.
 - **Deletes confirmed** (:class:`Confirmations`): every automatic delete the poller knows of (a
   timer's deadline passed, an idle delete due or sent) is expected to show as ``deleting`` or
   ``deleted``; one that does not within ``CONFIRM`` seconds (60) becomes one sentence in the
@@ -30,37 +35,15 @@ import asyncio
 import collections
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
-from gpucloud_nb.client.idle import IdleState, LabIdleDelete
+from gpucloud_nb.client.idle import QUERY, THRESHOLD, IdleClocks, IdleLimits, IdleState, parse_use
 
-__all__ = ["CONFIRM", "HISTORY", "QUERY", "THRESHOLD", "CloudIdle", "Confirmations", "GpuUse",
-           "parse_use"]
+__all__ = ["CONFIRM", "HISTORY", "CloudIdle", "Confirmations", "GpuUse"]
 
-QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits"
 HISTORY = 600.0
-THRESHOLD = 5.0
 CONFIRM = 60.0
-WARN = 300.0
-
-
-def parse_use(text: str) -> tuple[float, float, float] | None:
-    """``(mean utilisation %, highest utilisation %, memory used MiB)`` from the query's lines."""
-    utils, memory = [], 0.0
-    for line in text.splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 2:
-            continue
-        try:
-            utils.append(float(parts[0]))
-            memory += float(parts[1])
-        except ValueError:
-            continue
-    if not utils:
-        return None
-    return round(sum(utils) / len(utils), 1), max(utils), memory
 
 
 class GpuUse:
@@ -132,59 +115,34 @@ def idle_row(state: IdleState, by: str) -> dict[str, Any]:
             "halfway": state.idle >= state.limit / 2, "by": by}
 
 
-@dataclass
-class _Clock:
-    limit: float
-    since: float
-
-
 class CloudIdle:
     """The idle clocks of real-cloud instances, kept by this server (see the module docstring)."""
 
     def __init__(self, base_url: str) -> None:
-        self.limits = LabIdleDelete(base_url)
-        self.clocks: dict[str, _Clock] = {}
+        self.limits = IdleLimits(base_url)
+        self.clocks = IdleClocks()
         self._last = time.time()
 
     def keep(self, instance_id: str) -> None:
         """Start the idle clock again (the Keep button; the file, so kernels see it too)."""
-        self.limits.keep(instance_id)
-        clock = self.clocks.get(instance_id)
-        if clock is not None:
-            clock.since = time.time()
+        self.clocks.keep(instance_id, self.limits.keep(instance_id))
 
     def step(self, active: set[str], use: GpuUse, busy_kernels: set[str]) -> list[str]:
         """Advance every clock by one poll; return the instances idle past their limit."""
         now = time.time()
         limits = self.limits.limits()
-        due = []
-        for instance_id, entry in limits.items():
-            limit = entry["seconds"]
-            clock = self.clocks.setdefault(instance_id, _Clock(limit, max(entry["keptAt"], now)))
-            clock.limit = limit
-            clock.since = max(clock.since, entry["keptAt"])  # a Keep from any kernel
+        busy = set()
+        for instance_id in limits:
             peak = use.peak(instance_id, self._last)
             if (instance_id not in active or instance_id in busy_kernels
                     or (peak is not None and peak >= THRESHOLD)):
-                clock.since = now
-            elif now - clock.since >= limit:
-                due.append(instance_id)
-        for gone in [i for i in self.clocks if i not in limits]:
-            del self.clocks[gone]
+                busy.add(instance_id)
         self._last = now
-        return due
+        return self.clocks.step(limits, busy, now)
 
     def states(self) -> dict[str, IdleState]:
         """Where each clock stands, as the sandbox service would say it."""
-        now = datetime.now(timezone.utc)
-        found = {}
-        for instance_id, clock in self.clocks.items():
-            idle = max(time.time() - clock.since, 0.0)
-            delete_at = now + timedelta(seconds=clock.limit - idle)
-            warn_at = delete_at - timedelta(seconds=min(WARN, clock.limit / 2))
-            found[instance_id] = IdleState(instance_id, clock.limit, idle, delete_at, warn_at,
-                                           now >= warn_at)
-        return found
+        return self.clocks.states()
 
 
 class Confirmations:

@@ -20,7 +20,9 @@ that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``g
 ``memoryMiB``, ``history`` of the last 10 minutes), ``idle`` (the limit, ``idleSeconds``,
 ``deleteAt``, ``warning``) and ``deleteProblem`` (one sentence, or ``None``); the snapshot's
 ``deleteProblems`` lists those sentences for the status bar. ``keep(id)`` starts an idle clock
-again (``POST /gpucloud/instances/ID/keep``).
+again (``POST /gpucloud/instances/ID/keep``). On the real cloud each list also rewrites the
+idle heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`, with the interval to the next
+list), so that kernels leave the idle deletes to this server while it runs.
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
@@ -43,7 +45,7 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.idle import IdleState
+from gpucloud_nb.client.idle import IdleState, lab_heartbeat
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
@@ -239,6 +241,8 @@ class Poller:
             self._listed = (instances, deadlines)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
                                          self._idle_states)
+            if not cloud.is_sandbox:  # kernels' idle watchers stand aside while this is fresh
+                lab_heartbeat(cloud.base_url, self.interval())
             # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
             # time, so a slow instance never delays the next list; it updates the snapshot.
             if self._ssh_work is None or self._ssh_work.done():

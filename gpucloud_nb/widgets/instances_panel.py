@@ -18,8 +18,9 @@ Choices, written down once:
 - Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
   25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
   min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
-  again. On the real cloud the clock runs in the JupyterLab extension: the column shows the
-  limit only.
+  again. On the real cloud the clock runs in this kernel while JupyterLab does not run (the
+  column shows it); while JupyterLab runs its extension keeps the clock, and the column shows
+  the limit only.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
