@@ -570,3 +570,6 @@ def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
         shown = wait_for(api, lambda s: row_of(s, member) and row_of(s, other))
         assert row_of(shown, member)["cluster"] == "trio"
         assert row_of(shown, other)["cluster"] is None
+        cloud.instances.delete(member)  # not by the cluster: the Lab's Delete all, or outside
+        wait_for(api, lambda s: not row_of(s, member))
+        assert member not in clusters.members(cloud.base_url)  # the note does not pile up

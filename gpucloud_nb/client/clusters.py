@@ -1,11 +1,13 @@
-"""Which instances belong to a Dask cluster (``cloud.cluster``), for the JupyterLab sidebar.
+r"""Which instances belong to a Dask cluster (``cloud.cluster``), for the JupyterLab sidebar.
 
 The cloud knows nothing of clusters: an instance has a name, not a group. So each cluster notes
 its instances on this machine, one empty-but-named file per instance, in the user cache dir
 beside the change stamps (``platformdirs.user_cache_dir("gpucloud-nb")/clusters/<cloud>/
 <instance id>``, the file holding the cluster's name), and removes the note when it deletes the
 instance. One file per instance means two kernels never rewrite each other's notes. Noting never
-raises: an unwritable cache dir only costs the sidebar its grouping.
+raises: an unwritable cache dir only costs the sidebar its grouping. An instance deleted some
+other way (the sidebar's Delete all, a delete from outside) leaves its note until the Lab poller
+:func:`prune`\ s it.
 
     >>> from gpucloud_nb.client import clusters
     >>> clusters.note("http://127.0.0.1:8000", "6b06d7", "trio")  # doctest: +SKIP
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpucloud_nb.client import changes
 
-__all__ = ["folder", "forget", "members", "note"]
+__all__ = ["folder", "forget", "members", "note", "prune"]
 
 _NAME_CHARS = 200
 
@@ -66,3 +70,20 @@ def members(base_url: str) -> dict[str, str]:
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 found[entry.name] = entry.read_text(encoding="utf-8")[:_NAME_CHARS].strip()
     return found
+
+
+def prune(base_url: str, statuses: Mapping[str, str], *, grace: float = 60.0) -> list[str]:
+    """Remove the notes of instances ``statuses`` (id → status, a whole listing) shows deleted,
+    or does not show though noted over ``grace`` seconds ago (a listing taken just before a
+    create may not show it yet); the ids pruned. Never raises."""
+    pruned = []
+    with contextlib.suppress(OSError, ValueError):
+        for entry in folder(base_url).iterdir():
+            status = statuses.get(entry.name)
+            with contextlib.suppress(OSError):
+                if entry.name.startswith(".") or status not in (None, "deleted") or (
+                        status is None and time.time() - entry.stat().st_mtime < grace):
+                    continue
+                entry.unlink()
+                pruned.append(entry.name)
+    return pruned

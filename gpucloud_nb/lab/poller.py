@@ -323,6 +323,7 @@ class Poller:
         # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
         # own timers on the real cloud live in that kernel.
         keeper = "the sandbox service" if cloud.is_sandbox else "the cloud"
+        clusters.prune(cloud.base_url, {i.id: i.status for i in instances})
         members = clusters.members(cloud.base_url)  # a Dask cluster's instances, one heading
         for instance in instances:
             bill = self._ledger.bill(instance, now)

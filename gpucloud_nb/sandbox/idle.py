@@ -32,7 +32,8 @@ under 10 minutes.
 Choices: the limits live in the SQLite state, so they outlive a restart of the service; the idle
 clock does not, and starts again at the restart (an instance is never deleted early because the
 service was down). On the real cloud there is no such endpoint: the JupyterLab server extension
-watches (see :mod:`gpucloud_nb.lab.idle`).
+watches while JupyterLab runs, else the kernel that set the limit (see
+:mod:`gpucloud_nb.client.idle`).
 """
 
 from __future__ import annotations
