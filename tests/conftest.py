@@ -42,6 +42,18 @@ def _private_config_dir(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user home without ~/.ssh keys and no agent or GPUCLOUD_SSH_KEY: the client offers
+    only the key pair it makes itself (and must not write the real ~/.ssh)."""
+    home = tmp_path / "user-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
+    return home
+
+
+@pytest.fixture
 def sandbox_factory() -> Iterator[Callable[..., Sandbox]]:
     """Start a sandbox with custom options (``SandboxConfig`` fields); stopped at teardown."""
     started: list[Sandbox] = []

@@ -37,16 +37,11 @@ LIVE = ("pending", "active")
 
 
 @pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home without ~/.ssh keys (the client makes its own), and this interpreter's ``python3``
-    first on the PATH that instance commands inherit."""
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
+def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The home of tests/conftest.py, and this interpreter's ``python3`` first on the PATH that
+    instance commands inherit."""
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return home
+    return own_home
 
 
 @pytest.fixture

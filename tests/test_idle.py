@@ -138,18 +138,9 @@ LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
 POLL_HERE = 0.5
 
 
-@pytest.fixture
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the key pair the client generates is offered (not the user's ~/.ssh or agent)."""
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
-
 
 @pytest.fixture
-def kernel(sandbox: Sandbox, own_home: None) -> Iterator[GPUCloud]:
+def kernel(sandbox: Sandbox, own_home: Path) -> Iterator[GPUCloud]:
     """A real-cloud client of the sandbox whose idle watcher polls every half second."""
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     watcher = cloud.idle_delete
@@ -212,11 +203,12 @@ def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_
     with caplog.at_level(logging.INFO, logger="gpucloud_nb.idle"):
         instance_id, asked = active(kernel, 2)
         up = time.monotonic()
-        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 5)
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 10)
         gone = time.monotonic()
     assert observer.instances.get(theirs).status == "active"
-    # Never before the limit; after it is active, within the limit and a poll (and a measure).
-    assert gone - asked >= 2 and gone - up <= 2 + POLL_HERE + 3
+    # Never before the limit; after it is active, within the limit and a poll (and a measure,
+    # which takes seconds when 4 test processes share 2 cores).
+    assert gone - asked >= 2 and gone - up <= 2 + POLL_HERE + 8
     assert instance_id in watcher.deleted and watcher.failures == {}
     assert watcher.states() == {} and instance_id not in watcher.limits()
     said = [record.getMessage() for record in caplog.records]
@@ -237,7 +229,7 @@ def test_a_busy_loop_keeps_the_instance_past_its_limit(kernel: GPUCloud,
         state = watcher.states()[instance_id]
         assert state.gpu_util is not None and state.gpu_util >= THRESHOLD and state.idle < 2
         os.kill(pid, signal.SIGKILL)  # the loop stops: now it idles away
-        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 5)
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 10)
     assert instance_id in watcher.deleted
 
 
@@ -256,7 +248,7 @@ def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
     finally:
         holding.join(10)
     assert remote.open_on(instance_id) == 0
-    assert wait_gone(observer, instance_id, 1.5 + POLL_HERE + 5)  # closed: it idles away
+    assert wait_gone(observer, instance_id, 1.5 + POLL_HERE + 10)  # closed: it idles away
 
 
 def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets_it_act(
@@ -271,7 +263,7 @@ def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets
     assert watcher.states() == {} and watcher.deleted == {}
     lab_heartbeat(url, every=0.2)  # then JupyterLab stops: stale 0.6 s after this beat
     stale = time.monotonic()
-    assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 5)
+    assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 10)
     # The kernel took over with a fresh clock: the whole limit after the beat went stale.
     assert time.monotonic() - stale >= 0.6 + 1 - POLL_HERE
     assert instance_id in watcher.deleted and not lab_watching(url)
@@ -295,11 +287,11 @@ def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
     # poll), still within the second Keep's limit.
     time.sleep(max(kept_again + 3 - time.monotonic(), 0))
     assert observer.instances.get(instance_id).status == "active"
-    assert wait_gone(observer, instance_id, 4 + POLL_HERE + 5)
+    assert wait_gone(observer, instance_id, 4 + POLL_HERE + 10)
     assert time.monotonic() - kept_again >= 4  # a whole limit after the last Keep
 
 
-def test_the_async_clients_watcher_deletes_too(sandbox: Sandbox, own_home: None,
+def test_the_async_clients_watcher_deletes_too(sandbox: Sandbox, own_home: Path,
                                                observer: GPUCloud) -> None:
     async def main() -> tuple[str, KernelIdleDelete]:
         async with AsyncGPUCloud(api_key=sandbox.api_key,

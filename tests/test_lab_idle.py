@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,14 +21,7 @@ from gpucloud_nb.sandbox import Sandbox
 LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
 
 
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
-
+pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
 def launch(cloud: GPUCloud, name: str, **extra: Any) -> str:
     offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +15,7 @@ QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheade
 STATE = {"model": "H100 80GB", "count": 2, "mib": 81920, "util": 130.0, "memoryMiB": 1210.4}
 
 
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-
+pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
 @pytest.fixture
 def box(sandbox: Sandbox) -> Iterator[GPUCloud]:

@@ -18,17 +18,7 @@ from gpucloud_nb.client.remote import RemoteCommandError, key_dir
 from gpucloud_nb.errors import ConnectionFailedError, InvalidInputError, NotFoundError
 from gpucloud_nb.sandbox import Sandbox
 
-
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home without ~/.ssh keys, so the client generates its own (and must not write ~/.ssh)."""
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
-    return home
-
+pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
 @pytest.fixture
 def box(sandbox: Sandbox) -> Iterator[GPUCloud]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,13 +17,7 @@ from gpucloud_nb.sandbox.idle import POLL
 LIMIT = 2.0
 
 
-@pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "user-home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-
+pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
 @pytest.fixture
 def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
