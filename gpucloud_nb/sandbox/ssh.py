@@ -74,7 +74,7 @@ import asyncssh
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
 from gpucloud_nb.sandbox.home import private_dir
-from gpucloud_nb.sandbox.lifecycle import status_of
+from gpucloud_nb.sandbox.lifecycle import status_at
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.server import SandboxConfig
@@ -238,12 +238,16 @@ class InstanceServers:
     async def reconcile(self) -> None:
         """Open servers for active instances, close those of instances no longer active."""
         now = time.time_ns() // 1_000_000
-        wanted = {record.id: record for record in self.store.live_instances()
-                  if status_of(record, now).name == "active"}
-        for instance_id in [i for i in self._servers if i not in wanted]:
+        wanted = [times.id for times in self.store.live_instance_times()
+                  if status_at(times, now).name == "active"]
+        keep = set(wanted)
+        for instance_id in [i for i in self._servers if i not in keep]:
             await self._servers.pop(instance_id).close()
-        for instance_id, record in wanted.items():
+        for instance_id in wanted:
             if instance_id not in self._servers:
+                record = self.store.instance_by_id(instance_id)  # its doc, read only now
+                if record is None:
+                    continue
                 try:
                     self._servers[instance_id] = await _InstanceServer.open(self, record)
                 except OSError:
