@@ -50,6 +50,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -97,6 +98,10 @@ def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, lis
     if not line.startswith("management: "):
         server.kill()
         raise RuntimeError("the class sandbox did not start")
+    # uvicorn writes an access line per request to stdout: read them all, or past ~64 kB of
+    # them (some 600 requests) the server blocks on the full pipe and stops answering.
+    threading.Thread(target=server.stdout.read, name="bench-class-server-stdout",
+                     daemon=True).start()
     return server, line.split(": ", 1)[1].strip(), keys
 
 
