@@ -24,19 +24,34 @@ Then the create path is profiled, in this process, away from the network: its pa
 server's listen) and 40 creates through the app under cProfile (the top functions go to stderr).
 Run standalone with ``python -m benchmarks.bench_class`` (``--quick``: 6 students for 4 s).
 
-Where a create's time went (25 Nov 2026, two cores shared with other work at load ~13):
+Where a create's time went (25 Nov 2026; medians in one process, which a shared machine
+disturbs far less than the 40-way run; "was" is the code before the fixes, same machine):
 
-- In the server, a create is 1.2-1.5 ms in-process: the SQLite insert (one ``BEGIN IMMEDIATE``
-  transaction in the WAL file, ~0.1 ms alone) is most of what our code does, then reading the
-  body and the create rules (~0.02 ms), the free SSH port (~0.02 ms); the rest is Starlette.
-  The host key (ed25519, ~0.1-0.2 ms) and the SSH server's listen (0.3-1 ms) are not on the
-  request's path: the reconciler opens them when the instance turns active, on the same loop.
-  The server spent ~1 ms of CPU per request of the class.
-- From :class:`~gpucloud_nb.GPUCloud` alone, a create without ``ssh_key`` took 47-117 ms: most
-  of it is the client finding the key to send on every create (``client.ssh_keys``: a thread,
-  an event loop, the SSH agent, the key files), which is the 85-93 ms the issue saw.
-- 40 at once wait for each other on the server's one event loop and for the CPU; with the
-  machine loaded, that waiting (not the create's own work) makes the launch and get p99.
+- **Client** (:class:`~gpucloud_nb.GPUCloud`, a create without ``ssh_key`` on the real-cloud
+  path): finding the key to send (``client.ssh_keys.identities_sync``) took a thread, a new event
+  loop and a parse of every key file on each create: 0.47-0.9 ms quiet, 47-117 ms on a loaded
+  machine (the thread waits for a core), which is the 85-93 ms the issue saw. The files are now
+  read once per process (again when they change) and, without an ssh-agent, no thread runs:
+  0.04 ms. What is left is the HTTP round trip and the change stamp (a few ms in all); the first
+  create of a process also imports asyncssh (~0.2 s).
+- **Server, per create** (~0.9 ms through the app in-process, of which the ASGI transport and
+  Starlette are about half): the SQLite insert ~0.1 ms (one ``BEGIN IMMEDIATE`` transaction in a
+  WAL file with ``synchronous=NORMAL``: no fsync per commit, only at checkpoints), the body and
+  the create rules ~0.02 ms, the free SSH port ~0.02 ms, a class account's budget check one read
+  of its instances (it was two). Over real HTTP, uvicorn's pure-Python h11 parser makes a GET
+  cost the server ~0.4 ms of CPU (~0.3 ms with httptools, which uvicorn uses when installed).
+- **Host key and SSH server**: never in a request. The reconciler makes the host key (ed25519,
+  0.1-0.2 ms) and opens the server (asyncssh's listen, 0.3-0.4 ms, its options built in a worker
+  thread) up to a second before the instance turns active; 40 at once are ~40 ms of the loop's
+  time on a quiet machine, in one slice per server. It used to open them at the first 0.2 s
+  tick *after* the status said active, so a client connecting at once could be refused.
+- **Background, with 40 instances active**: the reconciler read and parsed every live
+  instance's JSON five times a second (a tick with nothing to open: 0.39 ms); it now reads their
+  times only (0.14 ms). The budget watcher reads every instance once a second (~1 ms for 40).
+- **List and get**: the framework's time plus ~0.02 ms a row (the stored JSON, the body): 0.6 ms
+  of our own for 40 rows; a student's list has one or two.
+- 40 at once wait for each other on the server's one event loop: the last of 40 launches or gets
+  waits for ~40 x 0.5-1 ms of server CPU, plus whatever the machine's other work takes of it.
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -97,6 +113,10 @@ def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, lis
     if not line.startswith("management: "):
         server.kill()
         raise RuntimeError("the class sandbox did not start")
+    # uvicorn writes an access line per request to stdout: read them all, or past ~64 kB of
+    # them (some 600 requests) the server blocks on the full pipe and stops answering.
+    threading.Thread(target=server.stdout.read, name="bench-class-server-stdout",
+                     daemon=True).start()
     return server, line.split(": ", 1)[1].strip(), keys
 
 

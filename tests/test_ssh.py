@@ -142,6 +142,27 @@ def over_asyncssh(port: int, key: Any, work: Callable[[Any], Awaitable[Any]]) ->
     return asyncio.run(main())
 
 
+def test_an_instance_the_api_calls_active_is_already_listening(sandbox_factory: Any,
+                                                               tmp_path: Path) -> None:
+    """Its server opens before the status turns active, not at the reconciler's next tick."""
+    import socket
+
+    sandbox = sandbox_factory(launch_seconds=1.5)
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    offer = vm_offer(cloud)
+    instance = cloud.instances.create(
+        name="prompt", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        ssh_key=keypair(tmp_path, "id").with_suffix(".pub").read_text())
+    deadline = time.monotonic() + 30
+    while (details := cloud.instances.get(instance.id)).status != "active":
+        assert time.monotonic() < deadline
+        time.sleep(0.005)  # the first answer that says active, as soon as it says so
+    with socket.create_connection(("127.0.0.1", details.ssh_port), timeout=10) as connection:
+        assert connection.recv(64).startswith(b"SSH-2.0-")
+    cloud.close()
+
+
 def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
         sandbox_factory: Any, tmp_path: Path) -> None:
     import asyncssh

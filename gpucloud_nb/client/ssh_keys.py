@@ -10,6 +10,11 @@ that works as printed.
   ``~/.ssh/id_ecdsa`` and ``~/.ssh/id_rsa`` (read only; a passphrase-protected file is skipped:
   add it to the agent), and last a key pair the client generates once in its own directory (never
   in ``~/.ssh``). The first one is the public key ``create`` sends when none is given.
+- **Read once per process.** A key file is read again only when it changed (its path, size,
+  inode, modification and change times); a file modified in the last 2 s is read every time, as
+  file times can be coarser than two quick writes. The agent is asked every time (keys come and
+  go with ``ssh-add``), so without ``SSH_AUTH_SOCK`` :func:`identities_sync` needs no thread and
+  no event loop, and a ``create`` that sends the client's key costs a few ``stat`` calls.
 - **The printed command** adds ``-i <file> -o IdentitiesOnly=yes`` when the key the instance
   accepted is one OpenSSH would not find by itself (the explicit identity or the generated key),
   and always ``-o UserKnownHostsFile=<the client's known_hosts> -o HostKeyAlias=<instance id>``:
@@ -24,8 +29,10 @@ import asyncio
 import concurrent.futures
 import os
 import shlex
+import threading
+import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +53,7 @@ class Identity:
     path: Path | None
     public: str
     found_by_openssh: bool
-    pair: Any
+    pair: Any = field(repr=False)
 
     @property
     def fingerprint(self) -> str:
@@ -85,7 +92,36 @@ def own_key(directory: Path) -> Path:
     return path
 
 
+_Stamp = tuple[int, int, int, int]
+_RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same mtime
+_KEEP = 32  # files remembered (a test suite makes a new home per test)
+_read: dict[tuple[str, bool], tuple[_Stamp, Identity | None]] = {}
+_read_lock = threading.Lock()
+
+
 def _from_file(path: Path, found_by_openssh: bool) -> Identity | None:
+    """The identity in the private key file ``path``, read again only when the file changed."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    stamp = (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino)
+    key = (os.fspath(path), found_by_openssh)
+    with _read_lock:
+        cached = _read.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    identity = _read_file(path, found_by_openssh)
+    if time.time_ns() - info.st_mtime_ns > _RACY_NS:
+        with _read_lock:
+            _read.pop(key, None)
+            _read[key] = (stamp, identity)
+            while len(_read) > _KEEP:
+                del _read[next(iter(_read))]
+    return identity
+
+
+def _read_file(path: Path, found_by_openssh: bool) -> Identity | None:
     import asyncssh
 
     try:
@@ -136,36 +172,55 @@ async def _agent_identities() -> list[Identity]:
     return found
 
 
-async def identities(given: str | os.PathLike[str] | None, own_directory: Path) -> list[Identity]:
-    """Every key the client can offer, in order (see the module docs); never empty."""
-    found: list[Identity] = []
+def _explicit(given: str | os.PathLike[str] | None) -> list[Identity]:
+    """The explicit identity (none, or one), or one sentence why it cannot be used."""
     explicit = explicit_identity(given)
-    if explicit is not None:
-        identity = _from_file(explicit, False)
-        if identity is None:
-            raise InvalidInputError(f"The SSH key {os.fspath(explicit)!r} cannot be read as a "
-                                    "private key (is it the .pub file, or protected by a "
-                                    "passphrase? Then add it to ssh-agent).")
-        found.append(identity)
-    found += await _agent_identities()
+    if explicit is None:
+        return []
+    identity = _from_file(explicit, False)
+    if identity is None:
+        raise InvalidInputError(f"The SSH key {os.fspath(explicit)!r} cannot be read as a "
+                                "private key (is it the .pub file, or protected by a "
+                                "passphrase? Then add it to ssh-agent).")
+    return [identity]
+
+
+def _files(explicit: bool, own_directory: Path) -> list[Identity]:
+    """The default key files that hold a key, then (without an explicit one) the client's own."""
+    found = []
     for name in DEFAULT_FILES:
         path = Path(name).expanduser()
         if path.is_file() and (identity := _from_file(path, True)) is not None:
             found.append(identity)
-    if explicit is None:
+    if not explicit:
         own = _from_file(own_key(own_directory), False)
         if own is not None:
             found.append(own)
+    return found
+
+
+def _unique(found: list[Identity]) -> list[Identity]:
     unique: dict[str, Identity] = {}
     for identity in found:
         unique.setdefault(identity.public.split()[1], identity)
     return list(unique.values())
 
 
+async def identities(given: str | os.PathLike[str] | None, own_directory: Path) -> list[Identity]:
+    """Every key the client can offer, in order (see the module docs); never empty."""
+    explicit = _explicit(given)
+    agent = await _agent_identities()
+    return _unique([*explicit, *agent, *_files(bool(explicit), own_directory)])
+
+
 def identities_sync(given: str | os.PathLike[str] | None,
                     own_directory: Path) -> list[Identity]:
-    """:func:`identities` from synchronous code (even inside a running event loop)."""
-    return _blocking(identities(given, own_directory))
+    """:func:`identities` from synchronous code (even inside a running event loop); without an
+    ssh-agent, no thread and no event loop."""
+    if os.environ.get("SSH_AUTH_SOCK"):
+        return _blocking(identities(given, own_directory))
+    explicit = _explicit(given)
+    return _unique([*explicit, *_files(bool(explicit), own_directory)])
 
 
 def _blocking(coroutine: Coroutine[Any, Any, list[Identity]]) -> list[Identity]:

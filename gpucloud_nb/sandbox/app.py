@@ -300,6 +300,7 @@ class _Management:
             )
         except VolumeMissingError:
             raise Problem(400, f"Volume {volume_id} not found.") from None
+        request.app.state.ssh.wake()  # its SSH server opens before it turns active, not here
         return json_response(instance_json(record, now), status=201)
 
     async def list_instances(self, request: Request) -> Response:

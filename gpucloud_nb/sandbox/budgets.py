@@ -105,10 +105,12 @@ class Budgets:
 
     def refusal(self, user: str, price: float, now: int) -> str | None:
         """Why ``user`` may not launch an instance at ``price`` $/h now, or ``None``."""
-        left = self.left(user, now)
-        if left is None:
+        budget = self.accounts.get(user)
+        if budget is None:
             return None
-        running = sum(_price(record) for record in self.store.instances(user)
+        records = self.store.instances(user)  # read once, for the spend and what runs now
+        left = max(budget - sum(spend(record, now, self.factor) for record in records), 0.0)
+        running = sum(_price(record) for record in records
                       if record.delete_ms is None and not record.fails)
         if left >= running + price:  # one billed hour of all of it
             return None

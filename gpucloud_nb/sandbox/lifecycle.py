@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from gpucloud_nb.sandbox.store import InstanceRecord, VolumeRecord
+from gpucloud_nb.sandbox.store import InstanceRecord, InstanceTimes, VolumeRecord
 
 __all__ = [
     "EPOCH_TEXT",
@@ -41,6 +41,7 @@ __all__ = [
     "details_json",
     "instance_json",
     "iso",
+    "status_at",
     "status_of",
     "volume_json",
 ]
@@ -65,14 +66,19 @@ def iso(ms: int) -> str:
 
 def status_of(record: InstanceRecord, now_ms: int) -> Status:
     """The status of ``record`` at ``now_ms``."""
-    if record.delete_ms is not None:
-        gone = record.gone_ms if record.gone_ms is not None else record.delete_ms
+    return status_at(record.times, now_ms)
+
+
+def status_at(times: InstanceTimes, now_ms: int) -> Status:
+    """The status at ``now_ms`` of an instance with these life-cycle times."""
+    if times.delete_ms is not None:
+        gone = times.gone_ms if times.gone_ms is not None else times.delete_ms
         if now_ms >= gone:
             return Status("deleted", gone, gone)
-        return Status("deleting", record.delete_ms, None)
-    if now_ms >= record.ready_ms:
-        return Status("error" if record.fails else "active", record.ready_ms, None)
-    return Status("pending", record.created_ms, None)
+        return Status("deleting", times.delete_ms, None)
+    if now_ms >= times.ready_ms:
+        return Status("error" if times.fails else "active", times.ready_ms, None)
+    return Status("pending", times.created_ms, None)
 
 
 def _address(record: InstanceRecord) -> str:

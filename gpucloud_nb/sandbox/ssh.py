@@ -8,9 +8,12 @@ A sandbox instance is the user's own machine: commands run as the local user who
 sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the instance's
 ``doc["sshPort"]`` at create (re-bound after a restart, or a new free port stored if it is taken).
 
-- **Life time.** A vm, baremetal or container instance gets its server when it turns ``active``;
-  once it is ``deleting`` the server is closed, its connections dropped and its processes killed,
-  so new connections are refused.
+- **Life time.** A vm, baremetal or container instance gets its server up to a second before it
+  turns ``active`` (the reconciler looks ``LEAD_SECONDS`` ahead, and a create wakes it at once),
+  so an instance the API calls active is already listening; its ``ip`` and ``sshPort`` are shown
+  only from then on. Once it is ``deleting`` the server is closed, its connections dropped and
+  its processes killed, so new connections are refused. None of it runs inside a request: the
+  host key is made and the server opened by the reconciler, on the server's loop.
 - **Auth.** Public key only, for the instance's ``sshUser``: the ``sshKey`` given at create, or,
   if none was given, any key registered in ``<home>/ssh/authorized_keys`` (OpenSSH format, one
   key a line; the package's client registers its keys over HTTP, ``POST /sandbox/ssh-keys``,
@@ -74,13 +77,14 @@ import asyncssh
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
 from gpucloud_nb.sandbox.home import private_dir
-from gpucloud_nb.sandbox.lifecycle import status_of
+from gpucloud_nb.sandbox.lifecycle import status_at
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.server import SandboxConfig
     from gpucloud_nb.sandbox.store import InstanceRecord, Store
 
 __all__ = [
+    "LEAD_SECONDS",
     "SHARED_SHELL_REFUSAL",
     "SHARED_SHELL_WARNING",
     "InstanceServers",
@@ -92,6 +96,8 @@ __all__ = [
 
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
 _PERIOD = 0.2
+LEAD_SECONDS = 1.0
+"""How long before an instance turns active its SSH server is opened."""
 MODEL_PORT = 8000
 _VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
@@ -172,6 +178,7 @@ class InstanceServers:
         self._temporary = False
         self._servers: dict[str, _InstanceServer] = {}
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
 
     @property
     def authorized_keys(self) -> Path:
@@ -227,23 +234,33 @@ class InstanceServers:
         await self.reconcile()
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
 
+    def wake(self) -> None:
+        """Reconcile now rather than at the next tick (an instance was just created)."""
+        self._wake.set()
+
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(_PERIOD)
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _PERIOD)
+            self._wake.clear()
             try:
                 await self.reconcile()
             except Exception:  # keep serving the others; the log has the trace
                 logger.exception("The sandbox failed to update its SSH servers.")
 
     async def reconcile(self) -> None:
-        """Open servers for active instances, close those of instances no longer active."""
-        now = time.time_ns() // 1_000_000
-        wanted = {record.id: record for record in self.store.live_instances()
-                  if status_of(record, now).name == "active"}
-        for instance_id in [i for i in self._servers if i not in wanted]:
+        """Open servers for instances active within ``LEAD_SECONDS``, close the others'."""
+        soon = time.time_ns() // 1_000_000 + round(LEAD_SECONDS * 1000)
+        wanted = [times.id for times in self.store.live_instance_times()
+                  if status_at(times, soon).name == "active"]
+        keep = set(wanted)
+        for instance_id in [i for i in self._servers if i not in keep]:
             await self._servers.pop(instance_id).close()
-        for instance_id, record in wanted.items():
+        for instance_id in wanted:
             if instance_id not in self._servers:
+                record = self.store.instance_by_id(instance_id)  # its doc, read only now
+                if record is None:
+                    continue
                 try:
                     self._servers[instance_id] = await _InstanceServer.open(self, record)
                 except OSError:
