@@ -209,7 +209,9 @@ def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_
     # Never before the limit; after it is active, within the limit and a poll (and a measure,
     # which takes seconds when 4 test processes share 2 cores).
     assert gone - asked >= 2 and gone - up <= 2 + POLL_HERE + 8
-    assert instance_id in watcher.deleted and watcher.failures == {}
+    # The cloud may show the delete an instant before the watcher's thread notes it.
+    wait_for(lambda: instance_id in watcher.deleted, timeout=5)
+    assert watcher.failures == {}
     assert watcher.states() == {} and instance_id not in watcher.limits()
     said = [record.getMessage() for record in caplog.records]
     warned = next(i for i, line in enumerate(said) if line.startswith(
@@ -230,7 +232,7 @@ def test_a_busy_loop_keeps_the_instance_past_its_limit(kernel: GPUCloud,
         assert state.gpu_util is not None and state.gpu_util >= THRESHOLD and state.idle < 2
         os.kill(pid, signal.SIGKILL)  # the loop stops: now it idles away
         assert wait_gone(observer, instance_id, 2 + POLL_HERE + 10)
-    assert instance_id in watcher.deleted
+    wait_for(lambda: instance_id in watcher.deleted, timeout=5)
 
 
 def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
@@ -266,7 +268,8 @@ def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets
     assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 10)
     # The kernel took over with a fresh clock: the whole limit after the beat went stale.
     assert time.monotonic() - stale >= 0.6 + 1 - POLL_HERE
-    assert instance_id in watcher.deleted and not lab_watching(url)
+    wait_for(lambda: instance_id in watcher.deleted, timeout=5)
+    assert not lab_watching(url)
 
 
 def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
