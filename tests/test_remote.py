@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import RemoteCommandError, key_dir
@@ -104,8 +106,14 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
     instance = launch(box)
     remote, _ = box.instances.ssh(instance.id)
     seen: dict[str, list[int]] = {"run": [], "upload": [], "download": [], "forward": []}
-    box.instances.run(instance.id, "echo one; echo two",
-                      on_output=lambda line: seen["run"].append(remote.open_on(instance.id)))
+    running = threading.Thread(target=box.instances.run, args=(instance.id, "sleep 3"))
+    running.start()
+    try:  # (a line's on_output may come only with the exit, when the run is over)
+        wait_for(lambda: remote.open_on(instance.id) == 1, timeout=3)
+        seen["run"].append(remote.open_on(instance.id))
+    finally:
+        running.join(10)
+    assert remote.open_on(instance.id) == 0
     source = tmp_path / "small.bin"
     source.write_bytes(os.urandom(200_000))
     box.instances.upload(instance.id, source, "small.bin",

@@ -558,9 +558,9 @@ class KernelIdleDelete:
             return
         self.forget(instance_id)
         self.failures.pop(instance_id, None)
-        self.deleted[instance_id] = datetime.now(timezone.utc)
         log.info("Deleted instance %s: idle for its limit of %g s (no session or run of this "
                  "kernel, GPU under %g %%).", instance_id, limit, THRESHOLD)
+        self.deleted[instance_id] = datetime.now(timezone.utc)  # last: logged once noted
         if not confirm_deleted(lambda: self._get(instance_id).status, self.confirm_within):
             self.failures[instance_id] = (
                 f"Instance {instance_id} was idle for its limit and was deleted, but it is not "
