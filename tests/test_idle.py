@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -181,6 +183,28 @@ def busy_loop(cloud: GPUCloud, instance_id: str) -> Iterator[int]:
 def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
     assert parse_use("100, 2048\n50, 0\n") == (75.0, 100.0, 2048.0)
     assert parse_use("No devices were found\n") is None
+
+
+SET_MANY = """
+import sys
+from gpucloud_nb.client.idle import IdleLimits
+limits = IdleLimits(sys.argv[1])
+for n in range(150):
+    limits.set(f"{sys.argv[2]}-{n}", 60.0)
+"""
+
+
+def test_two_kernels_setting_limits_at_once_lose_none() -> None:
+    """Each write reads the file, changes it and writes it back: without a lock between
+    processes, one kernel's limit could vanish and its instance bill on."""
+    url = "http://127.0.0.1:9/two-kernels"
+    writers = [subprocess.Popen([sys.executable, "-c", SET_MANY, url, name])
+               for name in ("first", "second")]
+    IdleLimits(url).set("this-one", 30.0)
+    for writer in writers:
+        assert writer.wait(timeout=120) == 0
+    limits = IdleLimits(url).limits()
+    assert len(limits) == 301 and limits["this-one"]["seconds"] == 30.0
 
 
 def test_the_clocks_start_late_rather_than_early_and_honour_a_keep() -> None:

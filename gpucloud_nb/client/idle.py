@@ -55,7 +55,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -64,6 +64,11 @@ from typing import TYPE_CHECKING, Any
 from gpucloud_nb.client import changes
 from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, confirm_deleted
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
+
+try:
+    import fcntl
+except ImportError:  # Windows: threads of one process are still serialised
+    fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote, RunResult
@@ -220,6 +225,9 @@ def limits_path(base_url: str) -> Path:
     return stamp.parent.parent / "idle" / f"{stamp.name}.json"
 
 
+_THREADS = threading.Lock()  # the limits files' writers of this process, one at a time
+
+
 def _write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.part")
@@ -276,27 +284,35 @@ class IdleLimits:
                                    "keptAt": float(entry.get("keptAt") or 0.0)}
         return found
 
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict[str, dict[str, float]]]:
+        """The limits to change, written back at the end; one process and thread at a time
+        (an exclusive ``flock`` on ``<file>.lock`` where there is one), so two kernels that set
+        limits at once never lose one."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _THREADS, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            limits = self.limits()
+            yield limits
+            _write_json(self.path, limits)
+
     def set(self, instance_id: str, seconds: float) -> None:
         """Limit ``instance_id`` to ``seconds`` idle; its clock starts now."""
-        limits = self.limits()
-        limits[instance_id] = {"seconds": seconds, "keptAt": time.time()}
-        _write_json(self.path, limits)
+        with self._changing() as limits:
+            limits[instance_id] = {"seconds": seconds, "keptAt": time.time()}
 
     def drop(self, instance_id: str) -> bool:
         """Remove the limit of ``instance_id``; True if it had one."""
-        limits = self.limits()
-        found = limits.pop(instance_id, None) is not None
-        if found:
-            _write_json(self.path, limits)
-        return found
+        with self._changing() as limits:
+            return limits.pop(instance_id, None) is not None
 
     def keep(self, instance_id: str) -> float:
         """Start the idle clock of ``instance_id`` again, for every watcher; the time of the Keep."""
-        limits = self.limits()
-        if instance_id not in limits:
-            raise InvalidInputError(f"Instance {instance_id} is not deleted when idle.")
-        limits[instance_id]["keptAt"] = now = time.time()
-        _write_json(self.path, limits)
+        with self._changing() as limits:
+            if instance_id not in limits:
+                raise InvalidInputError(f"Instance {instance_id} is not deleted when idle.")
+            limits[instance_id]["keptAt"] = now = time.time()
         return now
 
 
