@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -130,3 +132,77 @@ def test_create_with_a_budget_hands_it_to_whoever_watches(
                                        vm={"os": offer.configuration.os[0]}, budget=1e6)
     assert cloud_of.budgets.where == "sandbox service"
     assert cloud_of.budgets.states()[served.id].dollars == 1e6  # the service keeps it
+
+
+@contextlib.contextmanager
+def deaf_to(instance_id: str) -> Iterator[httpx.MockTransport]:
+    """The sandbox over real HTTP, except that the delete of ``instance_id`` is answered 204 and
+    never performed: a cloud that takes a delete and goes on billing (the sandbox cannot be made
+    to do that)."""
+    with httpx.Client(timeout=10) as real:
+        def forward(request: httpx.Request) -> httpx.Response:
+            if request.method == "DELETE" and request.url.path.endswith(f"/{instance_id}"):
+                return httpx.Response(204)
+            answer = real.send(real.build_request(request.method, request.url,
+                                                  headers=request.headers,
+                                                  content=request.read()))
+            return httpx.Response(answer.status_code, content=answer.content, headers={
+                "content-type": answer.headers.get("content-type", "application/json")})
+
+        yield httpx.MockTransport(forward)
+
+
+def watching() -> list[threading.Thread]:
+    """The budget watcher's thread and its confirmations, while they run."""
+    return [t for t in threading.enumerate()
+            if t.name == "gpucloud-nb-budgets" or t.name.startswith("gpucloud-nb-confirm")]
+
+
+def test_a_delete_never_confirmed_holds_up_no_other_budget(
+        dollar_a_second: Sandbox, cloud_of: GPUCloud, observer_of: GPUCloud) -> None:
+    deaf_id, other_id = (cloud_of.instances.wait_until_active(launch(cloud_of).id, timeout=10).id
+                         for _ in range(2))
+    confirm_within = 6.0
+    with deaf_to(deaf_id) as transport, GPUCloud(
+            api_key=dollar_a_second.api_key, base_url=dollar_a_second.management_url,
+            transport=transport) as cloud:
+        budgets = cloud.budgets
+        assert isinstance(budgets, KernelBudgets)
+        budgets.poll, budgets.confirm_within = 0.1, confirm_within
+        # Due in half a second, and in two (a dollar a second from what each has cost so far).
+        budgets.set(deaf_id, budgets.set(deaf_id, 1e6).spend + 0.5)
+        other_budget = budgets.set(other_id, 1e6).spend + 2.0
+        budgets.set(other_id, other_budget)
+        wait_for(lambda: deaf_id in budgets.deleted, timeout=5)
+        deaf_noted = time.monotonic()
+        wait_for(lambda: other_id in budgets.deleted, timeout=confirm_within + 5)
+        # On time although the first delete is still being confirmed meanwhile.
+        assert deaf_id not in budgets.failures
+        assert observer_of.instances.get(other_id).status in ("deleting", "deleted")
+        assert observer_of.instances.get(deaf_id).status == "active"
+        bill = observer_of.spend(include_deleted=True).set_index("_id")
+        assert other_budget <= float(bill.loc[other_id, "spend"]) <= other_budget + 2.0
+        wait_for(lambda: deaf_id in budgets.failures, timeout=confirm_within + 5)
+        assert time.monotonic() - deaf_noted >= confirm_within - 0.5
+    assert budgets.failures == {deaf_id: (
+        f"Instance {deaf_id} reached its budget and was deleted, but it is not deleting after "
+        "6 s; it may still be billing.")}
+
+
+def test_closing_the_client_ends_a_confirmation_still_running(
+        dollar_a_second: Sandbox, cloud_of: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    deaf_id = cloud_of.instances.wait_until_active(launch(cloud_of).id, timeout=10).id
+    with deaf_to(deaf_id) as transport:
+        cloud = GPUCloud(api_key=dollar_a_second.api_key,
+                         base_url=dollar_a_second.management_url, transport=transport)
+        budgets = cloud.budgets
+        assert isinstance(budgets, KernelBudgets)
+        budgets.poll = 0.1  # confirmed within the default minute
+        budgets.set(deaf_id, budgets.set(deaf_id, 1e6).spend + 0.3)
+        wait_for(lambda: deaf_id in budgets.deleted, timeout=5)
+        assert watching()
+        with caplog.at_level(logging.WARNING, logger="gpucloud_nb.budgets"):
+            cloud.close()
+            wait_for(lambda: not watching(), timeout=5)  # a confirmation polls every 2 s
+    assert budgets.failures == {}  # ended by the close, not unconfirmed
+    assert caplog.records == []  # nor by a closed client's error

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import wait_for
+from test_budgets import deaf_to
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import (
@@ -339,3 +340,33 @@ def test_the_async_clients_watcher_deletes_too(sandbox: Sandbox, own_home: Path,
     instance_id, watcher = asyncio.run(main())
     assert instance_id in watcher.deleted and watcher.failures == {}
     assert observer.instances.get(instance_id).status in ("deleting", "deleted")
+
+
+def test_a_delete_never_confirmed_holds_up_no_other_idle_delete(
+        sandbox: Sandbox, own_home: Path, observer: GPUCloud) -> None:
+    deaf_id, other_id = (observer.instances.wait_until_active(launch(observer, name).id,
+                                                              timeout=30).id
+                         for name in ("deaf", "other"))
+    confirm_within = 10.0
+    with deaf_to(deaf_id) as transport, GPUCloud(
+            api_key=sandbox.api_key, base_url=sandbox.management_url,
+            transport=transport) as cloud:
+        watcher = watcher_of(cloud)
+        watcher.poll, watcher.confirm_within = POLL_HERE, confirm_within
+        watcher.watch(deaf_id, timedelta(seconds=1))
+        watcher.watch(other_id, timedelta(seconds=3))
+        watched = time.monotonic()
+        wait_for(lambda: deaf_id in watcher.deleted, timeout=1 + POLL_HERE + 8)
+        deaf_noted = time.monotonic()
+        # On time although the first delete is still being confirmed meanwhile (a measure
+        # takes seconds when 4 test processes share 2 cores).
+        assert wait_gone(observer, other_id, 3 + POLL_HERE + 6)
+        assert time.monotonic() - watched < confirm_within
+        assert deaf_id not in watcher.failures
+        assert observer.instances.get(deaf_id).status == "active"
+        wait_for(lambda: other_id in watcher.deleted, timeout=5)
+        wait_for(lambda: deaf_id in watcher.failures, timeout=confirm_within + 5)
+        assert time.monotonic() - deaf_noted >= confirm_within - 0.5
+    assert watcher.failures == {deaf_id: (
+        f"Instance {deaf_id} was idle for its limit and was deleted, but it is not deleting "
+        "after 10 s; it may still be billing.")}

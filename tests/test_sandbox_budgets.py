@@ -101,6 +101,29 @@ def test_a_class_account_over_budget_cannot_create_and_its_instances_are_deleted
     assert status(b, other) == "active"
 
 
+def test_a_deleted_instances_spend_still_counts_against_the_class_budget(
+        sandbox_factory: Callable[..., Sandbox],
+        management_client_factory: Callable[..., httpx.Client]) -> None:
+    box = sandbox_factory(api_key=STUDENT_A, budgets={STUDENT_A: 8.0}, offers=one_offer(1.0),
+                          bill_factor=DOLLAR_A_SECOND)
+    a = management_client_factory(box)
+    first = launch(a, "one")["_id"]
+    wait_for(lambda: status(a, first) == "active")
+    time.sleep(3.5)  # about $3.50, then gone: the watcher reads it no more, but counts it
+    assert a.delete(f"/gpu-cloud/instances/{first}").status_code == 204
+    wait_for(lambda: status(a, first) == "deleted")
+    time.sleep(2 * POLL)
+    spent_first = a.get("/sandbox/budgets").json()["account"]["spend"]
+    assert 3.5 <= spent_first <= 3.5 + box.config.delete_seconds + 1.0
+    second = launch(a, "two")["_id"]
+    wait_for(lambda: status(a, second) in ("deleting", "deleted"), timeout=10)
+    wait_for(lambda: status(a, second) == "deleted")
+    account = a.get("/sandbox/budgets").json()["account"]
+    # The second was deleted once both together reached the budget, not once it alone did.
+    assert 8.0 <= account["spend"] <= 8.0 + POLL + box.config.delete_seconds + 0.3
+    assert account["left"] == 0.0
+
+
 def test_a_class_create_is_refused_when_one_hour_of_everything_is_not_covered(
         sandbox_factory: Callable[..., Sandbox],
         management_client_factory: Callable[..., httpx.Client]) -> None:

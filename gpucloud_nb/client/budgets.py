@@ -14,9 +14,11 @@ Who watches, plainly:
   80 % and deletes it at the budget (so it may overshoot by one poll's worth). A killed kernel
   watches nothing; keep ``cloud.spend()`` in view.
 
-Deletes are confirmed: after a budget delete the watcher reads the instance until it is
-``deleting`` or ``deleted``; if that does not happen within ``CONFIRM_WITHIN`` seconds (60) the
-instance is in ``failures`` with one sentence, which the panels show in red.
+Deletes are confirmed: after a budget delete the instance is read until it is ``deleting`` or
+``deleted``; if that does not happen within ``CONFIRM_WITHIN`` seconds (60) the instance is in
+``failures`` with one sentence, which the panels show in red. The confirmation runs on a
+short-lived thread of its own (:class:`ConfirmedDeletes`, shared with the kernel's idle watcher),
+so the watcher reads every other instance on time meanwhile; closing the client ends it.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["CONFIRM_WITHIN", "WARN_SHARE", "BudgetState", "KernelBudgets", "ServiceBudgets",
-           "budget_dollars", "confirm_deleted"]
+__all__ = ["CONFIRM_WITHIN", "WARN_SHARE", "BudgetState", "ConfirmedDeletes", "KernelBudgets",
+           "ServiceBudgets", "budget_dollars", "confirm_deleted"]
 
 log = logging.getLogger("gpucloud_nb.budgets")
 WARN_SHARE = 0.8
@@ -80,14 +82,18 @@ class BudgetState:
 
 
 def confirm_deleted(status: Callable[[], str], within: float = CONFIRM_WITHIN, *,
-                    poll: float = 2.0) -> bool:
+                    poll: float = 2.0, stop: threading.Event | None = None) -> bool:
     """Read ``status()`` until it is ``deleting`` or ``deleted`` (or the instance is gone).
 
-    True once it is; False if ``within`` seconds pass first. Errors other than a 404 count as
-    not yet.
+    True once it is; False if ``within`` seconds pass first, or as soon as ``stop`` is set.
+    Errors other than a 404 count as not yet.
+
+        >>> confirm_deleted(lambda: "deleting")
+        True
     """
+    stop = stop or threading.Event()
     deadline = time.monotonic() + within
-    while True:
+    while not stop.is_set():
         try:
             if status() in GONE:
                 return True
@@ -97,7 +103,71 @@ def confirm_deleted(status: Callable[[], str], within: float = CONFIRM_WITHIN, *
             pass
         if time.monotonic() >= deadline:
             return False
-        time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
+        stop.wait(min(poll, max(deadline - time.monotonic(), 0.0)))
+    return False
+
+
+class ConfirmedDeletes:
+    """A watcher's deletes: each is sent at once, then confirmed (:func:`confirm_deleted`) on a
+    short-lived daemon thread of its own, so the watcher's next step runs on time.
+
+    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. ``deleted`` maps
+    each instance deleted to when; ``failures`` an instance whose delete failed or was not
+    confirmed to the sentence saying why. :meth:`stop` ends the confirmations still running
+    (the client is closing) without a sentence.
+
+        >>> deletes = ConfirmedDeletes(instances.get, instances.delete, log)  # doctest: +SKIP
+        >>> deletes.delete(instance.id, 60, "reached its budget of $5.00", "reached its budget",
+        ...                forget=budgets.cancel, said=("Deleted %s.", instance.id))  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None],
+                 logger: logging.Logger) -> None:
+        self._get, self._delete, self._log = get, delete, logger
+        self._stop = threading.Event()
+        self.deleted: dict[str, datetime] = {}
+        self.failures: dict[str, str] = {}
+
+    def delete(self, instance_id: str, within: float, cause: str, short: str, *,
+               forget: Callable[[str], object], said: tuple[object, ...]) -> bool:
+        """Delete ``instance_id``, which ``cause`` (``short``: the same without figures); True
+        once the cloud took the delete, which is then confirmed within ``within`` seconds.
+
+        On success ``forget(id)`` runs, ``said`` (a message and its arguments) is logged at INFO
+        and only then is the instance noted in ``deleted``.
+        """
+        try:
+            self._delete(instance_id)
+        except GPUCloudError as error:  # still due: tried again at the next poll
+            self.failures[instance_id] = (f"Instance {instance_id} {cause} but the delete "
+                                          f"failed: {error}")
+            return False
+        forget(instance_id)
+        self.failures.pop(instance_id, None)
+        self._log.info(str(said[0]), *said[1:])
+        self.deleted[instance_id] = datetime.now(timezone.utc)  # last: logged once noted
+        unconfirmed = (f"Instance {instance_id} {short} and was deleted, but it is not deleting "
+                       f"after {within:g} s; it may still be billing.")
+        threading.Thread(target=self._confirm, args=(instance_id, within, unconfirmed),
+                         name=f"gpucloud-nb-confirm-{instance_id}", daemon=True).start()
+        return True
+
+    def _confirm(self, instance_id: str, within: float, unconfirmed: str) -> None:
+        try:
+            confirmed = confirm_deleted(lambda: self._get(instance_id).status, within,
+                                        stop=self._stop)
+        except Exception:  # not a cloud's answer: the client closed under it, or a bug
+            if not self._stop.is_set():
+                self._log.exception("The delete of instance %s could not be confirmed.",
+                                    instance_id)
+            return
+        if not confirmed and not self._stop.is_set():
+            self.failures[instance_id] = unconfirmed
+
+    def stop(self) -> None:
+        """End the confirmations still running; they note nothing more."""
+        self._stop.set()
 
 
 class ServiceBudgets:
@@ -145,6 +215,9 @@ class ServiceBudgets:
     def forget(self, instance_id: str) -> None:
         """A deleted instance's budget ends with it (the service keeps its state); nothing to do."""
 
+    def stop(self) -> None:
+        """Nothing runs in this process; the service goes on watching."""
+
 
 class KernelBudgets:
     """Budgets watched by a thread of this kernel, for the real cloud (see the module docstring).
@@ -166,8 +239,18 @@ class KernelBudgets:
         self._states: dict[str, BudgetState] = {}
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
+        self._stopped = False
+        self._deletes = ConfirmedDeletes(get, delete, log)
+
+    @property
+    def deleted(self) -> dict[str, datetime]:
+        """Each instance the watcher deleted, to when."""
+        return self._deletes.deleted
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Each instance whose budget delete failed or was not confirmed, to why."""
+        return self._deletes.failures
 
     def set(self, instance_id: str, dollars: float) -> BudgetState:
         """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
@@ -178,7 +261,7 @@ class KernelBudgets:
         with self._lock:
             self._budgets[instance_id] = dollars
             self._states[instance_id] = state
-            if self._thread is None or not self._thread.is_alive():
+            if not self._stopped and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, name="gpucloud-nb-budgets",
                                                 daemon=True)
                 self._thread.start()
@@ -194,6 +277,12 @@ class KernelBudgets:
     def forget(self, instance_id: str) -> None:
         """Drop the budget of a deleted instance."""
         self.cancel(instance_id)
+
+    def stop(self) -> None:
+        """Stop this kernel's watching and its confirmations (the client is closed)."""
+        self._stopped = True
+        self._deletes.stop()
+        self._wake.set()
 
     def states(self) -> dict[str, BudgetState]:
         """The last reading of every watched instance."""
@@ -235,26 +324,16 @@ class KernelBudgets:
                             format_price(dollars))
 
     def _delete_at_budget(self, instance_id: str, state: BudgetState) -> None:
-        try:
-            self._delete(instance_id)
-        except GPUCloudError as error:
-            self.failures[instance_id] = (f"Instance {instance_id} reached its budget of "
-                                          f"{format_price(state.dollars)} but the delete failed: "
-                                          f"{error}")
-            return
-        self.cancel(instance_id)
-        self.deleted[instance_id] = datetime.now(timezone.utc)
-        log.info("Deleted instance %s: it has cost %s, its budget.", instance_id,
-                 format_price(state.spend))
-        if not confirm_deleted(lambda: self._get(instance_id).status, self.confirm_within):
-            self.failures[instance_id] = (
-                f"Instance {instance_id} reached its budget and was deleted, but it is not "
-                f"deleting after {self.confirm_within:g} s; it may still be billing.")
+        self._deletes.delete(
+            instance_id, self.confirm_within, f"reached its budget of {format_price(state.dollars)}",
+            "reached its budget", forget=self.cancel,
+            said=("Deleted instance %s: it has cost %s, its budget.", instance_id,
+                  format_price(state.spend)))
 
     def _loop(self) -> None:
         while True:
             with self._lock:
-                if not self._budgets:
+                if self._stopped or not self._budgets:
                     self._thread = None
                     return
             try:

@@ -42,7 +42,8 @@ Choices where the issue is silent:
 - A kernel that starts (or resumes, when JupyterLab stops) watching starts each clock at that
   moment, or at the last Keep if later: it never deletes early for a time it did not watch.
 - Its idle delete is confirmed (the instance shows as ``deleting`` or ``deleted`` within
-  ``confirm_within`` seconds, 60) as budget deletes are; a failed or unconfirmed delete is one
+  ``confirm_within`` seconds, 60) as budget deletes are, on a thread of its own
+  (:class:`~gpucloud_nb.client.budgets.ConfirmedDeletes`); a failed or unconfirmed delete is one
   sentence in ``failures``. The warning is one log line (logger ``gpucloud_nb.idle``).
 """
 
@@ -62,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb.client import changes
-from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, confirm_deleted
+from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, ConfirmedDeletes
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 
 try:
@@ -412,8 +413,17 @@ class KernelIdleDelete:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._stopped = False
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
+        self._deletes = ConfirmedDeletes(get, delete, log)
+
+    @property
+    def deleted(self) -> dict[str, datetime]:
+        """Each instance the watcher deleted, to when."""
+        return self._deletes.deleted
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Each instance whose idle delete failed or was not confirmed, to why."""
+        return self._deletes.failures
 
     @property
     def path(self) -> Path:
@@ -466,6 +476,7 @@ class KernelIdleDelete:
     def stop(self) -> None:
         """Stop this kernel's watching (the client is closed); the limits stay in the file."""
         self._stopped = True
+        self._deletes.stop()
         self._wake.set()
 
     # -- the watching ---------------------------------------------------------------------------
@@ -566,21 +577,11 @@ class KernelIdleDelete:
                             state.idle, state.deletes_in)
 
     def _delete_idle(self, instance_id: str, limit: float) -> None:
-        try:
-            self._delete(instance_id)
-        except GPUCloudError as error:  # still due: tried again at the next poll
-            self.failures[instance_id] = (f"Instance {instance_id} was idle for its limit of "
-                                          f"{limit:g} s but the delete failed: {error}")
-            return
-        self.forget(instance_id)
-        self.failures.pop(instance_id, None)
-        log.info("Deleted instance %s: idle for its limit of %g s (no session or run of this "
-                 "kernel, GPU under %g %%).", instance_id, limit, THRESHOLD)
-        self.deleted[instance_id] = datetime.now(timezone.utc)  # last: logged once noted
-        if not confirm_deleted(lambda: self._get(instance_id).status, self.confirm_within):
-            self.failures[instance_id] = (
-                f"Instance {instance_id} was idle for its limit and was deleted, but it is not "
-                f"deleting after {self.confirm_within:g} s; it may still be billing.")
+        self._deletes.delete(
+            instance_id, self.confirm_within, f"was idle for its limit of {limit:g} s",
+            "was idle for its limit", forget=self.forget,
+            said=("Deleted instance %s: idle for its limit of %g s (no session or run of this "
+                  "kernel, GPU under %g %%).", instance_id, limit, THRESHOLD))
 
     def _loop(self) -> None:
         while True:

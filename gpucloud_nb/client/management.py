@@ -330,8 +330,10 @@ class GPUCloud(_CloudBase):
 
     def close(self) -> None:
         """Close the HTTP and SSH connections; auto-delete timers keep working on their own,
-        this kernel's idle watcher stops (see :mod:`gpucloud_nb.client.idle`)."""
+        this kernel's idle and budget watchers stop (see :mod:`gpucloud_nb.client.idle`)."""
         self._core.idle_delete.stop()
+        if self._budget_watch is not None:
+            self._budget_watch.stop()
         self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
         self._core.status_now = lambda instance_id: _status_with_own_client(self, instance_id)
         self._http.close()
@@ -403,9 +405,11 @@ class AsyncGPUCloud(_CloudBase):
 
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working,
-        this kernel's idle watcher stops."""
+        this kernel's idle and budget watchers stop."""
         self._closed = True
         self._core.idle_delete.stop()
+        if self._budget_watch is not None:
+            self._budget_watch.stop()
         await self._http.aclose()
         if self._twin is not None:
             self._twin.driver.http.close()

@@ -25,8 +25,12 @@ Sandbox-only routes (each key sees its own account):
 
 A state is ``{"instanceId", "dollars", "spend", "left", "warning", "status"}``. Choices: the
 budgets live in the SQLite state and the spend is derived from stored times, so both outlive a
-restart of the service (a budget that ran out while it was down deletes at the restart). On the
-real cloud nothing deletes on spend: the kernel watches (see :mod:`gpucloud_nb.client.budgets`).
+restart of the service (a budget that ran out while it was down deletes at the restart). The
+watcher reads every instance once, at its first poll; from then on only those that can still
+bill and those whose deletion ended lately (``SETTLE_MARGIN`` seconds, 60, before its last poll),
+keeping each account's final spend of the instances whose deletion has ended, so a class day's
+deleted instances are not reread every second. On the real cloud nothing deletes on spend: the
+kernel watches (see :mod:`gpucloud_nb.client.budgets`).
 """
 
 from __future__ import annotations
@@ -50,11 +54,13 @@ from gpucloud_nb.sandbox.store import InstanceRecord, Store
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["POLL", "WARN_SHARE", "Budgets", "budget_routes", "budget_watching", "spend"]
+__all__ = ["POLL", "SETTLE_MARGIN", "WARN_SHARE", "Budgets", "budget_routes", "budget_watching",
+           "spend"]
 
 log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
 POLL = 1.0
 WARN_SHARE = 0.8
+SETTLE_MARGIN = 60.0
 
 
 def spend(record: InstanceRecord, now: int, factor: float = 1.0) -> float:
@@ -93,6 +99,9 @@ class Budgets:
         self.factor = factor
         self.delete_ms = round(delete_seconds * 1000)
         self._warned_accounts: set[str] = set()
+        self._settled: dict[str, float] = {}  # user → final spend of instances gone
+        self._settled_ids: dict[str, int] = {}  # those read lately → when they went
+        self._read_until: int | None = None
 
     def account_spend(self, user: str, now: int) -> float:
         """Dollars every instance of ``user`` has cost, deleted ones included."""
@@ -131,17 +140,34 @@ class Budgets:
         return self.store.delete_instance(record.user, record.id, delete_ms=now,
                                           gone_ms=now + self.delete_ms) is not None
 
+    def _billing(self, now: int) -> list[InstanceRecord]:
+        """The instances whose deletion has not ended at ``now``; the final spend of each one
+        whose deletion has is added to its account's, once."""
+        after = -1 if self._read_until is None else self._read_until - round(SETTLE_MARGIN * 1000)
+        self._read_until = now if self._read_until is None else max(self._read_until, now)
+        for id_ in [i for i, gone in self._settled_ids.items() if gone <= after]:
+            del self._settled_ids[id_]  # never read again
+        billing = []
+        for record in self.store.instances_gone_after(after):
+            if record.gone_ms is None or record.gone_ms > now:
+                billing.append(record)
+            elif record.id not in self._settled_ids:
+                self._settled_ids[record.id] = record.gone_ms
+                self._settled[record.user] = (self._settled.get(record.user, 0.0)
+                                              + spend(record, now, self.factor))
+        return billing
+
     def step(self, now: int) -> list[str]:
         """Delete what has spent its budget and warn at 80 %; the ids deleted.
 
-        One read of the instances per step, and none while no budget is set.
+        One read of the instances that can still bill per step, and none while no budget is set.
         """
         budgets = self.store.budgets()
         if not budgets and not self.accounts:
             return []
         by_user: dict[str, list[InstanceRecord]] = {}
         by_id: dict[str, InstanceRecord] = {}
-        for each in self.store.every_instance():
+        for each in self._billing(now):
             by_user.setdefault(each.user, []).append(each)
             by_id[each.id] = each
         deleted: list[str] = []
@@ -161,7 +187,8 @@ class Budgets:
                             format_price(spent), round(100 * spent / dollars), format_price(dollars))
         for user, budget in self.accounts.items():
             records = by_user.get(user, [])
-            spent = sum(spend(record, now, self.factor) for record in records)
+            spent = self._settled.get(user, 0.0) + sum(spend(record, now, self.factor)
+                                                       for record in records)
             live = [record for record in records
                     if record.delete_ms is None and record.id not in deleted]
             if spent >= budget:
