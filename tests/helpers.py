@@ -15,10 +15,59 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+if TYPE_CHECKING:
+    from gpucloud_nb import AsyncGPUCloud, GPUCloud
+    from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+
 OTHER_UID = 65534  # nobody: the "other local user" of the two-user tests
+
+
+def vm_offer(cloud: GPUCloud, image: str | None = None) -> InstanceOffer:
+    """The cheapest available vm offer, of those with the os ``image`` if one is given.
+
+        offer = vm_offer(cloud, "ubuntu-22.04-vllm")
+    """
+    return next(o for o in cloud.instances.offers(deployment_type="vm", available=True,
+                                                  sort="price")
+                if o.configuration.os and (image is None or image in o.configuration.os))
+
+
+def launch(cloud: GPUCloud, name: str = "job", *, image: str | None = None,
+           offer: InstanceOffer | None = None, **extra: Any) -> Instance:
+    """Create a vm instance from ``offer`` (else :func:`vm_offer`), in its first region, with
+    ``image`` (else the offer's first os); ``extra`` goes to ``instances.create``.
+
+        instance = launch(cloud, "timed", delete_after=0.4)
+    """
+    offer = offer or vm_offer(cloud, image)
+    return cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": image or offer.configuration.os[0]},
+        **extra)
+
+
+def launch_active(cloud: GPUCloud, name: str = "job", **options: Any) -> InstanceDetails:
+    """:func:`launch`, then wait (up to 30 s) until the instance is active; its details.
+
+        details = launch_active(cloud, "ssh-test", ssh_key=public)
+    """
+    return cloud.instances.wait_until_active(launch(cloud, name, **options).id, timeout=30)
+
+
+async def alaunch(cloud: AsyncGPUCloud, name: str = "job", **extra: Any) -> Instance:
+    """The coroutine twin of :func:`launch` (the cheapest available vm offer, its first os).
+
+        instance = await alaunch(cloud, "async-timed", delete_after=0.3)
+    """
+    offer = next(o for o in await cloud.instances.offers(deployment_type="vm", available=True,
+                                                        sort="price") if o.configuration.os)
+    return await cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
+
 
 def wait_for(condition: Callable[[], object], timeout: float = 5.0, *,
              what: Callable[[], str] = lambda: "") -> None:

@@ -9,16 +9,10 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+from helpers import alaunch, launch
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import InvalidInputError
-
-
-def launch(cloud: GPUCloud, name: str, **extra: object):
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    return cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
 
 
 def status_after(cloud: GPUCloud, instance_id: str, seconds: float) -> str:
@@ -73,11 +67,7 @@ def test_spend_shows_the_deadline(cloud: GPUCloud) -> None:
 def test_async_client_auto_delete(sandbox) -> None:
     async def main() -> str:
         async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
-            instance = await cloud.instances.create(
-                name="async-timed", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-                delete_after=0.3)
+            instance = await alaunch(cloud, "async-timed", delete_after=0.3)
             await asyncio.sleep(0.9)
             return (await cloud.instances.get(instance.id)).status
 
@@ -162,11 +152,7 @@ def _open_clients(base_url: str) -> list[httpx.Client]:
 def test_async_client_timers_leave_no_http_client_open(sandbox) -> None:
     async def main() -> AsyncGPUCloud:
         async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-            offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
-            instance = await cloud.instances.create(
-                name="async-timed", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-                delete_after=0.2)
+            instance = await alaunch(cloud, "async-timed", delete_after=0.2)
             await asyncio.sleep(0.6)
             assert instance.id in cloud.auto_delete.deleted
         return cloud
@@ -210,11 +196,8 @@ def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
                                                                    observer: GPUCloud) -> None:
     async def main() -> tuple[str, str]:
         cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-        offer = (await cloud.instances.offers(deployment_type="vm", available=True))[0]
-        first, second = [await cloud.instances.create(
-            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-            delete_after=after) for name, after in (("twin-1", 0.2), ("twin-2", 0.8))]
+        first, second = [await alaunch(cloud, name, delete_after=after)
+                         for name, after in (("twin-1", 0.2), ("twin-2", 0.8))]
         await asyncio.sleep(0.5)          # the first timer made the sync twin
         twin = cloud._twin
         assert twin is not None

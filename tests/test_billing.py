@@ -6,6 +6,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from helpers import launch, vm_offer
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.billing import Ledger
@@ -54,12 +55,10 @@ def test_deleted_before_the_client_saw_it_active_is_an_upper_bound() -> None:
 def test_spend_against_the_sandbox(sandbox_factory) -> None:
     box = sandbox_factory(launch_seconds=1.0, delete_seconds=0.2)
     with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
-        offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-        args = {"cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
-                "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
-        first = cloud.instances.create(name="first", **args)
+        offer = vm_offer(cloud)
+        first = launch(cloud, "first", offer=offer)
         cloud.instances.wait_until_active(first.id, timeout=10, poll_interval=0.05)
-        cloud.instances.create(name="second", **args)
+        launch(cloud, "second", offer=offer)
         time.sleep(0.2)
 
         frame = cloud.spend().set_index("name")

@@ -28,7 +28,7 @@ from gpucloud_nb.cluster.nodes import worker_command
 from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
+from tests.helpers import launch, vm_offer, wait_for
 from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
@@ -228,12 +228,8 @@ def test_without_the_extra_cluster_names_it_and_launches_nothing(box: GPUCloud) 
 
 
 def launch_nodes(cloud: GPUCloud, count: int) -> list[str]:
-    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
-    ids = [cloud.instances.create(name=f"node-{i}", cloud_provider=offer.cloud.id,
-                                  instance_id=offer.instance_id,
-                                  region=offer.available_regions[0],
-                                  vm={"os": offer.configuration.os[0]}).id
-           for i in range(count)]
+    offer = vm_offer(cloud)
+    ids = [launch(cloud, f"node-{i}", offer=offer).id for i in range(count)]
     for instance_id in ids:
         cloud.instances.wait_until_active(instance_id, timeout=30)
     return ids

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import vm_offer
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client._ops import RetryPolicy
@@ -73,11 +74,6 @@ def client_for() -> Iterator[Callable[..., GPUCloud]]:
     yield make
     for cloud in opened:
         cloud.close()
-
-
-def vm_offer(cloud: GPUCloud) -> InstanceOffer:
-    return next(o for o in cloud.instances.offers(deployment_type="vm", available=True, sort="price")
-                if o.configuration.os)
 
 
 def create_args(offer: InstanceOffer, name: str) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from html import escape
 
 import pandas as pd
 import pytest
-from helpers import wait_for
+from helpers import launch, vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import Instance, InstanceDetails
+from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
 
@@ -36,18 +36,6 @@ def make_panel(panels: list[InstancesPanel], cloud: GPUCloud, **options: object)
     panel = InstancesPanel(cloud, **options)
     panels.append(panel)
     return panel
-
-
-def launch_arguments(cloud: GPUCloud, name: str) -> dict[str, object]:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    return {"name": name, "cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
-            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
-
-
-def launch(cloud: GPUCloud, name: str, volume_id: str | None = None) -> Instance:
-    return cloud.instances.create(**launch_arguments(cloud, name), volume_id=volume_id)
-
-
 
 
 def status_in_panel(panel: InstancesPanel, instance_id: str) -> str | None:
@@ -135,7 +123,7 @@ def test_delete_from_code(cloud, observer, panels) -> None:
 
 
 def test_details_view(cloud, observer, panels) -> None:
-    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    offer = vm_offer(observer)
     volume_offer = next((v for v in observer.volumes.offers()
                          if v.cloud_provider.id == offer.cloud.id), None)
     volume_id = None
@@ -143,7 +131,7 @@ def test_details_view(cloud, observer, panels) -> None:
         volume_id = observer.volumes.create(name="data", cloud_provider=offer.cloud.id,
                                             region=offer.available_regions[0],
                                             size_in_gb=volume_offer.min_size_in_gb).id
-    instance = launch(observer, "detailed", volume_id)
+    instance = launch(observer, "detailed", offer=offer, volume_id=volume_id)
     observer.instances.wait_until_active(instance.id, timeout=10)
     panel = make_panel(panels, cloud)
     assert panel.select(instance.id).id == instance.id
@@ -253,12 +241,12 @@ def test_a_timer_firing_while_the_list_is_in_flight_is_seen_quickly(cloud, obser
 
 
 def test_delete_names_the_volume_that_keeps_the_data(cloud, observer, panels) -> None:
-    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+    offer = vm_offer(observer)
     volume_offer = next(v for v in observer.volumes.offers() if v.cloud_provider.id == offer.cloud.id)
     volume = observer.volumes.create(name="results", cloud_provider=offer.cloud.id,
                                      region=offer.available_regions[0],
                                      size_in_gb=volume_offer.min_size_in_gb)
-    instance = launch(observer, "with-data", volume.id)
+    instance = launch(observer, "with-data", offer=offer, volume_id=volume.id)
     panel = make_panel(panels, cloud)
     question = panel.request_delete(instance.id)
     assert question == f"Delete with-data? Volume results ({volume.id}) keeps its data."
@@ -319,7 +307,7 @@ def test_a_timer_that_really_fails_shows_in_the_panel(sandbox, panels) -> None:
 
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
                   transport=DeleteBreaks()) as cloud:
-        instance = cloud.instances.create(**launch_arguments(cloud, "unlucky"), delete_after=0.2)
+        instance = launch(cloud, "unlucky", delete_after=0.2)
         panel = make_panel(panels, cloud)
         wait_for(lambda: instance.id in cloud.auto_delete.failures)
         panel.refresh()
@@ -419,8 +407,7 @@ def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(cloud, panel
     from datetime import timedelta
 
     cloud.sandbox = sandbox  # as connect() does: the service watches
-    instance = cloud.instances.create(**launch_arguments(cloud, "idle-panel"),
-                                      delete_when_idle=timedelta(seconds=8))
+    instance = launch(cloud, "idle-panel", delete_when_idle=timedelta(seconds=8))
     cloud.instances.wait_until_active(instance.id, timeout=30)
     panel = make_panel(panels, cloud, interval=0.05)
     panel.select(instance.id)

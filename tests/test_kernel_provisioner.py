@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import helpers
 import psutil
 import pytest
 from helpers import wait_for
@@ -52,12 +53,10 @@ def box(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[GPUCloud]
 
 
 def launch(cloud: GPUCloud, name: str = "kernel-test", *, wait: bool = True) -> Any:
-    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
-    ssh_key = None if cloud.is_sandbox else default_public_key(None)
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, ssh_key=ssh_key)
-    return cloud.instances.wait_until_active(instance.id, timeout=30) if wait else instance
+    """The shared launch (active unless ``wait=False``) with the key the client offers over SSH
+    (a sandbox's client needs none)."""
+    start = helpers.launch_active if wait else helpers.launch
+    return start(cloud, name, ssh_key=None if cloud.is_sandbox else default_public_key(None))
 
 
 @pytest.fixture

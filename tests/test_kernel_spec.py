@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import launch_active
 from jupyter_client.kernelspec import KernelSpecManager
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
@@ -38,18 +39,10 @@ def box(sandbox: Sandbox) -> Any:
     cloud.close()
 
 
-def launch(cloud: GPUCloud, name: str, gpus: int = 1) -> Any:
-    offer = next(o for o in cloud.instances.offers(available=True, num_gpus=gpus)
-                 if o.deployment_type == "vm")
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    return cloud.instances.wait_until_active(instance.id, timeout=30)
-
-
 def test_install_kernel_writes_a_spec_under_jupyter_data_dir(box: GPUCloud, sandbox: Sandbox,
                                                              jupyter_data: Path) -> None:
-    instance = launch(box, "Train 1", gpus=2)
+    two = box.instances.offers(deployment_type="vm", available=True, num_gpus=2, sort="price")[0]
+    instance = launch_active(box, "Train 1", offer=two)
     name = box.instances.install_kernel("Train 1")  # by name
 
     assert name == "gpucloud-train-1"
@@ -73,10 +66,10 @@ def test_install_kernel_writes_a_spec_under_jupyter_data_dir(box: GPUCloud, sand
 
 
 def test_the_spec_of_a_deleted_instance_is_removed_on_the_next_install(box: GPUCloud) -> None:
-    old = launch(box, "old-one")
+    old = launch_active(box, "old-one")
     assert box.instances.install_kernel(old.id) == "gpucloud-old-one"
     box.instances.delete(old.id)
-    launch(box, "new-one")
+    launch_active(box, "new-one")
 
     assert box.instances.install_kernel("new-one") == "gpucloud-new-one"
     assert set(installed()) == {"gpucloud-new-one"}
@@ -84,7 +77,7 @@ def test_the_spec_of_a_deleted_instance_is_removed_on_the_next_install(box: GPUC
 
 def test_the_async_twin_installs_too(sandbox: Sandbox) -> None:
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        instance = launch(cloud, "async-one")
+        instance = launch_active(cloud, "async-one")
 
     async def main() -> str:
         async with AsyncGPUCloud(api_key=sandbox.api_key,
@@ -98,7 +91,7 @@ def test_the_async_twin_installs_too(sandbox: Sandbox) -> None:
 
 def test_bad_input_is_one_sentence_and_installs_nothing(box: GPUCloud,
                                                        jupyter_data: Path) -> None:
-    instance = launch(box, "fine")
+    instance = launch_active(box, "fine")
     cases = [
         (lambda: box.instances.install_kernel(instance.id, on_shutdown="destroy"),
          "on_shutdown must be 'keep' or 'delete', not 'destroy'."),

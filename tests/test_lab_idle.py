@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import launch_active
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import lab_watching
@@ -22,14 +23,6 @@ LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
 
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
-
-def launch(cloud: GPUCloud, name: str, **extra: Any) -> str:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
-    return cloud.instances.wait_until_active(instance.id, timeout=30).id
-
 
 def polling(sandbox: Sandbox, *, as_sandbox: bool, transport: Any = None,
             busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM) -> Poller:
@@ -80,9 +73,9 @@ def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_i
         sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     cloud.sandbox = sandbox
-    busy = launch(cloud, "busy", delete_when_idle=timedelta(seconds=3))
+    busy = launch_active(cloud, "busy", delete_when_idle=timedelta(seconds=3)).id
     cloud.instances.run(busy, LOOP)
-    idle = launch(cloud, "idle", delete_when_idle=timedelta(seconds=16))
+    idle = launch_active(cloud, "idle", delete_when_idle=timedelta(seconds=16)).id
 
     async def body(poller: Poller) -> None:
         seen = await until(poller, lambda s: (row(s, busy).get("gpu") or {}).get("util", 0) >= 50
@@ -106,7 +99,7 @@ def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_i
 def test_a_busy_kernel_keeps_a_sandbox_instance(sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     cloud.sandbox = sandbox
-    instance = launch(cloud, "kernel")
+    instance = launch_active(cloud, "kernel").id
 
     async def body(poller: Poller) -> None:
         await until(poller, lambda s: row(s, instance).get("gpu") is not None, 10)
@@ -123,9 +116,9 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
         sandbox: Sandbox) -> None:
     # Clients that do not know they talk to a sandbox: the real cloud's path, over real SSH.
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    busy = launch(cloud, "busy", delete_when_idle=timedelta(seconds=2))
+    busy = launch_active(cloud, "busy", delete_when_idle=timedelta(seconds=2)).id
     cloud.instances.run(busy, LOOP)
-    idle = launch(cloud, "idle", delete_when_idle=timedelta(seconds=2))
+    idle = launch_active(cloud, "idle", delete_when_idle=timedelta(seconds=2)).id
 
     async def body(poller: Poller) -> None:
         first = await until(poller, lambda s: row(s, idle).get("idle") is not None, 10)
@@ -155,7 +148,7 @@ class NeverDeletes(httpx.AsyncHTTPTransport):
 
 def test_a_delete_the_cloud_never_performs_turns_red(sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    instance = launch(cloud, "stuck", delete_when_idle=timedelta(seconds=1))
+    instance = launch_active(cloud, "stuck", delete_when_idle=timedelta(seconds=1)).id
     confirm = 3.0  # the default is a minute
 
     async def body(poller: Poller) -> None:

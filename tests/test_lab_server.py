@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import launch
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client import clusters
@@ -150,14 +151,6 @@ def cloud(counted_sandbox: tuple[Sandbox, ListCounter]) -> Iterator[GPUCloud]:
         yield client
 
 
-def launch(cloud: GPUCloud, name: str) -> str:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    return instance.id
-
-
 def wait_for(api: httpx.Client, predicate: Any, timeout: float = 20) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -239,7 +232,7 @@ def test_routes_refuse_without_the_token(server: str, method: str, path: str) ->
 
 def test_a_delete_with_the_login_cookie_but_without_xsrf_is_refused(
         server: str, api: httpx.Client, cloud: GPUCloud) -> None:
-    instance_id = launch(cloud, "xsrf-target")
+    instance_id = launch(cloud, "xsrf-target").id
     with httpx.Client(base_url=server, timeout=30) as browser:
         browser.get("/login")  # sets the _xsrf cookie
         xsrf = browser.cookies["_xsrf"]
@@ -269,7 +262,7 @@ def test_info_names_the_real_cloud_and_its_cap(api: httpx.Client,
 
 def test_instances_come_with_spend_and_the_delete_reaches_the_cloud(
         api: httpx.Client, cloud: GPUCloud) -> None:
-    instance_id = launch(cloud, "priced")
+    instance_id = launch(cloud, "priced").id
     snapshot = wait_for(api, lambda s: (row_of(s, instance_id) or {}).get("status") == "active")
     wait_for(api, lambda s: row_of(s, instance_id)["spend"] > 0)
     row = row_of(snapshot, instance_id)
@@ -315,7 +308,7 @@ def test_an_unknown_instance_is_a_404_with_one_sentence(api: httpx.Client) -> No
 
 def test_keep_without_an_idle_limit_is_a_404_with_one_sentence(api: httpx.Client,
                                                                cloud: GPUCloud) -> None:
-    instance_id = launch(cloud, "keep-no-limit")
+    instance_id = launch(cloud, "keep-no-limit").id
     response = api.post(f"/gpucloud/instances/{instance_id}/keep")
     assert response.status_code == 404
     assert response.json()["message"] == f"Instance {instance_id} is not deleted when idle."
@@ -333,7 +326,7 @@ def test_reading_the_instances_never_changes_the_intervals(api: httpx.Client) ->
 
 
 def test_no_key_or_secret_in_any_response(api: httpx.Client, cloud: GPUCloud) -> None:
-    instance_id = launch(cloud, "secretive")
+    instance_id = launch(cloud, "secretive").id
     answers = [api.get("/gpucloud/instances"), api.get("/gpucloud/info"),
                api.get(f"/gpucloud/instances/{instance_id}"), api.post("/gpucloud/refresh"),
                api.delete(f"/gpucloud/instances/{instance_id}"),
@@ -349,7 +342,7 @@ def test_no_key_or_secret_in_any_response(api: httpx.Client, cloud: GPUCloud) ->
 def test_three_tabs_for_30_s_cost_at_most_one_list_per_interval(
         api: httpx.Client, cloud: GPUCloud, counted_sandbox: tuple[Sandbox, ListCounter]) -> None:
     _, counter = counted_sandbox
-    instance_id = launch(cloud, "busy")  # keeps the poller on its 5 s interval
+    instance_id = launch(cloud, "busy").id  # keeps the poller on its 5 s interval
     wait_for(api, lambda s: row_of(s, instance_id) is not None)
     fast = 5.0
     stop = time.monotonic() + 30
@@ -541,7 +534,7 @@ def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_co
 
 def test_notebook_on_this_instance_installs_its_kernelspec(api: httpx.Client,
                                                            cloud: GPUCloud) -> None:
-    instance_id = launch(cloud, "lab kernel box")
+    instance_id = launch(cloud, "lab kernel box").id
     cloud.instances.wait_until_active(instance_id, timeout=30)
     details = cloud.instances.get(instance_id)
     answer = api.post(f"/gpucloud/instances/{instance_id}/kernel")
@@ -565,7 +558,7 @@ def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
             jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
             httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
             GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
-        member, other = launch(cloud, "trio-0"), launch(cloud, "loner")
+        member, other = launch(cloud, "trio-0").id, launch(cloud, "loner").id
         clusters.note(cloud.base_url, member, "trio")  # what cloud.cluster does for each instance
         shown = wait_for(api, lambda s: row_of(s, member) and row_of(s, other))
         assert row_of(shown, member)["cluster"] == "trio"

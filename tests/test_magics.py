@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from helpers import wait_for
+from helpers import launch_active, wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
 import gpucloud_nb.magics as magics
@@ -799,18 +799,9 @@ def ssh_cloud(cloud: GPUCloud, sandbox_box: Any, tmp_path: Any,
     return cloud
 
 
-def _active(cloud: GPUCloud, name: str) -> InstanceDetails:
-    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
-    instance = cloud.instances.create(name=name, cloud_provider=offer.cloud.id,
-                                      instance_id=offer.instance_id,
-                                      region=offer.available_regions[0],
-                                      vm={"os": offer.configuration.os[0]})
-    return cloud.instances.wait_until_active(instance.id, timeout=30)
-
-
 def test_cell_run_streams_output_and_a_failure_is_one_line(magic: Magic,
                                                            ssh_cloud: GPUCloud) -> None:
-    details = _active(ssh_cloud, "box-1")
+    details = launch_active(ssh_cloud, "box-1")
     ran = magic.cell("%%gpucloud run box-1\nnvidia-smi | grep NVIDIA-SMI\necho done in $PWD")
     assert "NVIDIA-SMI" in ran.out and "done in " in ran.out and details.id in ran.out
     assert ran.err == "" and "Traceback" not in ran.text
@@ -824,7 +815,7 @@ def test_cell_run_streams_output_and_a_failure_is_one_line(magic: Magic,
 
 
 def test_cell_run_on_several_nodes_gives_each_its_rank(magic: Magic, ssh_cloud: GPUCloud) -> None:
-    first, second = _active(ssh_cloud, "node-a"), _active(ssh_cloud, "node-b")
+    first, second = launch_active(ssh_cloud, "node-a"), launch_active(ssh_cloud, "node-b")
     ran = magic.cell("%%gpucloud run --nodes node-a,node-b\n"
                      'echo "rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES on $GPUCLOUD_INSTANCE_ID '
                      'master $MASTER_ADDR:$MASTER_PORT"')
@@ -847,7 +838,7 @@ def test_interrupting_a_cell_stops_the_remote_process(magic: Magic, ssh_cloud: G
     import threading
     import time
 
-    _active(ssh_cloud, "box-2")
+    launch_active(ssh_cloud, "box-2")
     timer = threading.Timer(2.0, _thread.interrupt_main)
     timer.start()
     ran = magic.cell("%%gpucloud run box-2\necho pid $$\nsleep 60\necho never")
@@ -866,7 +857,7 @@ def test_interrupting_a_cell_stops_the_remote_process(magic: Magic, ssh_cloud: G
 
 def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_cloud: GPUCloud,
                                                              tmp_path: Any) -> None:
-    _active(ssh_cloud, "box-3")
+    launch_active(ssh_cloud, "box-3")
     local = tmp_path / "notes.txt"
     local.write_text("hello instance\n")
     put = magic(f"put {local} box-3:notes.txt")
@@ -883,7 +874,7 @@ def test_put_and_get_copy_files_and_bad_targets_are_one_line(magic: Magic, ssh_c
 
 def test_get_refuses_to_overwrite_a_local_file_without_force(magic: Magic, ssh_cloud: GPUCloud,
                                                               tmp_path: Any) -> None:
-    details = _active(ssh_cloud, "box-5")
+    details = launch_active(ssh_cloud, "box-5")
     ssh_cloud.instances.run(details.id, "echo theirs > r.txt")
     mine = tmp_path / "r.txt"
     mine.write_text("mine\n")
@@ -903,7 +894,7 @@ def test_cell_run_timeout_stops_the_process_with_one_line(magic: Magic,
     import threading
     import time
 
-    details = _active(ssh_cloud, "box-6")
+    details = launch_active(ssh_cloud, "box-6")
     ssh_cloud.instances.run(details.id, "true")
     watchdog = threading.Timer(20.0, _thread.interrupt_main)  # the old code never returned
     watchdog.start()
@@ -933,7 +924,7 @@ def test_cell_run_shows_a_flood_at_a_bounded_rate_and_keeps_the_result(
     from gpucloud_nb import magics_remote
 
     monkeypatch.setattr(magics_remote, "LINES_PER_SECOND", 50)
-    _active(ssh_cloud, "box-7")
+    launch_active(ssh_cloud, "box-7")
     started = time.monotonic()
     ran = magic.cell("%%gpucloud run box-7\nyes | head -n 200000")
     seconds = time.monotonic() - started
@@ -948,7 +939,7 @@ def test_cell_run_shows_a_flood_at_a_bounded_rate_and_keeps_the_result(
 
 def test_cell_run_strips_terminal_controls_and_escapes_binary(magic: Magic,
                                                               ssh_cloud: GPUCloud) -> None:
-    _active(ssh_cloud, "box-8")
+    launch_active(ssh_cloud, "box-8")
     ran = magic.cell("%%gpucloud run box-8\n"
                      "printf '\\033]0;owned\\007\\033]52;c;ZXZpbA==\\007\\033[31mred\\033[0m\\n'\n"
                      "printf '\\033[2J\\033[10;1Hmoved \\001 bell\\007 \\377 end\\n'\n"
@@ -1057,7 +1048,7 @@ def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
     import json
 
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
-    instance = _active(ssh_cloud, "kernel box")
+    instance = launch_active(ssh_cloud, "kernel box")
     run = magic("kernel 'kernel box' --delete-on-shutdown")
     assert run.value == "gpucloud-kernel-box"
     assert run.out == (

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from helpers import launch_active
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox import Sandbox
@@ -23,14 +24,6 @@ def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
     cloud.sandbox = sandbox
     yield cloud
     cloud.close()
-
-
-def launch(cloud: GPUCloud) -> str:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name="smi", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    return cloud.instances.wait_until_active(instance.id, timeout=30).id
 
 
 def use(cloud: GPUCloud, instance_id: str) -> tuple[int, int]:
@@ -56,7 +49,7 @@ def test_a_field_nvidia_smi_does_not_know_is_its_own_error() -> None:
 
 
 def test_a_busy_loop_is_a_busy_gpu_and_stopping_it_idles_the_gpu(box: GPUCloud) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "smi").id
     assert use(box, instance_id)[0] < 5  # nothing runs: not even nvidia-smi's own start counts
     pid = box.instances.run(instance_id, "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & "
                                          "echo $!").stdout.strip()
@@ -71,6 +64,6 @@ def test_a_busy_loop_is_a_busy_gpu_and_stopping_it_idles_the_gpu(box: GPUCloud) 
 
 
 def test_a_list_of_the_gpus(box: GPUCloud) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "smi").id
     listed = box.instances.run(instance_id, "nvidia-smi -L").stdout
     assert listed.startswith("GPU 0: NVIDIA ") and "(UUID: GPU-" in listed

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import wait_for
+from helpers import launch, launch_active, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import RemoteCommandError, key_dir
@@ -30,17 +30,8 @@ def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
     cloud.close()
 
 
-def launch(cloud: GPUCloud, os_name: str | None = None, wait: bool = True) -> Any:
-    offer = next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm"
-                 and (os_name is None or os_name in o.configuration.os))
-    instance = cloud.instances.create(
-        name="remote-test", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": os_name or offer.configuration.os[0]})
-    return cloud.instances.wait_until_active(instance.id, timeout=30) if wait else instance
-
-
 def test_run_returns_output_and_status_with_a_generated_key(box: GPUCloud, own_home: Path) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     result = box.instances.run(instance.id, "nvidia-smi; echo oops >&2; exit 3")
     assert "NVIDIA-SMI" in result.stdout and result.stderr == "oops\n"
     assert result.exit_status == 3 and not result.ok
@@ -49,7 +40,7 @@ def test_run_returns_output_and_status_with_a_generated_key(box: GPUCloud, own_h
 
 
 def test_run_streams_lines_before_the_command_ends(box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     arrivals: list[tuple[float, str]] = []
     started = time.monotonic()
     result = box.instances.run(
@@ -62,7 +53,7 @@ def test_run_streams_lines_before_the_command_ends(box: GPUCloud) -> None:
 
 
 def test_interrupting_stops_the_remote_process(box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     pids: list[int] = []
 
     def interrupt(line: str) -> None:
@@ -85,7 +76,7 @@ def test_interrupting_stops_the_remote_process(box: GPUCloud) -> None:
 
 
 def test_upload_and_download_of_50_mb_keep_the_sha256(box: GPUCloud, tmp_path: Path) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     source = tmp_path / "big.bin"
     source.write_bytes(os.urandom(50 * 1024 * 1024))
     progress: list[tuple[int, int]] = []
@@ -103,7 +94,7 @@ def test_upload_and_download_of_50_mb_keep_the_sha256(box: GPUCloud, tmp_path: P
 def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
         box: GPUCloud, tmp_path: Path) -> None:
     # The idle watcher counts these as use (see gpucloud_nb.client.idle).
-    instance = launch(box)
+    instance = launch_active(box)
     remote, _ = box.instances.ssh(instance.id)
     seen: dict[str, list[int]] = {"run": [], "upload": [], "download": [], "forward": []}
     running = threading.Thread(target=box.instances.run, args=(instance.id, "sleep 3"))
@@ -128,7 +119,7 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
 
 
 def test_forward_8000_answers_models_after_vllm_serve(box: GPUCloud) -> None:
-    instance = launch(box, "ubuntu-22.04-vllm")
+    instance = launch_active(box, image="ubuntu-22.04-vllm")
     started = box.instances.run(
         instance.id,
         "nohup vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000 > vllm.log 2>&1 &\n"
@@ -148,7 +139,7 @@ def test_the_async_client_forwards_a_port(sandbox: Sandbox, box: GPUCloud) -> No
 
     from gpucloud_nb import AsyncGPUCloud, AsyncInferenceClient
 
-    instance = launch(box, "ubuntu-22.04-vllm")
+    instance = launch_active(box, image="ubuntu-22.04-vllm")
     started = box.instances.run(
         instance.id,
         "nohup vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000 > vllm.log 2>&1 &\n"
@@ -171,7 +162,7 @@ def test_the_async_client_forwards_a_port(sandbox: Sandbox, box: GPUCloud) -> No
 
 
 def test_a_changed_host_key_is_refused(sandbox: Sandbox, box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     box.instances.run(instance.id, "true")
     known = key_dir(sandbox) / "known_hosts"
     assert any(x.startswith(f"{instance.id} ssh-ed25519 ") for x in known.read_text().splitlines())
@@ -187,7 +178,7 @@ def test_a_changed_host_key_is_refused(sandbox: Sandbox, box: GPUCloud) -> None:
 
 
 def test_bad_input_is_one_sentence(sandbox_factory: Any, box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     with pytest.raises(RemoteCommandError, match=r"'no-such-tool' was not found on instance"):
         box.instances.run(instance.id, "no-such-tool --help")
     with pytest.raises(NotFoundError, match="not found"):
@@ -195,7 +186,7 @@ def test_bad_input_is_one_sentence(sandbox_factory: Any, box: GPUCloud) -> None:
     slow = sandbox_factory(launch_seconds=60)
     cloud = GPUCloud(api_key=slow.api_key, base_url=slow.management_url)
     cloud.sandbox = slow
-    pending = launch(cloud, wait=False)
+    pending = launch(cloud)
     with pytest.raises(InvalidInputError, match="is still pending"):
         cloud.instances.run(pending.id, "true", wait=0)
     box.instances.delete(instance.id)
@@ -211,7 +202,7 @@ def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> N
 
     sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     sync.sandbox = sandbox
-    instance = launch(sync, wait=False)
+    instance = launch(sync)
     sync.close()
     local = tmp_path / "a.txt"
     local.write_text("async\n")
@@ -237,7 +228,7 @@ def test_the_real_cloud_path_sends_and_uses_the_clients_own_key(sandbox: Sandbox
     """A client that does not know the sandbox (as on the real cloud) sends its key at create."""
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     try:
-        instance = launch(cloud)
+        instance = launch_active(cloud)
         assert instance.ssh_key["name"] == "gpucloud-nb"  # the generated key's comment
         assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
         assert not (own_home / ".ssh").exists()
@@ -300,7 +291,7 @@ def test_a_timeout_stops_the_remote_process_and_raises_one_sentence(
         monkeypatch.setattr(concurrent.futures._base, "TimeoutError", futures_timeout)
         monkeypatch.setattr(asyncio, "TimeoutError", asyncio_timeout)
         monkeypatch.setattr(asyncio.exceptions, "TimeoutError", asyncio_timeout)
-    instance = launch(box)
+    instance = launch_active(box)
     assert box.instances.run(instance.id, "true").ok  # connected: the timeout is the command's
     seen: list[str] = []
     started = time.monotonic()
@@ -323,7 +314,7 @@ def test_the_async_client_times_out_with_the_same_error(sandbox: Sandbox) -> Non
 
     sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     sync.sandbox = sandbox
-    instance = launch(sync)
+    instance = launch_active(sync)
     sync.close()
 
     async def use() -> BaseException | None:
@@ -372,7 +363,7 @@ def _peak_growth(call: Any) -> tuple[Any, int]:
 def test_a_flood_keeps_a_bounded_tail_and_counts_what_was_dropped(box: GPUCloud) -> None:
     from gpucloud_nb.client.remote import TAIL_BYTES
 
-    instance = launch(box)
+    instance = launch_active(box)
     box.instances.run(instance.id, "true")
     result, growth = _peak_growth(lambda: box.instances.run(
         instance.id, "yes | head -c 50000000; yes err | head -c 12000000 >&2"))
@@ -384,7 +375,7 @@ def test_a_flood_keeps_a_bounded_tail_and_counts_what_was_dropped(box: GPUCloud)
 
 
 def test_every_line_of_a_flood_reaches_on_output_in_bounded_memory(box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     box.instances.run(instance.id, "true")
     count = [0]
 
@@ -401,7 +392,7 @@ def test_every_line_of_a_flood_reaches_on_output_in_bounded_memory(box: GPUCloud
 
 
 def test_a_long_line_comes_in_pieces_and_binary_bytes_escaped(box: GPUCloud) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     pieces: list[str] = []
     result = box.instances.run(
         instance.id, "head -c 200000 /dev/zero | tr '\\0' x; echo; printf 'a\\377b\\n'",
@@ -415,7 +406,7 @@ def test_a_long_line_comes_in_pieces_and_binary_bytes_escaped(box: GPUCloud) -> 
 
 
 def test_download_refuses_an_existing_file_unless_overwrite(box: GPUCloud, tmp_path: Path) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     box.instances.run(instance.id, "echo new > r.txt")
     folder = tmp_path / "downloads"
     folder.mkdir()
@@ -491,7 +482,7 @@ def agent(tmp_path: Path) -> Iterator[str]:
 
 def test_the_printed_ssh_command_works_from_a_home_without_ssh_keys(box: GPUCloud,
                                                                    own_home: Path) -> None:
-    instance = launch(box)
+    instance = launch_active(box)
     command = box.instances.ssh_command(instance.id)
     own = key_dir(box.sandbox) / "id_ed25519"
     assert f"-i {own} -o IdentitiesOnly=yes" in command and "-o BatchMode" not in command
@@ -503,7 +494,7 @@ def test_the_printed_ssh_command_works_from_a_home_without_ssh_keys(box: GPUClou
 
 def test_the_printed_ssh_command_works_with_only_an_rsa_key(box: GPUCloud, own_home: Path) -> None:
     _key_file(own_home / ".ssh" / "id_rsa", "ssh-rsa")
-    instance = launch(box)
+    instance = launch_active(box)
     command = box.instances.ssh_command(instance.id)
     assert " -i " not in command  # OpenSSH finds ~/.ssh/id_rsa by itself
     ran = _openssh(command, own_home)
@@ -523,7 +514,7 @@ def test_the_printed_ssh_command_works_with_only_an_agent(box: GPUCloud, own_hom
     monkeypatch.setenv("SSH_AUTH_SOCK", agent)
     cloud = GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url)
     try:  # as on the real cloud: create sends the first key, the agent's
-        instance = launch(cloud)
+        instance = launch_active(cloud)
         assert instance.ssh_key["name"] == "test-agent_only"
         command = cloud.instances.ssh_command(instance.id)
         assert " -i " not in command
@@ -541,7 +532,7 @@ def test_an_explicit_identity_is_used_and_a_refusal_names_the_keys_tried(
     _key_file(own_home / ".ssh" / "id_ecdsa", "ecdsa-sha2-nistp256")
     monkeypatch.setenv("GPUCLOUD_SSH_KEY", str(chosen))
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        instance = launch(cloud)
+        instance = launch_active(cloud)
         assert instance.ssh_key["name"] == "test-course_key"
         command = cloud.instances.ssh_command(instance.id)
         assert f"-i {chosen} -o IdentitiesOnly=yes" in command
@@ -580,7 +571,7 @@ def test_keys_are_registered_over_http_not_in_the_sandbox_files(sandbox: Sandbox
                            str(tmp_path / "client-side"))
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         cloud.sandbox = elsewhere
-        instance = launch(cloud)
+        instance = launch_active(cloud)
         assert instance.ssh_key is None or not instance.ssh_key  # no key sent at create
         assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
     public = (key_dir(elsewhere) / "id_ed25519.pub").read_text().split()[1]
@@ -608,7 +599,7 @@ def test_the_key_route_checks_the_key_and_each_public_key(sandbox: Sandbox,
 def test_closing_the_client_ends_its_ssh_threads(box: GPUCloud, sandbox: Sandbox) -> None:
     import threading
 
-    instance = launch(box)
+    instance = launch_active(box)
     assert box.instances.run(instance.id, "echo in").stdout == "in\n"  # the sandbox's threads
     before = {thread.ident for thread in threading.enumerate()}
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as fresh:

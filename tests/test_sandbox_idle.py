@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import launch_active
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox import Sandbox
@@ -25,14 +26,6 @@ def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
     cloud.sandbox = sandbox
     yield cloud
     cloud.close()
-
-
-def launch(cloud: GPUCloud, name: str = "idle") -> str:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    return cloud.instances.wait_until_active(instance.id, timeout=30).id
 
 
 def watch(api: httpx.Client, instance_id: str, seconds: float = LIMIT) -> dict[str, Any]:
@@ -57,7 +50,7 @@ def gone_after(api: httpx.Client, instance_id: str, timeout: float) -> float | N
 
 def test_an_instance_with_nothing_running_is_deleted_within_its_limit_and_one_poll(
         box: GPUCloud, sandbox_api: httpx.Client) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "idle").id
     state = watch(sandbox_api, instance_id)
     assert state["seconds"] == LIMIT and state["idleSeconds"] < 0.5 and not state["warning"]
     took = gone_after(sandbox_api, instance_id, LIMIT + POLL + 3)
@@ -67,7 +60,7 @@ def test_an_instance_with_nothing_running_is_deleted_within_its_limit_and_one_po
 
 def test_a_busy_loop_keeps_it_past_its_limit_and_shows_as_gpu_use(
         box: GPUCloud, sandbox_api: httpx.Client) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "idle").id
     pid = box.instances.run(instance_id, "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & "
                                          "echo $!").stdout.strip()
     watch(sandbox_api, instance_id)
@@ -80,7 +73,7 @@ def test_a_busy_loop_keeps_it_past_its_limit_and_shows_as_gpu_use(
 
 
 def test_an_open_ssh_session_keeps_it(box: GPUCloud, sandbox_api: httpx.Client) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "idle").id
     watch(sandbox_api, instance_id)
     session = threading.Thread(target=box.instances.run, args=(instance_id, "sleep 5"))
     session.start()  # sleeping uses no CPU: only the open session keeps it
@@ -91,7 +84,7 @@ def test_an_open_ssh_session_keeps_it(box: GPUCloud, sandbox_api: httpx.Client) 
 
 def test_the_warning_comes_before_the_delete_and_keep_resets_the_clock(
         box: GPUCloud, sandbox_api: httpx.Client) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "idle").id
     limit = 4.0
     first = watch(sandbox_api, instance_id, limit)
     assert not first["warning"] and first["warnAt"] < first["deleteAt"]
@@ -107,7 +100,7 @@ def test_the_warning_comes_before_the_delete_and_keep_resets_the_clock(
 
 def test_bad_limits_and_unknown_instances_are_refused(box: GPUCloud,
                                                       sandbox_api: httpx.Client) -> None:
-    instance_id = launch(box)
+    instance_id = launch_active(box, "idle").id
     for bad in (0, -1, "soon", True, None):
         answer = sandbox_api.put(f"/sandbox/instances/{instance_id}/idle-delete",
                                  json={"seconds": bad})

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from helpers import FakeService, as_other_user, wait_for
+from helpers import FakeService, as_other_user, launch, wait_for
 
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.errors import ConnectionFailedError
@@ -176,10 +176,7 @@ def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
     runtime = service.find(sandbox_home)
     assert runtime is not None and runtime.management_url == url
     cloud = GPUCloud(api_key=runtime.api_key, base_url=url)
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name="kept", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+    instance = launch(cloud, "kept")
     time.sleep(0.3)
 
     shown = cli("status", "--home", home)
@@ -222,10 +219,7 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
         base = process.stdout.readline().split(": ", 1)[1].strip()
         a = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
         b = GPUCloud(api_key="student-b-key-0123456789", base_url=base)
-        offer = a.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-        instance = a.instances.create(
-            name="mine", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
+        instance = launch(a, "mine")
         volume = create_volume(a)
         a.sandbox = b.sandbox = object()  # service-kept timers, as connect() does
         a.auto_delete.schedule(instance.id, 3600)
@@ -267,11 +261,7 @@ def test_class_mode_shells_are_off_unless_shared_shell_which_warns(tmp_path: Pat
             assert process.stdout is not None
             base = process.stdout.readline().split(": ", 1)[1].strip()
             cloud = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
-            offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-            instance = cloud.instances.create(
-                name="mine", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-                region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-                ssh_key=key.export_public_key().decode())
+            instance = launch(cloud, "mine", ssh_key=key.export_public_key().decode())
             details = cloud.instances.wait_until_active(instance.id, timeout=30)
 
             async def attempt() -> str:

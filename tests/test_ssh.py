@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import launch, launch_active, vm_offer
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceOffer
@@ -36,21 +37,17 @@ def ssh(key: Path, port: int, command: str, known_hosts: Path,
     )
 
 
-def vm_offer(cloud: GPUCloud) -> InstanceOffer:
+def volume_vm_offer(cloud: GPUCloud) -> InstanceOffer:
+    """The catalogue's first available vm offer: its provider sells the 10 GB volumes used here
+    (the cheapest offer's provider sells 50 GB and up)."""
     return next(o for o in cloud.instances.offers(available=True) if o.deployment_type == "vm")
-
-
-def launch(cloud: GPUCloud, offer: InstanceOffer, name: str = "ssh-test", **extra: Any) -> Any:
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
-    return cloud.instances.wait_until_active(instance.id, timeout=30)
 
 
 def test_openssh_runs_nvidia_smi_with_the_create_time_key(cloud: GPUCloud, tmp_path: Path) -> None:
     key = keypair(tmp_path, "id")
     offer = vm_offer(cloud)
-    details = launch(cloud, offer, ssh_key=key.with_suffix(".pub").read_text())
+    details = launch_active(cloud, "ssh-test", offer=offer,
+                            ssh_key=key.with_suffix(".pub").read_text())
     assert details.ip == "127.0.0.1" and details.ssh_port > 1024
     result = ssh(key, details.ssh_port, "nvidia-smi && echo HOME=$HOME && pwd",
                  tmp_path / "known_hosts")
@@ -63,7 +60,7 @@ def test_openssh_runs_nvidia_smi_with_the_create_time_key(cloud: GPUCloud, tmp_p
 
 def test_a_wrong_key_and_a_password_are_refused(cloud: GPUCloud, tmp_path: Path) -> None:
     right, wrong = keypair(tmp_path, "right"), keypair(tmp_path, "wrong")
-    details = launch(cloud, vm_offer(cloud), ssh_key=right.with_suffix(".pub").read_text())
+    details = launch_active(cloud, "ssh-test", ssh_key=right.with_suffix(".pub").read_text())
     refused = ssh(wrong, details.ssh_port, "true", tmp_path / "known_hosts")
     assert refused.returncode == 255 and "Permission denied (publickey)" in refused.stderr
     assert ssh(right, details.ssh_port, "true", tmp_path / "known_hosts").returncode == 0
@@ -77,7 +74,7 @@ def test_a_wrong_key_and_a_password_are_refused(cloud: GPUCloud, tmp_path: Path)
 
 def test_a_deleted_instance_refuses_connections(cloud: GPUCloud, tmp_path: Path) -> None:
     key = keypair(tmp_path, "id")
-    details = launch(cloud, vm_offer(cloud), ssh_key=key.with_suffix(".pub").read_text())
+    details = launch_active(cloud, "ssh-test", ssh_key=key.with_suffix(".pub").read_text())
     assert ssh(key, details.ssh_port, "true", tmp_path / "known_hosts").returncode == 0
     cloud.instances.delete(details.id)
     time.sleep(0.6)  # the servers follow the state every 0.2 s
@@ -88,18 +85,18 @@ def test_a_deleted_instance_refuses_connections(cloud: GPUCloud, tmp_path: Path)
 def test_a_volume_file_survives_into_a_second_instance(cloud: GPUCloud, tmp_path: Path) -> None:
     key = keypair(tmp_path, "id")
     public = key.with_suffix(".pub").read_text()
-    offer = vm_offer(cloud)
+    offer = volume_vm_offer(cloud)
     volume_offer = next(v for v in cloud.volumes.offers() if v.cloud_provider.id == offer.cloud.id)
     volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
                                   region=offer.available_regions[0], size_in_gb=10)
     assert volume_offer
-    first = launch(cloud, offer, "writer", ssh_key=public, volume_id=volume.id)
+    first = launch_active(cloud, "writer", offer=offer, ssh_key=public, volume_id=volume.id)
     mount = first.volumes[0][1]
     assert mount == "/mnt/data"
     written = ssh(key, first.ssh_port, "echo kept > mnt/data/note.txt", tmp_path / "kh")
     assert written.returncode == 0, written.stderr
     cloud.instances.delete(first.id)
-    second = launch(cloud, offer, "reader", ssh_key=public, volume_id=volume.id)
+    second = launch_active(cloud, "reader", offer=offer, ssh_key=public, volume_id=volume.id)
     assert second.ssh_port != first.ssh_port or second.id != first.id
     read = ssh(key, second.ssh_port, "cat ~/mnt/data/note.txt", tmp_path / "kh")
     assert read.stdout == "kept\n"
@@ -110,7 +107,7 @@ def test_ports_are_stable_and_rebound_after_a_restart(sandbox_factory: Any, tmp_
     options = {"state": tmp_path / "state.db", "home": tmp_path / "home"}
     first = sandbox_factory(**options)
     cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
-    details = launch(cloud, vm_offer(cloud), ssh_key=key.with_suffix(".pub").read_text())
+    details = launch_active(cloud, "ssh-test", ssh_key=key.with_suffix(".pub").read_text())
     assert cloud.instances.get(details.id).ssh_port == details.ssh_port
     first.stop()
     second = sandbox_factory(**options)
@@ -149,11 +146,7 @@ def test_an_instance_the_api_calls_active_is_already_listening(sandbox_factory: 
 
     sandbox = sandbox_factory(launch_seconds=1.5)
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    offer = vm_offer(cloud)
-    instance = cloud.instances.create(
-        name="prompt", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        ssh_key=keypair(tmp_path, "id").with_suffix(".pub").read_text())
+    instance = launch(cloud, "prompt", ssh_key=keypair(tmp_path, "id").with_suffix(".pub").read_text())
     deadline = time.monotonic() + 30
     while (details := cloud.instances.get(instance.id)).status != "active":
         assert time.monotonic() < deadline
@@ -170,7 +163,7 @@ def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
     sandbox = sandbox_factory(keys=("student-b-key-0123456789",))
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     key, public = asyncssh_key()
-    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+    details = launch_active(cloud, "ssh-test", ssh_key=public)
 
     async def refusals(connection: Any) -> list[str]:
         attempts = [
@@ -189,7 +182,7 @@ def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
     assert over_asyncssh(details.ssh_port, key, refusals) == [SHARED_SHELL_REFUSAL] * 4
     assert SHARED_SHELL_REFUSAL.count(". ") == 0 and "--shared-shell" in SHARED_SHELL_REFUSAL
     openssh = keypair(tmp_path, "id")
-    other = launch(cloud, vm_offer(cloud), "openssh",
+    other = launch_active(cloud, "openssh",
                    ssh_key=openssh.with_suffix(".pub").read_text())
     refused = ssh(openssh, other.ssh_port, "id", tmp_path / "known_hosts")
     assert refused.returncode == 255 and SHARED_SHELL_REFUSAL in refused.stderr
@@ -204,7 +197,7 @@ def test_the_client_says_class_mode_refused_in_one_sentence(sandbox_factory: Any
     identity = keypair(tmp_path, "id")
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
                      ssh_identity=identity)
-    details = launch(cloud, vm_offer(cloud), ssh_key=identity.with_suffix(".pub").read_text())
+    details = launch_active(cloud, "ssh-test", ssh_key=identity.with_suffix(".pub").read_text())
     local = tmp_path / "notes.txt"
     local.write_text("hello\n")
     attempts = [lambda: cloud.instances.run(details.id, "id"),
@@ -223,7 +216,7 @@ def test_shared_shell_lets_class_mode_use_ssh(sandbox_factory: Any) -> None:
     sandbox = sandbox_factory(keys=("student-b-key-0123456789",), shared_shell=True)
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     key, public = asyncssh_key()
-    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+    details = launch_active(cloud, "ssh-test", ssh_key=public)
 
     async def use(connection: Any) -> tuple[str, bytes, bytes]:
         ran = await connection.run("echo hi > note.txt && echo $GPUCLOUD_PORT_8000", check=True)
@@ -248,7 +241,7 @@ def test_instance_homes_are_outside_the_sandbox_home(sandbox_factory: Any, tmp_p
     sandbox = sandbox_factory(home=home, state=tmp_path / "state.db")
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     key, public = asyncssh_key()
-    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+    details = launch_active(cloud, "ssh-test", ssh_key=public)
 
     async def where(connection: Any) -> list[str]:
         result = await connection.run("pwd -P; cd ..; pwd -P; cd ..; pwd -P; cd ..; pwd -P",
@@ -269,10 +262,10 @@ def test_volumes_of_a_home_from_before_the_move_are_kept(sandbox_factory: Any,
     first = sandbox_factory(home=home, state=state)
     cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
     key, public = asyncssh_key()
-    offer = vm_offer(cloud)
+    offer = volume_vm_offer(cloud)
     volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
                                   region=offer.available_regions[0], size_in_gb=10)
-    writer = launch(cloud, offer, "writer", ssh_key=public, volume_id=volume.id)
+    writer = launch_active(cloud, "writer", offer=offer, ssh_key=public, volume_id=volume.id)
     over_asyncssh(writer.ssh_port, key, lambda c: c.run("echo kept > mnt/data/note", check=True))
     cloud.instances.delete(writer.id)
     first.stop()
@@ -281,7 +274,7 @@ def test_volumes_of_a_home_from_before_the_move_are_kept(sandbox_factory: Any,
     shutil.rmtree(tmp_path / "home-machines")
     second = sandbox_factory(home=home, state=state)
     again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
-    reader = launch(again, offer, "reader", ssh_key=public, volume_id=volume.id)
+    reader = launch_active(again, "reader", offer=offer, ssh_key=public, volume_id=volume.id)
     read = over_asyncssh(reader.ssh_port, key, lambda c: c.run("cat ~/mnt/data/note"))
     assert read.stdout == "kept\n" and not (home / "volumes").exists()
 
@@ -292,13 +285,10 @@ def test_a_stored_volume_path_never_mounts_outside_the_instance_home(
     first = sandbox_factory(home=home, state=state)
     cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
     key, public = asyncssh_key()
-    offer = vm_offer(cloud)
+    offer = volume_vm_offer(cloud)
     volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
                                   region=offer.available_regions[0], size_in_gb=10)
-    instance = cloud.instances.create(
-        name="old", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        ssh_key=public, volume_id=volume.id)
+    instance = launch(cloud, "old", offer=offer, ssh_key=public, volume_id=volume.id)
     first.stop()
     shutil.rmtree(tmp_path / "home-machines" / "instances", ignore_errors=True)  # not mounted yet
     # A state written before names were checked: the volume entry walks out of the home.
@@ -325,10 +315,10 @@ def test_a_mnt_link_out_of_the_home_is_not_followed_when_mounting(sandbox_factor
     first = sandbox_factory(home=home, state=state)
     cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
     key, public = asyncssh_key()
-    offer = vm_offer(cloud)
+    offer = volume_vm_offer(cloud)
     volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
                                   region=offer.available_regions[0], size_in_gb=10)
-    details = launch(cloud, offer, ssh_key=public, volume_id=volume.id)
+    details = launch_active(cloud, "ssh-test", offer=offer, ssh_key=public, volume_id=volume.id)
     over_asyncssh(details.ssh_port, key,
                   lambda c: c.run(f"rm -r ~/mnt && ln -s {outside} ~/mnt", check=True))
     first.stop()
@@ -343,7 +333,7 @@ def test_a_forward_reaches_a_port_a_command_on_the_instance_listens_on(cloud: GP
     import asyncssh
 
     key, public = asyncssh_key()
-    details = launch(cloud, vm_offer(cloud), ssh_key=public)
+    details = launch_active(cloud, "ssh-test", ssh_key=public)
     served = ("import socket; s = socket.create_server(('127.0.0.1', 0)); "
               "print(s.getsockname()[1], flush=True); c, _ = s.accept(); c.sendall(b'hello')")
 

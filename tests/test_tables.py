@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pandas as pd
 import pytest
-from helpers import wait_for
+from helpers import launch, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.display import format_price
@@ -20,12 +20,8 @@ def _headers(html: str) -> list[str]:
 
 
 def _launch(cloud: GPUCloud, name: str) -> str:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    instance = cloud.instances.create(
-        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    cloud.instances.wait_until_active(instance.id, timeout=30, poll_interval=0.05)
-    return instance.id
+    return cloud.instances.wait_until_active(launch(cloud, name).id, timeout=30,
+                                             poll_interval=0.05).id
 
 
 def _local(stamp: pd.Timestamp) -> str:

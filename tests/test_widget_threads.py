@@ -45,12 +45,6 @@ def collected(dropped: weakref.ref[object]) -> bool:
     return dropped() is None
 
 
-def launch(cloud: GPUCloud, name: str) -> None:
-    offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-    cloud.instances.create(name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-                           region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-
-
 def widgets_now() -> set[str]:
     return set(ipywidget_module._instances)
 
@@ -72,7 +66,7 @@ def forget(since: set[str]) -> None:
 def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> None:
     sandbox = sandbox_factory(launch_seconds=60)  # instances stay pending: panels poll, forms wait
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        launch(cloud, "watched")
+        helpers.launch(cloud, "watched")
         warm = InferenceClient(sandbox.inference_url, sandbox.inference_secret)
         warm.chat("Hello!")  # the sandbox's own worker thread starts here, not below
         warm.close()
@@ -132,7 +126,7 @@ def test_a_dropped_panel_is_collected_and_stops_polling(sandbox_factory) -> None
     counter = CountingTransport()
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
                   transport=counter) as cloud:
-        launch(cloud, "pending")
+        helpers.launch(cloud, "pending")
         existing = widgets_now()
         refreshing = ours().count("gpucloud-nb-instances-refresh")  # other tests' open panels
         panel = InstancesPanel(cloud, interval=0.05)

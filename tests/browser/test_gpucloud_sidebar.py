@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import nbformat
 import pytest
+from helpers import launch, vm_offer
 from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, Locator, Page
 
@@ -291,14 +292,8 @@ def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
     for instance in observer.instances.list():
         if instance.status in ("pending", "active"):
             observer.instances.delete(instance.id)
-    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-
-    def launch(name: str) -> str:
-        return observer.instances.create(
-            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}).id
-
-    made = [launch(f"contrast-{n}") for n in range(2)]
+    offer = vm_offer(observer)
+    made = [launch(observer, f"contrast-{n}", offer=offer).id for n in range(2)]
     notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                       "language": "python"}})
     nbformat.write(notebook, cloud_lab.root / "contrast.ipynb")
@@ -316,7 +311,8 @@ def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
     failures: list[str] = []
     for theme, name in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
         set_theme(page, theme)
-        pending = launch(f"contrast-{name}")  # a pending row too (8 s), shown at once by the stamp
+        # a pending row too (8 s), shown at once by the stamp
+        pending = launch(observer, f"contrast-{name}", offer=offer).id
         page.locator(f'[data-gpucloud-instance="{pending}"][data-status="pending"]').wait_for(
             timeout=5_000)
         shot(sidebar, f"gpucloud-contrast-sidebar-{name}")
@@ -418,17 +414,11 @@ def test_a_clusters_instances_are_one_row_with_its_total_and_delete_all_reaches_
     for instance in observer.instances.list():
         if instance.status in ("pending", "active"):
             observer.instances.delete(instance.id)
-    offer = observer.instances.offers(deployment_type="vm", available=True, sort="price")[0]
-
-    def launch(name: str) -> str:
-        return observer.instances.create(
-            name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}).id
-
-    members = [launch(f"trio-{n}") for n in range(3)]
+    offer = vm_offer(observer)
+    members = [launch(observer, f"trio-{n}", offer=offer).id for n in range(3)]
     for instance_id in members:
         clusters.note(observer.base_url, instance_id, "trio")
-    solo = launch("solo")  # of no cluster: a row of its own
+    solo = launch(observer, "solo", offer=offer).id  # of no cluster: a row of its own
     try:
         notebook = new_notebook(metadata={"kernelspec": {
             "name": "python3", "display_name": "Python 3", "language": "python"}})
