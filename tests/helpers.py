@@ -7,16 +7,19 @@ impostor of the service tests, run as another user where the tests can.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
+
+import httpx
 
 if TYPE_CHECKING:
     from gpucloud_nb import AsyncGPUCloud, GPUCloud
@@ -166,3 +169,21 @@ if __name__ == "__main__":
     with FakeService(int(sys.argv[1]), pid=os.getpid(), on_request=report) as impostor:
         print(f"listening {impostor.port}", flush=True)
         threading.Event().wait()
+
+
+@contextlib.contextmanager
+def deaf_to(instance_id: str) -> Iterator[httpx.MockTransport]:
+    """The sandbox over real HTTP, except that the delete of ``instance_id`` is answered 204 and
+    never performed: a cloud that takes a delete and goes on billing (the sandbox cannot be made
+    to do that)."""
+    with httpx.Client(timeout=10) as real:
+        def forward(request: httpx.Request) -> httpx.Response:
+            if request.method == "DELETE" and request.url.path.endswith(f"/{instance_id}"):
+                return httpx.Response(204)
+            answer = real.send(real.build_request(request.method, request.url,
+                                                  headers=request.headers,
+                                                  content=request.read()))
+            return httpx.Response(answer.status_code, content=answer.content, headers={
+                "content-type": answer.headers.get("content-type", "application/json")})
+
+        yield httpx.MockTransport(forward)

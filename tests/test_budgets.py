@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -10,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from helpers import wait_for
+from helpers import deaf_to, wait_for
 from samples import one_offer
 
 from gpucloud_nb import GPUCloud
@@ -132,24 +131,6 @@ def test_create_with_a_budget_hands_it_to_whoever_watches(
                                        vm={"os": offer.configuration.os[0]}, budget=1e6)
     assert cloud_of.budgets.where == "sandbox service"
     assert cloud_of.budgets.states()[served.id].dollars == 1e6  # the service keeps it
-
-
-@contextlib.contextmanager
-def deaf_to(instance_id: str) -> Iterator[httpx.MockTransport]:
-    """The sandbox over real HTTP, except that the delete of ``instance_id`` is answered 204 and
-    never performed: a cloud that takes a delete and goes on billing (the sandbox cannot be made
-    to do that)."""
-    with httpx.Client(timeout=10) as real:
-        def forward(request: httpx.Request) -> httpx.Response:
-            if request.method == "DELETE" and request.url.path.endswith(f"/{instance_id}"):
-                return httpx.Response(204)
-            answer = real.send(real.build_request(request.method, request.url,
-                                                  headers=request.headers,
-                                                  content=request.read()))
-            return httpx.Response(answer.status_code, content=answer.content, headers={
-                "content-type": answer.headers.get("content-type", "application/json")})
-
-        yield httpx.MockTransport(forward)
 
 
 def watching() -> list[threading.Thread]:

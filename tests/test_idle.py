@@ -23,8 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import wait_for
-from test_budgets import deaf_to
+from helpers import deaf_to, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import (
