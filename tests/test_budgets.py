@@ -78,6 +78,18 @@ def test_on_the_real_cloud_this_kernel_deletes_at_the_budget_and_confirms_it(
     assert 1.5 <= float(bill["spend"].iloc[0]) <= 1.5 + 0.1 + 1.0
 
 
+def test_a_client_that_turns_to_the_sandbox_stops_its_kernels_budget_watcher(
+        dollar_a_second: Sandbox, cloud_of: GPUCloud) -> None:
+    budgets = cloud_of.budgets
+    assert isinstance(budgets, KernelBudgets)
+    instance = cloud_of.instances.wait_until_active(launch(cloud_of).id, timeout=10)
+    budgets.set(instance.id, 1000.0)
+    assert watching()
+    cloud_of.sandbox = dollar_a_second  # as connect() does: now the service watches
+    assert isinstance(cloud_of.budgets, ServiceBudgets)
+    wait_for(lambda: not watching(), timeout=5)  # the kernel's thread watches no more
+
+
 def test_a_budget_delete_the_cloud_never_performs_is_a_failure_in_one_sentence(
         dollar_a_second: Sandbox, cloud_of: GPUCloud) -> None:
     # A cloud that answers 204 to the delete and goes on billing cannot be made from the sandbox:

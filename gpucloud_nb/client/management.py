@@ -197,6 +197,8 @@ class _CloudBase(abc.ABC):
         service = self.sandbox is not None
         watch = self._budget_watch
         if watch is None or isinstance(watch, ServiceBudgets) != service:
+            if watch is not None:
+                watch.stop()  # the other kind's thread must not watch on
             watch = ServiceBudgets(self._service_send) if service else KernelBudgets(
                 lambda id_: Instances(self._blocking_core()).get(id_),
                 self._core.delete_unconfirmed)  # it confirms within its own confirm_within
