@@ -38,6 +38,7 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.models import InstanceDetails
 
 __all__ = ["CONFIRM_WITHIN", "WARN_SHARE", "BudgetState", "ConfirmedDeletes", "KernelBudgets",
+           "KernelWatcher",
            "ServiceBudgets", "budget_dollars", "confirm_deleted"]
 
 log = logging.getLogger("gpucloud_nb.budgets")
@@ -170,6 +171,76 @@ class ConfirmedDeletes:
         self._stop.set()
 
 
+class KernelWatcher:
+    """What this kernel's watchers share: a daemon thread that runs :meth:`step` every ``poll``
+    seconds while :meth:`_watching` says there is something to watch, and deletes that are
+    confirmed off that thread (:class:`ConfirmedDeletes`).
+
+    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. A subclass names
+    its thread (``thread_name``), its logger (``logger``) and what it watches (``what``).
+    """
+
+    thread_name = "gpucloud-nb-watcher"
+    what = "watcher"
+    logger = log
+
+    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None], *,
+                 poll: float, confirm_within: float) -> None:
+        self._get, self._delete = get, delete
+        self.poll, self.confirm_within = poll, confirm_within
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._stopped = False
+        self._deletes = ConfirmedDeletes(get, delete, self.logger)
+
+    @property
+    def deleted(self) -> dict[str, datetime]:
+        """Each instance the watcher deleted, to when."""
+        return self._deletes.deleted
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Each instance whose delete failed or was not confirmed, to the sentence saying why."""
+        return self._deletes.failures
+
+    def stop(self) -> None:
+        """Stop this kernel's watching and its confirmations (the client is closed)."""
+        self._stopped = True
+        self._deletes.stop()
+        self._wake.set()
+
+    def step(self) -> None:
+        """One poll of everything watched."""
+        raise NotImplementedError
+
+    def _watching(self) -> bool:
+        """True while there is something to watch (called with the lock held)."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """Start the thread unless it runs or the watcher is stopped; then step at once.
+        Called with the lock held."""
+        if not self._stopped and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._loop, name=self.thread_name,
+                                            daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopped or not self._watching():
+                    self._thread = None
+                    return
+            try:
+                self.step()
+            except Exception:  # a bug must not end the watching
+                self.logger.exception("The %s failed; trying again.", self.what)
+            self._wake.wait(self.poll)
+            self._wake.clear()
+
+
 class ServiceBudgets:
     """Budgets kept by the sandbox service (see the module docstring).
 
@@ -219,7 +290,7 @@ class ServiceBudgets:
         """Nothing runs in this process; the service goes on watching."""
 
 
-class KernelBudgets:
+class KernelBudgets(KernelWatcher):
     """Budgets watched by a thread of this kernel, for the real cloud (see the module docstring).
 
     ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. ``deleted`` maps
@@ -228,29 +299,14 @@ class KernelBudgets:
     """
 
     where = "this kernel"
+    thread_name, what = "gpucloud-nb-budgets", "budget watcher"
 
     def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None], *,
                  poll: float = 30.0, confirm_within: float = CONFIRM_WITHIN) -> None:
-        self._get, self._delete = get, delete
-        self.poll, self.confirm_within = poll, confirm_within
+        super().__init__(get, delete, poll=poll, confirm_within=confirm_within)
         self._ledger = Ledger()
-        self._lock = threading.Lock()
         self._budgets: dict[str, float] = {}
         self._states: dict[str, BudgetState] = {}
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopped = False
-        self._deletes = ConfirmedDeletes(get, delete, log)
-
-    @property
-    def deleted(self) -> dict[str, datetime]:
-        """Each instance the watcher deleted, to when."""
-        return self._deletes.deleted
-
-    @property
-    def failures(self) -> dict[str, str]:
-        """Each instance whose budget delete failed or was not confirmed, to why."""
-        return self._deletes.failures
 
     def set(self, instance_id: str, dollars: float) -> BudgetState:
         """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
@@ -261,11 +317,7 @@ class KernelBudgets:
         with self._lock:
             self._budgets[instance_id] = dollars
             self._states[instance_id] = state
-            if not self._stopped and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._loop, name="gpucloud-nb-budgets",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
+            self._start()
         return state
 
     def cancel(self, instance_id: str) -> bool:
@@ -277,12 +329,6 @@ class KernelBudgets:
     def forget(self, instance_id: str) -> None:
         """Drop the budget of a deleted instance."""
         self.cancel(instance_id)
-
-    def stop(self) -> None:
-        """Stop this kernel's watching and its confirmations (the client is closed)."""
-        self._stopped = True
-        self._deletes.stop()
-        self._wake.set()
 
     def states(self) -> dict[str, BudgetState]:
         """The last reading of every watched instance."""
@@ -330,15 +376,5 @@ class KernelBudgets:
             said=("Deleted instance %s: it has cost %s, its budget.", instance_id,
                   format_price(state.spend)))
 
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopped or not self._budgets:
-                    self._thread = None
-                    return
-            try:
-                self.step()
-            except Exception:  # a bug must not end the watching
-                log.exception("The budget watcher failed; trying again.")
-            self._wake.wait(self.poll)
-            self._wake.clear()
+    def _watching(self) -> bool:
+        return bool(self._budgets)

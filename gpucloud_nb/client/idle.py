@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb.client import changes
-from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, ConfirmedDeletes
+from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, KernelWatcher
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 
 try:
@@ -382,7 +382,7 @@ class IdleClocks:
 
 # -- the real cloud: this kernel's watcher ------------------------------------------------------
 
-class KernelIdleDelete:
+class KernelIdleDelete(KernelWatcher):
     """Idle limits for the real cloud: written to the limits file, and watched by a thread of
     this kernel while JupyterLab does not watch them (see the module docstring).
 
@@ -394,36 +394,23 @@ class KernelIdleDelete:
     """
 
     where = "JupyterLab server extension while JupyterLab runs, else this kernel"
+    thread_name, what, logger = "gpucloud-nb-idle", "idle watcher", log
 
     def __init__(self, base_url: str, get: Callable[[str], InstanceDetails],
                  delete: Callable[[str], None], ssh: Callable[[], Remote], *,
                  poll: float = 30.0, measure_timeout: float = 10.0,
                  confirm_within: float = CONFIRM_WITHIN) -> None:
+        super().__init__(get, delete, poll=poll, confirm_within=confirm_within)
         self.base_url = base_url
         self.file = IdleLimits(base_url)
-        self._get, self._delete, self._ssh = get, delete, ssh
-        self.poll, self.measure_timeout, self.confirm_within = poll, measure_timeout, confirm_within
-        self._lock = threading.Lock()
+        self._ssh = ssh
+        self.measure_timeout = measure_timeout
         self._mine: set[str] = set()
         self._clocks = IdleClocks()
         self._uses: dict[str, tuple[float, float]] = {}
         self._warned: set[str] = set()
         self._unreadable: set[str] = set()
         self._measuring: dict[str, concurrent.futures.Future[RunResult]] = {}
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopped = False
-        self._deletes = ConfirmedDeletes(get, delete, log)
-
-    @property
-    def deleted(self) -> dict[str, datetime]:
-        """Each instance the watcher deleted, to when."""
-        return self._deletes.deleted
-
-    @property
-    def failures(self) -> dict[str, str]:
-        """Each instance whose idle delete failed or was not confirmed, to why."""
-        return self._deletes.failures
 
     @property
     def path(self) -> Path:
@@ -441,11 +428,7 @@ class KernelIdleDelete:
         with self._lock:
             self._mine.add(instance_id)
             self._clocks.clocks.pop(instance_id, None)  # a new limit: its clock starts again
-            if not self._stopped and (self._thread is None or not self._thread.is_alive()):
-                self._thread = threading.Thread(target=self._loop, name="gpucloud-nb-idle",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
+            self._start()
 
     def cancel(self, instance_id: str) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
@@ -472,12 +455,6 @@ class KernelIdleDelete:
         """Drop the limit of a deleted instance; never raises."""
         with contextlib.suppress(OSError):
             self.cancel(instance_id)
-
-    def stop(self) -> None:
-        """Stop this kernel's watching (the client is closed); the limits stay in the file."""
-        self._stopped = True
-        self._deletes.stop()
-        self._wake.set()
 
     # -- the watching ---------------------------------------------------------------------------
 
@@ -583,15 +560,5 @@ class KernelIdleDelete:
             said=("Deleted instance %s: idle for its limit of %g s (no session or run of this "
                   "kernel, GPU under %g %%).", instance_id, limit, THRESHOLD))
 
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopped or not self._mine:
-                    self._thread = None
-                    return
-            try:
-                self.step()
-            except Exception:  # a bug must not end the watching
-                log.exception("The idle watcher failed; trying again.")
-            self._wake.wait(self.poll)
-            self._wake.clear()
+    def _watching(self) -> bool:
+        return bool(self._mine)
