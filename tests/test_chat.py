@@ -336,6 +336,33 @@ def test_enter_in_the_text_box_sends(client: InferenceClient,
     assert chat.history[0] == {"role": "user", "content": "Sent with Enter"}
 
 
+def submit(chat: ChatWidget, text: str) -> None:
+    """What the box's view sends on Enter: the text, its box already emptied."""
+    chat._input._handle_msg({"content": {"data": {"method": "custom", "content": {
+        "event": "submit", "value": text}}}, "buffers": []})
+
+
+def test_enter_sends_the_text_it_carries_not_the_kernels_older_copy(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    # A busy kernel: ipywidgets held back the last keystrokes' update, the submit came first.
+    chat._input.value = "Two lines\nsecon"
+    submit(chat, "Two lines\nsecond line")
+    chat.last_turn.wait(WAIT)
+    assert chat.history[0] == {"role": "user", "content": "Two lines\nsecond line"}
+    assert chat._input.value == ""
+
+
+def test_a_refused_enter_gives_the_text_back_to_the_box(
+        client: InferenceClient, chat_factory: Callable[..., ChatWidget]) -> None:
+    chat = chat_factory(client)
+    to_view: list[object] = []
+    chat._input.send = to_view.append  # type: ignore[method-assign]  # what reaches the view
+    submit(chat, "   ")
+    assert chat.last_turn is None or chat.last_turn.status == "refused"
+    assert to_view == [{"do": "restore", "value": "   "}] and chat.history == []
+
+
 def test_several_lines_and_the_send_button(client: InferenceClient,
                                            chat_factory: Callable[..., ChatWidget]) -> None:
     chat = chat_factory(client)

@@ -1,14 +1,21 @@
 """The chat's message box: Enter sends, Shift+Enter starts a new line.
 
 The kernel cannot tell Enter from Shift+Enter (both put a newline in a Textarea), so the box is a
-tiny anywidget whose front-end view handles the key and sends ``{"event": "submit"}``. It is a
-proper widget module, not HTML injected into the page, and its value syncs like any widget's.
-Enter keys stop at the box, so JupyterLab's Shift+Enter (run cell) does not fire while typing.
+tiny anywidget whose front-end view handles the key and sends ``{"event": "submit", "value":
+text}``. It is a proper widget module, not HTML injected into the page, and its value syncs like
+any widget's. Enter keys stop at the box, so JupyterLab's Shift+Enter (run cell) does not fire
+while typing.
+
+The submit carries the text, and the view empties the box as it sends: ipywidgets holds back a
+model's state updates while one is unanswered (a busy kernel) but not custom messages, so a
+submit could overtake the last keystrokes, and the kernel would send a message cut short. Held
+back updates merge, so the kernel then only ever sees the empty box. A refused message comes
+back (``{"do": "restore", "value": text}``) into a box still empty.
 
 The Send button always works too.
 
     >>> box = ChatInput(placeholder="Message")
-    >>> box.on_msg(lambda widget, content, buffers: print(content))   # {'event': 'submit'}
+    >>> box.on_msg(lambda widget, content, buffers: print(content))   # {'event': 'submit', ...}
 """
 
 from __future__ import annotations
@@ -33,15 +40,23 @@ function render({ model, el }) {
     event.stopPropagation();
     if (!event.shiftKey && !event.isComposing) {
       event.preventDefault();
+      const text = box.value;
+      box.value = "";
       push();
-      model.send({ event: "submit" });
+      model.send({ event: "submit", value: text });
     }
   });
   model.on("change:value", () => {
     if (box.value !== model.get("value")) box.value = model.get("value");
   });
   model.on("change:placeholder", () => { box.placeholder = model.get("placeholder"); });
-  model.on("msg:custom", (message) => { if (message && message.do === "focus") box.focus(); });
+  model.on("msg:custom", (message) => {
+    if (message && message.do === "focus") box.focus();
+    if (message && message.do === "restore" && !box.value) {
+      box.value = message.value;
+      push();
+    }
+  });
   el.appendChild(box);
 }
 export default { render };

@@ -347,13 +347,15 @@ class ChatWidget(ChatFields):
 
     def _on_input_message(self, _widget: Any, content: Mapping[str, Any], _buffers: Any) -> None:
         if isinstance(content, Mapping) and content.get("event") == "submit":
-            self._send_from_ui()
+            typed = content.get("value")  # the box's text at Enter (see _chat_input)
+            self._send_from_ui(typed if isinstance(typed, str) else None)
 
-    def _send_from_ui(self) -> ChatTurn | None:
+    def _send_from_ui(self, typed: str | None = None) -> ChatTurn | None:
+        """Send ``typed`` (Enter: the view has emptied its box) or the box's value (Send)."""
+        box = self._current_input()
+        turn = None
         try:
-            box = self._current_input()
-            text = box.value
-            turn = self.send(text)
+            turn = self.send(box.value if typed is None else typed)
             if turn.status != "refused":
                 box.value = ""
                 with contextlib.suppress(Exception):
@@ -362,6 +364,10 @@ class ChatWidget(ChatFields):
         except Exception as error:  # a click handler never raises
             self.status.error(describe_error(error, mask=self._scrub))
             return None
+        finally:
+            if typed and (turn is None or turn.status == "refused"):
+                with contextlib.suppress(Exception):  # nothing typed is lost
+                    box.send({"do": "restore", "value": typed})
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
         files = [item for item in change["new"] if not item.get(_COUNTED)]

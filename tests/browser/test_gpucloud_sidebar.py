@@ -87,6 +87,18 @@ def observer(box: Sandbox) -> Iterator[GPUCloud]:
         yield client
 
 
+@pytest.fixture
+def beside_lab(cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> GPUCloud:
+    """``observer`` sharing Lab's cache dir (its creates touch the change stamp Lab's poller
+    watches; its cluster notes are what the poller reads), with no instance left running from an
+    earlier test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
+    for instance in observer.instances.list():
+        if instance.status in ("pending", "active"):
+            observer.instances.delete(instance.id)
+    return observer
+
+
 def open_sidebar(page: Page) -> None:
     page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpucloud-sidebar"]').click()
     page.locator("#gpucloud-sidebar").wait_for(state="visible")
@@ -286,12 +298,8 @@ CONTRAST_JS = """
 
 @pytest.mark.timeout(300)
 def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
-        cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
-    # This process shares Lab's cache dir: its creates touch the change stamp Lab's poller watches.
-    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
-    for instance in observer.instances.list():
-        if instance.status in ("pending", "active"):
-            observer.instances.delete(instance.id)
+        cloud_lab: Lab, beside_lab: GPUCloud) -> None:
+    observer = beside_lab
     offer = vm_offer(observer)
     made = [launch(observer, f"contrast-{n}", offer=offer).id for n in range(2)]
     notebook = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
@@ -406,14 +414,10 @@ def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
 
 @pytest.mark.timeout(240)
 def test_a_clusters_instances_are_one_row_with_its_total_and_delete_all_reaches_the_cloud(
-        cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
-    """#30: a Dask cluster's instances under one heading (its size and $/h), and Delete all."""
-    # This process shares Lab's cache dir: its cluster notes and creates are what Lab's poller
-    # reads, as a kernel's cloud.cluster would leave them (client/clusters.py's note).
-    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
-    for instance in observer.instances.list():
-        if instance.status in ("pending", "active"):
-            observer.instances.delete(instance.id)
+        cloud_lab: Lab, beside_lab: GPUCloud) -> None:
+    """#30: a Dask cluster's instances under one heading (its size and $/h), and Delete all,
+    from the notes a kernel's cloud.cluster leaves (client/clusters.py's note)."""
+    observer = beside_lab
     offer = vm_offer(observer)
     members = [launch(observer, f"trio-{n}", offer=offer).id for n in range(3)]
     for instance_id in members:
