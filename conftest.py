@@ -49,15 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Notebooks (nbmake) and browser tests are ``slow``: ``-m "not slow"`` is the fast lane; the
-browser tests share one xdist group."""
+    """Notebooks (nbmake) and browser tests are ``slow``: ``-m "not slow"`` is the fast lane."""
     for item in items:
         if item.path.suffix == ".ipynb" or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("browser"):
-            # With pytest-xdist's --dist loadgroup, one process runs the browser tests one by
-            # one (each drives a JupyterLab and a Chromium) while the others run the rest.
-            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 def find_services(root: Path, run: str | None = None) -> list[Any]:
