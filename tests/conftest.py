@@ -127,6 +127,17 @@ def cloud(sandbox: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
+def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
+    """A client of ``sandbox`` that knows it is the sandbox, as ``connect()`` makes it (its
+    service keeps timers, idle clocks and budgets; SSH keys go through its route). A test file
+    may define a ``box`` of its own."""
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
 def observer(sandbox: Sandbox) -> Iterator[GPUCloud]:
     """A second client, to check what really happened on the sandbox."""
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as client:

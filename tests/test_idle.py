@@ -41,14 +41,6 @@ from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
 
 
-@pytest.fixture
-def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox  # as connect() does: the service watches
-    yield cloud
-    cloud.close()
-
-
 def launch(cloud: GPUCloud, name: str = "idle", **extra: Any) -> Any:
     offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
     return cloud.instances.create(

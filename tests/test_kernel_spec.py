@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers import launch_active
@@ -29,14 +28,6 @@ def jupyter_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "jupyter-data"
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(folder))
     return folder
-
-
-@pytest.fixture
-def box(sandbox: Sandbox) -> Any:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
-    yield cloud
-    cloud.close()
 
 
 def test_install_kernel_writes_a_spec_under_jupyter_data_dir(box: GPUCloud, sandbox: Sandbox,

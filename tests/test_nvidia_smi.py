@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from helpers import launch_active
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.nvidia_smi import run
 
 QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits"
@@ -17,14 +15,6 @@ STATE = {"model": "H100 80GB", "count": 2, "mib": 81920, "util": 130.0, "memoryM
 
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
-
-@pytest.fixture
-def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
-    yield cloud
-    cloud.close()
-
 
 def use(cloud: GPUCloud, instance_id: str) -> tuple[int, int]:
     out = cloud.instances.run(instance_id, QUERY).stdout

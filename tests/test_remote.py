@@ -22,14 +22,6 @@ from gpucloud_nb.sandbox import Sandbox
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
-@pytest.fixture
-def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
-    yield cloud
-    cloud.close()
-
-
 def test_run_returns_output_and_status_with_a_generated_key(box: GPUCloud, own_home: Path) -> None:
     instance = launch_active(box)
     result = box.instances.run(instance.id, "nvidia-smi; echo oops >&2; exit 3")

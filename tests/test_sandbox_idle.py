@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,21 +11,12 @@ import pytest
 from helpers import launch_active
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
 
 LIMIT = 2.0
 
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
-
-@pytest.fixture
-def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
-    yield cloud
-    cloud.close()
-
 
 def watch(api: httpx.Client, instance_id: str, seconds: float = LIMIT) -> dict[str, Any]:
     answer = api.put(f"/sandbox/instances/{instance_id}/idle-delete", json={"seconds": seconds})

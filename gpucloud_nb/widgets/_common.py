@@ -364,6 +364,34 @@ def show(widget: widgets.Widget, visible: bool = True) -> None:
     widget.layout.display = None if visible else "none"
 
 
+MAX_FAILURES = 3
+
+
+class RefreshTicks:
+    """The tick of a panel that refreshes itself through a :class:`Repeater` (``_poller``):
+    after :data:`MAX_FAILURES` failed refreshes in a row it stops, and its status line says so
+    (the failure itself is already there, from ``refresh``)."""
+
+    _poller: Repeater
+    _failures: int = 0
+    status: StatusLine
+
+    def refresh(self) -> Any:
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        try:
+            self.refresh()
+        except Exception:
+            self._failures += 1
+            if self._failures >= MAX_FAILURES:
+                self._poller.stop()
+                self.status.error(f"Auto-refresh stopped after {MAX_FAILURES} failed refreshes; "
+                                  "press Refresh to try again.")
+        else:
+            self._failures = 0
+
+
 W = TypeVar("W", bound=widgets.DOMWidget)
 
 

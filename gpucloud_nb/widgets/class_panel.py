@@ -38,6 +38,7 @@ from gpucloud_nb.widgets._common import (
     STYLE,
     WARNING,
     ConfirmRow,
+    RefreshTicks,
     Repeater,
     StatusLine,
     css,
@@ -51,7 +52,6 @@ from gpucloud_nb.widgets._common import (
 
 __all__ = ["ClassPanel"]
 
-_MAX_FAILURES = 3
 _LOW = 0.2
 _HEADERS = ("student", "key", "instances", "$/h now", "spend", "budget", "left", "idle min")
 _CELL = "padding:2px 8px;line-height:1.4;white-space:nowrap"
@@ -88,7 +88,7 @@ def _table(rows: list[AccountUse]) -> str:
             f'<tfoot><tr>{foot}</tr></tfoot></table>')
 
 
-class ClassPanel(widgets.VBox):
+class ClassPanel(RefreshTicks, widgets.VBox):
     """Every student's use of a class sandbox, with stop buttons that ask first.
 
     ``ClassPanel(cloud, *, interval=10.0)``, ``cloud`` holding the teacher's key.
@@ -112,7 +112,6 @@ class ClassPanel(widgets.VBox):
         self.rows: list[AccountUse] = []
         self.pending_stop: str | None = None  # an account id, or "" for the whole class
         self._lock = threading.RLock()
-        self._failures = 0
         self.status = StatusLine("gpucloud-class-status")
         self._poller = Repeater(interval, self._tick, name="gpucloud-nb-class-refresh")
         self._build()
@@ -167,18 +166,6 @@ class ClassPanel(widgets.VBox):
     def auto_refreshing(self) -> bool:
         """True while the panel refreshes itself (some student has an instance)."""
         return self._poller.running
-
-    def _tick(self) -> None:
-        try:
-            self.refresh()
-        except Exception:
-            self._failures += 1
-            if self._failures >= _MAX_FAILURES:
-                self._poller.stop()
-                self.status.error(f"Auto-refresh stopped after {_MAX_FAILURES} failed refreshes; "
-                                  "press Refresh to try again.")
-        else:
-            self._failures = 0
 
     def refresh(self) -> list[AccountUse]:
         """Read the class again and redraw; returns :attr:`rows`."""

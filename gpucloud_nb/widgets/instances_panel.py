@@ -49,6 +49,7 @@ from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
     STYLE,
     ConfirmRow,
+    RefreshTicks,
     Repeater,
     StatusLine,
     css,
@@ -71,7 +72,6 @@ BASE_COLUMNS: tuple[str, ...] = ("name", "status", "gpu", "region", "age", "hour
 _BUSY = ("pending", "deleting")
 #: Seconds between refreshes while nothing is changing state but spend and countdowns move.
 LIVE_INTERVAL = 10.0
-_MAX_FAILURES = 3
 
 
 def _spend_by_id(cloud: GPUCloud) -> dict[str, float]:
@@ -100,7 +100,7 @@ def _volume_text(item: Any) -> str:
     return str(item)
 
 
-class InstancesPanel(widgets.VBox):
+class InstancesPanel(RefreshTicks, widgets.VBox):
     """Your instances as a table, kept fresh while something is starting or stopping.
 
     ``InstancesPanel(cloud, *, interval=2.0, show_deleted=False)``.
@@ -135,7 +135,6 @@ class InstancesPanel(widgets.VBox):
         self.shown_details: InstanceDetails | None = None
         self._lock = threading.RLock()
         self._quiet = 0
-        self._failures = 0
         self._idle_states: dict[str, IdleState] = {}
         self._refresh_failed = False
         self.status = StatusLine("gpucloud-instances-status")
@@ -333,18 +332,6 @@ class InstancesPanel(widgets.VBox):
     def auto_refreshing(self) -> bool:
         """True while the panel refreshes itself (something is pending or deleting)."""
         return self._poller.running
-
-    def _tick(self) -> None:
-        try:
-            self.refresh()
-        except Exception:
-            self._failures += 1
-            if self._failures >= _MAX_FAILURES:
-                self._poller.stop()
-                self.status.error(f"Auto-refresh stopped after {_MAX_FAILURES} failed refreshes; "
-                                  "press Refresh to try again.")
-        else:
-            self._failures = 0
 
     def refresh(self) -> pd.DataFrame:
         """List the instances again and redraw; returns :attr:`frame`."""
