@@ -26,19 +26,18 @@ import pytest
 from helpers import deaf_to, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.client.idle import (
-    THRESHOLD,
-    IdleClocks,
-    IdleLimits,
-    KernelIdleDelete,
-    lab_heartbeat,
-    lab_watching,
-    limits_path,
-    parse_use,
-)
+from gpucloud_nb.client.idle import THRESHOLD, IdleClocks, KernelIdleDelete, parse_use
+from gpucloud_nb.client.idle_file import IdleLimits, account
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
+
+
+def file_of(sandbox: Sandbox, key: str | None = None) -> IdleLimits:
+    """The limits file of an account of ``sandbox`` (its first key unless told), as any process
+    of this user finds it."""
+    url = sandbox.management_url
+    return IdleLimits(url, account(url, key or sandbox.api_key))
 
 
 def launch(cloud: GPUCloud, name: str = "idle", **extra: Any) -> Any:
@@ -69,7 +68,7 @@ def test_delete_when_idle_deletes_an_unused_sandbox_instance(box: GPUCloud,
 
 
 def test_keep_and_cancel(box: GPUCloud) -> None:
-    instance = launch(box, delete_when_idle=3 / 60)  # minutes: three seconds
+    instance = launch(box, delete_when_idle=3)  # seconds, as delete_after
     box.instances.wait_until_active(instance.id, timeout=30)
     time.sleep(1.8)
     warned = box.idle_delete.states()[instance.id]
@@ -84,7 +83,7 @@ def test_keep_and_cancel(box: GPUCloud) -> None:
 @pytest.mark.parametrize("bad", [0, -5, "30", True, float("nan"), float("inf")])
 def test_a_bad_limit_is_refused_before_anything_is_sent(box: GPUCloud, bad: object) -> None:
     with pytest.raises(InvalidInputError, match="delete_when_idle must be a positive number of "
-                                                "minutes or a timedelta"):
+                                                "seconds or a timedelta"):
         launch(box, delete_when_idle=bad)
     assert box.instances.list() == []
 
@@ -95,16 +94,18 @@ def test_on_the_real_cloud_the_limit_goes_to_the_lab_extensions_file(sandbox: Sa
         assert isinstance(cloud.idle_delete, KernelIdleDelete)
         assert cloud.idle_delete.where == ("JupyterLab server extension while JupyterLab runs, "
                                            "else this kernel")
-        instance = launch(cloud, delete_when_idle=30)
-        limits = IdleLimits(sandbox.management_url).limits()
+        instance = launch(cloud, delete_when_idle=1800)
+        file = file_of(sandbox)
+        limits = file.limits()
         assert limits[instance.id]["seconds"] == 1800
-        assert limits_path(sandbox.management_url).is_file()
+        assert file.path == cloud.idle_delete.path and file.path.is_file()
+        assert sandbox.api_key not in str(file.path)
         before = limits[instance.id]["keptAt"]
         time.sleep(0.01)
         cloud.idle_delete.keep(instance.id)
-        assert IdleLimits(sandbox.management_url).limits()[instance.id]["keptAt"] > before
+        assert file.limits()[instance.id]["keptAt"] > before
         cloud.instances.delete(instance.id)  # a deleted instance is watched no more
-        assert instance.id not in IdleLimits(sandbox.management_url).limits()
+        assert instance.id not in file.limits()
         with pytest.raises(InvalidInputError, match="is not deleted when idle"):
             cloud.idle_delete.keep(instance.id)
 
@@ -138,7 +139,7 @@ def kernel(sandbox: Sandbox, own_home: Path) -> Iterator[GPUCloud]:
     """A real-cloud client of the sandbox whose idle watcher polls every half second."""
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     watcher = cloud.idle_delete
-    assert isinstance(watcher, KernelIdleDelete) and not lab_watching(sandbox.management_url)
+    assert isinstance(watcher, KernelIdleDelete) and watcher.file.lab_watches() == set()
     watcher.poll = POLL_HERE
     yield cloud
     cloud.close()
@@ -180,7 +181,7 @@ def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
 SET_MANY = """
 import sys
 from gpucloud_nb.client.idle import IdleLimits
-limits = IdleLimits(sys.argv[1])
+limits = IdleLimits(sys.argv[1], "one-account")
 for n in range(150):
     limits.set(f"{sys.argv[2]}-{n}", 60.0)
 """
@@ -192,10 +193,10 @@ def test_two_kernels_setting_limits_at_once_lose_none() -> None:
     url = "http://127.0.0.1:9/two-kernels"
     writers = [subprocess.Popen([sys.executable, "-c", SET_MANY, url, name])
                for name in ("first", "second")]
-    IdleLimits(url).set("this-one", 30.0)
+    IdleLimits(url, "one-account").set("this-one", 30.0)
     for writer in writers:
         assert writer.wait(timeout=120) == 0
-    limits = IdleLimits(url).limits()
+    limits = IdleLimits(url, "one-account").limits()
     assert len(limits) == 301 and limits["this-one"]["seconds"] == 30.0
 
 
@@ -215,7 +216,7 @@ def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_
     watcher = watcher_of(kernel)
     # Another process's limit (as another kernel writes it) is that process's to watch.
     theirs = observer.instances.wait_until_active(launch(observer, "theirs").id, timeout=30).id
-    IdleLimits(kernel.base_url).set(theirs, 1.0)
+    watcher.file.set(theirs, 1.0)
     with caplog.at_level(logging.INFO, logger="gpucloud_nb.idle"):
         instance_id, asked = active(kernel, 2)
         up = time.monotonic()
@@ -273,20 +274,21 @@ def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
 def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets_it_act(
         kernel: GPUCloud, observer: GPUCloud, sandbox: Sandbox) -> None:
     watcher = watcher_of(kernel)
-    url = sandbox.management_url
-    lab_heartbeat(url, every=30)  # JupyterLab polls every 30 s: fresh for 90 s
-    assert lab_watching(url)
-    instance_id, _ = active(kernel, 1)
+    lab = file_of(sandbox)  # JupyterLab of the same account
+    instance_id = launch(kernel, delete_when_idle=1).id
+    lab.beat(30, {instance_id})  # JupyterLab polls every 30 s and watches it: fresh for 90 s
+    assert watcher.lab_watches(instance_id)
+    kernel.instances.wait_until_active(instance_id, timeout=30, poll_interval=0.05)
     time.sleep(1 + 5 * POLL_HERE)
     assert observer.instances.get(instance_id).status == "active"  # left to JupyterLab
     assert watcher.states() == {} and watcher.deleted == {}
-    lab_heartbeat(url, every=0.2)  # then JupyterLab stops: stale 0.6 s after this beat
+    lab.beat(0.2, {instance_id})  # then JupyterLab stops: stale 0.6 s after this beat
     stale = time.monotonic()
     assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 10)
     # The kernel took over with a fresh clock: the whole limit after the beat went stale.
     assert time.monotonic() - stale >= 0.6 + 1 - POLL_HERE
     wait_for(lambda: instance_id in watcher.deleted, timeout=5)
-    assert not lab_watching(url)
+    assert not watcher.lab_watches(instance_id)
 
 
 def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
@@ -300,7 +302,7 @@ def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
     kept = watcher.states()[instance_id]
     assert not kept.warning and kept.idle < 0.5 and kept.delete_at > first_due
     time.sleep(2)
-    IdleLimits(sandbox.management_url).keep(instance_id)  # the sidebar's Keep: the file only
+    file_of(sandbox).keep(instance_id)  # the sidebar's Keep: the file only
     kept_again = time.monotonic()
     wait_for(lambda: watcher.states()[instance_id].idle < 1, timeout=2 * POLL_HERE + 2)
     # Past where the first Keep's clock would have deleted it (2 s after the second Keep, and a

@@ -14,7 +14,7 @@ import pytest
 from helpers import launch_active
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.client.idle import lab_watching
+from gpucloud_nb.client.idle_file import IdleLimits, account
 from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids
 from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
@@ -24,10 +24,17 @@ LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
+def lab_file(sandbox: Sandbox, key: str | None = None) -> IdleLimits:
+    """The idle limits (and heartbeat) of an account of ``sandbox``, its first key by default."""
+    url = sandbox.management_url
+    return IdleLimits(url, account(url, key or sandbox.api_key))
+
+
 def polling(sandbox: Sandbox, *, as_sandbox: bool, transport: Any = None,
-            busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM) -> Poller:
+            busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM,
+            key: str | None = None) -> Poller:
     def connect() -> AsyncGPUCloud:
-        cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+        cloud = AsyncGPUCloud(api_key=key or sandbox.api_key, base_url=sandbox.management_url,
                               transport=transport, timeout=5, max_retries=1)
         if as_sandbox:
             cloud.sandbox = sandbox
@@ -123,7 +130,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
     async def body(poller: Poller) -> None:
         first = await until(poller, lambda s: row(s, idle).get("idle") is not None, 10)
         assert row(first, idle)["idle"]["by"] == "JupyterLab"
-        assert lab_watching(sandbox.management_url)  # kernels' watchers stand aside
+        assert idle in lab_file(sandbox).lab_watches()  # kernels' watchers stand aside
         start = time.monotonic()
         await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 10)
         assert time.monotonic() - start <= 2 + 2 * poller.fast + 1
@@ -132,7 +139,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
         assert row(snapshot, busy)["status"] == "active" and row(snapshot, busy)["gpu"]["util"] >= 50
         assert snapshot["deleteProblems"] == []
 
-    assert not lab_watching(sandbox.management_url)  # no heartbeat yet
+    assert lab_file(sandbox).lab_watches() == set()  # no heartbeat yet
     run(polling(sandbox, as_sandbox=False), body)
     cloud.close()
 
