@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
 import logging
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,12 +28,12 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import deaf_to, wait_for
+from helpers import OTHER_UID, as_other_user, deaf_to, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import THRESHOLD, IdleClocks, KernelIdleDelete, parse_use
 from gpucloud_nb.client.idle_file import IdleLimits, account
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
 
@@ -364,3 +369,147 @@ def test_a_delete_never_confirmed_holds_up_no_other_idle_delete(
     assert watcher.failures == {deaf_id: (
         f"Instance {deaf_id} was idle for its limit and was deleted, but it is not deleting "
         "after 10 s; it may still be billing.")}
+
+
+# -- the limits file: bad entries, a private folder, what fails before the create (#34) ---------
+
+HUGE = "9" * 400  # an integer no float holds
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than any recursive parser goes
+
+
+def test_a_bad_entry_is_skipped_and_logged_and_the_other_limits_still_delete(
+        kernel: GPUCloud, observer: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    watcher = watcher_of(kernel)
+    instance_id, _ = active(kernel, 2)
+    good = json.dumps({"seconds": 2.0, "keptAt": time.time()})
+    watcher.path.write_text(f'{{"huge": {{"seconds": {HUGE}}}, "deep": {{"seconds": {DEEP}}}, '
+                            f'"{instance_id}": {good}, "text": "x"}}', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="gpucloud_nb.idle"):
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 10)
+        wait_for(lambda: instance_id in watcher.deleted, timeout=5)
+    assert watcher.failures == {}
+    skipped = [r.getMessage() for r in caplog.records if "was skipped" in r.getMessage()]
+    assert sorted(line.split("'")[1] for line in skipped) == ["deep", "huge", "text"]  # once each
+    assert all(line.endswith("it is not a limit (OverflowError).") for line in skipped
+               if "'huge'" in line)
+    assert watcher.limits() == {}  # the delete rewrote the file without them
+
+
+@pytest.fixture
+def shared_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache dir under /tmp that another user may reach (pytest's own are private to us)."""
+    base = Path(tempfile.mkdtemp(prefix="gpucloud-nb-idle-two-users-"))
+    base.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "cache"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+HOLD = """
+import fcntl, sys, time
+try:
+    lock = open(sys.argv[1])  # read-only is enough for flock
+    fcntl.flock(lock, fcntl.LOCK_EX)
+except OSError as error:
+    print("refused", type(error).__name__, flush=True)
+else:
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_another_users_lock_holds_up_no_create_and_the_folder_is_made_private(
+        sandbox: Sandbox, own_home: Path, shared_cache: Path, observer: GPUCloud) -> None:
+    """#34: the lock file was 0644 in a 0755 folder, so another user could hold its flock and
+    stall ``create(delete_when_idle=...)`` after the paid instance existed."""
+    command = as_other_user([sys.executable, "-c", HOLD])
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        watcher = watcher_of(cloud)
+        folder, lock = watcher.path.parent, watcher.path.with_name(watcher.path.name + ".lock")
+        folder.mkdir(parents=True)
+        folder.chmod(0o755)  # as earlier versions left it
+        lock.touch(mode=0o644)
+        os.chown(lock, OTHER_UID, OTHER_UID)  # planted by the other user, who holds its lock
+        holder = subprocess.Popen([*command, str(lock)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().startswith("held")
+            done: list[Any] = []
+            creating = threading.Thread(target=lambda: done.append(
+                launch(cloud, delete_when_idle=600)), daemon=True)
+            creating.start()
+            creating.join(30)  # generous: a busy machine; today it waits for the holder
+            assert done, "create(delete_when_idle=...) waited on another user's lock"
+            instance = done[0]
+            assert watcher.path.is_file() and watcher.limits()[instance.id]["seconds"] == 600
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+            for file in folder.iterdir():
+                info = file.stat()
+                assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o600, file
+            # The other user cannot even open what is in the folder now.
+            again = subprocess.run([*command, str(lock)], capture_output=True, text=True,
+                                   timeout=60)
+            assert again.stdout.startswith("refused PermissionError"), again
+        finally:
+            holder.kill()
+            holder.wait(10)
+    assert [i.id for i in observer.instances.list()] == [instance.id]
+
+
+def test_a_folder_of_another_user_is_refused_before_the_create(
+        sandbox: Sandbox, own_home: Path, observer: GPUCloud) -> None:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("making a folder owned by another user needs root (os.chown)")
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        folder = watcher_of(cloud).path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, OTHER_UID, OTHER_UID)
+        try:
+            with pytest.raises(GPUCloudError) as refused:
+                launch(cloud, delete_when_idle=600)
+        finally:
+            os.chown(folder, os.getuid(), os.getgid())
+    assert str(refused.value) == (
+        f"The idle limits folder {folder} belongs to another user (uid {OTHER_UID}); remove it "
+        "or set XDG_CACHE_HOME to a folder of your own, so delete_when_idle cannot be kept; "
+        "nothing was launched.")
+    assert observer.instances.list() == []
+
+
+def test_a_limits_folder_that_cannot_be_written_refuses_the_create_before_the_post(
+        sandbox: Sandbox, own_home: Path, observer: GPUCloud) -> None:
+    """#34: the limit was written after the create, so an unwritable cache folder raised a bare
+    OSError with the billed instance already running."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        folder = watcher_of(cloud).path.parent
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.write_text("")  # a file where the folder goes: no user, not even root, writes in it
+        try:
+            with pytest.raises(GPUCloudError) as refused:
+                launch(cloud, delete_when_idle=600)
+        finally:
+            folder.unlink()
+    assert type(refused.value).__name__ == "GPUCloudError"  # ours: one sentence, no traceback
+    assert str(refused.value) == (
+        f"The idle limits folder {folder} cannot be made (File exists), so delete_when_idle "
+        "cannot be kept; nothing was launched.")
+    assert observer.instances.list() == []
+
+
+def test_a_lock_held_at_the_create_costs_no_wait_and_the_instance_stays_watched(
+        kernel: GPUCloud, observer: GPUCloud) -> None:
+    watcher = watcher_of(kernel)
+    watcher.file.set("warm-up", 60.0)  # the folder and the lock file exist
+    held = os.open(watcher.path.with_name(watcher.path.name + ".lock"), os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another kernel of this user, writing
+        started = time.monotonic()
+        instance = launch(kernel, delete_when_idle=2)
+        assert time.monotonic() - started < 10  # the create itself; no lock wait after it
+        assert watcher.limits()[instance.id]["seconds"] == 2  # watched, from memory
+        assert instance.id not in watcher.file.limits()
+    finally:
+        os.close(held)
+    wait_for(lambda: instance.id in watcher.file.limits(), timeout=2 * POLL_HERE + 5)
+    assert wait_gone(observer, instance.id, 2 + POLL_HERE + 10)
+    wait_for(lambda: instance.id in watcher.deleted, timeout=5)
