@@ -197,12 +197,13 @@ def test_a_kernel_on_another_key_is_not_stood_aside_for_while_jupyterlab_runs(
         # B's limit is in B's file only: A's JupyterLab neither sees it nor says it watches it.
         assert mine in lab_file(sandbox, "key-b").limits()
         assert mine not in lab_file(sandbox).limits()
+        lab_file(sandbox).set(mine, 2.0)  # even a limit in A's file: A cannot see the instance
         start = time.monotonic()
         deadline = start + 2 + 0.5 + 20  # generous: a busy machine
         while mine not in watcher.deleted:
             assert time.monotonic() < deadline, "the kernel on key B stood aside"
             assert theirs in lab_file(sandbox).lab_watches()  # JupyterLab polls all along
-            assert not watcher.lab_watches(mine)
+            assert not watcher.lab_watches(mine)  # so it never says it watches it
             await asyncio.sleep(0.2)
         assert time.monotonic() - start >= 2 - 0.5
 

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, KernelWatcher
-from gpucloud_nb.client.idle_file import STALE_POLLS, IdleLimits
+from gpucloud_nb.client.idle_file import LOCK_WAIT, STALE_POLLS, IdleLimits, LockedError
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
@@ -355,9 +355,9 @@ class KernelIdleDelete(KernelWatcher):
             self.file.set(instance_id, seconds, wait=0)
         except GPUCloudError as error:
             self._adopt(instance_id, entry)
-            if "stayed locked" not in error.message:  # merely busy: the next poll writes it
-                log.warning("%s This kernel watches instance %s from memory; JupyterLab cannot "
-                            "see its limit.", error.message, instance_id)
+            if not isinstance(error, LockedError):  # merely busy: the next poll writes it
+                log.warning("%s: this kernel watches instance %s from memory, and JupyterLab "
+                            "cannot see its limit.", error.message.rstrip("."), instance_id)
             return
         self._adopt(instance_id, None)
 
@@ -371,13 +371,13 @@ class KernelIdleDelete(KernelWatcher):
             self._clocks.clocks.pop(instance_id, None)  # a new limit: its clock starts again
             self._start()
 
-    def cancel(self, instance_id: str) -> bool:
+    def cancel(self, instance_id: str, *, wait: float = LOCK_WAIT) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
         with self._lock:
             self._mine.discard(instance_id)
             self._clocks.clocks.pop(instance_id, None)
             held = self._unsaved.pop(instance_id, None) is not None
-        return self.file.drop(instance_id) or held
+        return self.file.drop(instance_id, wait=wait) or held
 
     def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the "Keep" button), for JupyterLab's
@@ -399,9 +399,10 @@ class KernelIdleDelete(KernelWatcher):
             return self._clocks.states(self._uses)
 
     def forget(self, instance_id: str) -> None:
-        """Drop the limit of a deleted instance; never raises."""
+        """Drop the limit of a deleted instance; never raises nor waits (a limit left behind
+        is harmless: no watcher counts a deleted instance)."""
         with contextlib.suppress(OSError, GPUCloudError):
-            self.cancel(instance_id)
+            self.cancel(instance_id, wait=0)
 
     # -- the watching ---------------------------------------------------------------------------
 

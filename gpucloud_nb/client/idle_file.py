@@ -54,7 +54,7 @@ try:
 except ImportError:  # Windows: threads of one process are still serialised
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_WAIT", "STALE_POLLS", "IdleLimits", "account", "entries"]
+__all__ = ["LOCK_WAIT", "STALE_POLLS", "IdleLimits", "LockedError", "account", "entries"]
 
 log = logging.getLogger("gpucloud_nb.idle")
 STALE_POLLS = 3.0
@@ -62,6 +62,10 @@ LOCK_WAIT = 2.0
 _THREADS = threading.Lock()  # the limits files' writers of this process, one at a time
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _POSIX = os.name == "posix"
+
+
+class LockedError(GPUCloudError):
+    """The limits file stayed locked by another process (of this user) for the time allowed."""
 
 
 def account(base_url: str, api_key: str) -> str:
@@ -297,8 +301,8 @@ class IdleLimits:
         finally:
             _THREADS.release()
 
-    def _busy(self, wait: float) -> GPUCloudError:
-        return GPUCloudError(f"The idle limits file {self.path} stayed locked by another process "
+    def _busy(self, wait: float) -> LockedError:
+        return LockedError(f"The idle limits file {self.path} stayed locked by another process "
                              f"for {wait:g} s; try again.")
 
     def set(self, instance_id: str, seconds: float, *, kept_at: float | None = None,
@@ -308,9 +312,9 @@ class IdleLimits:
             limits[instance_id] = {"seconds": seconds,
                                    "keptAt": time.time() if kept_at is None else kept_at}
 
-    def drop(self, instance_id: str) -> bool:
+    def drop(self, instance_id: str, *, wait: float = LOCK_WAIT) -> bool:
         """Remove the limit of ``instance_id``; True if it had one."""
-        with self._changing(LOCK_WAIT) as limits:
+        with self._changing(wait) as limits:
             return limits.pop(instance_id, None) is not None
 
     def keep(self, instance_id: str) -> float:
