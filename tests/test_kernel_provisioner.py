@@ -1,7 +1,7 @@
 """A Jupyter kernel on a sandbox instance, started and driven with jupyter_client over real SSH.
 
 The kernels here are started by ``jupyter_client.KernelManager`` from the kernelspec that
-``cloud.instances.install_kernel`` writes, as JupyterLab would; the provisioner is found through
+``gpucloud_nb.kernel.install_kernel`` writes, as JupyterLab would; the provisioner is found through
 the ``jupyter_client.kernel_provisioners`` entry point of pyproject.toml.
 """
 
@@ -22,10 +22,10 @@ from helpers import wait_for
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from gpucloud_nb import GPUCloud, connect
+from gpucloud_nb import GPUCloud, KernelStartError, connect
 from gpucloud_nb.client.remote import default_public_key
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.kernel.provisioner import KernelStartError
+from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 
 
@@ -147,7 +147,7 @@ def listening(port: int) -> bool:
 def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
         box: GPUCloud, notebook_folder: Path, kernels: Any) -> None:
     instance = launch(box)
-    name = box.instances.install_kernel(instance.name)
+    name = install_kernel(box, instance.name)
     kernel = kernels(name, notebook_folder)
 
     status, out = kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID']); "
@@ -168,7 +168,7 @@ def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
 
 def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
         box: GPUCloud, kernels: Any) -> None:
-    kernel = kernels(box.instances.install_kernel(launch(box).id))
+    kernel = kernels(install_kernel(box, launch(box).id))
     assert kernel.run("x = 7")[0] == "ok"
     kernel.client.execute("while True: pass")
     time.sleep(0.5)
@@ -184,7 +184,7 @@ def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
 def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
         sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("kept = 'still here'")[0] == "ok"
 
     info = kernel.manager.get_connection_info()
@@ -211,7 +211,7 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
 def test_shutdown_leaves_no_kernel_process_and_no_local_listener(
         box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
     ports = [int(info[name]) for name in PORTS]
@@ -232,7 +232,7 @@ def test_on_shutdown_delete_deletes_the_sandbox_instance(
     cloud = connect(quiet=True)
     try:
         instance = launch(cloud, "delete-me")
-        name = cloud.instances.install_kernel("delete-me", on_shutdown="delete")
+        name = install_kernel(cloud, "delete-me", on_shutdown="delete")
         kernel = kernels(name)
         assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
             "ok", f"{instance.id}\n")
@@ -254,7 +254,7 @@ def one_sentence(error: BaseException) -> str:
 
 def test_starting_a_kernel_whose_instance_is_gone_says_so(box: GPUCloud) -> None:
     instance = launch(box, "gone-soon")
-    name = box.instances.install_kernel(instance.id)
+    name = install_kernel(box, instance.id)
     box.instances.delete(instance.id)
     manager = KernelManager(kernel_name=name)
     with pytest.raises(InvalidInputError) as raised:
@@ -273,7 +273,7 @@ def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pyt
         instance = launch(cloud, "slow-start", wait=False)
         assert cloud.instances.get(instance.id).status == "pending"
         with caplog.at_level(logging.INFO):
-            kernel = kernels(cloud.instances.install_kernel("slow-start"))
+            kernel = kernels(install_kernel(cloud, "slow-start"))
         assert "is pending; waiting until it is active" in caplog.text
         assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
             "ok", f"{instance.id}\n")
@@ -289,7 +289,7 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
     instance = launch(box, "no-python")
     shim = sandbox._server.config.app.state.ssh.server(instance.id).bin / "python3"
     shim.write_text(f"#!/bin/sh\n{python3}\n")
-    manager = KernelManager(kernel_name=box.instances.install_kernel(instance.id))
+    manager = KernelManager(kernel_name=install_kernel(box, instance.id))
     with pytest.raises(KernelStartError) as raised:
         manager.start_kernel()
     assert expected in one_sentence(raised.value)
@@ -300,7 +300,7 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
 def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
         box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("import glob, os; lost = 1; print([oct(os.stat(p).st_mode & 0o777) for p "
                       "in glob.glob(os.path.expanduser('~/.local/share/jupyter/runtime/*.json'))"
                       "])") == ("ok", "['0o600']\n")  # the key's file is the user's alone
@@ -319,7 +319,7 @@ def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
 def test_a_cloud_kernel_without_a_key_in_the_server_says_so(
         box: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
     instance = launch(box, "keyless")
-    name = box.instances.install_kernel(instance.id)
+    name = install_kernel(box, instance.id)
     monkeypatch.delenv("GPUCLOUD_API_KEY")
     with pytest.raises(InvalidInputError) as raised:
         KernelManager(kernel_name=name).start_kernel()

@@ -61,6 +61,7 @@ from traitlets import CaselessStrEnum, Float, Unicode
 from gpucloud_nb.errors import (
     GPUCloudError,
     InvalidInputError,
+    KernelStartError,
     NotFoundError,
 )
 from gpucloud_nb.kernel import sync
@@ -73,17 +74,13 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote
     from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
+__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner"]
 
 #: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
 RUNTIME_DIR = ".local/share/jupyter/runtime"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 _REQUESTS = ("shell_port", "stdin_port", "control_port")
 _START_TIMEOUT = 60.0
-
-
-class KernelStartError(GPUCloudError):
-    """The kernel could not start on the instance (no python3, no ipykernel, it exited)."""
 
 
 class GPUCloudProvisioner(KernelProvisionerBase):
@@ -270,7 +267,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     async def _reach(self) -> tuple[Remote, InstanceDetails]:
         if not self.instance_id:
             raise InvalidInputError("This kernelspec names no instance; install it again with "
-                                    "cloud.instances.install_kernel(...).")
+                                    "gpucloud_nb.kernel.install_kernel(cloud, ...).")
         if self._client is None:
             self._client = await asyncio.to_thread(self._new_client)
         client = self._client
