@@ -7,7 +7,9 @@ the ``jupyter_client.kernel_provisioners`` entry point of pyproject.toml.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
 import sys
 import time
@@ -20,7 +22,7 @@ import psutil
 import pytest
 from helpers import wait_for
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager, KernelManager
 
 from gpucloud_nb import GPUCloud, KernelStartError, connect
 from gpucloud_nb.client.remote import default_public_key
@@ -166,6 +168,50 @@ def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
     assert status == "ok" and instance.gpu_model in out
 
 
+def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_waiting(
+        box: GPUCloud, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A notebook in a home-like folder: the walk runs off Jupyter's event loop and stops at
+    the file cap, environments stay here, and the files go over in one archive."""
+    folder = tmp_path / "home-like"
+    (folder / "many").mkdir(parents=True)
+    (folder / "node_modules" / "pkg").mkdir(parents=True)
+    (folder / "node_modules" / "pkg" / "index.js").write_text("x")
+    for index in range(100_000):
+        os.close(os.open(folder / "many" / f"{index:06}", os.O_CREAT | os.O_WRONLY, 0o644))
+    instance = launch(box)
+    name = install_kernel(box, instance.id)
+
+    async def start() -> list[float]:
+        loop = asyncio.get_running_loop()
+        gaps: list[float] = []
+
+        async def tick() -> None:
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0.05)
+                gaps.append(loop.time() - last)
+                last = loop.time()
+
+        manager = AsyncKernelManager(kernel_name=name)
+        ticker = asyncio.create_task(tick())
+        try:
+            await asyncio.wait_for(manager.start_kernel(cwd=str(folder)), 180)
+        finally:
+            ticker.cancel()
+            if manager.has_kernel:
+                await manager.shutdown_kernel(now=True)
+        return gaps
+
+    with caplog.at_level(logging.INFO):
+        gaps = asyncio.run(start())
+    assert max(gaps) < 1.5  # Jupyter's loop kept answering (a walk on it stalled it 3.6 s)
+    copied = box.instances.run(instance.id, "ls home-like/many | wc -l; ls home-like").stdout
+    assert copied.split() == ["5000", "many"]
+    assert "Stopped at 5000 files" in caplog.text
+    assert "Skipped 1 environment or cache folder(s), which belong to this machine: " \
+           "node_modules." in caplog.text
+
+
 def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
         box: GPUCloud, kernels: Any) -> None:
     kernel = kernels(install_kernel(box, launch(box).id))
@@ -243,6 +289,64 @@ def test_on_shutdown_delete_deletes_the_sandbox_instance(
         assert kernel_processes(instance.id) == []
     finally:
         cloud.close()
+
+
+def stop_ssh(sandbox: Sandbox, instance_id: str) -> None:
+    """Stop the instance's SSH server and drop its connections; the instance stays active, so
+    every reconnect is refused (each one costs the client its ~9 s of tries)."""
+    server = sandbox._server.config.app.state.ssh.server(instance_id)
+    loop = next(iter(server.connections))._loop
+
+    async def deaf() -> None:
+        server.acceptor.close()
+        await server.acceptor.wait_closed()
+        for connection in list(server.connections):
+            connection.abort()
+
+    asyncio.run_coroutine_threadsafe(deaf(), loop).result(10)
+
+
+def test_without_ssh_poll_answers_at_once_and_shutdown_still_deletes(
+        sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box, "deaf-box")
+    kernel = kernels(install_kernel(box, instance.id, on_shutdown="delete"))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    ports = [int(info[name]) for name in PORTS]
+
+    stop_ssh(sandbox, instance.id)
+    time.sleep(3)  # ZeroMQ knocks on every forward: reconnects are under way (and refused)
+    for _ in range(3):
+        started = time.monotonic()
+        assert kernel.manager.is_alive()  # the instance is there: taken as alive
+        # Well under one reconnect's ~9 s of tries: poll never waits for SSH.
+        assert time.monotonic() - started < 6
+
+    kernel.shutdown()  # interrupt and signals cannot be sent: shutdown goes on all the same
+
+    assert box.instances.get(instance.id).status in ("deleting", "deleted")
+    assert not any(listening(port) for port in ports)
+    assert not kernel.manager.has_kernel
+
+
+def test_an_instance_deleted_under_its_kernel_is_seen_dead_and_shuts_down_now(
+        box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box, "vanishing")
+    kernel = kernels(install_kernel(box, instance.id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    ports = [int(info[name]) for name in PORTS]
+
+    box.instances.delete(instance.id)
+    wait_for(lambda: not kernel.manager.is_alive(), 30)
+    started = time.monotonic()
+    assert not kernel.manager.is_alive()
+    assert time.monotonic() - started < 6
+
+    kernel.client.stop_channels()
+    kernel.manager.shutdown_kernel(now=True)
+    assert not any(listening(port) for port in ports)
+    assert not kernel.manager.has_kernel
 
 
 def one_sentence(error: BaseException) -> str:
