@@ -8,9 +8,13 @@ the ``jupyter_client.kernel_provisioners`` entry point of pyproject.toml.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
+import socket
+import stat
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +24,7 @@ from typing import Any
 import helpers
 import psutil
 import pytest
-from helpers import wait_for
+from helpers import as_other_user, wait_for
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import AsyncKernelManager, KernelManager
 
@@ -135,15 +139,20 @@ def kernel_processes(instance_id: str) -> list[psutil.Process]:
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
-def client_connections(ports: set[int]) -> set[tuple[int, int]]:
-    """This process's established TCP connections to ``ports``, as (local port, port)."""
-    return {(c.laddr.port, c.raddr.port) for c in psutil.Process().net_connections("tcp")
-            if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED}
+def sockets(info: dict[str, Any]) -> list[str]:
+    """The local ends of a kernel's five channels: Unix socket paths (ZeroMQ's ipc)."""
+    assert info["transport"] == "ipc"
+    return [f"{info['ip']}-{info[name]}" for name in PORTS]
 
 
-def listening(port: int) -> bool:
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-               for c in psutil.Process().net_connections("tcp"))
+def listening(path: str) -> bool:
+    """True when a connection to the Unix socket ``path`` is accepted."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
 
 
 def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
@@ -212,6 +221,42 @@ def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_wait
            "node_modules." in caplog.text
 
 
+PROBE = """
+import json, socket, sys
+info, opened = json.loads(sys.argv[1]), []
+for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+    if info["transport"] == "ipc":
+        probe, address = socket.socket(socket.AF_UNIX), f"{info['ip']}-{info[name]}"
+    else:
+        probe, address = socket.socket(), (info["ip"], int(info[name]))
+    try:
+        probe.connect(address)
+        opened.append(name)
+    except OSError:
+        pass
+print(json.dumps(opened))
+"""
+
+
+def test_another_local_user_cannot_open_the_kernels_channels(box: GPUCloud, kernels: Any) -> None:
+    """IOPub carries every cell's code and output, signed but not encrypted: the local ends
+    are Unix sockets only this user can open, not loopback TCP ports anyone can."""
+    kernel = kernels(install_kernel(box, launch(box).id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    shown = {"transport": info["transport"], "ip": info["ip"], **{n: info[n] for n in PORTS}}
+
+    command = as_other_user([sys.executable, "-I", "-c", PROBE, json.dumps(shown)])
+    probe = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+
+    assert json.loads(probe.stdout) == []
+    paths = sockets(info)
+    assert stat.S_IMODE(os.stat(Path(paths[0]).parent).st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(path).st_mode) == 0o600 for path in paths)
+    assert all(listening(path) for path in paths)  # this user's own client gets through
+    assert kernel.run("print('still here')") == ("ok", "still here\n")
+
+
 def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
         box: GPUCloud, kernels: Any) -> None:
     kernel = kernels(install_kernel(box, launch(box).id))
@@ -233,9 +278,8 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
     kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("kept = 'still here'")[0] == "ok"
 
-    info = kernel.manager.get_connection_info()
-    ports = {int(info[name]) for name in PORTS}
-    before = client_connections(ports)
+    forwards = kernel.manager.provisioner._forwards
+    before = set(forwards.writers)  # the connections accepted on the local sockets
     assert before
 
     server = sandbox._server.config.app.state.ssh.server(instance.id)
@@ -244,9 +288,9 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
     for connection in dropped:
         connection._loop.call_soon_threadsafe(connection.abort)
     wait_for(lambda: not any(c in server.connections for c in dropped), 5)
-    # The client has seen the drop once its connections to the local ports are gone (a
+    # The client has seen the drop once its connections to the local sockets are gone (a
     # request sent in that very instant is lost, as through any tunnel).
-    wait_for(lambda: not before & client_connections(ports), 5)
+    wait_for(lambda: not before & set(forwards.writers), 5)
 
     started = time.monotonic()
     assert kernel.run("print(kept)", timeout=10) == ("ok", "still here\n")
@@ -260,7 +304,7 @@ def test_shutdown_leaves_no_kernel_process_and_no_local_listener(
     kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
-    ports = [int(info[name]) for name in PORTS]
+    ports = sockets(info)
     assert len(kernel_processes(instance.id)) == 1
     assert all(listening(port) for port in ports)
 
@@ -312,7 +356,7 @@ def test_without_ssh_poll_answers_at_once_and_shutdown_still_deletes(
     kernel = kernels(install_kernel(box, instance.id, on_shutdown="delete"))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
-    ports = [int(info[name]) for name in PORTS]
+    ports = sockets(info)
 
     stop_ssh(sandbox, instance.id)
     time.sleep(3)  # ZeroMQ knocks on every forward: reconnects are under way (and refused)
@@ -335,7 +379,7 @@ def test_an_instance_deleted_under_its_kernel_is_seen_dead_and_shuts_down_now(
     kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
-    ports = [int(info[name]) for name in PORTS]
+    ports = sockets(info)
 
     box.instances.delete(instance.id)
     wait_for(lambda: not kernel.manager.is_alive(), 30)
@@ -416,6 +460,7 @@ def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
 
     assert kernel.run("print('lost' in globals())") == ("ok", "False\n")
     assert kernel.manager.get_connection_info() == before
+    assert all(listening(path) for path in sockets(before))  # listened on again at once
     after = [p.pid for p in kernel_processes(instance.id)]
     assert len(after) == 1 and after != first
 

@@ -21,15 +21,22 @@ on the client's background loop):
    ipykernel_launcher -f <file>`` starts under ``nohup``, detached, with its output in a ``.log``
    next to it, so it outlives a dropped SSH connection. The kernel binds free ports and writes
    them back into the file, where the provisioner reads them.
-5. Five loopback listeners on free local ports carry each TCP connection to the kernel's port
-   over an SSH channel (``direct-tcpip``). They belong to the provisioner, not to the SSH
-   connection: when the connection drops, the next TCP connection (ZeroMQ reconnects by itself)
-   opens a new SSH connection, so the kernel, its variables and the local ports all survive.
-   (A request sent in the very instant the connection drops is lost, as through any tunnel;
-   the next one goes through.)
+5. Five local Unix sockets carry each connection to the kernel's TCP port on the instance
+   over an SSH channel (``direct-tcpip``); Jupyter connects to them with ZeroMQ's ``ipc``
+   transport. They belong to the provisioner, not to the SSH connection: when the connection
+   drops, the next connection (ZeroMQ reconnects by itself) opens a new SSH connection, so the
+   kernel, its variables and the local sockets all survive. (A request sent in the very instant
+   the connection drops is lost, as through any tunnel; the next one goes through.)
 
 Choices (the issue leaves them open):
 
+- **Who can listen in.** ZeroMQ messages are signed, not encrypted, so a kernel's loopback TCP
+  ports let any local user read its IOPub stream (cell code and output) — as with every TCP
+  Jupyter kernel. The local end is therefore Unix sockets in a folder of their own (mode
+  0700, each socket 0600, under the temporary directory): only this user can open them. On the
+  instance the kernel listens on its loopback TCP ports, which on a rented machine only its one
+  user reaches; a *sandbox* instance is this machine, so there its kernel's ports are this
+  machine's loopback, as for a local TCP kernel.
 - **Credentials.** The kernelspec holds no secret: the sandbox's client is found with
   :func:`gpucloud_nb.connect` (``GPUCLOUD_SANDBOX_HOME`` as the server sees it), the real cloud's
   with ``GPUCLOUD_API_KEY`` / ``GPUCLOUD_BASE_URL`` from the Jupyter server's environment.
@@ -47,7 +54,8 @@ Choices (the issue leaves them open):
 - **Cleanup.** Removes the remote connection file and log (if SSH answers within 5 s), closes
   the listeners and the client; with ``on_shutdown="delete"`` it then deletes the instance over
   HTTP, whether or not SSH answers, and logs that the cloud confirms it (``deleting`` or
-  ``deleted``). A restart keeps the listeners and their local ports.
+  ``deleted``). A restart keeps the sockets' paths (jupyter_client removes the files; they are
+  listened on again at once), so the connection info stays the same.
 """
 
 from __future__ import annotations
@@ -56,8 +64,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import os
 import shlex
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -180,10 +191,9 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         self._forwards.point([ports[name] for name in PORT_NAMES])
         self._say(f"Kernel started on instance {self._label()} (pid {self._pid}, in "
                   f"~/{folder}).")
-        local = self._forwards.ports
-        info: dict[str, Any] = {"transport": "tcp", "ip": "127.0.0.1", "key": key.encode(),
-                                "signature_scheme": "hmac-sha256"}
-        info.update({name: local[i] for i, name in enumerate(PORT_NAMES)})
+        info: dict[str, Any] = {"transport": "ipc", "ip": self._forwards.stem,
+                                "key": key.encode(), "signature_scheme": "hmac-sha256"}
+        info.update({name: _Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
         self.connection_info = info  # type: ignore[assignment]
         return self.connection_info
 
@@ -256,10 +266,16 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     async def cleanup(self, restart: bool = False) -> None:
         """Remove the remote files; unless restarting, close the forwards, then keep or delete."""
         if restart:
-            if self._file and self._remote is not None:
+            if self._file and self._remote is not None and not self._gone:
                 with contextlib.suppress(Exception):
-                    await self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10)
+                    await asyncio.wait_for(
+                        self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10),
+                        _SIGNAL_SECONDS)
             self._file = ""
+            if self._forwards is not None and self._remote is not None:
+                # jupyter_client has just removed the socket files ("cleanup_ipc_files"):
+                # listen again at the same paths, so the connection info stays the same.
+                await self._on_loop(self._forwards.listen())
         else:
             await self._close(delete=self.on_shutdown == "delete")
         self._pid = None  # stopped, or given up on: jupyter_client forgets it
@@ -534,10 +550,14 @@ def _why_pip_failed(lines: list[str]) -> str:
 
 
 class _Forwards:
-    """Five local listeners whose connections go to the kernel's ports over SSH channels.
+    """Five local Unix sockets whose connections go to the kernel's ports over SSH channels.
 
-    Everything here runs on the SSH layer's loop. The listeners outlive SSH connections: each
-    accepted connection asks for the current SSH connection (reopened after a drop).
+    The sockets (``<stem>-1`` … ``<stem>-5``, ZeroMQ's ``ipc`` transport) are in a folder of
+    their own, mode 0700, and each is 0600: only this user can open them, where loopback TCP
+    ports would let any local user read the kernel's IOPub stream (ZeroMQ messages are signed,
+    not encrypted). Everything here runs on the SSH layer's loop. The listeners outlive SSH
+    connections: each accepted connection asks for the current SSH connection (reopened after
+    a drop) and opens a ``direct-tcpip`` channel to the kernel's port on the instance.
 
     IOPub is publish/subscribe: what the kernel publishes before a subscriber's connection is
     back is lost, so a cell sent right after a reconnect or a restart would never show its
@@ -553,6 +573,7 @@ class _Forwards:
         self.targets: list[int] = [0] * len(PORT_NAMES)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.writers: set[Any] = set()
+        self.folder = ""
         self._lock: asyncio.Lock | None = None
         self.down_until = 0.0  # the SSH loop's clock: no reconnect tried before then
         # The live IOPub connection that has heard from the kernel: (its token, the SSH
@@ -564,13 +585,31 @@ class _Forwards:
             self._lock = asyncio.Lock()
         return self._lock
 
+    @staticmethod
+    def number(index: int) -> int:
+        """The ``ipc`` "port" of channel ``index``: its socket is ``<stem>-<number>``."""
+        return index + 1
+
     @property
-    def ports(self) -> list[int]:
-        return [int(server.sockets[0].getsockname()[1]) for server in self.servers]
+    def stem(self) -> str:
+        """The connection info's ``ip`` for the ``ipc`` transport."""
+        return os.path.join(self.folder, "kernel")
 
     async def open(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="gpucloud-kernel-")  # 0700, this user's own
+        await self.listen()
+
+    async def listen(self) -> None:
+        """Listen at every socket path (again, after a restart removed the files)."""
+        for server in self.servers:
+            server.close()
+        self.servers = []
         for index in range(len(PORT_NAMES)):
-            server = await asyncio.start_server(self._handler(index), "127.0.0.1", 0)
+            path = f"{self.stem}-{self.number(index)}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            server = await asyncio.start_unix_server(self._handler(index), path)
+            os.chmod(path, 0o600)
             self.servers.append(server)
 
     def point(self, ports: list[int]) -> None:
@@ -657,3 +696,5 @@ class _Forwards:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
         self.servers.clear()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
