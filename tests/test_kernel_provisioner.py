@@ -445,6 +445,18 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
     assert kernel_processes(instance.id) == []
 
 
+def test_a_folder_that_cannot_be_copied_is_one_sentence(box: GPUCloud,
+                                                      notebook_folder: Path) -> None:
+    instance = launch(box, "no-room")
+    box.instances.run(instance.id, "touch my-project")  # a file where the folder should go
+    manager = KernelManager(kernel_name=install_kernel(box, instance.id))
+    with pytest.raises(KernelStartError) as raised:
+        manager.start_kernel(cwd=str(notebook_folder))
+    assert one_sentence(raised.value).startswith(
+        "Could not copy the notebook's folder to the instance: ")
+    assert kernel_processes(instance.id) == []
+
+
 def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
         box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)

@@ -121,6 +121,8 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     on_shutdown = CaselessStrEnum(["keep", "delete"], default_value="keep",
                                   help="What happens to the instance when the kernel shuts "
                                        "down.").tag(config=True)
+    account = Unicode("", help="The account that installed the kernelspec (a digest, never "
+                               "the key).").tag(config=True)
     wait_seconds = Float(600.0, help="How long to wait for a pending instance.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:

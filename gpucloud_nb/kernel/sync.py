@@ -340,8 +340,10 @@ async def _stream(connection: Any, send: list[tuple[str, Path, int, int]], desti
                 queue.get_nowait()
             await asyncio.sleep(0.01)
         process.close()
-        if isinstance(error, OSError):
-            raise KernelStartError(f"Could not copy the notebook's folder: {error}.") from None
+        if isinstance(error, Exception):  # a file that vanished, a channel that closed
+            why = str(error).rstrip(".") or type(error).__name__
+            raise KernelStartError(f"Could not copy the notebook's folder to the instance: "
+                                   f"{why}.") from None
         raise
     if process.exit_status != 0:
         errors = bytes(await process.stderr.read() or b"").decode(errors="replace").strip()
