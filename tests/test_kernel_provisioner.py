@@ -212,7 +212,10 @@ def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_wait
         return gaps
 
     with caplog.at_level(logging.INFO):
+        started = time.monotonic()
         gaps = asyncio.run(start())
+    print(f"100k files: start and shutdown in {time.monotonic() - started:.1f} s, Jupyter's "
+          f"loop never stalled more than {max(gaps):.2f} s")
     assert max(gaps) < 1.5  # Jupyter's loop kept answering (a walk on it stalled it 3.6 s)
     copied = box.instances.run(instance.id, "ls home-like/many | wc -l; ls home-like").stdout
     assert copied.split() == ["5000", "many"]
@@ -360,13 +363,18 @@ def test_without_ssh_poll_answers_at_once_and_shutdown_still_deletes(
 
     stop_ssh(sandbox, instance.id)
     time.sleep(3)  # ZeroMQ knocks on every forward: reconnects are under way (and refused)
+    polls = []
     for _ in range(3):
         started = time.monotonic()
         assert kernel.manager.is_alive()  # the instance is there: taken as alive
-        # Well under one reconnect's ~9 s of tries: poll never waits for SSH.
-        assert time.monotonic() - started < 6
+        polls.append(time.monotonic() - started)
+    # Well under one reconnect's ~9 s of tries: poll never waits for SSH.
+    assert max(polls) < 6
 
+    started = time.monotonic()
     kernel.shutdown()  # interrupt and signals cannot be sent: shutdown goes on all the same
+    print(f"SSH down: is_alive() took at most {max(polls):.2f} s, shutdown "
+          f"{time.monotonic() - started:.1f} s")
 
     assert box.instances.get(instance.id).status in ("deleting", "deleted")
     assert not any(listening(port) for port in ports)
