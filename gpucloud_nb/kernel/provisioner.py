@@ -598,7 +598,11 @@ class _Forwards:
         return os.path.join(self.folder, "kernel")
 
     async def open(self) -> None:
-        self.folder = tempfile.mkdtemp(prefix="gpucloud-kernel-")  # 0700, this user's own
+        # 0700, this user's own; in /tmp when TMPDIR is too long for a socket path (~100 bytes)
+        parent = tempfile.gettempdir()
+        if len(parent) > 60 and os.path.isdir("/tmp"):
+            parent = "/tmp"
+        self.folder = tempfile.mkdtemp(prefix="gpucloud-kernel-", dir=parent)
         await self.listen()
 
     async def listen(self) -> None:
