@@ -428,6 +428,22 @@ def test_a_class_budget_refuses_a_cluster_and_a_scale_up_it_cannot_pay_before_an
     assert not live_ids(class_box)
 
 
+def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
+        class_box: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    """Under adapt the cloud refuses the creates the class budget cannot pay: those workers
+    are dropped and named once, with no traceback."""
+    with class_box.cluster(1, name="eager") as cluster:
+        cluster.adapt(minimum=4, maximum=4, interval="300ms")
+        wait_for(lambda: cluster.notices, timeout=60)
+        assert len(live_ids(class_box)) == 2
+        notice = cluster.notices[0]
+        assert notice.startswith("Cluster 'eager' has 2 workers, not the 4 asked for: "), notice
+        assert "class budget" in notice and "\n" not in notice
+        wait_for(lambda: workers_of(cluster) == 2, timeout=60)
+    assert not [r for r in caplog.records if r.exc_info]
+    assert not live_ids(class_box)
+
+
 @pytest.mark.parametrize("budget", [0, -5, float("nan"), float("inf"), "10", True])
 def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud,
                                                                    budget: Any) -> None:

@@ -34,7 +34,8 @@ Choices where nothing says otherwise:
   part-way, the instances already created are deleted and the refusal is raised.
 - **The cost cap under ``adapt``.** Dask calls ``scale`` on its event loop, where nothing may
   wait for the cloud, so there each worker's create is checked alone, against the cap and the
-  creates under way (see :mod:`gpucloud_nb.client.costcap`): those the cap refuses are dropped,
+  creates under way (see :mod:`gpucloud_nb.client.costcap`), and a class budget by the cloud.
+  Workers that could not start (refused, or failed) are dropped and their instances deleted,
   named once in ``cluster.notices`` ("has 2 workers, not the 6 asked for: …"), and adapt's next
   scale-up waits 30 s. A ``scale`` from the notebook checks all the workers it adds at once.
 - **Lost instances.** Every 2 s the cluster lists the instances; one of its own that is
@@ -330,10 +331,10 @@ class GPUCloudCluster(SpecCluster):
         asked = len(self.worker_spec)
         try:
             await super()._correct_state_internal()
-        except InvalidInputError as refused:  # a create refused before it was sent (the cap)
+        except GPUCloudError as refused:  # the cap, the cloud (a class budget), SSH...
             self._refused_until = time.monotonic() + _REFUSED_PAUSE
             for name, node in list(self.workers.items()):
-                if node.status == Status.created:  # never started: nothing of it runs
+                if node.status == Status.created:  # did not start: its instance goes
                     self.workers.pop(name)
                     self.worker_spec.pop(name, None)
                     self._futures.add(asyncio.ensure_future(node.close()))
