@@ -212,6 +212,7 @@ class GPUCloudCluster(SpecCluster):
         self._warned = False
         self._unconfirmed: list[str] = []
         self._refused_until = 0.0
+        self._started = False  # until then a worker that cannot start fails the cluster
         try:
             ids = self._launch(n, timeout)
             workers = {i: {"cls": WorkerNode, "options": {
@@ -224,6 +225,7 @@ class GPUCloudCluster(SpecCluster):
                 worker={"cls": WorkerNode, "options": {"plan": self.rental}},
                 security=self.rental.security, name=name)
             self.wait_for_workers(n, timeout=60)
+            self._started = True
         except BaseException as error:
             self._abandon()
             cause = error.__cause__ if isinstance(error, RuntimeError) else None
@@ -332,6 +334,8 @@ class GPUCloudCluster(SpecCluster):
         try:
             await super()._correct_state_internal()
         except GPUCloudError as refused:  # the cap, the cloud (a class budget), SSH...
+            if not self._started:
+                raise
             self._refused_until = time.monotonic() + _REFUSED_PAUSE
             for name, node in list(self.workers.items()):
                 if node.status == Status.created:  # did not start: its instance goes
