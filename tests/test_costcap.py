@@ -225,3 +225,21 @@ def test_a_create_this_client_deleted_reserves_nothing_more() -> None:
         holds.answered(ticket, f"i{ticket}")
         holds.forget(f"i{ticket}")  # deleted before any listing showed it
     assert holds.reserve(holds.open(), 1.0, [], offer) is None
+
+
+def test_a_create_of_unknown_outcome_stays_reserved_for_two_minutes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from gpucloud_nb.client import costcap
+
+    clock = [1000.0]
+    monkeypatch.setattr(costcap, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    holds, offer = Reservations(), InstanceOffer(instance_id="l4", hourly_price=0.45)
+    for _ in range(2):
+        ticket = holds.open()
+        assert holds.reserve(ticket, 1.0, [], offer) is None
+        holds.unsure(ticket)  # the answer was lost: it may be billing, unlisted so far
+    assert "to $1.35/h" in (holds.reserve(holds.open(), 1.0, [], offer) or "")
+    clock[0] += costcap.UNCONFIRMED_SECONDS + 1
+    assert holds.reserve(holds.open(), 1.0, [], offer) is None
