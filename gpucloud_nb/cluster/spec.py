@@ -21,8 +21,9 @@ Choices where nothing says otherwise:
   Dask keeps in each worker anyway (``/health``, ``/metrics``) listens on its loopback only.
   The client reaches the dashboard through an SSH forward that listens on ``127.0.0.1`` of the
   notebook's machine, without TLS or a token (Dask's dashboard has neither, and a browser
-  cannot open a Unix socket): any user of that machine can read the dashboard, though not
-  connect to the scheduler, which wants the cluster's certificate.
+  cannot open a Unix socket). On Linux the forward serves only this user's processes (see
+  :mod:`gpucloud_nb.client.local_peer`); elsewhere any user of that machine can read the
+  dashboard, though not connect to the scheduler, which wants the cluster's certificate.
 - **Python.** Dask runs under ``python3`` on an instance (``distributed`` of the client's version
   is installed with ``pip install --user`` where it is missing). A sandbox instance is this
   machine, so there the processes run this kernel's own interpreter, which has the client's Dask.
