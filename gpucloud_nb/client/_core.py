@@ -31,6 +31,7 @@ from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.errors import (
@@ -116,7 +117,8 @@ class Core(Generic[D]):
 
     def kernel_idle(self) -> KernelIdleDelete:
         """Idle deletes for the real cloud: the limits file, and this kernel's watcher."""
-        return KernelIdleDelete(str(self.driver.http.base_url), self.read_now,
+        base_url = str(self.driver.http.base_url)
+        return KernelIdleDelete(base_url, account(base_url, self.key.reveal()), self.read_now,
                                 self.delete_unconfirmed, self.ssh)
 
     def read_now(self, instance_id: str) -> InstanceDetails:

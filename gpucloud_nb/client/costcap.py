@@ -163,24 +163,31 @@ class Reservations:
                 self._holds[ticket] = _Hold(count * (hourly_price(offer.hourly_price) or 0.0))
             return problem
 
-    def answered(self, ticket: int, instance_id: str) -> None:
-        """The create under ``ticket`` made instance ``instance_id``: held until listed."""
+    def answered(self, ticket: int | None, instance_id: str) -> None:
+        """The create under ``ticket`` made instance ``instance_id``: held until listed.
+        ``None`` (a client without a cap reserves nothing) does nothing, here and below."""
+        if ticket is None:
+            return
         with self._lock:
             hold = self._holds.get(ticket)
             if hold is not None:
                 hold.instance_id, hold.answered = instance_id, next(self._clock)
                 hold.since = time.monotonic()
 
-    def unsure(self, ticket: int) -> None:
+    def unsure(self, ticket: int | None) -> None:
         """The create under ``ticket`` may have made an instance: held for a while."""
+        if ticket is None:
+            return
         with self._lock:
             hold = self._holds.get(ticket)
             if hold is not None:
                 hold.answered, hold.since = next(self._clock), time.monotonic()
                 hold.instance_id = ""  # never shown by a listing: it waits out its time
 
-    def release(self, ticket: int) -> None:
+    def release(self, ticket: int | None) -> None:
         """Nothing was made under ``ticket`` (or it never reserved): give it back."""
+        if ticket is None:
+            return
         with self._lock:
             self._listing.discard(ticket)
             self._holds.pop(ticket, None)

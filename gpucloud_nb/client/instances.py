@@ -43,8 +43,6 @@ from gpucloud_nb.client import changes, multinode
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
-from gpucloud_nb.client.autodelete import seconds
-from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
@@ -56,6 +54,7 @@ from gpucloud_nb.client.remote import (
 from gpucloud_nb.errors import (
     APIError,
     BadRequestError,
+    GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -159,15 +158,15 @@ class InstanceOps(Generic[D]):
         return [], ticket
 
     def create(self, request: CreateInstance) -> Op[Instance]:
-        """Check, send and remember one create; the client-only options act here."""
+        """Check, send and remember one create; the client-only options act here.
+
+        Everything that can refuse it runs before the POST: the options, the rules and the cap
+        (:func:`~gpucloud_nb.client.create.launch_problems`), and whether this client can keep
+        the budget and the idle limit asked for.
+        """
         if not isinstance(request, CreateInstance):
             raise InvalidInputError(
                 f"create_from takes a CreateInstance, not {type(request).__name__}.")
-        delay = None if request.delete_after is None else seconds(request.delete_after)
-        budget = None if request.budget is None else budget_dollars(request.budget)
-        if budget is not None and self.core.budgets is None:
-            raise InvalidInputError("This client cannot keep a budget.")
-        idle = request.delete_when_idle
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
@@ -177,27 +176,36 @@ class InstanceOps(Generic[D]):
             raise InvalidInputError(problems[0])
         holds = self.core.reservations
         try:
+            if request.budget is not None and self.core.budgets is None:
+                raise InvalidInputError("This client cannot keep a budget.")
+            if request.delete_when_idle is not None:
+                try:
+                    self.core.idle_delete.check()
+                except GPUCloudError as error:
+                    raise GPUCloudError(f"{error.message.rstrip('.')}, so delete_when_idle cannot "
+                                        "be kept; nothing was launched.") from None
+        except BaseException:
+            holds.release(ticket)
+            raise
+        try:
             data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
                                                     "instance", "launched")
             instance = Instance.from_json(data)
         except APIError:  # the cloud answered with a refusal: nothing was made
-            if ticket is not None:
-                holds.release(ticket)
+            holds.release(ticket)
             raise
         except BaseException:  # lost, cancelled or unreadable: something may have been made
-            if ticket is not None:
-                holds.unsure(ticket)
+            holds.unsure(ticket)
             raise
-        if ticket is not None:
-            holds.answered(ticket, instance.id)
+        holds.answered(ticket, instance.id)
         self.core.created_instance_ids.append(instance.id)
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
-        if delay is not None:
-            self.core.auto_delete.schedule(instance.id, delay)
-        if budget is not None and self.core.budgets is not None:
-            self.core.budgets().set(instance.id, budget)
-        if idle is not None:
-            self.core.idle_delete.watch(instance.id, timedelta(seconds=idle))
+        if request.delete_after is not None:
+            self.core.auto_delete.schedule(instance.id, request.delete_after)
+        if request.budget is not None and self.core.budgets is not None:
+            self.core.budgets().set(instance.id, request.budget)
+        if request.delete_when_idle is not None:
+            self.core.idle_delete.watch_created(instance.id, float(request.delete_when_idle))
         return instance
 
     def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
@@ -392,7 +400,7 @@ class Instances:
         cloud it runs in this Python process, and a killed kernel cannot delete. ``budget``
         (dollars) deletes it once it has cost that much, with a warning at 80 % (see
         ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
-        ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
+        ``delete_when_idle`` (seconds or a ``timedelta``) deletes it once idle that long (see
         :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
         JupyterLab extension while JupyterLab runs, else this kernel). A launch
         :meth:`check_create` finds a reason against raises

@@ -216,7 +216,7 @@ class _CloudBase(abc.ABC):
 
     @property
     def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
-        """This client's idle deletes: ``watch(id, minutes)``, ``keep(id)``, ``cancel(id)``,
+        """This client's idle deletes: ``watch(id, seconds)``, ``keep(id)``, ``cancel(id)``,
         ``states()``; ``where`` says who watches (the sandbox service; on the real cloud the
         JupyterLab extension while JupyterLab runs, else this kernel: see
         :mod:`gpucloud_nb.client.idle`)."""

@@ -21,8 +21,10 @@ that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``g
 ``deleteAt``, ``warning``) and ``deleteProblem`` (one sentence, or ``None``); the snapshot's
 ``deleteProblems`` lists those sentences for the status bar. ``keep(id)`` starts an idle clock
 again (``POST /gpucloud/instances/ID/keep``). On the real cloud each list also rewrites the
-idle heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`, with the interval to the next
-list), so that kernels leave the idle deletes to this server while it runs.
+idle heartbeat (:meth:`gpucloud_nb.lab.idle.CloudIdle.beat`, with the interval to the next
+list and the instances it watches), so that kernels of the same account leave those idle
+deletes to this server while it runs. The Keep button's file write runs in the poller's thread,
+never on the event loop.
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
@@ -45,7 +47,7 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.idle import IdleState, lab_heartbeat
+from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
@@ -185,16 +187,16 @@ class Poller:
     async def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the Keep button)."""
         cloud = await self._client()
-        if cloud.is_sandbox:
-            await asyncio.get_running_loop().run_in_executor(
-                self._thread, cloud.idle_delete.keep, instance_id)
-        else:
-            self._cloud_idle(cloud).keep(instance_id)
+        keep = cloud.idle_delete.keep if cloud.is_sandbox else self._cloud_idle(cloud).keep
+        await asyncio.get_running_loop().run_in_executor(self._thread, keep, instance_id)
         self.nudge()
 
     def _cloud_idle(self, cloud: AsyncGPUCloud) -> CloudIdle:
         if self._idle is None:
-            self._idle = CloudIdle(cloud.base_url)
+            watcher = cloud.idle_delete
+            if not isinstance(watcher, KernelIdleDelete):
+                raise TypeError("The real cloud's idle clocks need its limits file.")
+            self._idle = CloudIdle(watcher.file)
         return self._idle
 
     def scrub(self, text: str) -> str:
@@ -242,7 +244,7 @@ class Poller:
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
                                          self._idle_states)
             if not cloud.is_sandbox:  # kernels' idle watchers stand aside while this is fresh
-                lab_heartbeat(cloud.base_url, self.interval())
+                self._cloud_idle(cloud).beat(instances, self.interval())
             # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
             # time, so a slow instance never delays the next list; it updates the snapshot.
             if self._ssh_work is None or self._ssh_work.done():
@@ -297,7 +299,7 @@ class Poller:
                 await loop.run_in_executor(self._thread, cloud.idle_delete.keep, instance_id)
             return states
         idle = self._cloud_idle(cloud)
-        for instance_id in idle.step(active, self._gpu, busy):
+        for instance_id in idle.step(instances, self._gpu, busy):
             self._confirm.expect(instance_id, time.time(), "idle limit")
             try:
                 await self.delete(instance_id)
