@@ -2,7 +2,8 @@
 
 ``instances`` and ``volumes`` of a :class:`~gpucloud_nb.client.management.GPUCloud` hold one
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
-no-double-create rule (:meth:`Core.create_once`) and the offers cache are written here once.
+no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
+of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
 
     >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60)  # doctest: +SKIP
     >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
@@ -28,6 +29,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
@@ -86,6 +88,8 @@ class Core(Generic[D]):
         self.key = key
         self.policy = policy
         self.max_hourly_cost = max_hourly_cost
+        #: The $/h of this client's creates under way, reserved against ``max_hourly_cost``.
+        self.reservations = Reservations()
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()

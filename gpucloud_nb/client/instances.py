@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
+from gpucloud_nb import rules
 from gpucloud_nb.client import changes, multinode
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
@@ -129,12 +130,32 @@ class InstanceOps(Generic[D]):
 
     def problems(self, request: CreateInstance) -> Op[builtins.list[str]]:
         """Why this create would be refused (rules, then the cost cap): ``[]`` when it may go."""
+        problems, _ = yield from self.checked(request, keep=False)
+        return problems
+
+    def checked(self, request: CreateInstance, *,
+                keep: bool) -> Op[tuple[builtins.list[str], int | None]]:
+        """:meth:`problems`, the cap counting this client's creates under way; with ``keep``
+        and no problem, the ticket under which the create's $/h stays reserved (see
+        :class:`~gpucloud_nb.client.costcap.Reservations`), ``None`` without a cap."""
         offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
-        running: builtins.list[Instance] = []
-        if self.core.max_hourly_cost is not None:
+        cap = self.core.max_hourly_cost
+        problems = creating.launch_problems(request, offers, cap=None, running=())
+        if problems or cap is None:
+            return problems, None
+        holds = self.core.reservations
+        ticket = holds.open()  # before the listing, which may miss creates answered after
+        try:
             running = yield from self.list(None)
-        return creating.launch_problems(request, offers, cap=self.core.max_hourly_cost,
-                                        running=running)
+            offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
+            problem = holds.reserve(ticket, cap, running, offer, keep=keep)
+        except BaseException:
+            holds.release(ticket)
+            raise
+        if problem or not keep:
+            holds.release(ticket)
+            return ([problem] if problem else []), None
+        return [], ticket
 
     def create(self, request: CreateInstance) -> Op[Instance]:
         """Check, send and remember one create; the client-only options act here.
@@ -150,20 +171,33 @@ class InstanceOps(Generic[D]):
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
                 request, ssh_key=default_public_key(identity=self.core.ssh_identity))
-        problems = yield from self.problems(request)
+        problems, ticket = yield from self.checked(request, keep=True)
         if problems:
             raise InvalidInputError(problems[0])
-        if request.budget is not None and self.core.budgets is None:
-            raise InvalidInputError("This client cannot keep a budget.")
-        if request.delete_when_idle is not None:
-            try:
-                self.core.idle_delete.check()
-            except GPUCloudError as error:
-                raise GPUCloudError(f"{error.message.rstrip('.')}, so delete_when_idle cannot be "
-                                    "kept; nothing was launched.") from None
-        data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
-                                                "instance", "launched")
-        instance = Instance.from_json(data)
+        holds = self.core.reservations
+        try:
+            if request.budget is not None and self.core.budgets is None:
+                raise InvalidInputError("This client cannot keep a budget.")
+            if request.delete_when_idle is not None:
+                try:
+                    self.core.idle_delete.check()
+                except GPUCloudError as error:
+                    raise GPUCloudError(f"{error.message.rstrip('.')}, so delete_when_idle cannot "
+                                        "be kept; nothing was launched.") from None
+        except BaseException:
+            holds.release(ticket)
+            raise
+        try:
+            data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+                                                    "instance", "launched")
+            instance = Instance.from_json(data)
+        except APIError:  # the cloud answered with a refusal: nothing was made
+            holds.release(ticket)
+            raise
+        except BaseException:  # lost, cancelled or unreadable: something may have been made
+            holds.unsure(ticket)
+            raise
+        holds.answered(ticket, instance.id)
         self.core.created_instance_ids.append(instance.id)
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if request.delete_after is not None:
@@ -232,6 +266,7 @@ class InstanceOps(Generic[D]):
         yield from self.core.send(
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
+        self.core.reservations.forget(id)
         self.core.auto_delete.cancel(id)
         self.core.idle_delete.forget(id)
         if self.core.remote is not None:
