@@ -156,7 +156,8 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
               .dataset.status === 'active'""", timeout=20_000)
     assert "active" in row.locator(".gpucloud-Row-status").inner_text()
     # The command that works as printed: the bare address plus the key and known_hosts to use.
-    bare = observer.instances.get(instance.id).ssh_command
+    active = observer.instances.get(instance.id)
+    bare = f"ssh -p {active.ssh_port} {active.ssh_user}@{active.ip}"
     page.wait_for_function(
         f"""(document.querySelector('[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-ssh')
               ?.title || '').includes('HostKeyAlias=')""", timeout=20_000)
