@@ -31,7 +31,7 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
         %gpucloud instances --type container
 
 ``%gpucloud instance INSTANCE``
-    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...).
+    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ip``, ``.ssh_port``...).
     INSTANCE, here and below, is an instance's ``_id`` or its name (unique among the instances
     not deleted; see :mod:`gpucloud_nb.client.instances`)::
 

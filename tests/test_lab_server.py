@@ -536,6 +536,36 @@ def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_co
     assert all(b - a >= 1.0 - 0.2 for a, b in itertools.pairwise(lists))
 
 
+
+@pytest.mark.slow  # about 15 s
+def test_a_delete_from_a_notebook_leaves_the_sidebar_when_it_is_done_not_a_poll_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #35: the stamp shows the delete at once ("deleting"), and the poller then follows it
+    until it is done, instead of showing "deleting" and its $/h until the next busy poll (here
+    30 s, so a lag cannot pass for the follow)."""
+    home = tmp_path / "server"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # the same user: the same stamps
+    box = Sandbox(api_key=API_KEY, launch_seconds=0.5, delete_seconds=3).start()  # seen deleting
+    try:
+        with jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
+                httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
+                GPUCloud(api_key=API_KEY, base_url=box.management_url) as notebook:
+            api.put("/gpucloud/settings", json={"busyInterval": 30, "idleInterval": 30})
+            instance = launch(notebook, "deleted-from-a-notebook")
+            notebook.instances.wait_until_active(instance.id, timeout=30)
+            wait_for(api, lambda s: row_of(s, instance.id) is not None)
+            notebook.instances.delete(instance.id)
+            deleted = time.monotonic()
+            wait_for(api, lambda s: (row_of(s, instance.id) or {}).get("status") != "active", 5)
+            while row_of(api.get("/gpucloud/instances").json(), instance.id) is not None:
+                assert time.monotonic() - deleted < 15, "the sidebar waited for its next poll"
+                time.sleep(0.1)
+            print(f"a notebook's delete left the sidebar in {time.monotonic() - deleted:.1f} s")
+    finally:
+        box.stop()
+
+
 def test_notebook_on_this_instance_installs_its_kernelspec(api: httpx.Client,
                                                            cloud: GPUCloud) -> None:
     instance_id = launch(cloud, "lab kernel box").id

@@ -18,8 +18,10 @@ before anything is sent.
     >>> instance = cloud.instances.create(name="train-1", cloud_provider="p1",  # doctest: +SKIP
     ...                                   instance_id="h100-1x", region="us-east-1",
     ...                                   vm={"os": "ubuntu-22.04"})
-    >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
-    'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.wait_until_active(instance.id).ip  # doctest: +SKIP
+    '127.0.0.1'
+    >>> cloud.instances.ssh_command(instance.id)  # the ssh command that works as printed  # doctest: +SKIP
+    'ssh -o UserKnownHostsFile=... -o HostKeyAlias=... -p 40122 ubuntu@127.0.0.1'
     >>> cloud.instances.delete("train-1")  # a unique name works where an id does  # doctest: +SKIP
 """
 

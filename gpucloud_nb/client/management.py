@@ -5,8 +5,10 @@
     >>> instance = cloud.instances.create(  # doctest: +SKIP
     ...     name="train-1", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
     ...     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
-    'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.wait_until_active(instance.id).ip  # doctest: +SKIP
+    '127.0.0.1'
+    >>> cloud.instances.ssh_command(instance.id)  # the ssh command that works as printed  # doctest: +SKIP
+    'ssh -o UserKnownHostsFile=... -o HostKeyAlias=... -p 40122 ubuntu@127.0.0.1'
 
 Choices where the spec says "not shown", documented here once:
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,8 @@ def install(details: Any, *, cloud_kind: str, account: str, display_name: str | 
     }
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "kernel.json").write_text(json.dumps(spec, indent=1))
+        for logo in ("logo-svg.svg", "logo-64x64.png"):  # the Launcher's tile: a GPU chip
+            shutil.copy(Path(__file__).with_name(logo), folder)
         _manager().install_kernel_spec(folder, kernel_name=name, user=True)
     return name
 

@@ -7,7 +7,10 @@ sent) brings the next list forward, but never closer than ``fast`` seconds to th
 A create or delete made by this package anywhere on this machine touches the cloud's change
 stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and lists
 at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
-shows within a second or two and costs no request beyond the one that shows it.
+shows within a second or two and costs no request beyond the one that shows it. A delete seen
+that way (or sent from the sidebar) is then followed until it is done: while an instance is
+``deleting`` the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``),
+so the sidebar stops showing it and its $/h when the notebook does, at a few extra lists.
 
 The cloud is reached through the async client with short timeouts (``TIMEOUT`` seconds per
 request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
@@ -97,6 +100,7 @@ class Poller:
         self._first = asyncio.Event()
         self._wake = asyncio.Event()
         self._nudged = False
+        self._chase: int | None = None  # lists since a change, while following a delete
         self._last = float("-inf")
         self._task: asyncio.Task[None] | None = None
 
@@ -112,9 +116,11 @@ class Poller:
 
     def interval(self) -> float:
         """Seconds between two list requests, as things stand."""
+        instances = (self._snapshot or {}).get("instances", [])
+        if self._chase is not None and any(i["status"] == "deleting" for i in instances):
+            return min(self.fast, MIN_INTERVAL * 2 ** self._chase)
         if self._nudged:
             return self.fast
-        instances = (self._snapshot or {}).get("instances", [])
         return self.fast if any(i["status"] in BUSY for i in instances) else self.slow
 
     def nudge(self) -> None:
@@ -172,6 +178,7 @@ class Poller:
             for row in self._snapshot["instances"]:
                 if row["id"] == instance_id and row["status"] != "deleted":
                     row["status"] = "deleting"
+        self._chase = 0
         self.nudge()
 
     async def install_kernel(self, instance_id: str) -> dict[str, str]:
@@ -234,7 +241,12 @@ class Poller:
         self._last = time.monotonic()
         try:
             cloud = await self._client()
-            self._stamp = changes.stamp(cloud.base_url)
+            stamp = changes.stamp(cloud.base_url)
+            if self.list_requests and stamp != self._stamp:  # changed here: follow it
+                self._chase = 0
+            elif self._chase is not None:
+                self._chase = min(self._chase + 1, 8)
+            self._stamp = stamp
             self.list_requests += 1
             instances = await cloud.instances.list()
             deadlines = await asyncio.get_running_loop().run_in_executor(
