@@ -18,7 +18,7 @@ from helpers import launch_active
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import KernelIdleDelete
-from gpucloud_nb.client.idle_file import IdleLimits, account
+from gpucloud_nb.client.idle_file import LOCK_WAIT, IdleLimits, account
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids
 from gpucloud_nb.lab.poller import Poller
@@ -238,7 +238,7 @@ def test_the_keep_button_never_blocks_the_event_loop(sandbox: Sandbox) -> None:
                 await poller.keep(instance)
         finally:
             ticker.cancel()
-        assert gaps and max(gaps) < 1.0  # the loop went on serving while the Keep waited
+        assert gaps and max(gaps) < LOCK_WAIT / 2  # the loop went on serving while the Keep waited
         os.close(held)  # the writer is done: Keep works
         await poller.keep(instance)
         assert row(await poller.snapshot(), instance)["status"] == "active"

@@ -24,7 +24,10 @@ Choices where the issue is silent:
   removed, as is never read; a folder of another user's is refused with one sentence. Nobody else
   can then open the lock file, so nobody else can hold its ``flock``.
 - **Never stuck.** A change takes an exclusive ``flock`` on ``<file>.lock``, waiting at most
-  ``LOCK_WAIT`` seconds (2) and then failing with one sentence; ``wait=0`` never waits.
+  ``LOCK_WAIT`` seconds (10) and then failing with one sentence; ``wait=0`` never waits. Only
+  this user's processes can hold the lock (the file is private), each for a few milliseconds,
+  so the wait is generous: two kernels writing at once on a loaded machine (load 10 on 2
+  cores) waited past 2 s. No wait happens on an event loop or after a create (``wait=0``).
 - **One bad entry is one entry.** The file is split into its top-level entries without parsing
   their values, and each entry is read alone: one that is not ``{"seconds": positive finite,
   "keptAt": finite}`` (a huge integer, deep nesting, text) is skipped and logged once; the
@@ -58,7 +61,7 @@ __all__ = ["LOCK_WAIT", "STALE_POLLS", "IdleLimits", "LockedError", "account", "
 
 log = logging.getLogger("gpucloud_nb.idle")
 STALE_POLLS = 3.0
-LOCK_WAIT = 2.0
+LOCK_WAIT = 10.0
 _THREADS = threading.Lock()  # the limits files' writers of this process, one at a time
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _POSIX = os.name == "posix"
