@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
                          help="how many lines `logs` shows (default: %(default)s)")
     sandbox.set_defaults(handler=_run_sandbox)
+    from gpucloud_nb.gateway.cli import add_parser
+
+    add_parser(commands)
     return parser
 
 
