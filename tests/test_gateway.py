@@ -271,3 +271,22 @@ def test_bodies_are_bounded(gateway_factory: Callable[..., Gateway]) -> None:
         assert answer.status_code == 413 and set(answer.json()) == SPEC_FIELDS
         answer = ada.post("/gpu-cloud/instances", content=b"[1]")
         assert answer.status_code == 400 and set(answer.json()) == SPEC_FIELDS
+
+
+def test_a_create_whose_answer_is_lost_is_adopted_once(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    from gpucloud_nb.sandbox.faults import Faults
+
+    dropping = sandbox_factory(api_key=UPSTREAM_KEY, faults=Faults(drop_create_every=1))
+    config = GatewayConfig(people=tuple(parse_keys(f"{ADA} 100 Ada\n")), poll=0.2,
+                           upstream_url=dropping.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada, direct(dropping) as real, \
+            GPUCloud(api_key=UPSTREAM_KEY, base_url=dropping.management_url) as real_cloud:
+        answer = ada.post("/gpu-cloud/instances", json=create_body(vm_offer(real_cloud), "lost"))
+        assert answer.status_code == 502 and "may have happened" in answer.json()["message"]
+        made = [item["_id"] for item in real.get("/gpu-cloud/instances").json()]
+        assert len(made) == 1
+        wait_for(lambda: [i["_id"] for i in ada.get("/gpu-cloud/instances").json()] == made,
+                 timeout=30)
+        assert ada.get("/gateway/me").json()["spend"] > 0
+        assert [i["_id"] for i in real.get("/gpu-cloud/instances").json()] == made
