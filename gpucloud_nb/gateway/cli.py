@@ -39,10 +39,18 @@ def _hours(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 65535")
+    return value
+
+
 def add_parser(commands: Any) -> None:
     """Add ``gateway`` to the ``gpucloud-nb`` subcommands ``commands``."""
-    from gpucloud_nb.sandbox.cli import _port
-
     gateway = commands.add_parser(
         "gateway", help="serve a class gateway in front of a cloud (keys, budgets, teacher view)",
         description="Serve the cloud's interface to each person's key in front of an upstream "
