@@ -7,7 +7,8 @@ what they ask with the upstream's key (:mod:`~gpucloud_nb.gateway.upstream`,
 :mod:`~gpucloud_nb.gateway.cloud_routes`), shows each key only what it created, holds budgets at
 launch (:mod:`~gpucloud_nb.gateway.money`), meters and enforces them from the upstream's records
 (:mod:`~gpucloud_nb.gateway.meter`), keeps its state in SQLite
-(:mod:`~gpucloud_nb.gateway.store`) and gives the teacher a view
+(:mod:`~gpucloud_nb.gateway.store`), keeps ``delete_after`` timers
+(:mod:`~gpucloud_nb.gateway.timers`) and gives the teacher a view
 (:mod:`~gpucloud_nb.gateway.gateway_routes`). Importing this package loads no web framework.
 """
 

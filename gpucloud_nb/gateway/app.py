@@ -26,6 +26,7 @@ from gpucloud_nb.gateway.gateway_routes import gateway_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
 from gpucloud_nb.gateway.store import STATE_FILE, Store
+from gpucloud_nb.gateway.timers import timer_routes
 from gpucloud_nb.gateway.upstream import Upstream
 from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
 from gpucloud_nb.sandbox.http import MAX_BODY_BYTES, spec_error
@@ -68,7 +69,7 @@ def create_app(config: GatewayConfig) -> Any:
                 await task
             await upstream.aclose()
 
-    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate),
+    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False

@@ -8,6 +8,8 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **meters**: copies each owned instance's ``hourlyPrice``, ``createdAt``, ``status`` and
   ``deletedAt`` into the store; an instance deleted (or in ``error``) is final and never read
   again, so each is counted once. One missing from the list is read by id; a 404 is final too.
+- **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
+  ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
 - **deletes at 100 %**: a person whose spend reaches their budget has every instance deleted
   (audit reason ``budget spent``);
 - **confirms deletes**: a delete the gateway asked for is sent again each tick until the
@@ -76,7 +78,7 @@ class Meter:
             await asyncio.sleep(self.poll)
 
     async def tick(self) -> None:
-        """One pass: meter, reconcile, delete at 100 %, confirm deletes."""
+        """One pass: meter, reconcile, fire timers, delete at 100 %, confirm deletes."""
         status, data = await self.upstream.call("GET", "/gpu-cloud/instances")
         if status != 200 or not isinstance(data, list):
             return
@@ -86,6 +88,12 @@ class Meter:
             if not record.final:
                 await self._meter(record, listed.get(record.id), now)
         self._reconcile(listed, now)
+        for id, _, at in self.store.timers():
+            if at <= now:
+                due = next((r for r in self.store.owned() if r.id == id), None)
+                if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
+                    await self.delete(due, "delete_after timer", "gateway")
+                self.store.drop_timer(id)
         for person in self.keyring.people:
             if person.budget is None:
                 continue

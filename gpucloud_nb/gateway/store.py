@@ -40,6 +40,8 @@ CREATE INDEX IF NOT EXISTS owned_account ON owned (account);
 CREATE TABLE IF NOT EXISTS reservations (rid INTEGER PRIMARY KEY, account TEXT NOT NULL,
     name TEXT NOT NULL, price REAL NOT NULL, admitted_ms INTEGER NOT NULL,
     state TEXT NOT NULL DEFAULT 'admitted', resource TEXT);
+CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
+    at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -185,6 +187,25 @@ class Store:
         """Close a reservation whose create made nothing."""
         with self.transaction() as db:
             db.execute("UPDATE reservations SET state='failed' WHERE rid=?", (rid,))
+
+    # -- delete_after timers ------------------------------------------------------------------
+
+    def set_timer(self, id: str, account: str, at_ms: int) -> None:
+        """Delete ``id`` at ``at_ms`` (replaces an earlier timer)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO timers VALUES (?, ?, ?)", (id, account, at_ms))
+
+    def timers(self, account: str | None = None) -> list[tuple[str, str, int]]:
+        """``(id, account, at_ms)`` of every timer (of ``account``), soonest first."""
+        where, args = ("", []) if account is None else ("WHERE account=?", [account])
+        rows = self.db.execute(f"SELECT id, account, at_ms FROM timers {where} ORDER BY at_ms",
+                               args).fetchall()
+        return [(str(row[0]), str(row[1]), int(row[2])) for row in rows]
+
+    def drop_timer(self, id: str) -> bool:
+        """Cancel the timer of ``id``; True if there was one."""
+        with self.transaction() as db:
+            return db.execute("DELETE FROM timers WHERE id=?", (id,)).rowcount > 0
 
     # -- audit ---------------------------------------------------------------------------------
 
