@@ -247,3 +247,29 @@ def test_kill_9_mid_create_then_restart_launches_once(
         assert any(reason.startswith("reconciled") for reason in reasons)
     assert len(named()) == 1  # never launched twice
     real_list.close()
+
+
+def test_without_upstream_the_gateway_fronts_your_sandbox_service(tmp_path: Path) -> None:
+    keys = tmp_path / "class.keys"
+    keys.write_text(f"{ADA} 5 Ada\n", encoding="utf-8")
+    sandbox_home = tmp_path / "sandbox-home"
+    env = {k: v for k, v in os.environ.items() if k != "GPUCLOUD_UPSTREAM_API_KEY"}
+    env["GPUCLOUD_SANDBOX_HOME"] = str(sandbox_home)
+    out = tmp_path / "out.txt"
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpucloud_nb", "gateway", "--keys", str(keys), "--port", "0",
+             "--home", str(tmp_path / "home")], stdout=stdout, stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_for(lambda: out.read_text().startswith("management: ") or process.poll() is not None,
+                 timeout=90)
+        url = out.read_text().splitlines()[0].removeprefix("management: ")
+        with httpx.Client(base_url=url, headers={"x-api-key": ADA}, timeout=60) as ada:
+            assert len(ada.get("/gpu-cloud/instances/offers").json()) > 0
+            assert ada.get("/gpu-cloud/instances").json() == []
+            assert ada.get("/gateway/me").json()["left"] == 5
+    finally:
+        process.terminate()
+        process.wait(30)
+        subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "stop", "--home",
+                        str(sandbox_home)], capture_output=True, timeout=60, env=env)
