@@ -172,7 +172,7 @@ def test_a_spent_budget_deletes_every_instance_of_its_key(
         wait_for(all_gone, timeout=60)
         assert real.get(f"/gpu-cloud/instances/{bobs}").json()["status"] in ("pending", "active")
         me = ada.get("/gateway/me").json()
-        assert me["left"] == 0 and me["spend"] >= budget
+        assert me["left"] == 0 and me["spend"] >= budget and me["warning"] is True
         reasons = [entry["reason"] for entry in teacher.get("/gateway/audit").json()["entries"]
                    if entry["action"] == "deleted"]
         assert reasons.count("budget spent (by gateway)") == 2
