@@ -113,3 +113,14 @@ def test_no_import_cycle_inside_the_package() -> None:
     graph = import_graph()
     assert "gpucloud_nb.errors" in graph["gpucloud_nb.client.instances"]
     assert cycles(graph) == []
+
+
+def test_the_client_imports_nothing_of_the_layers_above_it() -> None:
+    """``client/`` is a lower layer: the kernel package, the Lab extension, widgets and magics
+    build on it, never the other way (not even in a deferred import)."""
+    above = ("gpucloud_nb.kernel", "gpucloud_nb.lab", "gpucloud_nb.widgets", "gpucloud_nb.magics")
+    graph = import_graph()
+    upward = {(module, target) for module, targets in graph.items()
+              if module.startswith("gpucloud_nb.client") for target in targets
+              if target.startswith(above)}
+    assert upward == set()

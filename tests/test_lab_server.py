@@ -6,6 +6,7 @@ module starts, whose list requests are counted on the sandbox side by an ASGI mi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -16,16 +17,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from helpers import launch
+from helpers import launch, launch_active
 
-from gpucloud_nb import GPUCloud
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
+from gpucloud_nb.kernel import install_kernel
+from gpucloud_nb.kernel.spec import installed
+from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
 
@@ -566,3 +570,27 @@ def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
         cloud.instances.delete(member)  # not by the cluster: the Lab's Delete all, or outside
         wait_for(api, lambda s: not row_of(s, member))
         assert member not in clusters.members(cloud.base_url)  # the note does not pile up
+
+
+def test_the_poller_removes_its_own_stale_kernelspecs_only(
+        sandbox_factory: Callable[..., Sandbox], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec of another key (or sandbox home) names an instance this key cannot see: kept."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+    mine, other = sandbox_factory(), sandbox_factory(api_key="sk-another-account-0123456789")
+    with GPUCloud(api_key=other.api_key, base_url=other.management_url) as theirs, \
+            GPUCloud(api_key=mine.api_key, base_url=mine.management_url) as cloud:
+        kept = install_kernel(theirs, launch_active(theirs, "theirs").id)
+        deleted = launch_active(cloud, "mine")
+        install_kernel(cloud, deleted.id)
+        cloud.instances.delete(deleted.id)
+
+    async def one_poll() -> None:
+        poller = Poller(lambda: AsyncGPUCloud(api_key=mine.api_key, base_url=mine.management_url))
+        try:
+            await poller.snapshot()
+        finally:
+            await poller.stop()
+
+    asyncio.run(one_poll())
+    assert set(installed()) == {kept}

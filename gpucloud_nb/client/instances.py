@@ -542,31 +542,11 @@ class Instances:
 
     def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
         """The client's SSH layer and the reachable details of instance ``id``, for code built
-        on them (the kernel provisioner, :mod:`gpucloud_nb.kernel`).
+        on them (such as the kernel provisioner).
 
             >>> remote, details = cloud.instances.ssh(instance.id)  # doctest: +SKIP
         """
         return self._remote(), self._target(id, wait)
-
-    def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
-                       on_shutdown: str = "keep") -> str:
-        """Install the Jupyter kernelspec ``gpucloud-<name>`` that runs a kernel on the instance.
-
-        In JupyterLab, Kernel → Change Kernel → "Python 3 on <name> · <GPU> × <n>". With
-        ``on_shutdown="delete"`` the instance is deleted when that kernel shuts down. Specs of
-        deleted instances are removed first (see :mod:`gpucloud_nb.kernel.spec`).
-
-            >>> cloud.instances.install_kernel("train-1")  # doctest: +SKIP
-            'gpucloud-train-1'
-        """
-        from gpucloud_nb.kernel import spec
-
-        details = self.get(id_or_name)
-        kind = "cloud" if self._core.sandbox is None else "sandbox"
-        statuses = {i.id: i.status for i in self.list()}
-        spec.remove_stale(kind, statuses.get)
-        return spec.install(details, cloud_kind=kind, display_name=display_name,
-                            on_shutdown=on_shutdown)
 
 
 class AsyncInstances:
@@ -735,15 +715,3 @@ class AsyncInstances:
         target = await self._target(id, wait)
         async with self._remote().forward_async(target, remote_port) as url:
             yield url
-
-    async def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
-                             on_shutdown: str = "keep") -> str:
-        """The coroutine twin of :meth:`Instances.install_kernel`."""
-        from gpucloud_nb.kernel import spec
-
-        details = await self.get(id_or_name)
-        kind = "cloud" if self._core.sandbox is None else "sandbox"
-        statuses = {i.id: i.status for i in await self.list()}
-        await asyncio.to_thread(spec.remove_stale, kind, statuses.get)
-        return await asyncio.to_thread(spec.install, details, cloud_kind=kind,
-                                       display_name=display_name, on_shutdown=on_shutdown)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,6 +149,21 @@ class _CloudBase(abc.ABC):
             'sk-…cdef'
         """
         return mask(self._core.key.reveal())
+
+    @property
+    def account(self) -> str:
+        """Which account this client speaks for, never its key: 16 hex digits of a digest of
+        the cloud (the sandbox's home, else the base URL) and the key. Files this client leaves
+        behind (kernelspecs) carry it, so that another key's client leaves them alone.
+
+            >>> len(GPUCloud(api_key="sk-0123456789abcdef", base_url="http://127.0.0.1:1").account)
+            16
+        """
+        box = self._core.sandbox
+        home = None if box is None else box.home
+        where = self.base_url if home is None else str(Path(home).resolve())
+        text = f"{where}\n{self._core.key.reveal()}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def own_client(self) -> GPUCloud:
         """A new sync client with this one's key and base URL (close it when done).

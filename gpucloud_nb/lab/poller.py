@@ -176,10 +176,10 @@ class Poller:
 
     async def install_kernel(self, instance_id: str) -> dict[str, str]:
         """Install the kernelspec that runs a notebook on ``instance_id``; its name and title."""
-        from gpucloud_nb.kernel.spec import display_name_of
+        from gpucloud_nb.kernel.spec import display_name_of, install_kernel_async
 
         cloud = await self._client()
-        name = await cloud.instances.install_kernel(instance_id)
+        name = await install_kernel_async(cloud, instance_id)
         title = await asyncio.get_running_loop().run_in_executor(self._thread, display_name_of,
                                                                  name)
         return {"name": name, "displayName": title}
@@ -258,13 +258,14 @@ class Poller:
         self._first.set()
 
     async def _forget_kernels(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
-        """Remove the kernelspecs of this cloud whose instance is gone (deleted or deleting)."""
+        """Remove this account's kernelspecs whose instance is gone (deleted or deleting); those
+        of another key or sandbox home stay (:func:`gpucloud_nb.kernel.spec.remove_stale`)."""
         from gpucloud_nb.kernel.spec import remove_stale
 
         statuses = {instance.id: instance.status for instance in instances}
         kind = "sandbox" if cloud.is_sandbox else "cloud"
         await asyncio.get_running_loop().run_in_executor(self._thread, remove_stale, kind,
-                                                         statuses.get)
+                                                         statuses.get, cloud.account)
 
     async def _over_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
         try:
