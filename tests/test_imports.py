@@ -113,3 +113,16 @@ def test_no_import_cycle_inside_the_package() -> None:
     graph = import_graph()
     assert "gpucloud_nb.errors" in graph["gpucloud_nb.client.instances"]
     assert cycles(graph) == []
+
+
+def test_the_client_never_imports_the_cluster() -> None:
+    """The client is the lower layer: no module of it imports ``gpucloud_nb.cluster``, deferred
+    or for type checking alike (the cluster is offered from its own package)."""
+    found = []
+    for path in sorted((PACKAGE / "client").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}: {name}" for name in names
+                      if name == "gpucloud_nb.cluster" or name.startswith("gpucloud_nb.cluster.")]
+    assert found == []

@@ -59,8 +59,6 @@ if TYPE_CHECKING:
     import pandas
 
     from gpucloud_nb.client.inference import InferenceClient
-    from gpucloud_nb.cluster import GPUCloudCluster
-    from gpucloud_nb.models import InstanceOffer
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
            "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
@@ -303,29 +301,6 @@ class GPUCloud(_CloudBase):
             >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]  # doctest: +SKIP
         """
         return self.instances.spend(include_deleted)
-
-    def cluster(self, n: int, *, offer: InstanceOffer | str | None = None, name: str = "cluster",
-                budget: float | None = None, **offer_filters: Any) -> GPUCloudCluster:
-        """A Dask cluster on ``n`` instances of one offer in one region, ready to use.
-
-        The cheapest available vm or baremetal offer matching ``offer_filters`` (the filters of
-        ``instances.offers``) unless ``offer`` is given; the cost cap and a class budget are
-        checked for all ``n`` before any launch. With ``budget`` (dollars) the cluster closes
-        itself once all its instances together have cost that much. Needs the ``[cluster]``
-        extra; see :mod:`gpucloud_nb.cluster`.
-
-            >>> with cloud.cluster(4, gpu_type="H100") as cluster:  # doctest: +SKIP
-            ...     client = distributed.Client(cluster)
-        """
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
-            raise InvalidInputError(
-                "cloud.cluster needs Dask, which is not installed: pip install "
-                "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.") from None
-        from gpucloud_nb.cluster import GPUCloudCluster
-
-        return GPUCloudCluster(self, n, offer=offer, name=name, budget=budget, **offer_filters)
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core

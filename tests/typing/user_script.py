@@ -62,7 +62,7 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.spend(), pd.DataFrame)
     assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
     assert_type(cloud.instances.run_all(["x", "y"], "hostname", on_output=print), list[RunResult])
-    assert_type(cloud.cluster(4, gpu_type="H100"), GPUCloudCluster)
+    assert_type(GPUCloudCluster(cloud, 4, gpu_type="H100"), GPUCloudCluster)
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True), None)
