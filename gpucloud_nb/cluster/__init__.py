@@ -33,6 +33,6 @@ except ImportError:
         "gpucloud_nb.cluster needs Dask, which is not installed: pip install "
         "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.") from None
 
-from gpucloud_nb.cluster.spec import GPUCloudCluster  # noqa: E402
+from gpucloud_nb.cluster.spec import GPUCloudCluster
 
 __all__ = ["GPUCloudCluster"]
