@@ -43,6 +43,7 @@ from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -58,7 +59,6 @@ from gpucloud_nb.errors import InvalidInputError
 if TYPE_CHECKING:
     import pandas
 
-    from gpucloud_nb.client.inference import InferenceClient
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
            "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
@@ -225,23 +225,14 @@ class _CloudBase(abc.ABC):
         """True when this client talks to the local sandbox rather than the real cloud."""
         return self.sandbox is not None
 
-    def sandbox_inference(self) -> InferenceClient:
-        """An :class:`InferenceClient` for the sandbox's built-in model endpoint.
-
-        Only the sandbox has one endpoint for all; on the real cloud each inference instance has
-        its own URL and secret (on its page in the web console): use ``InferenceClient(url, secret)``.
-
-            >>> chat = connect().sandbox_inference()  # doctest: +SKIP
-            >>> chat.chat("Hello!").choices[0].message.content  # doctest: +SKIP
-        """
+    def _sandbox_endpoint(self) -> SandboxHandle:
+        """The sandbox, whose built-in inference endpoint ``sandbox_inference`` opens."""
         if self.sandbox is None:
             raise InvalidInputError(
                 "Only the sandbox has a built-in inference endpoint; for the real cloud use "
                 "InferenceClient(endpoint_url, secret) with the instance's URL and secret."
             )
-        from gpucloud_nb.client.inference import InferenceClient
-
-        return InferenceClient(self.sandbox.inference_url, self.sandbox.inference_secret)
+        return self.sandbox
 
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
@@ -301,6 +292,18 @@ class GPUCloud(_CloudBase):
             >>> cloud.spend()[["name", "status", "hoursBilled", "spend"]]  # doctest: +SKIP
         """
         return self.instances.spend(include_deleted)
+
+    def sandbox_inference(self) -> InferenceClient:
+        """An :class:`InferenceClient` for the sandbox's built-in model endpoint.
+
+        Only the sandbox has one endpoint for all; on the real cloud each inference instance has
+        its own URL and secret (on its page in the web console): use ``InferenceClient(url, secret)``.
+
+            >>> chat = connect().sandbox_inference()  # doctest: +SKIP
+            >>> chat.chat("Hello!").choices[0].message.content  # doctest: +SKIP
+        """
+        box = self._sandbox_endpoint()
+        return InferenceClient(box.inference_url, box.inference_secret)
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core
@@ -379,6 +382,15 @@ class AsyncGPUCloud(_CloudBase):
     async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
         return await self.instances.spend(include_deleted)
+
+    async def sandbox_inference(self) -> AsyncInferenceClient:
+        """The coroutine twin of :meth:`GPUCloud.sandbox_inference`: an
+        :class:`AsyncInferenceClient` for the sandbox's built-in model endpoint.
+
+            >>> chat = await acloud.sandbox_inference()  # doctest: +SKIP
+        """
+        box = self._sandbox_endpoint()
+        return AsyncInferenceClient(box.inference_url, box.inference_secret)
 
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working,
