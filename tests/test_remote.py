@@ -55,7 +55,7 @@ def test_interrupting_stops_the_remote_process(box: GPUCloud) -> None:
     with pytest.raises(KeyboardInterrupt):
         box.instances.run(instance.id, "echo pid $$; sleep 60; echo never", on_output=interrupt)
     # A sandbox instance is this machine, so its process ids are ours to check.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             os.killpg(pids[0], 0)
@@ -92,7 +92,7 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
     running = threading.Thread(target=box.instances.run, args=(instance.id, "sleep 3"))
     running.start()
     try:  # (a line's on_output may come only with the exit, when the run is over)
-        wait_for(lambda: remote.open_on(instance.id) == 1, timeout=3)
+        wait_for(lambda: remote.open_on(instance.id) == 1, timeout=30)
         seen["run"].append(remote.open_on(instance.id))
     finally:
         running.join(10)
