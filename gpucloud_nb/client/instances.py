@@ -144,8 +144,6 @@ class InstanceOps(Generic[D]):
                 f"create_from takes a CreateInstance, not {type(request).__name__}.")
         delay = None if request.delete_after is None else seconds(request.delete_after)
         budget = None if request.budget is None else budget_dollars(request.budget)
-        if budget is not None and self.core.budgets is None:
-            raise InvalidInputError("This client cannot keep a budget.")
         idle = request.delete_when_idle
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
@@ -161,8 +159,8 @@ class InstanceOps(Generic[D]):
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if delay is not None:
             self.core.auto_delete.schedule(instance.id, delay)
-        if budget is not None and self.core.budgets is not None:
-            self.core.budgets().set(instance.id, budget)
+        if budget is not None:
+            self.core.budgets.set(instance.id, budget)
         if idle is not None:
             self.core.idle_delete.watch(instance.id, timedelta(seconds=idle))
         return instance
