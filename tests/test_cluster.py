@@ -288,7 +288,8 @@ def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
 
 def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud) -> None:
     script = textwrap.dedent("""
-        from gpucloud_nb import AsyncGPUCloud, GPUCloud
+        from gpucloud_nb import GPUCloud
+        from gpucloud_nb.cluster import GPUCloudCluster
         cloud = GPUCloud()
         cluster = GPUCloudCluster(cloud, 2, name="forgotten")
         from distributed import Client
