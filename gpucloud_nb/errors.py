@@ -17,6 +17,7 @@
     │   └── KeysRefusedError         an instance refused every SSH key the client offered
     ├── RemoteCommandError           a command on an instance could not run (not found, refused)
     │   └── RemoteTimeoutError (TimeoutError)  it ran past its timeout and was stopped
+    ├── KernelStartError             a notebook kernel could not start on an instance
     ├── WaitTimeoutError (TimeoutError)  a wait ran out of time
     ├── WaitStopped                  the user stopped waiting (the cloud keeps going)
     └── InstanceFailedError          an instance being waited on failed or went away
@@ -49,6 +50,7 @@ __all__ = [
     "GPUCloudError",
     "InstanceFailedError",
     "InvalidInputError",
+    "KernelStartError",
     "KeysRefusedError",
     "NotFoundError",
     "OutcomeUnknownError",
@@ -214,6 +216,14 @@ class RemoteCommandError(GPUCloudError):
 
 class RemoteTimeoutError(RemoteCommandError, TimeoutError):
     """A remote command ran past its ``timeout``: it was stopped (SIGINT, then the channel closed)."""
+
+
+class KernelStartError(GPUCloudError):
+    """A notebook kernel could not start on an instance (no python3, no ipykernel, it exited).
+
+        >>> KernelManager(kernel_name="gpucloud-train-1").start_kernel()  # doctest: +SKIP
+        KernelStartError: Instance train-1 (ins-1) has no working python3, so it cannot run a …
+    """
 
 
 class WaitStopped(GPUCloudError):

@@ -36,9 +36,13 @@ from gpucloud_nb.models import (
     VolumeOffer,
 )
 
-__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchChoice", "as_offer",
+__all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "DEFAULT_IMAGE", "LaunchChoice", "as_offer",
            "expected_launch_seconds", "offer_label", "script_text",
            "usable_volumes", "volume_offer_for", "volume_problem"]
+
+#: The container image a container offer's form starts with: the model server lesson 07 uses.
+#: It is the field's value, not a grey placeholder, so the offer launches as shown.
+DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 
 #: The spec: "about 5 minutes to launch for a VM with a model-serving image".
 DEFAULT_EXPECTED_LAUNCH_SECONDS = 300.0
@@ -189,7 +193,7 @@ class LaunchChoice:
             return "Choose a region."
         if offer.deployment_type == "container":
             if not self.image.strip():
-                return "Give the container image to run, for example vllm/vllm-openai:latest."
+                return f"Give the container image to run, for example {DEFAULT_IMAGE}."
             if self.cloud_init.strip():
                 return "Container offers run no cloud-init script; clear it or choose a vm offer."
         elif self.os is None:

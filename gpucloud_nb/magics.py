@@ -31,7 +31,7 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
         %gpucloud instances --type container
 
 ``%gpucloud instance INSTANCE``
-    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ssh_command``...).
+    One instance in full (an ``InstanceDetails`` record: ``.status``, ``.ip``, ``.ssh_port``...).
     INSTANCE, here and below, is an instance's ``_id`` or its name (unique among the instances
     not deleted; see :mod:`gpucloud_nb.client.instances`)::
 
@@ -58,7 +58,7 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
 ``%gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]``
     Install the kernelspec ``gpucloud-<name>`` whose kernel runs on the instance (INSTANCE is
-    an id or a name; ``cloud.instances.install_kernel``), and say how to switch to it. With
+    an id or a name; :func:`gpucloud_nb.kernel.install_kernel`), and say how to switch to it. With
     ``--delete-on-shutdown`` the instance is deleted when that kernel shuts down::
 
         %gpucloud kernel train-1
@@ -388,10 +388,11 @@ class GPUCloudMagics(Magics):
         return None
 
     def _kernel(self, args: argparse.Namespace) -> str:
-        name = self.cloud.instances.install_kernel(
-            args.instance, display_name=args.display_name,
+        from gpucloud_nb.kernel.spec import display_name_of, install_kernel
+
+        name = install_kernel(
+            self.cloud, args.instance, display_name=args.display_name,
             on_shutdown="delete" if args.delete_on_shutdown else "keep")
-        from gpucloud_nb.kernel.spec import display_name_of
 
         fate = (" When that kernel shuts down, the instance is deleted."
                 if args.delete_on_shutdown else "")

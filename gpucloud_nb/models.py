@@ -427,17 +427,6 @@ class _InstanceBase(_Mutable):
             return f"volume {kept[0]} keeps its data"
         return f"volumes {', '.join(kept)} keep their data"
 
-    @property
-    def ssh_command(self) -> str | None:
-        """``ssh -p PORT user@ip`` once the instance has an address, else ``None``: the address
-        only. ``cloud.instances.ssh_command(id)`` gives the command that works as printed (with
-        the key and the host key options); every display uses that one."""
-        if not self.ip:
-            return None
-        user = f"{self.ssh_user}@" if self.ssh_user else ""
-        port = f"-p {self.ssh_port} " if self.ssh_port and self.ssh_port != 22 else ""
-        return f"ssh {port}{user}{self.ip}"
-
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(id={self.id!r}, name={self.name!r}, "
                 f"status={self.status!r}, gpu='{self.gpu_model} ×{self.gpu_count}', "

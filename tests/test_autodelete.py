@@ -134,9 +134,8 @@ def test_a_timer_still_deletes_after_the_client_is_closed(sandbox, observer: GPU
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     instance = launch(cloud, "outlives-close", delete_after=0.4)
     cloud.close()
-    time.sleep(0.9)
+    wait_for(lambda: instance.id in cloud.auto_delete.deleted, timeout=60)  # and confirmed
     assert observer.instances.get(instance.id).status in ("deleting", "deleted")
-    assert instance.id in cloud.auto_delete.deleted
     assert cloud.auto_delete.failures == {}
 
 
@@ -174,7 +173,9 @@ def test_async_client_timers_leave_no_http_client_open(sandbox) -> None:
     async def main() -> AsyncGPUCloud:
         async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
             instance = await alaunch(cloud, "async-timed", delete_after=0.2)
-            await asyncio.sleep(0.6)
+            deadline = time.monotonic() + 60  # fired and confirmed, however busy the machine
+            while instance.id not in cloud.auto_delete.deleted and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             assert instance.id in cloud.auto_delete.deleted
         return cloud
 
@@ -218,18 +219,21 @@ def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
     async def main() -> tuple[str, str]:
         cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
         first, second = [await alaunch(cloud, name, delete_after=after)
-                         for name, after in (("twin-1", 0.2), ("twin-2", 0.8))]
-        await asyncio.sleep(0.5)          # the first timer made the sync twin
+                         for name, after in (("twin-1", 0.2), ("twin-2", 5.0))]
+        deadline = time.monotonic() + 60
+        while first.id not in cloud.auto_delete.deleted and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)     # the first timer made the sync twin
         twin = cloud._twin
         assert twin is not None
         await cloud.aclose()
+        assert second.id not in cloud.auto_delete.deleted  # it fires after aclose()
         assert twin.driver.http.is_closed  # closed with the client, not leaked
-        await asyncio.sleep(0.8)          # the second fires after aclose()
         return first.id, second.id
 
     first, second = asyncio.run(main())
     assert observer.instances.get(first).status in ("deleting", "deleted")
-    assert observer.instances.get(second).status in ("deleting", "deleted")
+    wait_for(lambda: observer.instances.get(second).status in ("deleting", "deleted"),
+             timeout=60)
 
 
 def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(

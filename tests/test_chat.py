@@ -145,7 +145,9 @@ def test_panel_parts_and_css_classes(client: InferenceClient,
                  "audio_send", "upload_hint", "status", "style"):
         assert CSS_CLASSES[name] in classes, name
     assert chat.model == "sandbox-vision-1"
-    assert "sandbox-vision-1" in chat._model.options
+    # Only chat models are offered: the endpoint's speech model answers transcriptions only.
+    assert "sandbox-speech-1" in client.models()
+    assert tuple(chat._model.options) == ("sandbox-vision-1",)
     assert (chat.system_prompt, chat.temperature, chat.max_tokens) == ("Be brief.", 0.3, 50)
     assert chat._image_upload.accept == "image/*" and chat._image_upload.multiple
     assert chat._audio_upload.accept == "audio/*"

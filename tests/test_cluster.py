@@ -115,6 +115,34 @@ def test_three_nodes_run_thirty_tasks_on_three_instances_and_close_leaves_nothin
     wait_for(lambda: not dask_processes(), timeout=10)
 
 
+def listening(processes: list[psutil.Process]) -> set[tuple[str, int]]:
+    """The (address, port) pairs these processes listen on."""
+    found = set()
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            found |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN}
+    return found
+
+
+def test_the_scheduler_and_workers_listen_on_loopback_only(box: GPUCloud) -> None:
+    """#34: a worker's plain-HTTP /health and /metrics listened on 0.0.0.0, for any user of
+    any machine that reaches the instance. On the sandbox the instance's address is 127.0.0.1,
+    so every socket of the cluster's processes must be on loopback."""
+    with GPUCloudCluster(box, 2, name="quiet") as cluster:
+        ids = cluster.instance_ids
+        processes = dask_processes_of(ids)
+        workers = [p for p in processes if "-m dask worker " in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        sockets = listening(processes + [c for p in processes for c in p.children(True)])
+        assert sockets and {ip for ip, _ in sockets} == {"127.0.0.1"}, sockets
+        with distributed.Client(cluster) as client:
+            http = client.run(lambda dask_worker: dask_worker.http_server.address)
+        assert set(http.values()) == {"127.0.0.1"}
+        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+    assert not live_ids(box)
+
+
 def workers_of(cluster: GPUCloudCluster) -> int:
     return len(cluster.scheduler_info.get("workers", {}))
 
@@ -161,6 +189,36 @@ def test_without_adapt_a_lost_instance_is_named_and_the_cluster_shrinks(box: GPU
         assert len(live_ids(box)) == 1
 
 
+@pytest.mark.parametrize("wait_for_notice", [True, False])
+def test_a_cluster_whose_instances_are_deleted_from_outside_closes_with_one_notice(
+        box: GPUCloud, wait_for_notice: bool, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """#35: after the sidebar's Delete all, close() hung 33 s with an OSError traceback and
+    the status said running. Another client deletes every instance over HTTP, as it does."""
+    cluster = GPUCloudCluster(box, 2, name="orphan")
+    ids = cluster.instance_ids
+    with GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as sidebar:
+        for instance_id in ids:
+            sidebar.instances.delete(instance_id)
+    sentence = (f"Instance {ids[0]} (orphan-0), which holds the scheduler of cluster 'orphan', "
+                "was deleted from outside the cluster: the cluster is closed, and its other "
+                "instances are deleted.")
+    if wait_for_notice:  # the 2 s watch notices, and closes the cluster
+        wait_for(lambda: cluster.status.name == "closed", timeout=60,
+                 what=lambda: f"status {cluster.status.name}, notices {cluster.notices}")
+        assert cluster.notices == [sentence]
+    started = time.monotonic()
+    cluster.close()  # closed already, or closed now: either way at once, and quietly
+    assert time.monotonic() - started < 15
+    assert cluster.status.name == "closed"
+    assert cluster.notices == [sentence]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "OSError" not in err, err[-3000:]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not live_ids(box)
+    wait_for(lambda: not dask_processes_of(ids), timeout=15)
+
+
 def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud) -> None:
     offer = min((o for o in box.instances.offers(available=True)
                  if o.deployment_type == "vm"), key=lambda o: o.hourly_price)
@@ -175,6 +233,40 @@ def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud)
         f"instances to {per_hour(total)}, above the cap of {per_hour(offer.hourly_price * 2.5)} "
         "(max_hourly_cost).")
     assert box.instances.list() == []
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.3])
+def test_adapt_to_six_under_a_one_dollar_cap_runs_at_most_two(
+        sandbox_factory: Callable[..., Sandbox], latency: float) -> None:
+    """adapt calls scale on Dask's event loop and starts its workers at once: each create
+    must still see the others' (#34: five $0.45/h instances ran under a $1/h cap, six with
+    0.3 s of latency)."""
+    sandbox = sandbox_factory(latency=latency)
+    observer = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    capped = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                      max_hourly_cost=1.0)
+    capped.sandbox = sandbox
+    offer = vm_offer(observer)
+    assert 2 * offer.hourly_price <= 1.0 < 3 * offer.hourly_price
+    peak = 0
+    with observer, capped, GPUCloudCluster(capped, 1, name="thrift", offer=offer) as cluster:
+        cluster.adapt(minimum=6, maximum=6, interval="300ms")
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            peak = max(peak, len(live_ids(observer)))
+            time.sleep(0.05)
+        assert peak <= 2, f"{peak} instances of $0.45/h ran under a $1/h cap"
+        wait_for(lambda: cluster.notices and workers_of(cluster) == 2, timeout=60)
+        peak = max(peak, len(live_ids(observer)))
+        assert all(instance_id in cluster.instance_ids for instance_id in live_ids(observer))
+        refused = [n for n in cluster.notices if "(max_hourly_cost)" in n]
+        assert refused and refused[0].startswith("Cluster 'thrift' has 2 workers, not the 6 "
+                                                 "asked for: Launching this $0.45/h offer")
+        assert len(set(cluster.notices)) == len(cluster.notices)  # each said once
+        assert peak == 2
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as after:
+        assert not live_ids(after)
+    wait_for(lambda: not dask_processes(), timeout=10)
 
 
 @pytest.mark.parametrize(("n", "sentence"), [
@@ -340,6 +432,22 @@ def test_a_class_budget_refuses_a_cluster_and_a_scale_up_it_cannot_pay_before_an
             f"already running, but your class budget has {format_price(left)} left; nothing was "
             "launched.")
         assert len(class_box.instances.list()) == 2 and len(cluster.worker_spec) == 2
+    assert not live_ids(class_box)
+
+
+def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
+        class_box: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    """Under adapt the cloud refuses the creates the class budget cannot pay: those workers
+    are dropped and named once, with no traceback."""
+    with GPUCloudCluster(class_box, 1, name="eager") as cluster:
+        cluster.adapt(minimum=4, maximum=4, interval="300ms")
+        wait_for(lambda: cluster.notices, timeout=60)
+        assert len(live_ids(class_box)) == 2
+        notice = cluster.notices[0]
+        assert notice.startswith("Cluster 'eager' has 2 workers, not the 4 asked for: "), notice
+        assert "class budget" in notice and "\n" not in notice
+        wait_for(lambda: workers_of(cluster) == 2, timeout=60)
+    assert not [r for r in caplog.records if r.exc_info]
     assert not live_ids(class_box)
 
 

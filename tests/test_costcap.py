@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 from typing import Any
 
 import pytest
 
-from gpucloud_nb import GPUCloud
-from gpucloud_nb.client.costcap import cap_problem, hourly_price
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.client.costcap import Reservations, cap_problem, hourly_price
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceOffer
 from gpucloud_nb.sandbox import catalogue
+from gpucloud_nb.sandbox.faults import Faults
+from tests.helpers import alaunch, vm_offer
+from tests.helpers import launch as helpers_launch
 
 BASE = catalogue.instance_offers()[0]
 REGION = next(a["region"] for a in BASE["availability"] if a["available"])
@@ -117,3 +122,124 @@ def test_an_instance_with_no_hourly_price_field_refuses(priced) -> None:
     upstream.close()
     with GPUCloud(api_key=priced.api_key, base_url=priced.management_url) as observer:
         assert observer.instances.list() == []
+
+
+# -- concurrent creates from one client (#34 item 2) -----------------------------------------
+
+CAP = 1.0  # the cheapest sandbox vm is $0.45/h: two fit, a third would make $1.35/h
+#: Plain; every request 0.3 s late; every other one late; every other create's answer lost.
+CLOUDS = pytest.mark.parametrize("options", [
+    {}, {"latency": 0.3}, {"faults": Faults(slow_every=2, slow_seconds=0.3)},
+    {"faults": Faults(drop_create_every=2)},
+], ids=["plain", "latency", "slow-every-2", "lost-answers"])
+
+
+def billing(sandbox) -> float:
+    """$/h of the pending and active instances, as another client lists them."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as observer:
+        return sum(i.hourly_price for i in observer.instances.list()
+                   if i.status in ("pending", "active"))
+
+
+@CLOUDS
+def test_creates_from_six_threads_at_once_stay_within_the_cap(sandbox_factory,
+                                                               options: dict[str, Any]) -> None:
+    sandbox = sandbox_factory(**options)
+    made: list[str] = []
+    refused: list[str] = []
+    with capped(sandbox, CAP) as cloud:
+        offer = vm_offer(cloud)
+        assert 2 * offer.hourly_price <= CAP < 3 * offer.hourly_price
+        start = threading.Barrier(6)
+
+        def one(index: int) -> None:
+            start.wait()
+            try:
+                made.append(helpers_launch(cloud, f"thread-{index}", offer=offer).id)
+            except InvalidInputError as error:
+                refused.append(str(error))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert len(made) == 2 and len(refused) == 4, (made, refused)
+    assert all("(max_hourly_cost)" in sentence for sentence in refused), refused
+    assert billing(sandbox) <= CAP
+
+
+@CLOUDS
+def test_creates_gathered_on_one_event_loop_stay_within_the_cap(sandbox_factory,
+                                                                options: dict[str, Any]) -> None:
+    sandbox = sandbox_factory(**options)
+
+    async def main() -> list[Any]:
+        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                                 max_hourly_cost=CAP) as cloud:
+            return await asyncio.gather(*[alaunch(cloud, f"task-{i}") for i in range(6)],
+                                        return_exceptions=True)
+
+    results = asyncio.run(main())
+    refused = [r for r in results if isinstance(r, InvalidInputError)]
+    assert len(refused) == 4 and len(results) - len(refused) == 2, results
+    assert all("(max_hourly_cost)" in str(r) for r in refused)
+    assert billing(sandbox) <= CAP
+
+
+def test_a_create_the_cloud_refuses_gives_its_reservation_back(sandbox_factory) -> None:
+    """A refused POST (the sandbox answers 400 for an unknown volume) reserves nothing after."""
+    sandbox = sandbox_factory()
+    with capped(sandbox, CAP) as cloud:
+        offer = vm_offer(cloud)
+        with pytest.raises(GPUCloudError):
+            helpers_launch(cloud, "bad-volume", offer=offer, volume_id="no-such-volume")
+        helpers_launch(cloud, "first", offer=offer)
+        helpers_launch(cloud, "second", offer=offer)  # two fit: the refused one holds nothing
+    assert billing(sandbox) == pytest.approx(2 * offer.hourly_price)
+
+
+def test_a_reservation_counts_for_a_check_whose_listing_is_older_than_the_create() -> None:
+    """A newer listing that shows the instance ends its reservation only once no check still
+    waits on a listing taken before the create was answered."""
+    holds, offer = Reservations(), InstanceOffer(instance_id="l4", hourly_price=0.45)
+    old = Instance(id="i0", name="old", status="active", hourly_price=0.45)
+    made = Instance(id="i1", name="new", status="pending", hourly_price=0.45)
+    first = holds.open()
+    assert holds.reserve(first, 1.0, [old], offer) is None
+    slow = holds.open()  # its listing is taken before the create is answered: no i1 in it
+    holds.answered(first, "i1")
+    fresh = holds.open()
+    assert "to $1.35/h" in (holds.reserve(fresh, 1.0, [old, made], offer) or "")
+    refused = holds.reserve(slow, 1.0, [old], offer)
+    assert refused is not None and "to $1.35/h" in refused  # i1 still counted for the old one
+    assert "to $1.35/h" in (holds.reserve(holds.open(), 1.0, [old, made], offer) or "")
+    assert holds.reserve(holds.open(), 1.0, [made], offer) is None  # i0 deleted: $0.90/h
+
+
+def test_a_create_this_client_deleted_reserves_nothing_more() -> None:
+    holds, offer = Reservations(), InstanceOffer(instance_id="l4", hourly_price=0.45)
+    for _ in range(2):
+        ticket = holds.open()
+        assert holds.reserve(ticket, 1.0, [], offer) is None
+        holds.answered(ticket, f"i{ticket}")
+        holds.forget(f"i{ticket}")  # deleted before any listing showed it
+    assert holds.reserve(holds.open(), 1.0, [], offer) is None
+
+
+def test_a_create_of_unknown_outcome_stays_reserved_for_two_minutes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from gpucloud_nb.client import costcap
+
+    clock = [1000.0]
+    monkeypatch.setattr(costcap, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    holds, offer = Reservations(), InstanceOffer(instance_id="l4", hourly_price=0.45)
+    for _ in range(2):
+        ticket = holds.open()
+        assert holds.reserve(ticket, 1.0, [], offer) is None
+        holds.unsure(ticket)  # the answer was lost: it may be billing, unlisted so far
+    assert "to $1.35/h" in (holds.reserve(holds.open(), 1.0, [], offer) or "")
+    clock[0] += costcap.UNCONFIRMED_SECONDS + 1
+    assert holds.reserve(holds.open(), 1.0, [], offer) is None

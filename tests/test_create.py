@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from gpucloud_nb import GPUCloud, InvalidInputError
-from gpucloud_nb.client.create import create_request
+from gpucloud_nb.client.create import create_request, launch_problems
 from gpucloud_nb.models import CreateInstance, InstanceOffer, VirtualMachine
 from gpucloud_nb.sandbox.server import Sandbox
 
@@ -68,9 +68,44 @@ def test_the_body_is_built_in_one_place() -> None:
 def test_a_vm_of_the_wrong_shape_is_one_sentence() -> None:
     with pytest.raises(InvalidInputError):
         create_request(name="a", cloud_provider="p1", instance_id="x", region="r", vm=42)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="delete_after"):
-        create_request(name="a", cloud_provider="p1", instance_id="x", region="r", vm="u",
-                       delete_after=-5)
+    late = create_request(name="a", cloud_provider="p1", instance_id="x", region="r", vm="u",
+                          delete_after=-5)  # a value is checked where every check is
+    assert launch_problems(late, [], cap=None, running=[]) == [
+        "delete_after must be a positive number of seconds or a timedelta, not -5."]
+
+
+BAD_OPTIONS = [
+    ({"delete_when_idle": -5}, "delete_when_idle must be a positive number of seconds or a "
+                               "timedelta, not -5."),
+    ({"delete_when_idle": float("inf")}, "delete_when_idle must be a positive number of "
+                                         "seconds or a timedelta, not inf."),
+    ({"delete_when_idle": "30"}, "delete_when_idle must be a positive number of seconds or a "
+                                 "timedelta, not '30'."),
+    ({"delete_after": float("inf")}, "delete_after must be a positive number of seconds or a "
+                                     "timedelta, not inf."),
+    ({"delete_after": 0}, "delete_after must be a positive number of seconds or a timedelta, "
+                          "not 0."),
+    ({"budget": -1.0}, "budget must be a positive number of dollars, not -1.0."),
+    ({"volume_id": ""}, "volume_id must be the _id of a volume, not ''."),
+    ({"vm": VirtualMachine(os="windows-95")}, "has no OS image 'windows-95'"),
+]
+
+
+@pytest.mark.parametrize(("option", "sentence"), BAD_OPTIONS,
+                         ids=[next(iter(o)) + "=" + repr(next(iter(o.values()))) for o, _ in BAD_OPTIONS])
+def test_create_from_checks_every_option_before_the_post(
+        cloud: GPUCloud, observer: GPUCloud, option: dict[str, object], sentence: str) -> None:
+    """#35: a bad option used to launch a billed instance and only then raise."""
+    offer = a_vm_offer(cloud)
+    fields: dict[str, object] = {
+        "name": "checked", "cloud_provider": offer.cloud.id, "instance_id": offer.instance_id,
+        "region": offer.available_regions[0], "vm": VirtualMachine(os=offer.configuration.os[0]),
+        **option}
+    with pytest.raises(InvalidInputError) as refused:
+        cloud.instances.create_from(CreateInstance(**fields))  # type: ignore[arg-type]
+    assert sentence in str(refused.value) and "\n" not in str(refused.value)
+    assert observer.instances.list() == []  # nothing was sent, nothing bills
+    assert cloud.auto_delete.deadlines() == {}
 
 
 def test_create_from_sends_the_record_and_acts_on_its_client_options(

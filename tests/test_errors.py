@@ -57,3 +57,11 @@ def test_the_key_never_shows_in_an_error(cloud, sandbox) -> None:
     shown = [str(error), repr(error), echoed, repr(error.request), str(vars(error))]
     assert all(sandbox.api_key not in text for text in shown), shown
     assert "x-api-key" not in repr(error.request).lower()
+
+
+def test_a_kernel_that_cannot_start_is_an_error_of_the_tree() -> None:
+    from gpucloud_nb.kernel import provisioner
+
+    assert provisioner.KernelStartError is errors.KernelStartError
+    assert gpucloud_nb.KernelStartError is errors.KernelStartError
+    assert issubclass(errors.KernelStartError, errors.GPUCloudError)

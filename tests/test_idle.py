@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
 import logging
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,22 +28,21 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import deaf_to, wait_for
+from helpers import OTHER_UID, as_other_user, deaf_to, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.client.idle import (
-    THRESHOLD,
-    IdleClocks,
-    IdleLimits,
-    KernelIdleDelete,
-    lab_heartbeat,
-    lab_watching,
-    limits_path,
-    parse_use,
-)
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.client.idle import THRESHOLD, IdleClocks, KernelIdleDelete, parse_use
+from gpucloud_nb.client.idle_file import IdleLimits, account
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
+
+
+def file_of(sandbox: Sandbox, key: str | None = None) -> IdleLimits:
+    """The limits file of an account of ``sandbox`` (its first key unless told), as any process
+    of this user finds it."""
+    url = sandbox.management_url
+    return IdleLimits(url, account(url, key or sandbox.api_key))
 
 
 def launch(cloud: GPUCloud, name: str = "idle", **extra: Any) -> Any:
@@ -69,7 +73,7 @@ def test_delete_when_idle_deletes_an_unused_sandbox_instance(box: GPUCloud,
 
 
 def test_keep_and_cancel(box: GPUCloud) -> None:
-    instance = launch(box, delete_when_idle=3 / 60)  # minutes: three seconds
+    instance = launch(box, delete_when_idle=3)  # seconds, as delete_after
     box.instances.wait_until_active(instance.id, timeout=30)
     time.sleep(1.8)
     warned = box.idle_delete.states()[instance.id]
@@ -84,7 +88,7 @@ def test_keep_and_cancel(box: GPUCloud) -> None:
 @pytest.mark.parametrize("bad", [0, -5, "30", True, float("nan"), float("inf")])
 def test_a_bad_limit_is_refused_before_anything_is_sent(box: GPUCloud, bad: object) -> None:
     with pytest.raises(InvalidInputError, match="delete_when_idle must be a positive number of "
-                                                "minutes or a timedelta"):
+                                                "seconds or a timedelta"):
         launch(box, delete_when_idle=bad)
     assert box.instances.list() == []
 
@@ -95,16 +99,18 @@ def test_on_the_real_cloud_the_limit_goes_to_the_lab_extensions_file(sandbox: Sa
         assert isinstance(cloud.idle_delete, KernelIdleDelete)
         assert cloud.idle_delete.where == ("JupyterLab server extension while JupyterLab runs, "
                                            "else this kernel")
-        instance = launch(cloud, delete_when_idle=30)
-        limits = IdleLimits(sandbox.management_url).limits()
+        instance = launch(cloud, delete_when_idle=1800)
+        file = file_of(sandbox)
+        limits = file.limits()
         assert limits[instance.id]["seconds"] == 1800
-        assert limits_path(sandbox.management_url).is_file()
+        assert file.path == cloud.idle_delete.path and file.path.is_file()
+        assert sandbox.api_key not in str(file.path)
         before = limits[instance.id]["keptAt"]
         time.sleep(0.01)
         cloud.idle_delete.keep(instance.id)
-        assert IdleLimits(sandbox.management_url).limits()[instance.id]["keptAt"] > before
+        assert file.limits()[instance.id]["keptAt"] > before
         cloud.instances.delete(instance.id)  # a deleted instance is watched no more
-        assert instance.id not in IdleLimits(sandbox.management_url).limits()
+        assert instance.id not in file.limits()
         with pytest.raises(InvalidInputError, match="is not deleted when idle"):
             cloud.idle_delete.keep(instance.id)
 
@@ -138,7 +144,7 @@ def kernel(sandbox: Sandbox, own_home: Path) -> Iterator[GPUCloud]:
     """A real-cloud client of the sandbox whose idle watcher polls every half second."""
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     watcher = cloud.idle_delete
-    assert isinstance(watcher, KernelIdleDelete) and not lab_watching(sandbox.management_url)
+    assert isinstance(watcher, KernelIdleDelete) and watcher.file.lab_watches() == set()
     watcher.poll = POLL_HERE
     yield cloud
     cloud.close()
@@ -180,7 +186,7 @@ def test_parse_use_reads_every_gpu_and_skips_noise() -> None:
 SET_MANY = """
 import sys
 from gpucloud_nb.client.idle import IdleLimits
-limits = IdleLimits(sys.argv[1])
+limits = IdleLimits(sys.argv[1], "one-account")
 for n in range(150):
     limits.set(f"{sys.argv[2]}-{n}", 60.0)
 """
@@ -192,10 +198,10 @@ def test_two_kernels_setting_limits_at_once_lose_none() -> None:
     url = "http://127.0.0.1:9/two-kernels"
     writers = [subprocess.Popen([sys.executable, "-c", SET_MANY, url, name])
                for name in ("first", "second")]
-    IdleLimits(url).set("this-one", 30.0)
+    IdleLimits(url, "one-account").set("this-one", 30.0)
     for writer in writers:
         assert writer.wait(timeout=120) == 0
-    limits = IdleLimits(url).limits()
+    limits = IdleLimits(url, "one-account").limits()
     assert len(limits) == 301 and limits["this-one"]["seconds"] == 30.0
 
 
@@ -215,7 +221,7 @@ def test_without_jupyterlab_this_kernel_deletes_an_unused_instance_and_confirms_
     watcher = watcher_of(kernel)
     # Another process's limit (as another kernel writes it) is that process's to watch.
     theirs = observer.instances.wait_until_active(launch(observer, "theirs").id, timeout=30).id
-    IdleLimits(kernel.base_url).set(theirs, 1.0)
+    watcher.file.set(theirs, 1.0)
     with caplog.at_level(logging.INFO, logger="gpucloud_nb.idle"):
         instance_id, asked = active(kernel, 2)
         up = time.monotonic()
@@ -273,20 +279,21 @@ def test_an_open_run_of_this_process_keeps_the_instance(kernel: GPUCloud,
 def test_a_fresh_lab_heartbeat_makes_the_kernel_stand_aside_and_a_stale_one_lets_it_act(
         kernel: GPUCloud, observer: GPUCloud, sandbox: Sandbox) -> None:
     watcher = watcher_of(kernel)
-    url = sandbox.management_url
-    lab_heartbeat(url, every=30)  # JupyterLab polls every 30 s: fresh for 90 s
-    assert lab_watching(url)
-    instance_id, _ = active(kernel, 1)
+    lab = file_of(sandbox)  # JupyterLab of the same account
+    instance_id = launch(kernel, delete_when_idle=1).id
+    lab.beat(30, {instance_id})  # JupyterLab polls every 30 s and watches it: fresh for 90 s
+    assert watcher.lab_watches(instance_id)
+    kernel.instances.wait_until_active(instance_id, timeout=30, poll_interval=0.05)
     time.sleep(1 + 5 * POLL_HERE)
     assert observer.instances.get(instance_id).status == "active"  # left to JupyterLab
     assert watcher.states() == {} and watcher.deleted == {}
-    lab_heartbeat(url, every=0.2)  # then JupyterLab stops: stale 0.6 s after this beat
+    lab.beat(0.2, {instance_id})  # then JupyterLab stops: stale 0.6 s after this beat
     stale = time.monotonic()
     assert wait_gone(observer, instance_id, 0.6 + 1 + POLL_HERE + 10)
     # The kernel took over with a fresh clock: the whole limit after the beat went stale.
     assert time.monotonic() - stale >= 0.6 + 1 - POLL_HERE
     wait_for(lambda: instance_id in watcher.deleted, timeout=5)
-    assert not lab_watching(url)
+    assert not watcher.lab_watches(instance_id)
 
 
 def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
@@ -300,7 +307,7 @@ def test_keep_from_this_kernel_or_from_the_lab_resets_the_kernels_clock(
     kept = watcher.states()[instance_id]
     assert not kept.warning and kept.idle < 0.5 and kept.delete_at > first_due
     time.sleep(2)
-    IdleLimits(sandbox.management_url).keep(instance_id)  # the sidebar's Keep: the file only
+    file_of(sandbox).keep(instance_id)  # the sidebar's Keep: the file only
     kept_again = time.monotonic()
     wait_for(lambda: watcher.states()[instance_id].idle < 1, timeout=2 * POLL_HERE + 2)
     # Past where the first Keep's clock would have deleted it (2 s after the second Keep, and a
@@ -362,3 +369,147 @@ def test_a_delete_never_confirmed_holds_up_no_other_idle_delete(
     assert watcher.failures == {deaf_id: (
         f"Instance {deaf_id} was idle for its limit and was deleted, but it is not deleting "
         "after 10 s; it may still be billing.")}
+
+
+# -- the limits file: bad entries, a private folder, what fails before the create (#34) ---------
+
+HUGE = "9" * 400  # an integer no float holds
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than any recursive parser goes
+
+
+def test_a_bad_entry_is_skipped_and_logged_and_the_other_limits_still_delete(
+        kernel: GPUCloud, observer: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
+    watcher = watcher_of(kernel)
+    instance_id, _ = active(kernel, 2)
+    good = json.dumps({"seconds": 2.0, "keptAt": time.time()})
+    watcher.path.write_text(f'{{"huge": {{"seconds": {HUGE}}}, "deep": {{"seconds": {DEEP}}}, '
+                            f'"{instance_id}": {good}, "text": "x"}}', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="gpucloud_nb.idle"):
+        assert wait_gone(observer, instance_id, 2 + POLL_HERE + 10)
+        wait_for(lambda: instance_id in watcher.deleted, timeout=5)
+    assert watcher.failures == {}
+    skipped = [r.getMessage() for r in caplog.records if "was skipped" in r.getMessage()]
+    assert sorted(line.split("'")[1] for line in skipped) == ["deep", "huge", "text"]  # once each
+    assert all(line.endswith("it is not a limit (OverflowError).") for line in skipped
+               if "'huge'" in line)
+    assert watcher.limits() == {}  # the delete rewrote the file without them
+
+
+@pytest.fixture
+def shared_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache dir under /tmp that another user may reach (pytest's own are private to us)."""
+    base = Path(tempfile.mkdtemp(prefix="gpucloud-nb-idle-two-users-"))
+    base.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "cache"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+HOLD = """
+import fcntl, sys, time
+try:
+    lock = open(sys.argv[1])  # read-only is enough for flock
+    fcntl.flock(lock, fcntl.LOCK_EX)
+except OSError as error:
+    print("refused", type(error).__name__, flush=True)
+else:
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_another_users_lock_holds_up_no_create_and_the_folder_is_made_private(
+        sandbox: Sandbox, own_home: Path, shared_cache: Path, observer: GPUCloud) -> None:
+    """#34: the lock file was 0644 in a 0755 folder, so another user could hold its flock and
+    stall ``create(delete_when_idle=...)`` after the paid instance existed."""
+    command = as_other_user([sys.executable, "-c", HOLD])
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        watcher = watcher_of(cloud)
+        folder, lock = watcher.path.parent, watcher.path.with_name(watcher.path.name + ".lock")
+        folder.mkdir(parents=True)
+        folder.chmod(0o755)  # as earlier versions left it
+        lock.touch(mode=0o644)
+        os.chown(lock, OTHER_UID, OTHER_UID)  # planted by the other user, who holds its lock
+        holder = subprocess.Popen([*command, str(lock)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().startswith("held")
+            done: list[Any] = []
+            creating = threading.Thread(target=lambda: done.append(
+                launch(cloud, delete_when_idle=600)), daemon=True)
+            creating.start()
+            creating.join(30)  # generous: a busy machine; today it waits for the holder
+            assert done, "create(delete_when_idle=...) waited on another user's lock"
+            instance = done[0]
+            assert watcher.path.is_file() and watcher.limits()[instance.id]["seconds"] == 600
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+            for file in folder.iterdir():
+                info = file.stat()
+                assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o600, file
+            # The other user cannot even open what is in the folder now.
+            again = subprocess.run([*command, str(lock)], capture_output=True, text=True,
+                                   timeout=60)
+            assert again.stdout.startswith("refused PermissionError"), again
+        finally:
+            holder.kill()
+            holder.wait(10)
+    assert [i.id for i in observer.instances.list()] == [instance.id]
+
+
+def test_a_folder_of_another_user_is_refused_before_the_create(
+        sandbox: Sandbox, own_home: Path, observer: GPUCloud) -> None:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("making a folder owned by another user needs root (os.chown)")
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        folder = watcher_of(cloud).path.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, OTHER_UID, OTHER_UID)
+        try:
+            with pytest.raises(GPUCloudError) as refused:
+                launch(cloud, delete_when_idle=600)
+        finally:
+            os.chown(folder, os.getuid(), os.getgid())
+    assert str(refused.value) == (
+        f"The idle limits folder {folder} belongs to another user (uid {OTHER_UID}); remove it "
+        "or set XDG_CACHE_HOME to a folder of your own, so delete_when_idle cannot be kept; "
+        "nothing was launched.")
+    assert observer.instances.list() == []
+
+
+def test_a_limits_folder_that_cannot_be_written_refuses_the_create_before_the_post(
+        sandbox: Sandbox, own_home: Path, observer: GPUCloud) -> None:
+    """#34: the limit was written after the create, so an unwritable cache folder raised a bare
+    OSError with the billed instance already running."""
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        folder = watcher_of(cloud).path.parent
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.write_text("")  # a file where the folder goes: no user, not even root, writes in it
+        try:
+            with pytest.raises(GPUCloudError) as refused:
+                launch(cloud, delete_when_idle=600)
+        finally:
+            folder.unlink()
+    assert type(refused.value).__name__ == "GPUCloudError"  # ours: one sentence, no traceback
+    assert str(refused.value) == (
+        f"The idle limits folder {folder} cannot be made (File exists), so delete_when_idle "
+        "cannot be kept; nothing was launched.")
+    assert observer.instances.list() == []
+
+
+def test_a_lock_held_at_the_create_costs_no_wait_and_the_instance_stays_watched(
+        kernel: GPUCloud, observer: GPUCloud) -> None:
+    watcher = watcher_of(kernel)
+    watcher.file.set("warm-up", 60.0)  # the folder and the lock file exist
+    held = os.open(watcher.path.with_name(watcher.path.name + ".lock"), os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another kernel of this user, writing
+        started = time.monotonic()
+        instance = launch(kernel, delete_when_idle=2)
+        assert time.monotonic() - started < 10  # the create itself; no lock wait after it
+        assert watcher.limits()[instance.id]["seconds"] == 2  # watched, from memory
+        assert instance.id not in watcher.file.limits()
+    finally:
+        os.close(held)
+    wait_for(lambda: instance.id in watcher.file.limits(), timeout=2 * POLL_HERE + 5)
+    assert wait_gone(observer, instance.id, 2 + POLL_HERE + 10)
+    wait_for(lambda: instance.id in watcher.deleted, timeout=5)

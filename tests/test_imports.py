@@ -8,6 +8,7 @@ does not, since it never runs. ``from package import name`` points at the submod
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpucloud_nb"
@@ -43,13 +44,26 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _parse(path: Path) -> ast.Module:
+    """``ast.parse``, once more if CPython 3.11's AST recursion check trips: its depth counter is
+    one per process (CPython gh-106905), so a parse in another thread of this worker (a
+    sandbox's, a kernel's) can make ours fail with "AST constructor recursion depth mismatch"
+    although the file is fine (seen once under xdist at load 10)."""
+    source = path.read_text(encoding="utf-8")
+    try:
+        return ast.parse(source)
+    except SystemError:
+        return ast.parse(source)
+
+
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """``module -> the gpucloud_nb modules it imports``."""
+    """``module -> the gpucloud_nb modules it imports`` (read once per process)."""
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in paths}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _imports(_parse(path)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -126,3 +140,14 @@ def test_the_client_never_imports_the_cluster() -> None:
             found += [f"{path.name}: {name}" for name in names
                       if name == "gpucloud_nb.cluster" or name.startswith("gpucloud_nb.cluster.")]
     assert found == []
+
+
+def test_the_client_imports_nothing_of_the_layers_above_it() -> None:
+    """``client/`` is a lower layer: the kernel package, the Lab extension, widgets and magics
+    build on it, never the other way (not even in a deferred import)."""
+    above = ("gpucloud_nb.kernel", "gpucloud_nb.lab", "gpucloud_nb.widgets", "gpucloud_nb.magics")
+    graph = import_graph()
+    upward = {(module, target) for module, targets in graph.items()
+              if module.startswith("gpucloud_nb.client") for target in targets
+              if target.startswith(above)}
+    assert upward == set()

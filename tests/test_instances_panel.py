@@ -427,12 +427,14 @@ def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(cloud, panel
 
 
 def test_a_limit_another_process_set_says_who_watches_it(cloud, panels) -> None:
-    from gpucloud_nb.client.idle import IdleLimits, lab_heartbeat
+    from gpucloud_nb.client.idle import KernelIdleDelete
 
     instance = launch(cloud, "set-elsewhere")  # a real-cloud client: limits live in the file
-    IdleLimits(cloud.base_url).set(instance.id, 600)  # as another kernel does
+    watcher = cloud.idle_delete
+    assert isinstance(watcher, KernelIdleDelete)
+    watcher.file.set(instance.id, 600)  # as another kernel does
     panel = make_panel(panels, cloud, interval=60)
     assert panel.frame["idle"].iloc[0] == "after 10 min 00 s idle (the kernel that set it)"
-    lab_heartbeat(cloud.base_url, every=30)  # JupyterLab's poller runs: it watches
+    watcher.file.beat(30, {instance.id})  # JupyterLab's poller runs: it watches
     panel.refresh()
     assert panel.frame["idle"].iloc[0] == "after 10 min 00 s idle (JupyterLab)"

@@ -1,14 +1,20 @@
 """A Jupyter kernel on a sandbox instance, started and driven with jupyter_client over real SSH.
 
 The kernels here are started by ``jupyter_client.KernelManager`` from the kernelspec that
-``cloud.instances.install_kernel`` writes, as JupyterLab would; the provisioner is found through
+``gpucloud_nb.kernel.install_kernel`` writes, as JupyterLab would; the provisioner is found through
 the ``jupyter_client.kernel_provisioners`` entry point of pyproject.toml.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
 import re
+import socket
+import stat
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,14 +24,14 @@ from typing import Any
 import helpers
 import psutil
 import pytest
-from helpers import wait_for
+from helpers import as_other_user, wait_for
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager, KernelManager
 
-from gpucloud_nb import GPUCloud, connect
+from gpucloud_nb import GPUCloud, KernelStartError, connect
 from gpucloud_nb.client.remote import default_public_key
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.kernel.provisioner import KernelStartError
+from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 
 
@@ -133,21 +139,26 @@ def kernel_processes(instance_id: str) -> list[psutil.Process]:
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
-def client_connections(ports: set[int]) -> set[tuple[int, int]]:
-    """This process's established TCP connections to ``ports``, as (local port, port)."""
-    return {(c.laddr.port, c.raddr.port) for c in psutil.Process().net_connections("tcp")
-            if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED}
+def sockets(info: dict[str, Any]) -> list[str]:
+    """The local ends of a kernel's five channels: Unix socket paths (ZeroMQ's ipc)."""
+    assert info["transport"] == "ipc"
+    return [f"{info['ip']}-{info[name]}" for name in PORTS]
 
 
-def listening(port: int) -> bool:
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-               for c in psutil.Process().net_connections("tcp"))
+def listening(path: str) -> bool:
+    """True when a connection to the Unix socket ``path`` is accepted."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
 
 
 def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
         box: GPUCloud, notebook_folder: Path, kernels: Any) -> None:
     instance = launch(box)
-    name = box.instances.install_kernel(instance.name)
+    name = install_kernel(box, instance.name)
     kernel = kernels(name, notebook_folder)
 
     status, out = kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID']); "
@@ -166,9 +177,92 @@ def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
     assert status == "ok" and instance.gpu_model in out
 
 
+def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_waiting(
+        box: GPUCloud, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A notebook in a home-like folder: the walk runs off Jupyter's event loop and stops at
+    the file cap, environments stay here, and the files go over in one archive."""
+    folder = tmp_path / "home-like"
+    (folder / "many").mkdir(parents=True)
+    (folder / "node_modules" / "pkg").mkdir(parents=True)
+    (folder / "node_modules" / "pkg" / "index.js").write_text("x")
+    for index in range(100_000):
+        os.close(os.open(folder / "many" / f"{index:06}", os.O_CREAT | os.O_WRONLY, 0o644))
+    instance = launch(box)
+    name = install_kernel(box, instance.id)
+
+    async def start() -> list[float]:
+        loop = asyncio.get_running_loop()
+        gaps: list[float] = []
+
+        async def tick() -> None:
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0.05)
+                gaps.append(loop.time() - last)
+                last = loop.time()
+
+        manager = AsyncKernelManager(kernel_name=name)
+        ticker = asyncio.create_task(tick())
+        try:
+            await asyncio.wait_for(manager.start_kernel(cwd=str(folder)), 180)
+        finally:
+            ticker.cancel()
+            if manager.has_kernel:
+                await manager.shutdown_kernel(now=True)
+        return gaps
+
+    with caplog.at_level(logging.INFO):
+        started = time.monotonic()
+        gaps = asyncio.run(start())
+    print(f"100k files: start and shutdown in {time.monotonic() - started:.1f} s, Jupyter's "
+          f"loop never stalled more than {max(gaps):.2f} s")
+    assert max(gaps) < 1.5  # Jupyter's loop kept answering (a walk on it stalled it 3.6 s)
+    copied = box.instances.run(instance.id, "ls home-like/many | wc -l; ls home-like").stdout
+    assert copied.split() == ["5000", "many"]
+    assert "Stopped at 5000 files" in caplog.text
+    assert "Skipped 1 environment or cache folder(s), which belong to this machine: " \
+           "node_modules." in caplog.text
+
+
+PROBE = """
+import json, socket, sys
+info, opened = json.loads(sys.argv[1]), []
+for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+    if info["transport"] == "ipc":
+        probe, address = socket.socket(socket.AF_UNIX), f"{info['ip']}-{info[name]}"
+    else:
+        probe, address = socket.socket(), (info["ip"], int(info[name]))
+    try:
+        probe.connect(address)
+        opened.append(name)
+    except OSError:
+        pass
+print(json.dumps(opened))
+"""
+
+
+def test_another_local_user_cannot_open_the_kernels_channels(box: GPUCloud, kernels: Any) -> None:
+    """IOPub carries every cell's code and output, signed but not encrypted: the local ends
+    are Unix sockets only this user can open, not loopback TCP ports anyone can."""
+    kernel = kernels(install_kernel(box, launch(box).id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    shown = {"transport": info["transport"], "ip": info["ip"], **{n: info[n] for n in PORTS}}
+
+    command = as_other_user([sys.executable, "-I", "-c", PROBE, json.dumps(shown)])
+    probe = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+
+    assert json.loads(probe.stdout) == []
+    paths = sockets(info)
+    assert stat.S_IMODE(os.stat(Path(paths[0]).parent).st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(path).st_mode) == 0o600 for path in paths)
+    assert all(listening(path) for path in paths)  # this user's own client gets through
+    assert kernel.run("print('still here')") == ("ok", "still here\n")
+
+
 def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
         box: GPUCloud, kernels: Any) -> None:
-    kernel = kernels(box.instances.install_kernel(launch(box).id))
+    kernel = kernels(install_kernel(box, launch(box).id))
     assert kernel.run("x = 7")[0] == "ok"
     kernel.client.execute("while True: pass")
     time.sleep(0.5)
@@ -184,12 +278,11 @@ def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
 def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
         sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("kept = 'still here'")[0] == "ok"
 
-    info = kernel.manager.get_connection_info()
-    ports = {int(info[name]) for name in PORTS}
-    before = client_connections(ports)
+    forwards = kernel.manager.provisioner._forwards
+    before = set(forwards.writers)  # the connections accepted on the local sockets
     assert before
 
     server = sandbox._server.config.app.state.ssh.server(instance.id)
@@ -198,9 +291,9 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
     for connection in dropped:
         connection._loop.call_soon_threadsafe(connection.abort)
     wait_for(lambda: not any(c in server.connections for c in dropped), 5)
-    # The client has seen the drop once its connections to the local ports are gone (a
+    # The client has seen the drop once its connections to the local sockets are gone (a
     # request sent in that very instant is lost, as through any tunnel).
-    wait_for(lambda: not before & client_connections(ports), 5)
+    wait_for(lambda: not before & set(forwards.writers), 5)
 
     started = time.monotonic()
     assert kernel.run("print(kept)", timeout=10) == ("ok", "still here\n")
@@ -211,10 +304,10 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
 def test_shutdown_leaves_no_kernel_process_and_no_local_listener(
         box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("1 + 1") == ("ok", "2")
     info = kernel.manager.get_connection_info()
-    ports = [int(info[name]) for name in PORTS]
+    ports = sockets(info)
     assert len(kernel_processes(instance.id)) == 1
     assert all(listening(port) for port in ports)
 
@@ -232,7 +325,7 @@ def test_on_shutdown_delete_deletes_the_sandbox_instance(
     cloud = connect(quiet=True)
     try:
         instance = launch(cloud, "delete-me")
-        name = cloud.instances.install_kernel("delete-me", on_shutdown="delete")
+        name = install_kernel(cloud, "delete-me", on_shutdown="delete")
         kernel = kernels(name)
         assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
             "ok", f"{instance.id}\n")
@@ -245,6 +338,69 @@ def test_on_shutdown_delete_deletes_the_sandbox_instance(
         cloud.close()
 
 
+def stop_ssh(sandbox: Sandbox, instance_id: str) -> None:
+    """Stop the instance's SSH server and drop its connections; the instance stays active, so
+    every reconnect is refused (each one costs the client its ~9 s of tries)."""
+    server = sandbox._server.config.app.state.ssh.server(instance_id)
+    loop = next(iter(server.connections))._loop
+
+    async def deaf() -> None:
+        server.acceptor.close()
+        await server.acceptor.wait_closed()
+        for connection in list(server.connections):
+            connection.abort()
+
+    asyncio.run_coroutine_threadsafe(deaf(), loop).result(10)
+
+
+def test_without_ssh_poll_answers_at_once_and_shutdown_still_deletes(
+        sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box, "deaf-box")
+    kernel = kernels(install_kernel(box, instance.id, on_shutdown="delete"))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    ports = sockets(info)
+
+    stop_ssh(sandbox, instance.id)
+    time.sleep(3)  # ZeroMQ knocks on every forward: reconnects are under way (and refused)
+    polls = []
+    for _ in range(3):
+        started = time.monotonic()
+        assert kernel.manager.is_alive()  # the instance is there: taken as alive
+        polls.append(time.monotonic() - started)
+    # Well under one reconnect's ~9 s of tries: poll never waits for SSH.
+    assert max(polls) < 6
+
+    started = time.monotonic()
+    kernel.shutdown()  # interrupt and signals cannot be sent: shutdown goes on all the same
+    print(f"SSH down: is_alive() took at most {max(polls):.2f} s, shutdown "
+          f"{time.monotonic() - started:.1f} s")
+
+    assert box.instances.get(instance.id).status in ("deleting", "deleted")
+    assert not any(listening(port) for port in ports)
+    assert not kernel.manager.has_kernel
+
+
+def test_an_instance_deleted_under_its_kernel_is_seen_dead_and_shuts_down_now(
+        box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box, "vanishing")
+    kernel = kernels(install_kernel(box, instance.id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    info = kernel.manager.get_connection_info()
+    ports = sockets(info)
+
+    box.instances.delete(instance.id)
+    wait_for(lambda: not kernel.manager.is_alive(), 30)
+    started = time.monotonic()
+    assert not kernel.manager.is_alive()
+    assert time.monotonic() - started < 6
+
+    kernel.client.stop_channels()
+    kernel.manager.shutdown_kernel(now=True)
+    assert not any(listening(port) for port in ports)
+    assert not kernel.manager.has_kernel
+
+
 def one_sentence(error: BaseException) -> str:
     text = str(error)
     assert isinstance(error, GPUCloudError), repr(error)
@@ -254,7 +410,7 @@ def one_sentence(error: BaseException) -> str:
 
 def test_starting_a_kernel_whose_instance_is_gone_says_so(box: GPUCloud) -> None:
     instance = launch(box, "gone-soon")
-    name = box.instances.install_kernel(instance.id)
+    name = install_kernel(box, instance.id)
     box.instances.delete(instance.id)
     manager = KernelManager(kernel_name=name)
     with pytest.raises(InvalidInputError) as raised:
@@ -273,7 +429,7 @@ def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pyt
         instance = launch(cloud, "slow-start", wait=False)
         assert cloud.instances.get(instance.id).status == "pending"
         with caplog.at_level(logging.INFO):
-            kernel = kernels(cloud.instances.install_kernel("slow-start"))
+            kernel = kernels(install_kernel(cloud, "slow-start"))
         assert "is pending; waiting until it is active" in caplog.text
         assert kernel.run("import os; print(os.environ['GPUCLOUD_INSTANCE_ID'])") == (
             "ok", f"{instance.id}\n")
@@ -289,7 +445,7 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
     instance = launch(box, "no-python")
     shim = sandbox._server.config.app.state.ssh.server(instance.id).bin / "python3"
     shim.write_text(f"#!/bin/sh\n{python3}\n")
-    manager = KernelManager(kernel_name=box.instances.install_kernel(instance.id))
+    manager = KernelManager(kernel_name=install_kernel(box, instance.id))
     with pytest.raises(KernelStartError) as raised:
         manager.start_kernel()
     assert expected in one_sentence(raised.value)
@@ -297,10 +453,22 @@ def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
     assert kernel_processes(instance.id) == []
 
 
+def test_a_folder_that_cannot_be_copied_is_one_sentence(box: GPUCloud,
+                                                      notebook_folder: Path) -> None:
+    instance = launch(box, "no-room")
+    box.instances.run(instance.id, "touch my-project")  # a file where the folder should go
+    manager = KernelManager(kernel_name=install_kernel(box, instance.id))
+    with pytest.raises(KernelStartError) as raised:
+        manager.start_kernel(cwd=str(notebook_folder))
+    assert one_sentence(raised.value).startswith(
+        "Could not copy the notebook's folder to the instance: ")
+    assert kernel_processes(instance.id) == []
+
+
 def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
         box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
-    kernel = kernels(box.instances.install_kernel(instance.id))
+    kernel = kernels(install_kernel(box, instance.id))
     assert kernel.run("import glob, os; lost = 1; print([oct(os.stat(p).st_mode & 0o777) for p "
                       "in glob.glob(os.path.expanduser('~/.local/share/jupyter/runtime/*.json'))"
                       "])") == ("ok", "['0o600']\n")  # the key's file is the user's alone
@@ -312,6 +480,7 @@ def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
 
     assert kernel.run("print('lost' in globals())") == ("ok", "False\n")
     assert kernel.manager.get_connection_info() == before
+    assert all(listening(path) for path in sockets(before))  # listened on again at once
     after = [p.pid for p in kernel_processes(instance.id)]
     assert len(after) == 1 and after != first
 
@@ -319,7 +488,7 @@ def test_a_restart_starts_a_fresh_kernel_behind_the_same_local_ports(
 def test_a_cloud_kernel_without_a_key_in_the_server_says_so(
         box: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> None:
     instance = launch(box, "keyless")
-    name = box.instances.install_kernel(instance.id)
+    name = install_kernel(box, instance.id)
     monkeypatch.delenv("GPUCLOUD_API_KEY")
     with pytest.raises(InvalidInputError) as raised:
         KernelManager(kernel_name=name).start_kernel()

@@ -4,6 +4,9 @@ HTTP and SSH (the poller runs in-process, on its own event loop)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -14,7 +17,9 @@ import pytest
 from helpers import launch_active
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
-from gpucloud_nb.client.idle import lab_watching
+from gpucloud_nb.client.idle import KernelIdleDelete
+from gpucloud_nb.client.idle_file import LOCK_WAIT, IdleLimits, account
+from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, busy_instance_ids
 from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
@@ -24,10 +29,17 @@ LOOP = "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
+def lab_file(sandbox: Sandbox, key: str | None = None) -> IdleLimits:
+    """The idle limits (and heartbeat) of an account of ``sandbox``, its first key by default."""
+    url = sandbox.management_url
+    return IdleLimits(url, account(url, key or sandbox.api_key))
+
+
 def polling(sandbox: Sandbox, *, as_sandbox: bool, transport: Any = None,
-            busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM) -> Poller:
+            busy: Callable[[], set[str]] | None = None, confirm: float = CONFIRM,
+            key: str | None = None) -> Poller:
     def connect() -> AsyncGPUCloud:
-        cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+        cloud = AsyncGPUCloud(api_key=key or sandbox.api_key, base_url=sandbox.management_url,
                               transport=transport, timeout=5, max_retries=1)
         if as_sandbox:
             cloud.sandbox = sandbox
@@ -123,7 +135,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
     async def body(poller: Poller) -> None:
         first = await until(poller, lambda s: row(s, idle).get("idle") is not None, 10)
         assert row(first, idle)["idle"]["by"] == "JupyterLab"
-        assert lab_watching(sandbox.management_url)  # kernels' watchers stand aside
+        assert idle in lab_file(sandbox).lab_watches()  # kernels' watchers stand aside
         start = time.monotonic()
         await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 10)
         assert time.monotonic() - start <= 2 + 2 * poller.fast + 1
@@ -132,7 +144,7 @@ def test_on_the_real_cloud_the_poller_deletes_the_idle_and_keeps_the_busy(
         assert row(snapshot, busy)["status"] == "active" and row(snapshot, busy)["gpu"]["util"] >= 50
         assert snapshot["deleteProblems"] == []
 
-    assert not lab_watching(sandbox.management_url)  # no heartbeat yet
+    assert lab_file(sandbox).lab_watches() == set()  # no heartbeat yet
     run(polling(sandbox, as_sandbox=False), body)
     cloud.close()
 
@@ -163,5 +175,78 @@ def test_a_delete_the_cloud_never_performs_turns_red(sandbox: Sandbox) -> None:
 
     run(polling(sandbox, as_sandbox=False, transport=NeverDeletes(), confirm=confirm), body)
     assert CONFIRM == 60
+    cloud.instances.delete(instance)
+    cloud.close()
+
+
+def test_a_kernel_on_another_key_is_not_stood_aside_for_while_jupyterlab_runs(
+        sandbox_factory: Callable[..., Sandbox], caplog: pytest.LogCaptureFixture) -> None:
+    """#34: the limits and the heartbeat were one per cloud, so a kernel on key B stood aside
+    for a JupyterLab on key A that cannot see B's instance (and counted it busy for ever)."""
+    sandbox = sandbox_factory(keys=("key-b",), shared_shell=True)
+    kernel_b = GPUCloud(api_key="key-b", base_url=sandbox.management_url)
+    watcher = kernel_b.idle_delete
+    assert isinstance(watcher, KernelIdleDelete)
+    watcher.poll = 0.5
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as kernel_a:
+        theirs = launch_active(kernel_a, "a-watched", delete_when_idle=600).id
+
+    async def body(poller: Poller) -> None:
+        await until(poller, lambda s: theirs in lab_file(sandbox).lab_watches(), 15)
+        mine = launch_active(kernel_b, "b-idle", delete_when_idle=2).id
+        # B's limit is in B's file only: A's JupyterLab neither sees it nor says it watches it.
+        assert mine in lab_file(sandbox, "key-b").limits()
+        assert mine not in lab_file(sandbox).limits()
+        lab_file(sandbox).set(mine, 2.0)  # even a limit in A's file: A cannot see the instance
+        start = time.monotonic()
+        deadline = start + 2 + 0.5 + 20  # generous: a busy machine
+        while mine not in watcher.deleted:
+            assert time.monotonic() < deadline, "the kernel on key B stood aside"
+            assert theirs in lab_file(sandbox).lab_watches()  # JupyterLab polls all along
+            assert not watcher.lab_watches(mine)  # so it never says it watches it
+            await asyncio.sleep(0.2)
+        assert time.monotonic() - start >= 2 - 0.5
+
+    run(polling(sandbox, as_sandbox=False), body)
+    kernel_b.close()
+    assert "key-b" not in " ".join(str(p) for p in lab_file(sandbox).path.parent.iterdir())
+
+
+def test_the_keep_button_never_blocks_the_event_loop(sandbox: Sandbox) -> None:
+    """#34: the Lab's Keep took the limits file's lock on Jupyter's event loop."""
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    instance = launch_active(cloud, "kept", delete_when_idle=600).id
+    file = lab_file(sandbox)
+    held = os.open(file.path.with_name(file.path.name + ".lock"), os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a kernel of this user writing, for as long as it takes
+
+    async def body(poller: Poller) -> None:
+        await until(poller, lambda s: (row(s, instance).get("idle") or {}).get("by"), 15)
+        gaps: list[float] = []
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.05)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            with pytest.raises(GPUCloudError, match="stayed locked by another process"):
+                await poller.keep(instance)
+        finally:
+            ticker.cancel()
+        assert gaps and max(gaps) < LOCK_WAIT / 2  # the loop went on serving while the Keep waited
+        os.close(held)  # the writer is done: Keep works
+        await poller.keep(instance)
+        assert row(await poller.snapshot(), instance)["status"] == "active"
+
+    try:
+        run(polling(sandbox, as_sandbox=False), body)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(held)
     cloud.instances.delete(instance)
     cloud.close()

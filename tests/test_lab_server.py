@@ -6,6 +6,7 @@ module starts, whose list requests are counted on the sandbox side by an ASGI mi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -16,16 +17,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from helpers import launch
+from helpers import launch, launch_active
 
-from gpucloud_nb import GPUCloud
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
+from gpucloud_nb.kernel import install_kernel
+from gpucloud_nb.kernel.spec import installed
+from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
 
@@ -532,6 +536,36 @@ def test_a_create_or_delete_from_another_process_shows_within_2_s_at_no_extra_co
     assert all(b - a >= 1.0 - 0.2 for a, b in itertools.pairwise(lists))
 
 
+
+@pytest.mark.slow  # about 15 s
+def test_a_delete_from_a_notebook_leaves_the_sidebar_when_it_is_done_not_a_poll_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #35: the stamp shows the delete at once ("deleting"), and the poller then follows it
+    until it is done, instead of showing "deleting" and its $/h until the next busy poll (here
+    30 s, so a lag cannot pass for the follow)."""
+    home = tmp_path / "server"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # the same user: the same stamps
+    box = Sandbox(api_key=API_KEY, launch_seconds=0.5, delete_seconds=3).start()  # seen deleting
+    try:
+        with jupyter_server(home, GPUCLOUD_API_KEY=API_KEY, GPUCLOUD_BASE_URL=box.management_url) as url, \
+                httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
+                GPUCloud(api_key=API_KEY, base_url=box.management_url) as notebook:
+            api.put("/gpucloud/settings", json={"busyInterval": 30, "idleInterval": 30})
+            instance = launch(notebook, "deleted-from-a-notebook")
+            notebook.instances.wait_until_active(instance.id, timeout=30)
+            wait_for(api, lambda s: row_of(s, instance.id) is not None)
+            notebook.instances.delete(instance.id)
+            deleted = time.monotonic()
+            wait_for(api, lambda s: (row_of(s, instance.id) or {}).get("status") != "active", 5)
+            while row_of(api.get("/gpucloud/instances").json(), instance.id) is not None:
+                assert time.monotonic() - deleted < 15, "the sidebar waited for its next poll"
+                time.sleep(0.1)
+            print(f"a notebook's delete left the sidebar in {time.monotonic() - deleted:.1f} s")
+    finally:
+        box.stop()
+
+
 def test_notebook_on_this_instance_installs_its_kernelspec(api: httpx.Client,
                                                            cloud: GPUCloud) -> None:
     instance_id = launch(cloud, "lab kernel box").id
@@ -566,3 +600,27 @@ def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
         cloud.instances.delete(member)  # not by the cluster: the Lab's Delete all, or outside
         wait_for(api, lambda s: not row_of(s, member))
         assert member not in clusters.members(cloud.base_url)  # the note does not pile up
+
+
+def test_the_poller_removes_its_own_stale_kernelspecs_only(
+        sandbox_factory: Callable[..., Sandbox], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec of another key (or sandbox home) names an instance this key cannot see: kept."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+    mine, other = sandbox_factory(), sandbox_factory(api_key="sk-another-account-0123456789")
+    with GPUCloud(api_key=other.api_key, base_url=other.management_url) as theirs, \
+            GPUCloud(api_key=mine.api_key, base_url=mine.management_url) as cloud:
+        kept = install_kernel(theirs, launch_active(theirs, "theirs").id)
+        deleted = launch_active(cloud, "mine")
+        install_kernel(cloud, deleted.id)
+        cloud.instances.delete(deleted.id)
+
+    async def one_poll() -> None:
+        poller = Poller(lambda: AsyncGPUCloud(api_key=mine.api_key, base_url=mine.management_url))
+        try:
+            await poller.snapshot()
+        finally:
+            await poller.stop()
+
+    asyncio.run(one_poll())
+    assert set(installed()) == {kept}

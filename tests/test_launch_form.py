@@ -86,15 +86,17 @@ def test_typing_updates_the_reason(shared_cloud: GPUCloud) -> None:
     assert_disabled_because(form, "Give the instance a name.")
 
 
-def test_container_offer_needs_an_image(shared_cloud: GPUCloud) -> None:
+def test_container_offer_launches_the_image_it_shows_and_needs_one(shared_cloud: GPUCloud) -> None:
+    """The image shown is the field's value (not a grey placeholder): launchable as shown."""
     offer = pick(shared_cloud, "container")
     form = LaunchForm(shared_cloud, offer, name="serve")
     assert form.container_box.layout.display is None and form.vm_box.layout.display == "none"
-    assert_disabled_because(form, "Give the container image to run")
-    form.image.value = "vllm/vllm-openai:latest"
-    assert form.problem is None
+    assert form.image.value == "vllm/vllm-openai:latest" and not form.image.placeholder
+    assert form.problem is None and not form.launch_button.disabled
     assert form.body["dockerContainer"] == {"image": "vllm/vllm-openai:latest"}
     assert "vm" not in form.body
+    form.image.value = "  "
+    assert_disabled_because(form, "Give the container image to run")
 
 
 def test_cloud_init_only_where_the_offer_runs_it(shared_cloud: GPUCloud) -> None:

@@ -106,7 +106,7 @@ def test_instance_life_cycle(cloud: GPUCloud) -> None:
         instance.id, timeout=30, on_progress=lambda d, t: seen.append((d.status, t)))
     assert details.status == "active" and not details.is_pending
     assert details.ip and details.ssh_user and details.ssh_port
-    assert details.ssh_command and details.ip in details.ssh_command
+    assert details.ip in cloud.instances.ssh_command(details.id)
     assert seen[-1][0] == "active" and seen[0][1] <= seen[-1][1]
     assert [i.id for i in cloud.instances.list()] == [instance.id]
 

@@ -86,11 +86,14 @@ def test_instances_tolerate_drift_missing_fields_and_extra_fields() -> None:
     assert Instance.from_json(None).id == ""  # not even an object: an empty record, no crash
 
 
-def test_ssh_command_and_what_a_delete_keeps() -> None:
+def test_no_record_offers_an_ssh_command_that_fails_as_printed_and_what_a_delete_keeps() -> None:
+    """A bare ``ssh -p PORT user@ip`` fails without the client's key and host key: the records
+    hold the address (``ip``, ``ssh_port``, ``ssh_user``); ``cloud.instances.ssh_command(id)`` is
+    the command."""
     instance = Instance.from_json(INSTANCE)
-    assert instance.ssh_command == "ssh -p 2222 ubuntu@10.0.0.7"
-    assert Instance.from_json({**INSTANCE, "sshPort": 22}).ssh_command == "ssh ubuntu@10.0.0.7"
-    assert Instance.from_json({**INSTANCE, "ip": ""}).ssh_command is None
+    assert (instance.ssh_user, instance.ip, instance.ssh_port) == ("ubuntu", "10.0.0.7", 2222)
+    for record in (Instance, InstanceDetails):
+        assert not hasattr(record, "ssh_command"), f"{record.__name__}.ssh_command is a trap"
     volume = Volume.from_json({"_id": "vol-9", "name": "results"})
     other = Volume.from_json({"_id": "vol-1", "name": "scratch"})
     assert instance.data_fate([volume, other]) == "volume results (vol-9) keeps its data"

@@ -7,6 +7,7 @@ has ``--nbmake``, so pytest executes each notebook top to bottom as a test of it
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -34,6 +35,31 @@ def test_notebook_is_committed_clean(path: Path) -> None:
     ]
     assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; clear them"
     assert "widgets" not in notebook.metadata, f"{path.name} carries saved widget state; clear it"
+
+
+# Tags a lesson's Markdown may use as HTML; anything else in <...> outside code is a placeholder
+# that JupyterLab's renderer takes for a tag and hides ("Python 3 on <name>" shows "Python 3 on").
+HTML_TAGS = {"a", "b", "br", "code", "details", "div", "em", "i", "img", "kbd", "p", "span",
+             "strong", "sub", "summary", "sup"}
+
+
+@by_name
+def test_markdown_shows_every_placeholder(path: Path) -> None:
+    from markdown_it import MarkdownIt
+
+    renderer = MarkdownIt("commonmark")
+    notebook = nbformat.read(path, as_version=4)
+    eaten = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "markdown":
+            continue
+        tokens = renderer.parse(cell.source)
+        for token in tokens + [child for block in tokens for child in block.children or []]:
+            if token.type in ("html_inline", "html_block"):
+                eaten += [f"cell {index}: {tag}" for tag in re.findall(r"</?([A-Za-z][^\s/>]*)",
+                                                                       token.content)
+                          if tag.lower() not in HTML_TAGS]
+    assert not eaten, f"{path.name}: rendered as HTML and hidden: {eaten}; put them in `code`"
 
 
 def _run(name: str) -> list[str]:

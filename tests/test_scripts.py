@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -90,3 +91,43 @@ def test_lesson_01_is_saved_as_the_kernel_describes_it() -> None:
     lesson = nbformat.read(REPO / "notebooks" / "01-quickstart.ipynb", as_version=4)
     assert lesson.metadata["language_info"] == reported
     assert "07-serve-a-model-on-your-instance.ipynb" in lesson.cells[-1].source  # "Next" lists 07
+
+
+def _lab_run(tree: Path, log: Path) -> list[str]:
+    """Run a copy of scripts/lab in ``tree`` (whose .venv holds stand-ins for python and jupyter
+    that only log their arguments); the lines they logged."""
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{tree / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    ran = subprocess.run(["./scripts/lab", "--no-browser"], cwd=tree, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return log.read_text().splitlines()
+
+
+def test_the_lab_command_installs_every_lesson_and_only_when_pyproject_changed(tmp_path: Path) -> None:
+    """Lesson 09 needs the [cluster] extra; a second start with nothing changed runs no pip."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "lab", tmp_path / "scripts" / "lab")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    log = tmp_path / "calls.log"
+    stand_in = f'#!/bin/sh\necho "$(basename "$0") $*" >>{log}\n' \
+               f'case "$1" in -c) echo {tmp_path / "app"};; esac\n'
+    for path in (tmp_path / ".venv" / "bin" / "python", tmp_path / ".venv" / "bin" / "jupyter",
+                 tmp_path / "bin" / "node"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(stand_in)
+        path.chmod(0o755)
+
+    def installs(calls: list[str]) -> list[str]:
+        return [call for call in calls if " -m pip install " in call and " -e " in call]
+
+    first = _lab_run(tmp_path, log)
+    assert installs(first) == [
+        "python -m pip install -q --disable-pip-version-check -e .[lab,cluster]"], first
+    assert first[-1].startswith("jupyter lab notebooks/")
+    again = _lab_run(tmp_path, log)
+    assert not [call for call in again if "pip" in call], again
+    assert again[-1].startswith("jupyter lab notebooks/")
+    with (tmp_path / "pyproject.toml").open("a") as pyproject:
+        pyproject.write("\n# a new dependency\n")
+    assert len(installs(_lab_run(tmp_path, log))) == 1

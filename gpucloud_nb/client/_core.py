@@ -2,7 +2,8 @@
 
 ``instances`` and ``volumes`` of a :class:`~gpucloud_nb.client.management.GPUCloud` hold one
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
-no-double-create rule (:meth:`Core.create_once`) and the offers cache are written here once.
+no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
+of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
 Its watchers (auto-delete timers, idle deletes, budgets) are built from what the client gives
 at construction, its :class:`Blocking` reach, and rebuilt from it when the sandbox changes.
 
@@ -32,7 +33,9 @@ from gpucloud_nb.client._ops import (
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.errors import (
@@ -108,6 +111,8 @@ class Core(Generic[D]):
         self.key = key
         self.policy = policy
         self.max_hourly_cost = max_hourly_cost
+        #: The $/h of this client's creates under way, reserved against ``max_hourly_cost``.
+        self.reservations = Reservations()
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
@@ -159,8 +164,9 @@ class Core(Generic[D]):
 
     def kernel_idle(self) -> KernelIdleDelete:
         """Idle deletes for the real cloud: the limits file, and this kernel's watcher."""
-        return KernelIdleDelete(str(self.driver.http.base_url), self.blocking.get,
-                                self.blocking.delete, self.ssh)
+        base_url = str(self.driver.http.base_url)
+        return KernelIdleDelete(base_url, account(base_url, self.key.reveal()),
+                                self.blocking.get, self.blocking.delete, self.ssh)
 
     def send(self, call: Call) -> Op[Any]:
         """One request, retried by the policy, with the key masked in any error."""

@@ -19,6 +19,7 @@ when in doubt.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,9 +33,10 @@ log = logging.getLogger("gpucloud_nb.autodelete")
 
 
 def seconds(value: float | timedelta) -> float:
-    """A delay given as seconds or a ``timedelta``, checked to be positive."""
+    """A delay given as seconds or a ``timedelta``, checked to be positive and finite."""
     delay = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay > 0:
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay > 0 \
+            or not math.isfinite(delay):
         raise InvalidInputError(
             f"delete_after must be a positive number of seconds or a timedelta, not {value!r}."
         )

@@ -3,9 +3,15 @@
 ``instances.create`` and ``instances.check_create`` turn their keywords into one
 :class:`~gpucloud_nb.models.CreateInstance` here (:func:`create_request`); the launch form builds
 the same record directly, and ``instances.create_from`` sends it, so the request a form checks
-is the request the client sends. :func:`launch_problems` runs the spec's rules
-(:mod:`gpucloud_nb.rules`) and the ``max_hourly_cost`` cap (:mod:`gpucloud_nb.client.costcap`)
-over records, without the network.
+is the request the client sends. :func:`launch_problems` is the one place a create is checked
+before it is sent: the client-only options (:func:`option_problem`), the spec's rules
+(:mod:`gpucloud_nb.rules`) and the ``max_hourly_cost`` cap (:mod:`gpucloud_nb.client.costcap`),
+over records, without the network; ``instances.create_from`` sends nothing while it finds a
+reason.
+
+Durations are one rule across the API: seconds (an ``int`` or ``float``) or a ``timedelta``
+(``delete_after``, ``delete_when_idle``); :func:`create_request` turns a ``timedelta`` into
+seconds and leaves every check to :func:`launch_problems`.
 
 A new create-time option goes in three places: a field of
 :class:`~gpucloud_nb.models.CreateInstance` (in ``_client_only`` when the client, not the cloud,
@@ -43,8 +49,8 @@ from gpucloud_nb.models import (
     VolumeOffer,
 )
 
-__all__ = ["VmSpec", "create_request", "encode_cloud_init", "launch_problems", "volume_body",
-           "volume_problems"]
+__all__ = ["VmSpec", "create_request", "encode_cloud_init", "launch_problems", "option_problem",
+           "volume_body", "volume_problems"]
 
 #: ``vm=`` of ``instances.create``: the OS image name, or ``{"os": ..., "cloud_init": ...}``.
 VmSpec = Mapping[str, Any] | str
@@ -110,12 +116,11 @@ def create_request(
 ) -> CreateInstance:
     """The :class:`~gpucloud_nb.models.CreateInstance` for ``instances.create``'s keywords.
 
-    The cloud-init script is read and encoded, ``delete_after`` (seconds) and
-    ``delete_when_idle`` (minutes) become seconds. Raises
+    The cloud-init script is read and encoded; ``delete_after`` and ``delete_when_idle``
+    (seconds or a ``timedelta``) become seconds; ``budget`` is dollars. Raises
     :class:`~gpucloud_nb.errors.InvalidInputError` for a ``vm`` or ``docker_container`` of the
-    wrong shape, an unreadable cloud-init file, a time that is not positive, or a ``budget``
-    (dollars) that is not positive; the
-    values themselves are checked by :func:`launch_problems`.
+    wrong shape or an unreadable cloud-init file; the values themselves are checked by
+    :func:`launch_problems`.
 
         >>> create_request(name="a", cloud_provider="p1", instance_id="x", region="r",
         ...                vm="ubuntu").body()
@@ -126,16 +131,42 @@ def create_request(
         volume_id=volume_id, ssh_key_id=ssh_key_id, ssh_key=ssh_key,
         vm=None if vm is None else _vm(vm),
         docker_container=None if docker_container is None else _container(docker_container),
-        delete_after=None if delete_after is None else seconds(delete_after),
-        budget=None if budget is None else budget_dollars(budget),
-        delete_when_idle=None if delete_when_idle is None else idle_seconds(delete_when_idle),
+        delete_after=_seconds(delete_after), budget=budget,
+        delete_when_idle=_seconds(delete_when_idle),
     )
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def option_problem(request: CreateInstance) -> str | None:
+    """Why a client-only option of ``request``, or its ``volumeId``, cannot be used, or ``None``.
+
+        >>> option_problem(CreateInstance(name="a", cloud_provider="p1", instance_id="x",
+        ...                               region="r", delete_when_idle=-5))
+        'delete_when_idle must be a positive number of seconds or a timedelta, not -5.'
+    """
+    checks = ((request.delete_after, seconds), (request.budget, budget_dollars),
+              (request.delete_when_idle, idle_seconds))
+    for value, check in checks:
+        if value is not None:
+            try:
+                check(value)
+            except InvalidInputError as error:
+                return error.message
+    if request.volume_id is not None and (not isinstance(request.volume_id, str)
+                                          or not request.volume_id.strip()):
+        return f"volume_id must be the _id of a volume, not {request.volume_id!r}."
+    return None
 
 
 def launch_problems(request: CreateInstance, offers: Iterable[InstanceOffer], *,
                     cap: float | None, running: Iterable[Instance],
                     volume: Volume | object | None = rules.UNCHECKED) -> list[str]:
-    """Why the cloud would refuse ``request``, or the cap forbids it: ``[]`` when it may be sent.
+    """Why ``request`` cannot be sent: a client-only option that is not one
+    (:func:`option_problem`), a rule the cloud would refuse it by, or the cap: ``[]`` when it may
+    be sent.
 
     ``running`` is the instances as listed, for the cap; ``volume`` the volume ``volumeId`` names
     (``None``: no such volume), or leave it out to let the server check the volume.
@@ -145,7 +176,8 @@ def launch_problems(request: CreateInstance, offers: Iterable[InstanceOffer], *,
         ["There is no offer with instanceId 'x'."]
     """
     offers = list(offers)
-    problem = rules.instance_create_problem(request.body(), offers, volume)
+    problem = option_problem(request) or rules.instance_create_problem(request.body(), offers,
+                                                                        volume)
     if problem:
         return [problem]
     offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)

@@ -1,6 +1,6 @@
 """Idle deletes: an instance is deleted once nobody has used it for a while.
 
-    >>> instance = cloud.instances.create(..., delete_when_idle=30)  # minutes  # doctest: +SKIP
+    >>> instance = cloud.instances.create(..., delete_when_idle=1800)  # seconds  # doctest: +SKIP
     >>> cloud.idle_delete.states()[instance.id].warning  # doctest: +SKIP
     False
     >>> cloud.idle_delete.keep(instance.id)  # "Keep": the idle clock starts again  # doctest: +SKIP
@@ -14,19 +14,25 @@ Who watches, plainly:
 
 - **Sandbox**: the sandbox service (:class:`ServiceIdleDelete`, over the sandbox-only routes of
   :mod:`gpucloud_nb.sandbox.idle`), whether or not a kernel or JupyterLab runs.
-- **Real cloud**: the limits go to a file of this user's (:class:`IdleLimits`:
-  ``platformdirs.user_cache_dir("gpucloud-nb")/idle/<cloud>.json``, ``{"seconds", "keptAt"}``
-  per instance). The JupyterLab server extension watches every limit of that file while
-  JupyterLab runs (:mod:`gpucloud_nb.lab.idle`), and says so with a heartbeat beside it
-  (:func:`lab_heartbeat`, rewritten at each of its polls). Otherwise this kernel watches
+- **Real cloud**: the limits go to a private file of this user's, one per cloud and account
+  (:class:`~gpucloud_nb.client.idle_file.IdleLimits`, see :mod:`gpucloud_nb.client.idle_file`).
+  The JupyterLab server extension watches the limits of its own account's file while JupyterLab
+  runs (:mod:`gpucloud_nb.lab.idle`), and names the instances it watches in a heartbeat beside
+  it, rewritten at each of its polls. Otherwise this kernel watches
   (:class:`KernelIdleDelete`): a daemon thread reads, every ``poll`` seconds (30), the
-  instances whose limit this process set, and steps only while the heartbeat is stale (older
-  than ``STALE_POLLS`` (3) of the extension's poll intervals) or missing, so the two never
-  watch at once. A kernel that is killed, or a client that is closed, watches nothing; a
-  JupyterLab started later takes over.
+  instances whose limit this process set, and stands aside for an instance only while a fresh
+  heartbeat (younger than ``STALE_POLLS`` (3) of the extension's poll intervals) names it, so
+  the two never watch one instance at once and an instance JupyterLab cannot see is still
+  watched. A kernel that is killed, or a client that is closed, watches nothing; a JupyterLab
+  started later takes over.
 
 Choices where the issue is silent:
 
+- Durations are seconds (an ``int`` or ``float``) or a ``timedelta``, as ``delete_after`` is.
+- After a create, the limit is written without waiting for the file's lock; when it cannot be
+  written then (the folder was checked writable just before the create), this kernel watches
+  the instance from memory and logs one sentence saying JupyterLab cannot, and keeps trying to
+  write it at each poll.
 - The kernel watches only the instances whose limit *this process* set (``create(...,
   delete_when_idle=)``, ``cloud.idle_delete.watch``), not every limit of the file: the SSH
   sessions and commands a kernel can see are its own, so the kernel that set a limit is the one
@@ -51,53 +57,45 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import logging
-import os
-import threading
+import math
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb.client import changes
 from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, KernelWatcher
+from gpucloud_nb.client.idle_file import LOCK_WAIT, STALE_POLLS, IdleLimits, LockedError
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
-
-try:
-    import fcntl
-except ImportError:  # Windows: threads of one process are still serialised
-    fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote, RunResult
     from gpucloud_nb.models import InstanceDetails
 
 __all__ = ["QUERY", "STALE_POLLS", "THRESHOLD", "WARN", "IdleClocks", "IdleLimits", "IdleState",
-           "KernelIdleDelete", "ServiceIdleDelete", "idle_seconds", "lab_heartbeat",
-           "lab_watching", "limits_path", "parse_use", "warn_seconds"]
+           "KernelIdleDelete", "ServiceIdleDelete", "idle_seconds", "parse_use", "warn_seconds"]
 
 log = logging.getLogger("gpucloud_nb.idle")
 QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits"
 THRESHOLD = 5.0
 WARN = 300.0
-STALE_POLLS = 3.0
 
 
 def idle_seconds(value: float | timedelta) -> float:
-    """An idle limit given as minutes or a ``timedelta``, in seconds, checked to be positive.
+    """An idle limit given as seconds or a ``timedelta``, in seconds, checked to be positive
+    and finite.
 
-        >>> idle_seconds(30), idle_seconds(timedelta(seconds=90))
-        (1800.0, 90.0)
+        >>> idle_seconds(1800), idle_seconds(timedelta(minutes=30))
+        (1800.0, 1800.0)
     """
-    minutes = value.total_seconds() / 60 if isinstance(value, timedelta) else value
-    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not minutes > 0 \
-            or minutes == float("inf"):
-        raise InvalidInputError("delete_when_idle must be a positive number of minutes or a "
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 \
+            or not math.isfinite(seconds):
+        raise InvalidInputError("delete_when_idle must be a positive number of seconds or a "
                                 f"timedelta, not {value!r}.")
-    return float(minutes) * 60
+    return float(seconds)
 
 
 def warn_seconds(limit: float) -> float:
@@ -186,11 +184,18 @@ class ServiceIdleDelete:
             raise InvalidInputError(f"{instance_id!r} is not a valid id.")
         return f"/sandbox/instances/{instance_id}/{tail}"
 
+    def check(self) -> None:
+        """Nothing to check before a create: the service keeps the limits."""
+
     def watch(self, instance_id: str, after: float | timedelta) -> IdleState:
-        """Delete ``instance_id`` once idle for ``after`` minutes (or a ``timedelta``)."""
+        """Delete ``instance_id`` once idle for ``after`` seconds (or a ``timedelta``)."""
         seconds = idle_seconds(after)
         answer = self._send("PUT", self._path(instance_id, "idle-delete"), {"seconds": seconds})
         return IdleState.from_json(answer)  # type: ignore[arg-type]
+
+    def watch_created(self, instance_id: str, seconds: float) -> None:
+        """The limit of an instance just created, told to the service."""
+        self.watch(instance_id, seconds)
 
     def cancel(self, instance_id: str) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
@@ -218,104 +223,7 @@ class ServiceIdleDelete:
         """Nothing runs in this process; the service goes on watching."""
 
 
-# -- the real cloud: the limits file, the Lab's heartbeat, the clocks ---------------------------
-
-def limits_path(base_url: str) -> Path:
-    """The file of idle limits for the real cloud at ``base_url`` (read by JupyterLab and kernels)."""
-    stamp = changes.path(base_url)
-    return stamp.parent.parent / "idle" / f"{stamp.name}.json"
-
-
-_THREADS = threading.Lock()  # the limits files' writers of this process, one at a time
-
-
-def _write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.part")
-    part.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(part, path)
-
-
-def _heartbeat_path(base_url: str) -> Path:
-    return limits_path(base_url).with_suffix(".lab.json")
-
-
-def lab_heartbeat(base_url: str, every: float) -> None:
-    """Say that the JupyterLab extension watches the limits of ``base_url`` and polls every
-    ``every`` seconds (the poller calls it at each poll); never raises."""
-    with contextlib.suppress(OSError, ValueError):
-        _write_json(_heartbeat_path(base_url),
-                    {"pid": os.getpid(), "at": time.time(), "every": float(every)})
-
-
-def lab_watching(base_url: str) -> bool:
-    """True while the JupyterLab extension's heartbeat for ``base_url`` is fresh: written less
-    than ``STALE_POLLS`` of its poll intervals ago.
-
-        >>> lab_watching("http://127.0.0.1:9")  # no JupyterLab here
-        False
-    """
-    try:
-        beat = json.loads(_heartbeat_path(base_url).read_text(encoding="utf-8"))
-        at, every = float(beat["at"]), float(beat["every"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return time.time() - at <= STALE_POLLS * every
-
-
-class IdleLimits:
-    """The file of idle limits for the real cloud at ``base_url`` (see the module docstring).
-
-    Each entry is ``{"seconds": limit, "keptAt": Unix time of the last Keep}``.
-    """
-
-    def __init__(self, base_url: str) -> None:
-        self.path = limits_path(base_url)
-
-    def limits(self) -> dict[str, dict[str, float]]:
-        """Instance id → ``{"seconds", "keptAt"}`` (``{}`` when the file is missing or unreadable)."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        found = {}
-        for key, entry in (data.items() if isinstance(data, dict) else []):
-            with contextlib.suppress(KeyError, TypeError, ValueError):
-                found[str(key)] = {"seconds": float(entry["seconds"]),
-                                   "keptAt": float(entry.get("keptAt") or 0.0)}
-        return found
-
-    @contextlib.contextmanager
-    def _changing(self) -> Iterator[dict[str, dict[str, float]]]:
-        """The limits to change, written back at the end; one process and thread at a time
-        (an exclusive ``flock`` on ``<file>.lock`` where there is one), so two kernels that set
-        limits at once never lose one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _THREADS, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            limits = self.limits()
-            yield limits
-            _write_json(self.path, limits)
-
-    def set(self, instance_id: str, seconds: float) -> None:
-        """Limit ``instance_id`` to ``seconds`` idle; its clock starts now."""
-        with self._changing() as limits:
-            limits[instance_id] = {"seconds": seconds, "keptAt": time.time()}
-
-    def drop(self, instance_id: str) -> bool:
-        """Remove the limit of ``instance_id``; True if it had one."""
-        with self._changing() as limits:
-            return limits.pop(instance_id, None) is not None
-
-    def keep(self, instance_id: str) -> float:
-        """Start the idle clock of ``instance_id`` again, for every watcher; the time of the Keep."""
-        with self._changing() as limits:
-            if instance_id not in limits:
-                raise InvalidInputError(f"Instance {instance_id} is not deleted when idle.")
-            limits[instance_id]["keptAt"] = now = time.time()
-        return now
-
+# -- the real cloud: the clocks ---------------------------------------------------------------
 
 @dataclass
 class _Clock:
@@ -396,16 +304,17 @@ class KernelIdleDelete(KernelWatcher):
     where = "JupyterLab server extension while JupyterLab runs, else this kernel"
     thread_name, what, logger = "gpucloud-nb-idle", "idle watcher", log
 
-    def __init__(self, base_url: str, get: Callable[[str], InstanceDetails],
+    def __init__(self, base_url: str, account: str, get: Callable[[str], InstanceDetails],
                  delete: Callable[[str], None], ssh: Callable[[], Remote], *,
                  poll: float = 30.0, measure_timeout: float = 10.0,
                  confirm_within: float = CONFIRM_WITHIN) -> None:
         super().__init__(get, delete, poll=poll, confirm_within=confirm_within)
         self.base_url = base_url
-        self.file = IdleLimits(base_url)
+        self.file = IdleLimits(base_url, account)
         self._ssh = ssh
         self.measure_timeout = measure_timeout
         self._mine: set[str] = set()
+        self._unsaved: dict[str, dict[str, float]] = {}  # limits the file does not hold yet
         self._clocks = IdleClocks()
         self._uses: dict[str, tuple[float, float]] = {}
         self._warned: set[str] = set()
@@ -418,60 +327,100 @@ class KernelIdleDelete(KernelWatcher):
         return self.file.path
 
     def limits(self) -> dict[str, dict[str, float]]:
-        """Every limit of the file, this process's or not: id → ``{"seconds", "keptAt"}``."""
-        return self.file.limits()
+        """Every limit of the file, this process's or not, and this process's limits the file
+        does not hold yet: id → ``{"seconds", "keptAt"}``."""
+        with self._lock:
+            unsaved = dict(self._unsaved)
+        return {**self.file.limits(), **unsaved}
+
+    def lab_watches(self, instance_id: str) -> bool:
+        """True while a fresh JupyterLab heartbeat of this account says it watches ``instance_id``."""
+        return instance_id in self.file.lab_watches()
+
+    def check(self) -> None:
+        """Raise one sentence unless the limits folder can be written (before a create)."""
+        self.file.check()
 
     def watch(self, instance_id: str, after: float | timedelta) -> None:
-        """Delete ``instance_id`` once idle for ``after`` minutes (or a ``timedelta``)."""
+        """Delete ``instance_id`` once idle for ``after`` seconds (or a ``timedelta``)."""
         seconds = idle_seconds(after)
         self.file.set(instance_id, seconds)
+        self._adopt(instance_id, None)
+
+    def watch_created(self, instance_id: str, seconds: float) -> None:
+        """The limit of an instance just created: written without waiting for the file's lock,
+        else kept in memory (and written at a later poll); never raises nor waits."""
+        entry = {"seconds": seconds, "keptAt": time.time()}
+        try:
+            self.file.set(instance_id, seconds, wait=0)
+        except GPUCloudError as error:
+            self._adopt(instance_id, entry)
+            if not isinstance(error, LockedError):  # merely busy: the next poll writes it
+                log.warning("%s: this kernel watches instance %s from memory, and JupyterLab "
+                            "cannot see its limit.", error.message.rstrip("."), instance_id)
+            return
+        self._adopt(instance_id, None)
+
+    def _adopt(self, instance_id: str, unsaved: dict[str, float] | None) -> None:
         with self._lock:
             self._mine.add(instance_id)
+            if unsaved is None:
+                self._unsaved.pop(instance_id, None)
+            else:
+                self._unsaved[instance_id] = unsaved
             self._clocks.clocks.pop(instance_id, None)  # a new limit: its clock starts again
             self._start()
 
-    def cancel(self, instance_id: str) -> bool:
+    def cancel(self, instance_id: str, *, wait: float = LOCK_WAIT) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
         with self._lock:
             self._mine.discard(instance_id)
             self._clocks.clocks.pop(instance_id, None)
-        return self.file.drop(instance_id)
+            held = self._unsaved.pop(instance_id, None) is not None
+        return self.file.drop(instance_id, wait=wait) or held
 
     def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the "Keep" button), for JupyterLab's
         watcher and every kernel's."""
-        at = self.file.keep(instance_id)
+        with self._lock:
+            entry = self._unsaved.get(instance_id)
+            if entry is not None:
+                entry["keptAt"] = at = time.time()
+        if entry is None:
+            at = self.file.keep(instance_id)
         with self._lock:
             self._clocks.keep(instance_id, at)
             self._warned.discard(instance_id)
 
     def states(self) -> dict[str, IdleState]:
-        """The clocks of this kernel's watcher: the instances it watches now (none while
-        JupyterLab watches; its sidebar shows those clocks)."""
+        """The clocks of this kernel's watcher: the instances it watches now (not those a
+        fresh JupyterLab heartbeat names; its sidebar shows those clocks)."""
         with self._lock:
             return self._clocks.states(self._uses)
 
     def forget(self, instance_id: str) -> None:
-        """Drop the limit of a deleted instance; never raises."""
-        with contextlib.suppress(OSError):
-            self.cancel(instance_id)
+        """Drop the limit of a deleted instance; never raises nor waits (a limit left behind
+        is harmless: no watcher counts a deleted instance)."""
+        with contextlib.suppress(OSError, GPUCloudError):
+            self.cancel(instance_id, wait=0)
 
     # -- the watching ---------------------------------------------------------------------------
 
     def step(self) -> None:
-        """One poll: stand aside while JupyterLab watches; else measure each instance this
-        process watches, advance the clocks, warn, and delete those idle past their limit."""
-        if lab_watching(self.base_url):
-            with self._lock:  # whoever watches next starts the clocks afresh
-                self._clocks.clocks.clear()
-                self._warned.clear()
-            return
+        """One poll: write the limits not written yet; stand aside for the instances a fresh
+        JupyterLab heartbeat names; measure the others this process watches, advance their
+        clocks, warn, and delete those idle past their limit."""
+        self._save()
         with self._lock:
-            mine = set(self._mine)
+            mine, unsaved = set(self._mine), dict(self._unsaved)
         limits = {i: entry for i, entry in self.file.limits().items() if i in mine}
-        for dropped in mine - set(limits):  # cancelled by another process
+        for dropped in mine - set(limits) - set(unsaved):  # cancelled by another process
             with self._lock:
                 self._mine.discard(dropped)
+        limits.update(unsaved)
+        for instance_id in self.file.lab_watches() & set(limits):  # JupyterLab watches it
+            del limits[instance_id]
+            self._warned.discard(instance_id)
         busy: set[str] = set()
         reachable: dict[str, InstanceDetails] = {}
         for instance_id in list(limits):
@@ -497,13 +446,26 @@ class KernelIdleDelete(KernelWatcher):
         busy |= {i for i, (_, peak, _) in uses.items() if peak >= THRESHOLD}
         with self._lock:
             self._uses.update({i: (util, memory) for i, (util, _, memory) in uses.items()})
-            due = self._clocks.step(limits, busy)
+            due = self._clocks.step(limits, busy)  # whoever watches next starts afresh
             states = self._clocks.states(self._uses)
             for gone in [i for i in self._uses if i not in limits]:
                 del self._uses[gone]
         self._warn(states)
         for instance_id in due:
             self._delete_idle(instance_id, limits[instance_id]["seconds"])
+
+    def _save(self) -> None:
+        """Write to the file the limits kept in memory (a create could not); quietly retried."""
+        with self._lock:
+            unsaved = dict(self._unsaved)
+        for instance_id, entry in unsaved.items():
+            try:
+                self.file.set(instance_id, entry["seconds"], kept_at=entry["keptAt"], wait=1.0)
+            except GPUCloudError:
+                continue
+            with self._lock:
+                if self._unsaved.get(instance_id) is entry:
+                    del self._unsaved[instance_id]
 
     def _open_here(self, instance_id: str) -> bool:
         """A command, copy or forward of this client is open on the instance (not counting a

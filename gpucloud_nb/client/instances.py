@@ -18,8 +18,10 @@ before anything is sent.
     >>> instance = cloud.instances.create(name="train-1", cloud_provider="p1",  # doctest: +SKIP
     ...                                   instance_id="h100-1x", region="us-east-1",
     ...                                   vm={"os": "ubuntu-22.04"})
-    >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
-    'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.wait_until_active(instance.id).ip  # doctest: +SKIP
+    '127.0.0.1'
+    >>> cloud.instances.ssh_command(instance.id)  # the ssh command that works as printed  # doctest: +SKIP
+    'ssh -o UserKnownHostsFile=... -o HostKeyAlias=... -p 40122 ubuntu@127.0.0.1'
     >>> cloud.instances.delete("train-1")  # a unique name works where an id does  # doctest: +SKIP
 """
 
@@ -38,12 +40,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
+from gpucloud_nb import rules
 from gpucloud_nb.client import changes, multinode
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, Sleep, SyncDriver
-from gpucloud_nb.client.autodelete import seconds
-from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
@@ -55,6 +56,7 @@ from gpucloud_nb.client.remote import (
 from gpucloud_nb.errors import (
     APIError,
     BadRequestError,
+    GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -130,39 +132,80 @@ class InstanceOps(Generic[D]):
 
     def problems(self, request: CreateInstance) -> Op[builtins.list[str]]:
         """Why this create would be refused (rules, then the cost cap): ``[]`` when it may go."""
+        problems, _ = yield from self.checked(request, keep=False)
+        return problems
+
+    def checked(self, request: CreateInstance, *,
+                keep: bool) -> Op[tuple[builtins.list[str], int | None]]:
+        """:meth:`problems`, the cap counting this client's creates under way; with ``keep``
+        and no problem, the ticket under which the create's $/h stays reserved (see
+        :class:`~gpucloud_nb.client.costcap.Reservations`), ``None`` without a cap."""
         offers = yield from self.core.catalogue(OFFERS_PATH, InstanceOffer)
-        running: builtins.list[Instance] = []
-        if self.core.max_hourly_cost is not None:
+        cap = self.core.max_hourly_cost
+        problems = creating.launch_problems(request, offers, cap=None, running=())
+        if problems or cap is None:
+            return problems, None
+        holds = self.core.reservations
+        ticket = holds.open()  # before the listing, which may miss creates answered after
+        try:
             running = yield from self.list(None)
-        return creating.launch_problems(request, offers, cap=self.core.max_hourly_cost,
-                                        running=running)
+            offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
+            problem = holds.reserve(ticket, cap, running, offer, keep=keep)
+        except BaseException:
+            holds.release(ticket)
+            raise
+        if problem or not keep:
+            holds.release(ticket)
+            return ([problem] if problem else []), None
+        return [], ticket
 
     def create(self, request: CreateInstance) -> Op[Instance]:
-        """Check, send and remember one create; the client-only options act here."""
+        """Check, send and remember one create; the client-only options act here.
+
+        Everything that can refuse it runs before the POST: the options, the rules and the cap
+        (:func:`~gpucloud_nb.client.create.launch_problems`), and whether this client can keep
+        the budget and the idle limit asked for.
+        """
         if not isinstance(request, CreateInstance):
             raise InvalidInputError(
                 f"create_from takes a CreateInstance, not {type(request).__name__}.")
-        delay = None if request.delete_after is None else seconds(request.delete_after)
-        budget = None if request.budget is None else budget_dollars(request.budget)
-        idle = request.delete_when_idle
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
                 request, ssh_key=default_public_key(identity=self.core.ssh_identity))
-        problems = yield from self.problems(request)
+        problems, ticket = yield from self.checked(request, keep=True)
         if problems:
             raise InvalidInputError(problems[0])
-        data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
-                                                "instance", "launched")
-        instance = Instance.from_json(data)
+        holds = self.core.reservations
+        try:
+            if request.delete_when_idle is not None:
+                try:
+                    self.core.idle_delete.check()
+                except GPUCloudError as error:
+                    raise GPUCloudError(f"{error.message.rstrip('.')}, so delete_when_idle cannot "
+                                        "be kept; nothing was launched.") from None
+        except BaseException:
+            holds.release(ticket)
+            raise
+        try:
+            data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+                                                    "instance", "launched")
+            instance = Instance.from_json(data)
+        except APIError:  # the cloud answered with a refusal: nothing was made
+            holds.release(ticket)
+            raise
+        except BaseException:  # lost, cancelled or unreadable: something may have been made
+            holds.unsure(ticket)
+            raise
+        holds.answered(ticket, instance.id)
         self.core.created_instance_ids.append(instance.id)
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
-        if delay is not None:
-            self.core.auto_delete.schedule(instance.id, delay)
-        if budget is not None:
-            self.core.budgets.set(instance.id, budget)
-        if idle is not None:
-            self.core.idle_delete.watch(instance.id, timedelta(seconds=idle))
+        if request.delete_after is not None:
+            self.core.auto_delete.schedule(instance.id, request.delete_after)
+        if request.budget is not None:
+            self.core.budgets.set(instance.id, request.budget)
+        if request.delete_when_idle is not None:
+            self.core.idle_delete.watch_created(instance.id, float(request.delete_when_idle))
         return instance
 
     def list(self, deployment_type: str | None) -> Op[builtins.list[Instance]]:
@@ -223,6 +266,7 @@ class InstanceOps(Generic[D]):
         yield from self.core.send(
             Call("DELETE", f"/gpu-cloud/instances/{path_id(id)}", what=f"Instance {id}"))
         changes.touch(str(self.core.driver.http.base_url))
+        self.core.reservations.forget(id)
         self.core.auto_delete.cancel(id)
         self.core.idle_delete.forget(id)
         if self.core.remote is not None:
@@ -356,7 +400,7 @@ class Instances:
         cloud it runs in this Python process, and a killed kernel cannot delete. ``budget``
         (dollars) deletes it once it has cost that much, with a warning at 80 % (see
         ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
-        ``delete_when_idle`` (minutes or a ``timedelta``) deletes it once idle that long (see
+        ``delete_when_idle`` (seconds or a ``timedelta``) deletes it once idle that long (see
         :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
         JupyterLab extension while JupyterLab runs, else this kernel). A launch
         :meth:`check_create` finds a reason against raises
@@ -533,31 +577,11 @@ class Instances:
 
     def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
         """The client's SSH layer and the reachable details of instance ``id``, for code built
-        on them (the kernel provisioner, :mod:`gpucloud_nb.kernel`).
+        on them (such as the kernel provisioner).
 
             >>> remote, details = cloud.instances.ssh(instance.id)  # doctest: +SKIP
         """
         return self._remote(), self._target(id, wait)
-
-    def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
-                       on_shutdown: str = "keep") -> str:
-        """Install the Jupyter kernelspec ``gpucloud-<name>`` that runs a kernel on the instance.
-
-        In JupyterLab, Kernel → Change Kernel → "Python 3 on <name> · <GPU> × <n>". With
-        ``on_shutdown="delete"`` the instance is deleted when that kernel shuts down. Specs of
-        deleted instances are removed first (see :mod:`gpucloud_nb.kernel.spec`).
-
-            >>> cloud.instances.install_kernel("train-1")  # doctest: +SKIP
-            'gpucloud-train-1'
-        """
-        from gpucloud_nb.kernel import spec
-
-        details = self.get(id_or_name)
-        kind = "cloud" if self._core.sandbox is None else "sandbox"
-        statuses = {i.id: i.status for i in self.list()}
-        spec.remove_stale(kind, statuses.get)
-        return spec.install(details, cloud_kind=kind, display_name=display_name,
-                            on_shutdown=on_shutdown)
 
 
 class AsyncInstances:
@@ -725,15 +749,3 @@ class AsyncInstances:
     async def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
         """The coroutine twin of :meth:`Instances.ssh`."""
         return self._remote(), await self._target(id, wait)
-
-    async def install_kernel(self, id_or_name: str, *, display_name: str | None = None,
-                             on_shutdown: str = "keep") -> str:
-        """The coroutine twin of :meth:`Instances.install_kernel`."""
-        from gpucloud_nb.kernel import spec
-
-        details = await self.get(id_or_name)
-        kind = "cloud" if self._core.sandbox is None else "sandbox"
-        statuses = {i.id: i.status for i in await self.list()}
-        await asyncio.to_thread(spec.remove_stale, kind, statuses.get)
-        return await asyncio.to_thread(spec.install, details, cloud_kind=kind,
-                                       display_name=display_name, on_shutdown=on_shutdown)

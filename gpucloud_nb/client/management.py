@@ -5,8 +5,10 @@
     >>> instance = cloud.instances.create(  # doctest: +SKIP
     ...     name="train-1", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
     ...     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
-    >>> cloud.instances.wait_until_active(instance.id).ssh_command  # doctest: +SKIP
-    'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.wait_until_active(instance.id).ip  # doctest: +SKIP
+    '127.0.0.1'
+    >>> cloud.instances.ssh_command(instance.id)  # the ssh command that works as printed  # doctest: +SKIP
+    'ssh -o UserKnownHostsFile=... -o HostKeyAlias=... -p 40122 ubuntu@127.0.0.1'
 
 Choices where the spec says "not shown", documented here once:
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,6 +158,21 @@ class _CloudBase(abc.ABC):
         """
         return mask(self._core.key.reveal())
 
+    @property
+    def account(self) -> str:
+        """Which account this client speaks for, never its key: 16 hex digits of a digest of
+        the cloud (the sandbox's home, else the base URL) and the key. Files this client leaves
+        behind (kernelspecs) carry it, so that another key's client leaves them alone.
+
+            >>> len(GPUCloud(api_key="sk-0123456789abcdef", base_url="http://127.0.0.1:1").account)
+            16
+        """
+        box = self._core.sandbox
+        home = None if box is None else box.home
+        where = self.base_url if home is None else str(Path(home).resolve())
+        text = f"{where}\n{self._core.key.reveal()}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def own_client(self) -> GPUCloud:
         """A new sync client with this one's key and base URL (close it when done).
 
@@ -213,7 +231,7 @@ class _CloudBase(abc.ABC):
 
     @property
     def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
-        """This client's idle deletes: ``watch(id, minutes)``, ``keep(id)``, ``cancel(id)``,
+        """This client's idle deletes: ``watch(id, seconds)``, ``keep(id)``, ``cancel(id)``,
         ``states()``; ``where`` says who watches (the sandbox service; on the real cloud the
         JupyterLab extension while JupyterLab runs, else this kernel: see
         :mod:`gpucloud_nb.client.idle`)."""

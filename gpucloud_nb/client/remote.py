@@ -24,6 +24,9 @@ loop per client and are cached per instance, so a second ``run`` costs one round
   one sentence.
 - **The ssh command** (:meth:`Remote.ssh_command`) connects once, so that the host key is stored
   and the accepted key known, then prints a command that works as printed in a terminal.
+- **Forwards** listen on ``127.0.0.1`` and, on Linux, forward only connections from this user's
+  processes (see :mod:`gpucloud_nb.client.local_peer`): another user of the machine gets the
+  connection closed.
 - **Bad input** is one sentence: an unknown instance (404), one that is still pending after
   ``wait`` seconds, one that is deleting, deleted or failed, and a command the instance does not
   have (exit status 127).
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb.client import ssh_keys
+from gpucloud_nb.client import local_peer, ssh_keys
 from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
     ConnectionFailedError,
     InvalidInputError,
@@ -581,7 +584,8 @@ class Remote:
     async def open_forward(self, details: InstanceDetails, remote_port: int) -> Any:
         """Listen on a free local port, forwarded to ``remote_port`` on the instance."""
         connection = await self.connection(details)
-        return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port)
+        return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port,
+                                                   accept_handler=local_peer.same_user)
 
     @staticmethod
     async def close_forward(listener: Any) -> None:

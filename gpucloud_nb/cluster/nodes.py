@@ -62,6 +62,7 @@ class ClusterPlan:
     instance_ids: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # instance id -> instance name
     cuda: set[str] = field(default_factory=set)  # instances with dask-cuda
+    gone: set[str] = field(default_factory=set)  # deleted from outside: nothing to stop there
     ledger: Ledger = field(default_factory=Ledger)  # when each instance turned active
     _files: tempfile.TemporaryDirectory[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -154,7 +155,9 @@ def worker_command(python: str, scheduler: str, *, host: str, name: object, gpus
 
     ``dask cuda worker`` (dask-cuda's ``CUDAWorker``: one worker per GPU, each with ``GPU=1``)
     where :meth:`ClusterPlan.prepare` found ``import dask_cuda`` working, else ``dask worker``
-    with ``GPU=<the instance's GPU count>``.
+    with ``GPU=<the instance's GPU count>``. With ``--no-dashboard`` a worker still serves
+    ``/health`` and ``/metrics`` over plain HTTP, on every interface unless told otherwise:
+    ``--dashboard-address 127.0.0.1:0`` keeps that server on the instance's loopback.
 
         >>> worker_command("python3", "tls://10.0.0.5:8786", host="10.0.0.6", name=1, gpus=4,
         ...                cuda=False, tls="--tls-ca-file cert.pem")
@@ -162,7 +165,8 @@ def worker_command(python: str, scheduler: str, *, host: str, name: object, gpus
     """
     kind, resources = ("cuda worker", "GPU=1") if cuda else ("worker", f"GPU={gpus}")
     return (f"{python} -m dask {kind} {shlex.quote(scheduler)} --host {shlex.quote(host)} "
-            f"--name {shlex.quote(str(name))} --resources {resources} --no-dashboard {tls} "
+            f"--name {shlex.quote(str(name))} --resources {resources} --no-dashboard "
+            f"--dashboard-address 127.0.0.1:0 {tls} "
             f"--local-directory {shlex.quote(f'worker-{name}')} --death-timeout 60")
 
 
@@ -245,7 +249,7 @@ class SchedulerNode(ProcessInterface):
         self.status = Status.closing
         plan = self.plan
         await blocking(self._forwards.close)
-        if self.pid:
+        if self.pid and self.instance_id not in plan.gone:
             with contextlib.suppress(GPUCloudError):
                 await blocking(plan.cloud.instances.run, self.instance_id,
                                 f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
@@ -296,7 +300,7 @@ class WorkerNode(ProcessInterface):
         self.status = Status.closing
         plan = self.plan
         if self.instance_id is not None:
-            if self.pid:
+            if self.pid and self.instance_id not in plan.gone:
                 with contextlib.suppress(GPUCloudError):
                     await blocking(plan.cloud.instances.run, self.instance_id,
                                     f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)

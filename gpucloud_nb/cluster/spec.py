@@ -17,7 +17,13 @@ Choices where nothing says otherwise:
   (``ip``; on the sandbox ``127.0.0.1``), and speak TLS with a certificate made for this cluster
   (``Security.temporary()``): nothing without it can talk to the scheduler or a worker, which a
   Dask process would otherwise let run any code. The dashboard listens on the scheduler
-  instance's loopback only. Workers get no dashboard of their own.
+  instance's loopback only. Workers get no dashboard of their own, and the plain-HTTP server
+  Dask keeps in each worker anyway (``/health``, ``/metrics``) listens on its loopback only.
+  The client reaches the dashboard through an SSH forward that listens on ``127.0.0.1`` of the
+  notebook's machine, without TLS or a token (Dask's dashboard has neither, and a browser
+  cannot open a Unix socket). On Linux the forward serves only this user's processes (see
+  :mod:`gpucloud_nb.client.local_peer`); elsewhere any user of that machine can read the
+  dashboard, though not connect to the scheduler, which wants the cluster's certificate.
 - **Python.** Dask runs under ``python3`` on an instance (``distributed`` of the client's version
   is installed with ``pip install --user`` where it is missing). A sandbox instance is this
   machine, so there the processes run this kernel's own interpreter, which has the client's Dask.
@@ -27,10 +33,20 @@ Choices where nothing says otherwise:
 - **Availability.** The interface says only whether an offer is available in a region, not how
   many: a region where it is available is taken to hold all ``n``. If a create is refused
   part-way, the instances already created are deleted and the refusal is raised.
+- **The cost cap under ``adapt``.** Dask calls ``scale`` on its event loop, where nothing may
+  wait for the cloud, so there each worker's create is checked alone, against the cap and the
+  creates under way (see :mod:`gpucloud_nb.client.costcap`), and a class budget by the cloud.
+  Workers that could not start (refused, or failed) are dropped and their instances deleted,
+  named once in ``cluster.notices`` ("has 2 workers, not the 6 asked for: …"), and adapt's next
+  scale-up waits 30 s. A ``scale`` from the notebook checks all the workers it adds at once.
 - **Lost instances.** Every 2 s the cluster lists the instances; one of its own that is
   deleting, deleted or failed without the cluster closing it is named in one sentence (logged on
   ``gpucloud_nb.cluster`` and kept in ``cluster.notices``) and its worker dropped; with ``adapt``
   on, Dask starts a replacement on a new instance.
+- **A lost scheduler.** When the scheduler's instance is deleted from outside the cluster (the
+  sidebar's Delete all), the cluster cannot work: it says so once in ``cluster.notices``, closes
+  itself (status ``closed``) and deletes its other instances, without waiting on the scheduler
+  that is gone; a ``close()`` before the 2 s check noticed does the same at once.
 - **Budgets.** Before any launch, on a sandbox whose account has a class budget
   (``cloud.budgets.account_left()``), the budget left must pay one hour of the ``n`` instances
   and of what the account already runs, as the sandbox asks of every create; otherwise one
@@ -82,6 +98,7 @@ logger = logging.getLogger("gpucloud_nb.cluster")
 _WATCH_MS = 2000
 _LAUNCH_TIMEOUT = 900.0
 _CONFIRM_TIMEOUT = 120.0
+_REFUSED_PAUSE = 30.0  # after a refused scale-up, adapt's next one waits this long
 
 
 def _count(n: object, what: str = "A cluster") -> int:
@@ -201,6 +218,8 @@ class GPUCloudCluster(SpecCluster):
         self._spent: dict[str, float] = {}  # instance id -> its bill when last listed
         self._warned = False
         self._unconfirmed: list[str] = []
+        self._refused_until = 0.0
+        self._started = False  # until then a worker that cannot start fails the cluster
         try:
             ids = self._launch(n, timeout)
             workers = {i: {"cls": WorkerNode, "options": {
@@ -213,6 +232,7 @@ class GPUCloudCluster(SpecCluster):
                 worker={"cls": WorkerNode, "options": {"plan": self.rental}},
                 security=self.rental.security, name=name)
             self.wait_for_workers(n, timeout=60)
+            self._started = True
         except BaseException as error:
             self._abandon()
             cause = error.__cause__ if isinstance(error, RuntimeError) else None
@@ -312,7 +332,27 @@ class GPUCloudCluster(SpecCluster):
                                       f"Scaling cluster {self.name!r} to {n}")
             if problem:
                 raise InvalidInputError(problem)
+        elif more > 0 and time.monotonic() < self._refused_until:
+            n = len(self.worker_spec)  # adapt, just refused: it asks again after the pause
         return super().scale(n, memory=memory, cores=cores)
+
+    async def _correct_state_internal(self) -> None:
+        asked = len(self.worker_spec)
+        try:
+            await super()._correct_state_internal()
+        except GPUCloudError as refused:  # the cap, the cloud (a class budget), SSH...
+            if not self._started:
+                raise
+            self._refused_until = time.monotonic() + _REFUSED_PAUSE
+            for name, node in list(self.workers.items()):
+                if node.status == Status.created:  # did not start: its instance goes
+                    self.workers.pop(name)
+                    self.worker_spec.pop(name, None)
+                    self._futures.add(asyncio.ensure_future(node.close()))
+            sentence = (f"Cluster {self.name!r} has {len(self.worker_spec)} workers, not the "
+                        f"{asked} asked for: {refused}")
+            if sentence not in self.notices:
+                self._notice(sentence)
 
     @property
     def dashboard_link(self) -> str:
@@ -336,18 +376,16 @@ class GPUCloudCluster(SpecCluster):
         if self.budget is not None and await self._over_budget(listed, self.budget):
             return
         alive = {i.id for i in listed if i.status in ("pending", "active")}
-        scheduler_id = getattr(self.scheduler, "instance_id", None)
-        if scheduler_id and scheduler_id not in alive and scheduler_id not in self._noticed:
-            self._noticed.add(scheduler_id)
-            self._notice(f"Instance {scheduler_id} ({self.rental.names.get(scheduler_id)}), which "
-                         f"holds the scheduler of cluster {self.name!r}, was deleted from "
-                         "outside the cluster: the cluster has stopped; close it.")
+        if self._scheduler_lost(alive):
+            await self._close()
+            return
         for worker_name, node in list(self.workers.items()):
             instance_id = getattr(node, "instance_id", None)
             if (instance_id is None or instance_id in alive or instance_id in self._noticed
                     or node.status in (Status.closing, Status.closed)):
                 continue
             self._noticed.add(instance_id)
+            self.rental.gone.add(instance_id)
             self.worker_spec.pop(worker_name, None)
             self.workers.pop(worker_name, None)
             self._futures.add(asyncio.ensure_future(node.close()))
@@ -357,10 +395,24 @@ class GPUCloudCluster(SpecCluster):
             else:
                 left = len(self.worker_spec)
                 then = f"the cluster has {left} workers now (cluster.scale({left + 1}) adds one)."
-            if instance_id != scheduler_id:
-                self._notice(f"Instance {instance_id} ({self.rental.names.get(instance_id)}) of "
-                             f"cluster {self.name!r} was deleted from outside the cluster, and "
-                             f"its worker with it; {then}")
+            self._notice(f"Instance {instance_id} ({self.rental.names.get(instance_id)}) of "
+                         f"cluster {self.name!r} was deleted from outside the cluster, and "
+                         f"its worker with it; {then}")
+
+    def _scheduler_lost(self, alive: set[str]) -> bool:
+        """Whether the scheduler's instance is gone (not among the ``alive`` ids): then the
+        cluster is dead, and is closed without a word to its scheduler (see the docs)."""
+        scheduler_id = getattr(self.scheduler, "instance_id", None)
+        if not scheduler_id or scheduler_id in alive:
+            return False
+        if scheduler_id not in self._noticed:
+            self._noticed.add(scheduler_id)
+            self.rental.gone.update(set(self.rental.instance_ids) - alive)
+            self._notice(f"Instance {scheduler_id} ({self.rental.names.get(scheduler_id)}), which "
+                         f"holds the scheduler of cluster {self.name!r}, was deleted from "
+                         "outside the cluster: the cluster is closed, and its other instances "
+                         "are deleted.")
+        return True
 
     async def _over_budget(self, listed: list[Instance], budget: float) -> bool:
         """Bill the cluster's instances as one: warn at 80 %; at the budget close the cluster
@@ -402,6 +454,17 @@ class GPUCloudCluster(SpecCluster):
         logger.warning(sentence)
 
     async def _close(self) -> None:
+        if self.status == Status.running:
+            with contextlib.suppress(GPUCloudError):  # a close right after a Delete all
+                listed = await blocking(self.rental.cloud.instances.list)
+                self._scheduler_lost({i.id for i in listed if i.status in ("pending", "active")})
+        scheduler = self.scheduler
+        if getattr(scheduler, "instance_id", None) in self.rental.gone:
+            # Nothing answers at the scheduler's address: asking it to retire the workers or
+            # to stop would wait for Dask's connect timeout (30 s) and end in an OSError.
+            self.shutdown_scheduler = False
+            if scheduler.status not in (Status.closing, Status.closed):
+                await scheduler.close()
         await super()._close()
         self._unconfirmed = await blocking(self._delete_all)
 

@@ -14,43 +14,62 @@ on the client's background loop):
    log); a deleted one is one sentence.
 2. ``python3`` must be there; if ``import ipykernel`` fails, ``python3 -m pip install --user
    ipykernel ipywidgets`` runs with its output in the log, or one sentence says why not.
-3. The notebook's folder is copied to ``~/<folder name>`` (:mod:`gpucloud_nb.kernel.sync`).
+3. The notebook's folder is walked in a worker thread and copied to ``~/<folder name>`` as one
+   tar stream (:mod:`gpucloud_nb.kernel.sync`).
 4. A connection file with the session key and ports 0 is written over SFTP (mode 0600) to
    ``~/.local/share/jupyter/runtime/gpucloud-kernel-<kernel id>.json``; ``python3 -m
    ipykernel_launcher -f <file>`` starts under ``nohup``, detached, with its output in a ``.log``
    next to it, so it outlives a dropped SSH connection. The kernel binds free ports and writes
    them back into the file, where the provisioner reads them.
-5. Five loopback listeners on free local ports carry each TCP connection to the kernel's port
-   over an SSH channel (``direct-tcpip``). They belong to the provisioner, not to the SSH
-   connection: when the connection drops, the next TCP connection (ZeroMQ reconnects by itself)
-   opens a new SSH connection, so the kernel, its variables and the local ports all survive.
-   (A request sent in the very instant the connection drops is lost, as through any tunnel;
-   the next one goes through.)
+5. Five local Unix sockets carry each connection to the kernel's TCP port on the instance
+   over an SSH channel (``direct-tcpip``); Jupyter connects to them with ZeroMQ's ``ipc``
+   transport. They belong to the provisioner, not to the SSH connection: when the connection
+   drops, the next connection (ZeroMQ reconnects by itself) opens a new SSH connection, so the
+   kernel, its variables and the local sockets all survive. (A request sent in the very instant
+   the connection drops is lost, as through any tunnel; the next one goes through.)
 
 Choices (the issue leaves them open):
 
+- **Who can listen in.** ZeroMQ messages are signed, not encrypted, so a kernel's loopback TCP
+  ports let any local user read its IOPub stream (cell code and output) — as with every TCP
+  Jupyter kernel. The local end is therefore Unix sockets in a folder of their own (mode
+  0700, each socket 0600, under the temporary directory): only this user can open them. On the
+  instance the kernel listens on its loopback TCP ports, which on a rented machine only its one
+  user reaches; a *sandbox* instance is this machine, so there its kernel's ports are this
+  machine's loopback, as for a local TCP kernel.
 - **Credentials.** The kernelspec holds no secret: the sandbox's client is found with
   :func:`gpucloud_nb.connect` (``GPUCLOUD_SANDBOX_HOME`` as the server sees it), the real cloud's
   with ``GPUCLOUD_API_KEY`` / ``GPUCLOUD_BASE_URL`` from the Jupyter server's environment.
-- **Poll and signals.** ``poll`` is ``kill -0 <pid>`` over SSH; while SSH is down the kernel is
-  taken as alive unless the cloud says the instance is gone. ``interrupt`` sends SIGINT to the
-  kernel's process only (IPython stops the child processes of ``!`` commands itself);
-  ``terminate`` and ``kill`` send SIGTERM and SIGKILL.
+- **Poll and signals.** ``poll`` answers within 2 s whatever SSH does: ``kill -0 <pid>`` over
+  an open SSH connection, else (or when that is slow) the cloud's word on the instance; while SSH
+  is down the kernel is taken as alive unless the cloud says the instance is gone. A reconnect
+  that failed is not tried again for 10 s, so the forwards, polls and signals never queue behind
+  one another's ~9 s of tries. ``interrupt`` sends SIGINT to the kernel's process only (IPython
+  stops the child processes of ``!`` commands itself); ``terminate`` and ``kill`` send SIGTERM
+  and SIGKILL. A signal that cannot be sent within 5 s is a warning in the log, never an error:
+  jupyter_client interrupts before every shutdown, and a shutdown must get to its cleanup.
 - **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
   logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
   A failed start is one sentence, leaves no process and no listener, and keeps the instance.
-- **Cleanup.** Removes the remote connection file and log, closes the listeners and the client;
-  with ``on_shutdown="delete"`` it then deletes the instance and logs that the cloud confirms it
-  (``deleting`` or ``deleted``). A restart keeps the listeners and their local ports.
+- **Cleanup.** Removes the remote connection file and log (if SSH answers within 5 s), closes
+  the listeners and the client; with ``on_shutdown="delete"`` it then deletes the instance over
+  HTTP, whether or not SSH answers, and logs that the cloud confirms it (``deleting`` or
+  ``deleted``). A restart keeps the sockets' paths (jupyter_client removes the files; they are
+  listened on again at once), so the connection info stays the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
+import os
 import shlex
+import shutil
 import signal
+import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -59,8 +78,10 @@ from jupyter_client.provisioning import KernelProvisionerBase
 from traitlets import CaselessStrEnum, Float, Unicode
 
 from gpucloud_nb.errors import (
+    ConnectionFailedError,
     GPUCloudError,
     InvalidInputError,
+    KernelStartError,
     NotFoundError,
 )
 from gpucloud_nb.kernel import sync
@@ -73,17 +94,21 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote
     from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
+__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner"]
 
 #: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
 RUNTIME_DIR = ".local/share/jupyter/runtime"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 _REQUESTS = ("shell_port", "stdin_port", "control_port")
 _START_TIMEOUT = 60.0
-
-
-class KernelStartError(GPUCloudError):
-    """The kernel could not start on the instance (no python3, no ipykernel, it exited)."""
+#: What ``poll`` may take, whatever SSH does (JupyterLab's restarter and ``is_alive`` wait on it).
+_POLL_SECONDS = 2.0
+#: How long a signal (or the remote cleanup) may try to reach the instance.
+_SIGNAL_SECONDS = 5.0
+#: After a failed reconnect, how long callers fail at once rather than try again.
+_RETRY_SECONDS = 10.0
+#: How often ``poll`` asks the cloud about the instance while SSH is down.
+_ASK_EVERY = 1.0
 
 
 class GPUCloudProvisioner(KernelProvisionerBase):
@@ -96,6 +121,8 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     on_shutdown = CaselessStrEnum(["keep", "delete"], default_value="keep",
                                   help="What happens to the instance when the kernel shuts "
                                        "down.").tag(config=True)
+    account = Unicode("", help="The account that installed the kernelspec (a digest, never "
+                               "the key).").tag(config=True)
     wait_seconds = Float(600.0, help="How long to wait for a pending instance.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -108,6 +135,10 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         self._exit: int | None = None
         self._cwd: str | None = None
         self._file = ""
+        self._gone = False  # the cloud said the instance is gone: no more SSH
+        self._asked: concurrent.futures.Future[str] | None = None
+        self._asked_at = 0.0
+        self._reconnecting: concurrent.futures.Future[None] | None = None
 
     # -- what jupyter_client asks --------------------------------------------------------------
 
@@ -137,12 +168,13 @@ class GPUCloudProvisioner(KernelProvisionerBase):
 
     async def _launch(self, cmd: list[str]) -> KernelConnectionInfo:
         remote, details = await self._reach()
-        self._exit = None
+        self._exit, self._gone = None, False
         await self._ensure_ipykernel(remote, details)
         folder = ""
         if self._cwd is not None:
             folder = sync.remote_folder(self._cwd)
-            found = sync.plan(self._cwd, sync.cap_bytes())
+            found = await asyncio.to_thread(sync.plan, self._cwd, sync.cap_bytes(),
+                                            sync.cap_files())
             await self._on_loop(sync.upload(await self._on_loop(self.ssh_connection()), found,
                                             folder, self._say))
         if self._forwards is None:
@@ -161,26 +193,45 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         self._forwards.point([ports[name] for name in PORT_NAMES])
         self._say(f"Kernel started on instance {self._label()} (pid {self._pid}, in "
                   f"~/{folder}).")
-        local = self._forwards.ports
-        info: dict[str, Any] = {"transport": "tcp", "ip": "127.0.0.1", "key": key.encode(),
-                                "signature_scheme": "hmac-sha256"}
-        info.update({name: local[i] for i, name in enumerate(PORT_NAMES)})
+        info: dict[str, Any] = {"transport": "ipc", "ip": self._forwards.stem,
+                                "key": key.encode(), "signature_scheme": "hmac-sha256"}
+        info.update({name: _Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
         self.connection_info = info  # type: ignore[assignment]
         return self.connection_info
 
     async def poll(self) -> int | None:
-        """``None`` while the kernel runs, else an exit code (1 when it is simply gone)."""
+        """``None`` while the kernel runs, else an exit code (1 when it is simply gone).
+
+        Answers within about :data:`_POLL_SECONDS` whatever SSH does: ``kill -0`` goes over an
+        SSH connection only when one is open (never waiting for a reconnect, which it starts in
+        the background); otherwise, or when that is slow, the cloud is asked whether the instance
+        is gone, and a kernel whose instance is there is taken as alive.
+        """
         if self._pid is None:
             return self._exit if self._exit is not None else 0
-        try:
-            result = await self._sh(f"kill -0 {self._pid} 2>/dev/null && echo alive || echo gone",
-                                    timeout=10)
-        except (GPUCloudError, OSError, asyncio.TimeoutError, _ssh_errors()):
-            return 1 if await self._instance_gone() else None
-        if "alive" in result.stdout:
-            return None
-        self._exit = 1
-        return 1
+        if self._gone:
+            return 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _POLL_SECONDS
+        remote, details = self._remote, self._details
+        if remote is not None and details is not None:
+            if remote.cached_target(details.id) is not None:
+                command = f"kill -0 {self._pid} 2>/dev/null && echo alive || echo gone"
+                with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError,
+                                         _ssh_errors()):
+                    result = await asyncio.wait_for(
+                        self._on_loop(remote.run_async(details, command, timeout=10)),
+                        _POLL_SECONDS / 2)
+                    if "alive" in result.stdout:
+                        return None
+                    self._exit = 1
+                    return 1
+            else:
+                self._reconnect_soon()
+        if await self._instance_gone(max(deadline - loop.time(), 0.1)):
+            self._gone = True
+            return 1
+        return None
 
     async def wait(self) -> int | None:
         """Wait until the kernel is gone; its exit code."""
@@ -190,40 +241,61 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         return status
 
     async def send_signal(self, signum: int) -> None:
-        """Send ``signum`` (e.g. SIGINT to interrupt) to the kernel's process on the instance."""
-        if self._pid is not None:
-            await self._sh(f"kill -{int(signum)} {self._pid} 2>/dev/null", timeout=10)
+        """Send ``signum`` (e.g. SIGINT to interrupt) to the kernel's process on the instance.
+
+        Never raises: jupyter_client interrupts before it shuts a kernel down, and a shutdown
+        must reach its cleanup (and the delete) when the instance cannot be reached. A signal
+        that could not be sent within :data:`_SIGNAL_SECONDS` is a warning in the log.
+        """
+        if self._pid is None or self._gone or self._remote is None:
+            return
+        try:
+            await asyncio.wait_for(self._sh(f"kill -{int(signum)} {self._pid} 2>/dev/null",
+                                            timeout=10), _SIGNAL_SECONDS)
+        except (GPUCloudError, OSError, asyncio.TimeoutError, _ssh_errors()) as error:
+            self.log.warning("gpucloud-nb: could not send signal %d to the kernel on instance "
+                             "%s (%s).", int(signum), self._label(),
+                             str(error) or type(error).__name__)
 
     async def kill(self, restart: bool = False) -> None:
         """SIGKILL the kernel."""
-        with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError):
-            await self.send_signal(signal.SIGKILL)
+        await self.send_signal(signal.SIGKILL)
 
     async def terminate(self, restart: bool = False) -> None:
         """SIGTERM the kernel."""
-        with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError):
-            await self.send_signal(signal.SIGTERM)
+        await self.send_signal(signal.SIGTERM)
 
     async def cleanup(self, restart: bool = False) -> None:
         """Remove the remote files; unless restarting, close the forwards, then keep or delete."""
         if restart:
-            if self._file and self._remote is not None:
+            if self._file and self._remote is not None and not self._gone:
                 with contextlib.suppress(Exception):
-                    await self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10)
+                    await asyncio.wait_for(
+                        self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10),
+                        _SIGNAL_SECONDS)
             self._file = ""
+            if self._forwards is not None and self._remote is not None:
+                # jupyter_client has just removed the socket files ("cleanup_ipc_files"):
+                # listen again at the same paths, so the connection info stays the same.
+                await self._on_loop(self._forwards.listen())
         else:
             await self._close(delete=self.on_shutdown == "delete")
+        self._pid = None  # stopped, or given up on: jupyter_client forgets it
 
     async def _close(self, delete: bool) -> None:
-        if self._file and self._remote is not None:
+        """Remove the remote files (if SSH answers soon), close the forwards, then delete the
+        instance if asked: the delete goes over HTTP, so it happens whatever SSH does."""
+        if self._file and self._remote is not None and not self._gone:
             stem = self._file[:-len(".json")]
             with contextlib.suppress(Exception):
-                await self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)} "
-                               f"\"$HOME\"/{shlex.quote(stem + '.log')}", timeout=10)
+                await asyncio.wait_for(
+                    self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)} "
+                             f"\"$HOME\"/{shlex.quote(stem + '.log')}", timeout=10),
+                    _SIGNAL_SECONDS)
         self._file = ""
         if self._forwards is not None and self._remote is not None:
             with contextlib.suppress(Exception):
-                await self._on_loop(self._forwards.close())
+                await asyncio.wait_for(self._on_loop(self._forwards.close()), 15)
         self._forwards = None
         client, self._client, self._remote = self._client, None, None
         if client is None:
@@ -270,7 +342,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     async def _reach(self) -> tuple[Remote, InstanceDetails]:
         if not self.instance_id:
             raise InvalidInputError("This kernelspec names no instance; install it again with "
-                                    "cloud.instances.install_kernel(...).")
+                                    "gpucloud_nb.kernel.install_kernel(cloud, ...).")
         if self._client is None:
             self._client = await asyncio.to_thread(self._new_client)
         client = self._client
@@ -297,17 +369,40 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         return (f"Instance {self._label()} {what}, so this kernel cannot start; pick another "
                 "kernel, or install one for an active instance with %gpucloud kernel NAME.")
 
-    async def _instance_gone(self) -> bool:
-        client = self._client
-        if client is None:
+    async def _instance_gone(self, budget: float) -> bool:
+        """True when the cloud says the instance is gone; False when it is there, or has not
+        answered within ``budget`` seconds (the question stays asked: the next poll reuses it)."""
+        remote, client = self._remote, self._client
+        if client is None or remote is None:
             return True
+        if self._asked is None or (self._asked.done()
+                                   and time.monotonic() - self._asked_at > _ASK_EVERY):
+            self._asked_at = time.monotonic()
+            self._asked = remote.submit(asyncio.to_thread(self._status, client))
         try:
-            details = await asyncio.to_thread(client.instances.get, self.instance_id)
-        except NotFoundError:
-            return True
-        except GPUCloudError:
+            status = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._asked)),
+                                            budget)
+        except (asyncio.TimeoutError, GPUCloudError):
             return False
-        return details.status in ("deleting", "deleted", "failed")
+        return status in ("deleting", "deleted", "failed")
+
+    def _status(self, client: GPUCloud) -> str:
+        try:
+            return client.instances.get(self.instance_id).status
+        except NotFoundError:
+            return "deleted"
+
+    def _reconnect_soon(self) -> None:
+        """Open the SSH connection again in the background (once at a time), for later polls."""
+        if self._remote is None or (self._reconnecting is not None
+                                    and not self._reconnecting.done()):
+            return
+
+        async def reconnect() -> None:
+            with contextlib.suppress(Exception):
+                await self.ssh_connection()
+
+        self._reconnecting = self._remote.submit(reconnect())
 
     def _delete(self, client: GPUCloud) -> None:
         try:
@@ -324,12 +419,27 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         return await asyncio.wrap_future(self._remote.submit(coroutine))
 
     async def ssh_connection(self) -> asyncssh.SSHClientConnection:
-        """The SSH connection (on the SSH loop), reopened once for all callers after a drop."""
+        """The SSH connection (on the SSH loop), reopened once for all callers after a drop.
+
+        Once the kernel runs, a reopening that failed is not tried again for
+        :data:`_RETRY_SECONDS`: callers meanwhile fail at once instead of queueing behind one
+        another's reconnects (ZeroMQ keeps knocking on every forward).
+        """
         assert self._remote is not None and self._details is not None
-        if self._forwards is None:
+        forwards = self._forwards
+        if forwards is None:
             return await self._remote.connection(self._details)
-        async with self._forwards.lock():
-            return await self._remote.connection(self._details)
+        async with forwards.lock():
+            cached = self._remote.cached_target(self._details.id)
+            loop = asyncio.get_running_loop()
+            if cached is None and loop.time() < forwards.down_until:
+                raise ConnectionFailedError(f"Instance {self._label()} cannot be reached over "
+                                            "SSH just now.")
+            try:
+                return await self._remote.connection(self._details)
+            except BaseException:
+                forwards.down_until = loop.time() + _RETRY_SECONDS
+                raise
 
     async def _sh(self, command: str, timeout: float | None = None) -> Any:
         assert self._remote is not None and self._details is not None
@@ -442,10 +552,14 @@ def _why_pip_failed(lines: list[str]) -> str:
 
 
 class _Forwards:
-    """Five local listeners whose connections go to the kernel's ports over SSH channels.
+    """Five local Unix sockets whose connections go to the kernel's ports over SSH channels.
 
-    Everything here runs on the SSH layer's loop. The listeners outlive SSH connections: each
-    accepted connection asks for the current SSH connection (reopened after a drop).
+    The sockets (``<stem>-1`` … ``<stem>-5``, ZeroMQ's ``ipc`` transport) are in a folder of
+    their own, mode 0700, and each is 0600: only this user can open them, where loopback TCP
+    ports would let any local user read the kernel's IOPub stream (ZeroMQ messages are signed,
+    not encrypted). Everything here runs on the SSH layer's loop. The listeners outlive SSH
+    connections: each accepted connection asks for the current SSH connection (reopened after
+    a drop) and opens a ``direct-tcpip`` channel to the kernel's port on the instance.
 
     IOPub is publish/subscribe: what the kernel publishes before a subscriber's connection is
     back is lost, so a cell sent right after a reconnect or a restart would never show its
@@ -461,7 +575,9 @@ class _Forwards:
         self.targets: list[int] = [0] * len(PORT_NAMES)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.writers: set[Any] = set()
+        self.folder = ""
         self._lock: asyncio.Lock | None = None
+        self.down_until = 0.0  # the SSH loop's clock: no reconnect tried before then
         # The live IOPub connection that has heard from the kernel: (its token, the SSH
         # connection under it, when the kernel first spoke on it).
         self._iopub: tuple[object, Any, float] | None = None
@@ -471,13 +587,35 @@ class _Forwards:
             self._lock = asyncio.Lock()
         return self._lock
 
+    @staticmethod
+    def number(index: int) -> int:
+        """The ``ipc`` "port" of channel ``index``: its socket is ``<stem>-<number>``."""
+        return index + 1
+
     @property
-    def ports(self) -> list[int]:
-        return [int(server.sockets[0].getsockname()[1]) for server in self.servers]
+    def stem(self) -> str:
+        """The connection info's ``ip`` for the ``ipc`` transport."""
+        return os.path.join(self.folder, "kernel")
 
     async def open(self) -> None:
+        # 0700, this user's own; in /tmp when TMPDIR is too long for a socket path (~100 bytes)
+        parent = tempfile.gettempdir()
+        if len(parent) > 60 and os.path.isdir("/tmp"):
+            parent = "/tmp"
+        self.folder = tempfile.mkdtemp(prefix="gpucloud-kernel-", dir=parent)
+        await self.listen()
+
+    async def listen(self) -> None:
+        """Listen at every socket path (again, after a restart removed the files)."""
+        for server in self.servers:
+            server.close()
+        self.servers = []
         for index in range(len(PORT_NAMES)):
-            server = await asyncio.start_server(self._handler(index), "127.0.0.1", 0)
+            path = f"{self.stem}-{self.number(index)}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            server = await asyncio.start_unix_server(self._handler(index), path)
+            os.chmod(path, 0o600)
             self.servers.append(server)
 
     def point(self, ports: list[int]) -> None:
@@ -564,3 +702,5 @@ class _Forwards:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
         self.servers.clear()
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)

@@ -12,13 +12,15 @@ once per list:
   per poll, over the client's cached SSH connection (``instances.run``), all instances at once;
   the last 10 minutes are kept for the sidebar's sparkline. An instance that cannot be reached
   keeps its last values and says nothing: the sidebar shows its use as unknown after two polls.
-- **Idle deletes on the real cloud** (:class:`CloudIdle`): every limit of the limits file
-  (:class:`gpucloud_nb.client.idle.IdleLimits`), on the clocks of
-  :class:`gpucloud_nb.client.idle.IdleClocks`; an instance is busy at a poll when a kernel of
-  this server on it is busy (its kernelspec is ``gpucloud-…`` and names the instance) or any of
-  its GPUs is at 5 % or more; idle past its limit, the poller deletes it. Each poll writes the
-  heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`) that tells kernels JupyterLab
-  watches: their own watchers stand aside while it is fresh and take over when it goes stale.
+- **Idle deletes on the real cloud** (:class:`CloudIdle`): the limits of this server's
+  account's file (:class:`gpucloud_nb.client.idle_file.IdleLimits`) whose instance its own
+  list shows pending or active, on the clocks of :class:`gpucloud_nb.client.idle.IdleClocks`;
+  such an instance is busy at a poll while pending, when a kernel of this server on it is busy
+  (its kernelspec is ``gpucloud-…`` and names the instance) or any of its GPUs is at 5 % or
+  more; idle past its limit, the poller deletes it. A limit whose instance the list does not
+  show is not watched here, never counted busy. Each poll writes the heartbeat
+  (:meth:`~gpucloud_nb.client.idle_file.IdleLimits.beat`) naming the instances watched here:
+  kernels stand aside for those while it is fresh and take over when it goes stale.
   What the extension cannot see on the real cloud, plainly: an SSH session someone holds open
   without using the GPU does not count (a kernel's watcher counts its own). On the sandbox the
   service watches (and sees sessions); the poller only reads its clocks, and tells the service
@@ -39,6 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpucloud_nb.client.idle import QUERY, THRESHOLD, IdleClocks, IdleLimits, IdleState, parse_use
+from gpucloud_nb.models import Instance
 
 __all__ = ["CONFIRM", "HISTORY", "CloudIdle", "Confirmations", "GpuUse"]
 
@@ -118,19 +121,33 @@ def idle_row(state: IdleState, by: str) -> dict[str, Any]:
 class CloudIdle:
     """The idle clocks of real-cloud instances, kept by this server (see the module docstring)."""
 
-    def __init__(self, base_url: str) -> None:
-        self.limits = IdleLimits(base_url)
+    def __init__(self, limits: IdleLimits) -> None:
+        self.limits = limits
         self.clocks = IdleClocks()
         self._last = time.time()
 
     def keep(self, instance_id: str) -> None:
-        """Start the idle clock again (the Keep button; the file, so kernels see it too)."""
+        """Start the idle clock again (the Keep button; the file, so kernels see it too).
+        Blocking (the file's lock): run it off the event loop."""
         self.clocks.keep(instance_id, self.limits.keep(instance_id))
 
-    def step(self, active: set[str], use: GpuUse, busy_kernels: set[str]) -> list[str]:
-        """Advance every clock by one poll; return the instances idle past their limit."""
+    def watched(self, instances: Iterable[Instance]) -> dict[str, dict[str, float]]:
+        """The limits watched here: those whose instance ``instances`` (this server's list)
+        shows pending or active."""
+        seen = {i.id for i in instances if i.status in ("pending", "active")}
+        return {i: entry for i, entry in self.limits.limits().items() if i in seen}
+
+    def beat(self, instances: Iterable[Instance], every: float) -> None:
+        """The heartbeat: this server polls every ``every`` seconds and watches these."""
+        self.limits.beat(every, self.watched(instances))
+
+    def step(self, instances: Iterable[Instance], use: GpuUse,
+             busy_kernels: set[str]) -> list[str]:
+        """Advance every watched clock by one poll; return the instances idle past their limit."""
         now = time.time()
-        limits = self.limits.limits()
+        instances = list(instances)
+        limits = self.watched(instances)
+        active = {i.id for i in instances if i.status == "active" and i.ip}
         busy = set()
         for instance_id in limits:
             peak = use.peak(instance_id, self._last)

@@ -7,7 +7,10 @@ sent) brings the next list forward, but never closer than ``fast`` seconds to th
 A create or delete made by this package anywhere on this machine touches the cloud's change
 stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and lists
 at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
-shows within a second or two and costs no request beyond the one that shows it.
+shows within a second or two and costs no request beyond the one that shows it. A delete seen
+that way (or sent from the sidebar) is then followed until it is done: while an instance is
+``deleting`` the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``),
+so the sidebar stops showing it and its $/h when the notebook does, at a few extra lists.
 
 The cloud is reached through the async client with short timeouts (``TIMEOUT`` seconds per
 request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
@@ -21,8 +24,10 @@ that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``g
 ``deleteAt``, ``warning``) and ``deleteProblem`` (one sentence, or ``None``); the snapshot's
 ``deleteProblems`` lists those sentences for the status bar. ``keep(id)`` starts an idle clock
 again (``POST /gpucloud/instances/ID/keep``). On the real cloud each list also rewrites the
-idle heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`, with the interval to the next
-list), so that kernels leave the idle deletes to this server while it runs.
+idle heartbeat (:meth:`gpucloud_nb.lab.idle.CloudIdle.beat`, with the interval to the next
+list and the instances it watches), so that kernels of the same account leave those idle
+deletes to this server while it runs. The Keep button's file write runs in the poller's thread,
+never on the event loop.
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
@@ -45,7 +50,7 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.idle import IdleState, lab_heartbeat
+from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
@@ -95,6 +100,7 @@ class Poller:
         self._first = asyncio.Event()
         self._wake = asyncio.Event()
         self._nudged = False
+        self._chase: int | None = None  # lists since a change, while following a delete
         self._last = float("-inf")
         self._task: asyncio.Task[None] | None = None
 
@@ -110,9 +116,11 @@ class Poller:
 
     def interval(self) -> float:
         """Seconds between two list requests, as things stand."""
+        instances = (self._snapshot or {}).get("instances", [])
+        if self._chase is not None and any(i["status"] == "deleting" for i in instances):
+            return min(self.fast, MIN_INTERVAL * 2 ** self._chase)
         if self._nudged:
             return self.fast
-        instances = (self._snapshot or {}).get("instances", [])
         return self.fast if any(i["status"] in BUSY for i in instances) else self.slow
 
     def nudge(self) -> None:
@@ -170,14 +178,15 @@ class Poller:
             for row in self._snapshot["instances"]:
                 if row["id"] == instance_id and row["status"] != "deleted":
                     row["status"] = "deleting"
+        self._chase = 0
         self.nudge()
 
     async def install_kernel(self, instance_id: str) -> dict[str, str]:
         """Install the kernelspec that runs a notebook on ``instance_id``; its name and title."""
-        from gpucloud_nb.kernel.spec import display_name_of
+        from gpucloud_nb.kernel.spec import display_name_of, install_kernel_async
 
         cloud = await self._client()
-        name = await cloud.instances.install_kernel(instance_id)
+        name = await install_kernel_async(cloud, instance_id)
         title = await asyncio.get_running_loop().run_in_executor(self._thread, display_name_of,
                                                                  name)
         return {"name": name, "displayName": title}
@@ -185,16 +194,16 @@ class Poller:
     async def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the Keep button)."""
         cloud = await self._client()
-        if cloud.is_sandbox:
-            await asyncio.get_running_loop().run_in_executor(
-                self._thread, cloud.idle_delete.keep, instance_id)
-        else:
-            self._cloud_idle(cloud).keep(instance_id)
+        keep = cloud.idle_delete.keep if cloud.is_sandbox else self._cloud_idle(cloud).keep
+        await asyncio.get_running_loop().run_in_executor(self._thread, keep, instance_id)
         self.nudge()
 
     def _cloud_idle(self, cloud: AsyncGPUCloud) -> CloudIdle:
         if self._idle is None:
-            self._idle = CloudIdle(cloud.base_url)
+            watcher = cloud.idle_delete
+            if not isinstance(watcher, KernelIdleDelete):
+                raise TypeError("The real cloud's idle clocks need its limits file.")
+            self._idle = CloudIdle(watcher.file)
         return self._idle
 
     def scrub(self, text: str) -> str:
@@ -232,7 +241,12 @@ class Poller:
         self._last = time.monotonic()
         try:
             cloud = await self._client()
-            self._stamp = changes.stamp(cloud.base_url)
+            stamp = changes.stamp(cloud.base_url)
+            if self.list_requests and stamp != self._stamp:  # changed here: follow it
+                self._chase = 0
+            elif self._chase is not None:
+                self._chase = min(self._chase + 1, 8)
+            self._stamp = stamp
             self.list_requests += 1
             instances = await cloud.instances.list()
             deadlines = await asyncio.get_running_loop().run_in_executor(
@@ -242,7 +256,7 @@ class Poller:
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
                                          self._idle_states)
             if not cloud.is_sandbox:  # kernels' idle watchers stand aside while this is fresh
-                lab_heartbeat(cloud.base_url, self.interval())
+                self._cloud_idle(cloud).beat(instances, self.interval())
             # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
             # time, so a slow instance never delays the next list; it updates the snapshot.
             if self._ssh_work is None or self._ssh_work.done():
@@ -256,13 +270,14 @@ class Poller:
         self._first.set()
 
     async def _forget_kernels(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
-        """Remove the kernelspecs of this cloud whose instance is gone (deleted or deleting)."""
+        """Remove this account's kernelspecs whose instance is gone (deleted or deleting); those
+        of another key or sandbox home stay (:func:`gpucloud_nb.kernel.spec.remove_stale`)."""
         from gpucloud_nb.kernel.spec import remove_stale
 
         statuses = {instance.id: instance.status for instance in instances}
         kind = "sandbox" if cloud.is_sandbox else "cloud"
         await asyncio.get_running_loop().run_in_executor(self._thread, remove_stale, kind,
-                                                         statuses.get)
+                                                         statuses.get, cloud.account)
 
     async def _over_ssh(self, cloud: AsyncGPUCloud, instances: list[Instance]) -> None:
         try:
@@ -297,7 +312,7 @@ class Poller:
                 await loop.run_in_executor(self._thread, cloud.idle_delete.keep, instance_id)
             return states
         idle = self._cloud_idle(cloud)
-        for instance_id in idle.step(active, self._gpu, busy):
+        for instance_id in idle.step(instances, self._gpu, busy):
             self._confirm.expect(instance_id, time.time(), "idle limit")
             try:
                 await self.delete(instance_id)

@@ -23,7 +23,8 @@ The two lines come first, each flushed, so a script can read them; then uvicorn 
 (``gpucloud_nb.sandbox.DEFAULT_API_KEY``, no secret) and prints a ready ``curl`` line with it and
 its header (``x-api-key``); a custom key or secret is never printed (the line then reads
 ``$GPUCLOUD_API_KEY``).
-Ctrl-C or SIGTERM stops the server and exits with status 0.
+Ctrl-C or SIGTERM stops the server and exits with status 0. ``gpucloud-nb gateway`` is the
+class gateway's command (:mod:`gpucloud_nb.gateway.cli`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
                          help="how many lines `logs` shows (default: %(default)s)")
     sandbox.set_defaults(handler=_run_sandbox)
+    from gpucloud_nb.gateway.cli import add_parser
+
+    add_parser(commands)
     return parser
 
 

@@ -4,7 +4,8 @@ The kernel cannot scroll a browser element, so this is a tiny anywidget with no 
 own: its front-end view finds the transcript of the panel it sits in and, while the reader is at
 the bottom (within a few pixels), scrolls it to the bottom whenever messages arrive, grow while
 streaming, or an image loads. Scrolling up stops the following; scrolling back to the bottom
-resumes it. Nothing is synced but the widget's own code.
+resumes it. Only a move up stops it: a scroll event that arrives after the transcript grew again
+(our own scroll, then an image laid out) leaves the following on. Nothing is synced but the widget's own code.
 
     >>> FollowBottom().layout.display
     'none'
@@ -25,9 +26,20 @@ const SLACK = 24;  // px from the bottom that still count as "at the bottom"
 
 function follow(box) {
   let stuck = true;
+  let last = box.scrollTop;
   const atBottom = () => box.scrollHeight - box.scrollTop - box.clientHeight <= SLACK;
   const stick = () => { if (stuck) box.scrollTop = box.scrollHeight; };
-  box.addEventListener("scroll", () => { stuck = atBottom(); }, { passive: true });
+  // Only the reader moving up stops the following. A scroll event may arrive after the
+  // transcript grew again (an image laid out, a reply's first words): judged by "at the
+  // bottom" alone, our own scroll would look like the reader's and stop it for good.
+  box.addEventListener("scroll", () => {
+    if (box.scrollTop < last - 1) {
+      stuck = atBottom();
+    } else if (atBottom()) {
+      stuck = true;
+    }
+    last = box.scrollTop;
+  }, { passive: true });
   box.addEventListener("load", stick, true);  // an image arrived: the transcript grew
   const sizes = new ResizeObserver(stick);
   const watch = () => { for (const child of box.children) sizes.observe(child); };

@@ -30,6 +30,7 @@ import html
 import inspect
 import logging
 import math
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -531,6 +532,11 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
+def _header_html(name: Any) -> str:
+    """A column name, escaped, with a line break allowed between its camelCase words."""
+    return re.sub(r"(?<=[a-z0-9]{2})(?=[A-Z])", "<wbr>", escape(str(name)))
+
+
 def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
                formatters: dict[str, Callable[[Any], str]] | None = None,
                table_class: str = "gpucloud-table") -> str:
@@ -538,7 +544,10 @@ def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
 
     Uses :func:`gpucloud_nb.frames.style_prices` (a pandas Styler, index hidden) for the
     ``price_columns``; ``formatters`` maps other columns to functions returning plain text (it is
-    escaped here: offer and instance text comes from a server).
+    escaped here: offer and instance text comes from a server). A header may wrap between the
+    words of its camelCase name (``price·Per·Gpu·Hour``): a column is then as wide as its values,
+    so the offers table fits a notebook beside the file browser instead of ending in a header
+    cut in half (``pricePerGpuHo``).
     """
     from gpucloud_nb.frames import style_prices
 
@@ -550,12 +559,13 @@ def frame_html(frame: Any, *, price_columns: Sequence[str] = (),
             continue
         text = formatters.get(column, cell_text)
         styler = styler.format(lambda value, text=text: escape(text(value)), subset=[column])
+    styler = styler.format_index(_header_html, axis=1)
     styler = styler.set_table_attributes(
         f'class="{escape(table_class)}" style="border-collapse:collapse;font-size:0.9em"'
     )
     styler = styler.set_table_styles([
-        {"selector": "th", "props": "text-align:left;padding:2px 8px;line-height:1.4;"
-                                    "border-bottom:1px solid var(--jp-border-color2);white-space:nowrap"},
-        {"selector": "td", "props": "padding:2px 8px;line-height:1.4;white-space:nowrap"},
+        {"selector": "th", "props": "text-align:left;vertical-align:bottom;padding:2px 6px;"
+                                    "line-height:1.3;border-bottom:1px solid var(--jp-border-color2)"},
+        {"selector": "td", "props": "padding:2px 6px;line-height:1.4;white-space:nowrap"},
     ])
     return styler.to_html()

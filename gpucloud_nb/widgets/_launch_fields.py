@@ -13,6 +13,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from gpucloud_nb.launch_model import DEFAULT_IMAGE
 from gpucloud_nb.widgets._common import STYLE, StatusLine, show
 
 __all__ = ["LaunchFields"]
@@ -59,8 +60,8 @@ class LaunchFields(widgets.VBox):
         self.cloud_init_file = widgets.FileUpload(description="Upload script", accept="",
                                                   multiple=False, icon="upload")
         self.cloud_init_file.add_class("gpucloud-launch-cloud-init-file")
-        self.image = text("Container image", "gpucloud-launch-image", "vllm/vllm-openai:latest",
-                          _WIDE)
+        self.image = text("Container image", "gpucloud-launch-image", layout=_WIDE)
+        self.image.value = DEFAULT_IMAGE  # a value, launched as shown (a placeholder is not)
 
         self.volume = dropdown("Volume", "gpucloud-launch-volume", _MEDIUM)
         self.volume_create_toggle = widgets.Button(description="New volume…", icon="plus",

@@ -343,8 +343,11 @@ class ChatWidget(ChatFields):
         except Exception as error:
             ids = []
             self._show_error(error)
-        chat_ids = [i for i in ids if not _SPEECH_MODEL.search(i)]
-        ordered = chat_ids + [i for i in ids if i not in chat_ids]
+        # Only models that chat are offered: a speech model answers transcriptions, not this
+        # panel (the audio upload finds it by itself).
+        ordered = [i for i in ids if not _SPEECH_MODEL.search(i)]
+        if ids and not ordered and not wanted:
+            self._show_error(f"This endpoint lists no chat model, only {', '.join(ids)}.")
         if wanted and wanted not in ordered:
             ordered.insert(0, wanted)
         self._model.options = ordered

@@ -41,7 +41,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from gpucloud_nb.client.budgets import BudgetState
-from gpucloud_nb.client.idle import IdleState, lab_watching
+from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
@@ -290,11 +290,13 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             if state.warning:
                 return f"idle {idle}, deletes in {format_duration(state.deletes_in)}"
             return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
-        limits = getattr(self._cloud.idle_delete, "limits", None)
-        entry = limits().get(instance.id) if callable(limits) else None
+        watcher = self._cloud.idle_delete
+        if not isinstance(watcher, KernelIdleDelete):
+            return ""
+        entry = watcher.limits().get(instance.id)
         if not entry:
             return ""
-        who = "JupyterLab" if lab_watching(self._cloud.base_url) else "the kernel that set it"
+        who = "JupyterLab" if watcher.lab_watches(instance.id) else "the kernel that set it"
         return f"after {format_duration(entry['seconds'])} idle ({who})"
 
     def keep(self, instance_id: str | None = None) -> str:

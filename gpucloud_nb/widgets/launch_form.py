@@ -4,8 +4,8 @@
     >>> form.fill(name="train-1", os="ubuntu-22.04", ssh_key=open("id.pub").read())  # doctest: +SKIP
     >>> form.problem                                 # None, or why Launch is disabled  # doctest: +SKIP
     >>> details = form.launch().result(timeout=600)  # a concurrent.futures.Future  # doctest: +SKIP
-    >>> details.ssh_command  # doctest: +SKIP
-    'ssh -p 40122 ubuntu@127.0.0.1'
+    >>> cloud.instances.ssh_command(details.id)  # also shown in the form  # doctest: +SKIP
+    'ssh -o UserKnownHostsFile=... -o HostKeyAlias=... -p 40122 ubuntu@127.0.0.1'
 
 Choices, written down once:
 

@@ -349,3 +349,32 @@ export function formatIdle(
   }
   return { text: '', warn: false };
 }
+
+/**
+ * Spend as shown never goes down. Between two polls the sidebar adds the hourly price for the
+ * time since; a poll that then bills an instance only up to its delete would take some back
+ * ($0.0018, then $0.0014). `shown(key, value)` is `value`, or the most shown before under `key`
+ * (an instance id, or `''` for the total); a new `scope` (another cloud) starts again.
+ *
+ *     const floor = new SpendFloor();
+ *     floor.shown('i-1', 0.0018);   // 0.0018
+ *     floor.shown('i-1', 0.0014);   // 0.0018
+ */
+export class SpendFloor {
+  /** Forget every floor when the cloud changes. */
+  scope(name: string): void {
+    if (name !== this._scope) {
+      this._scope = name;
+      this._floors.clear();
+    }
+  }
+
+  shown(key: string, value: number): number {
+    const floor = Math.max(value, this._floors.get(key) ?? value);
+    this._floors.set(key, floor);
+    return floor;
+  }
+
+  private _scope = '';
+  private _floors = new Map<string, number>();
+}

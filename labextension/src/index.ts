@@ -41,6 +41,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       statusBar.registerStatusItem(PLUGIN_ID, { item, align: 'left', rank: 10 });
     }
 
+    // The server removed the kernelspecs of deleted instances: the Launcher and the kernel
+    // menus drop their tiles now, not at the next periodic refresh (a minute or two later).
+    model.gone.connect(() => void app.serviceManager.kernelspecs.refreshSpecs());
+
     // A cell that launched or deleted an instance: ask the server to look soon.
     app.commands.commandExecuted.connect((_, args) => {
       if (RUNS_CODE.test(args.id)) {

@@ -13,6 +13,7 @@ import {
   IClusterGroup,
   IInstanceRow,
   sparkline,
+  SpendFloor,
   spendAt,
   warning
 } from './format';
@@ -98,10 +99,12 @@ export class GpuCloudSidebar extends Widget {
     this._message.hidden = !message;
     const rows = snapshot?.instances ?? [];
     if (snapshot) {
-      const spend = rows.reduce(
+      this._floor.scope(snapshot.url ?? '');
+      const added = rows.reduce(
         (sum, row) => sum + spendAt(row, snapshot.polledAt, now) - row.spend,
         snapshot.totals.spend
       );
+      const spend = this._floor.shown('', added);
       this._rate.textContent = `${formatMoney(snapshot.totals.hourly)}/h now`;
       this._spent.textContent = `${formatMoney(spend)} spent so far, deleted instances included`;
       this._spent.title =
@@ -170,7 +173,9 @@ export class GpuCloudSidebar extends Widget {
       set('gpu', text.gpu);
       set('status', text.status);
       set('age', text.age ? `up ${text.age}` : '', row.createdAt ?? '');
-      set('spend', text.spend, row.estimated ? 'Estimated: billed from its creation time.' : '');
+      const money = formatMoney(this._floor.shown(row.id, spendAt(row, polledAt, now)));
+      set('spend', row.estimated ? `≈${money}` : money,
+        row.estimated ? 'Estimated: billed from its creation time.' : '');
       const autoDelete = formatAutoDelete(row, now);
       set('countdown', autoDelete.text, autoDelete.title);
       set('gpuuse', formatGpuUse(row.gpu), 'GPU utilisation and memory used (nvidia-smi), last 10 minutes');
@@ -296,11 +301,23 @@ export class GpuCloudSidebar extends Widget {
     return this.model.snapshot?.instances.find(row => row.id === id);
   }
 
+  /** Copy the row's ssh command; the button says "Copied" for two seconds. */
   private _copySsh(id: string): void {
     const row = this._find(id);
-    if (row?.sshCommand) {
-      Clipboard.copyToSystem(row.sshCommand);
+    const button = this._rows.get(id)?.querySelector('.gpucloud-Row-ssh') as HTMLButtonElement | null;
+    if (!row?.sshCommand || !button) {
+      return;
     }
+    Clipboard.copyToSystem(row.sshCommand);
+    button.textContent = 'Copied ✓';
+    button.classList.add('gpucloud-mod-copied');
+    window.clearTimeout(Number(button.dataset.copiedTimer ?? 0));
+    button.dataset.copiedTimer = String(
+      window.setTimeout(() => {
+        button.textContent = 'Copy SSH';
+        button.classList.remove('gpucloud-mod-copied');
+      }, 2000)
+    );
   }
 
   /** Install the instance's kernelspec and open a new notebook on it. */
@@ -361,4 +378,5 @@ export class GpuCloudSidebar extends Widget {
   private _rows = new Map<string, HTMLLIElement>();
   private _openNotebook: ((kernelName: string) => Promise<unknown>) | null;
   private _clusters = new Map<string, HTMLLIElement>();
+  private _floor = new SpendFloor();
 }

@@ -15,6 +15,7 @@ import {
   IInstanceRow,
   ISnapshot,
   sparkline,
+  SpendFloor,
   warning
 } from '../src/format';
 
@@ -236,5 +237,26 @@ describe('GPU use and the idle clock (#28)', () => {
       totals: { hourly: 1, spend: 1, running: 1, committed: 1, capReached: true }, cap: 0.5
     };
     expect(warning(s, 0, NOW)).toBe('train-1 was to be deleted ... delete it by hand.');
+  });
+});
+
+describe('SpendFloor', () => {
+  it('never shows a spend lower than it showed, per instance and for the total', () => {
+    const floor = new SpendFloor();
+    floor.scope('http://127.0.0.1:1');
+    expect(floor.shown('i-1', 0.0018)).toBe(0.0018);
+    expect(floor.shown('i-1', 0.0014)).toBe(0.0018);
+    expect(floor.shown('', 0.5)).toBe(0.5);
+    expect(floor.shown('i-2', 0.001)).toBe(0.001);
+    expect(floor.shown('i-1', 0.002)).toBe(0.002);
+    expect(floor.shown('', 0.4)).toBe(0.5);
+  });
+
+  it('starts again for another cloud', () => {
+    const floor = new SpendFloor();
+    floor.scope('a');
+    floor.shown('', 3);
+    floor.scope('b');
+    expect(floor.shown('', 1)).toBe(1);
   });
 });

@@ -156,7 +156,8 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
               .dataset.status === 'active'""", timeout=20_000)
     assert "active" in row.locator(".gpucloud-Row-status").inner_text()
     # The command that works as printed: the bare address plus the key and known_hosts to use.
-    bare = observer.instances.get(instance.id).ssh_command
+    active = observer.instances.get(instance.id)
+    bare = f"ssh -p {active.ssh_port} {active.ssh_user}@{active.ip}"
     page.wait_for_function(
         f"""(document.querySelector('[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-ssh')
               ?.title || '').includes('HostKeyAlias=')""", timeout=20_000)
@@ -165,6 +166,9 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     cloud_lab.context.grant_permissions(["clipboard-read", "clipboard-write"])
     row.locator(".gpucloud-Row-ssh").click()
     assert page.evaluate("navigator.clipboard.readText()") == ssh
+    assert row.locator(".gpucloud-Row-ssh").inner_text() == "Copied ✓"  # a sign that it copied
+    page.wait_for_function(f"""document.querySelector(
+        '[data-gpucloud-instance="{instance.id}"] .gpucloud-Row-ssh').textContent === 'Copy SSH'""")
 
     # The status bar agrees with the cloud: $/h of the active instances, and how many.
     active = [i for i in observer.instances.list() if i.status == "active"]
@@ -410,6 +414,67 @@ def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
         for instance_id in ids.values():
             if observer.instances.get(instance_id).status in ("pending", "active"):
                 observer.instances.delete(instance_id)
+
+
+LAUNCH_IDLE_KERNEL = """\
+from datetime import timedelta
+from gpucloud_nb import connect
+cloud = connect()
+offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
+made = cloud.instances.create(
+    name="gpu-toast", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+    region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+    delete_when_idle=timedelta(seconds=40))
+cloud.instances.wait_until_active(made.id)
+print("kernel", cloud.instances.install_kernel(made.id))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_an_idle_delete_takes_its_toast_down_and_its_launcher_tile_away(
+        cloud_lab: Lab, beside_lab: GPUCloud, run_all) -> None:
+    """Issue #35: the idle toast and its Keep stayed after the delete (Keep then did nothing);
+    the Launcher kept the deleted instance's kernel tile, with a plain letter, for 1-2 min."""
+    notebook = new_notebook(
+        cells=[new_code_cell(LAUNCH_IDLE_KERNEL)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(notebook, cloud_lab.root / "toast.ipynb")
+    page = cloud_lab.open("toast.ipynb")
+    run_all(page)
+    [instance] = [i for i in beside_lab.instances.list() if i.name == "gpu-toast"]
+    try:
+        # The Launcher's tile of its kernel: the extension's chip, not a letter.
+        page.evaluate("async () => { await window.jupyterapp.serviceManager.kernelspecs.refreshSpecs();"
+                      " await window.jupyterapp.commands.execute('launcher:create'); }")
+        tile = page.locator('.jp-LauncherCard[data-category="Notebook"]', has_text="gpu-toast")
+        tile.wait_for(state="visible", timeout=20_000)
+        logo = tile.locator(".jp-LauncherCard-icon img")
+        assert "logo-" in (logo.get_attribute("src") or ""), tile.inner_html()
+        page.wait_for_function("(img) => img.complete && img.naturalWidth > 0",
+                               arg=logo.element_handle())
+
+        toast = page.locator(".Toastify__toast", has_text="gpu-toast")
+        toast.wait_for(state="visible", timeout=60_000)
+        assert "has been idle" in toast.inner_text()
+        assert toast.get_by_role("button", name="Keep").is_visible()
+        save_screenshot(page, "gpucloud-idle-toast")
+
+        # The limit passes: deleted, its tile goes with its kernelspec, the toast says so,
+        # without Keep, then goes.
+        deadline = time.monotonic() + 60
+        while beside_lab.instances.get(instance.id).status not in ("deleting", "deleted"):
+            assert time.monotonic() < deadline, "the idle limit did not delete it"
+            time.sleep(0.5)
+        tile.wait_for(state="detached", timeout=20_000)
+        page.wait_for_function("(text) => Array.from(document.querySelectorAll('.Toastify__toast'))"
+                               ".some(t => t.textContent.includes(text))",
+                               arg="gpu-toast was deleted", timeout=60_000)
+        assert toast.get_by_role("button", name="Keep").count() == 0
+        toast.wait_for(state="detached", timeout=30_000)
+    finally:
+        if beside_lab.instances.get(instance.id).status in ("pending", "active"):
+            beside_lab.instances.delete(instance.id)
 
 
 @pytest.mark.timeout(240)

@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, expect
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 
 from .lab import ARTIFACTS, Lab, LabServer, output_text
@@ -86,7 +87,7 @@ def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
             region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
             ssh_key=default_public_key(None))
         cloud.instances.wait_until_active(instance.id, timeout=30)
-        name = cloud.instances.install_kernel("lab-kernel")
+        name = install_kernel(cloud, "lab-kernel")
 
     notebook = new_notebook(
         cells=[new_code_cell("import os\nprint('on', os.environ['GPUCLOUD_INSTANCE_ID'])"),

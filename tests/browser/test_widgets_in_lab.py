@@ -334,3 +334,26 @@ def test_the_widgets_look_right_in_light_and_dark(widgets_lab: Lab) -> None:
             poor = [t for t in texts if t["ratio"] < 4.5]
             assert poor == [], (name, key, poor)
         print(f"{name}: {len(bubbles)} bubbles, transcript {where}, checked contrast")
+
+
+def test_the_offers_table_shows_every_header_whole_beside_the_file_browser(widgets_lab: Lab) -> None:
+    """Issue #35: at 1400 px with the file browser open the table ended in "pricePerGpuHo"."""
+    notebook = new_notebook(
+        cells=[new_code_cell("from gpucloud_nb import connect\n"
+                             "from gpucloud_nb.widgets import OffersBrowser\n"
+                             "OffersBrowser(connect(quiet=True))")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}})
+    nbformat.write(notebook, widgets_lab.root / "offers.ipynb")
+    page = widgets_lab.open("offers.ipynb")
+    run_cell(page, 0)
+    page.locator(".gpucloud-offers-table table").wait_for(state="visible", timeout=60_000)
+    assert page.locator(".jp-FileBrowser").is_visible()
+    headers = page.evaluate("""() => { const t = document.querySelector('.gpucloud-offers-table');
+        const right = t.getBoundingClientRect().left + t.clientWidth;
+        return Array.from(t.querySelectorAll('thead th')).map(h => ({ name: h.textContent.trim(),
+          right: h.getBoundingClientRect().right, edge: right,
+          whole: h.scrollWidth <= h.clientWidth })); }""")
+    shot(page, "widgets-offers-beside-file-browser")
+    assert headers and all(h["whole"] and h["right"] <= h["edge"] + 1 for h in headers), headers
+    assert headers[-1]["name"] == "instanceId"

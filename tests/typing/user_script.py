@@ -30,6 +30,7 @@ from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
 from gpucloud_nb.client.teacher import AccountUse
 from gpucloud_nb.cluster import GPUCloudCluster
 from gpucloud_nb.errors import RequestInfo
+from gpucloud_nb.kernel import install_kernel, install_kernel_async
 from gpucloud_nb.models import (
     CreateInstance,
     Instance,
@@ -72,7 +73,7 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
     assert_type(cloud.sandbox, SandboxHandle | None)
     assert_type(cloud.close(), None)
-    assert_type(cloud.instances.install_kernel("x", on_shutdown="delete"), str)
+    assert_type(install_kernel(cloud, "x", on_shutdown="delete"), str)
     assert_type(cloud.volumes.offers(), list[VolumeOffer])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Volume)
@@ -123,7 +124,7 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.ssh("x"), Coroutine[Any, Any, tuple[Remote, InstanceDetails]])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True),
                 Coroutine[Any, Any, None])
-    assert_type(cloud.instances.install_kernel("x"), Coroutine[Any, Any, str])
+    assert_type(install_kernel_async(cloud, "x"), Coroutine[Any, Any, str])
     assert_type(cloud.volumes.create(name="d", cloud_provider="p", region="r", size_in_gb=50),
                 Coroutine[Any, Any, Volume])
     assert_type(cloud.is_sandbox, bool)

@@ -1,0 +1,81 @@
+"""The gateway's ASGI app: the spec's routes and ``/gateway/...``, its watcher in the lifespan.
+
+    >>> app = create_app(config)  # doctest: +SKIP
+
+Behind :class:`~gpucloud_nb.sandbox.guards.Guard`: a ``Host`` that does not name the bound
+address is a 421 (DNS rebinding) and any body over 1 MB a 413, read no further. An unknown path is
+the spec's 404 body, a wrong method its 405. ``app.state.store`` is the
+:class:`~gpucloud_nb.gateway.store.Store`; whoever serves the app closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
+from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.gateway_routes import gateway_routes
+from gpucloud_nb.gateway.keys import Keyring
+from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.store import STATE_FILE, Store
+from gpucloud_nb.gateway.timers import timer_routes
+from gpucloud_nb.gateway.upstream import Upstream
+from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
+from gpucloud_nb.sandbox.http import MAX_BODY_BYTES, spec_error
+
+__all__ = ["create_app"]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 404:
+        message = f"There is no endpoint {request.method} {path}."
+    elif exc.status_code == 405:
+        message = f"Method {request.method} is not allowed on {path}."
+    else:
+        message = str(exc.detail)
+    return spec_error(exc.status_code, message, path)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return spec_error(500, "The gateway failed to handle this request.", request.url.path)
+
+
+def create_app(config: GatewayConfig) -> Any:
+    """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it."""
+    path = ":memory:" if config.home is None else config.home / STATE_FILE
+    store = Store(path)
+    store.set_people(config.people)
+    upstream = Upstream(config.upstream_url, config.upstream_key)
+    gate = Gate(config, store, upstream, Meter(store, Keyring(config.people), upstream, config.poll))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(gate.meter.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await upstream.aclose()
+
+    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate),
+                    exception_handlers={HTTPException: _http_error, Exception: _server_error},
+                    lifespan=lifespan)
+    app.router.redirect_slashes = False
+    app.state.store = store
+    app.state.gate = gate
+    return Guard(app, hosts=allowed_hosts(config.host),
+                 limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
+                 error=spec_error)
+

@@ -1,0 +1,156 @@
+"""The ``gpucloud-nb gateway`` command: serve a class gateway, or make a keys-file line.
+
+    $ export GPUCLOUD_UPSTREAM_API_KEY=...            # the cloud's key: never on a command line
+    $ gpucloud-nb gateway --keys class.keys --upstream https://cloud.example --port 8790
+    management: http://127.0.0.1:8790
+    $ gpucloud-nb gateway keys new "Ada Lovelace" --budget 20/day >> class.keys
+
+Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
+``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
+set). ``--home DIR`` keeps the state file (default: the user data dir's ``gateway``);
+``--reserve-hours H`` is the admission window (1). The ``management:`` line comes first, flushed,
+so a script can read it; serving beyond loopback warns that keys then travel without TLS unless a
+TLS proxy is in front. A malformed keys file is one sentence naming the line, exit status 2, and
+nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+TLS_WARNING = ("gpucloud-nb gateway: warning: serving beyond loopback without TLS; students' keys "
+               "travel in clear unless a TLS proxy is in front of the gateway.")
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero hours")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 65535")
+    return value
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``gateway`` to the ``gpucloud-nb`` subcommands ``commands``."""
+    gateway = commands.add_parser(
+        "gateway", help="serve a class gateway in front of a cloud (keys, budgets, teacher view)",
+        description="Serve the cloud's interface to each person's key in front of an upstream "
+                    "cloud, holding budgets at launch; or `keys new NAME` to print a keys line.")
+    gateway.add_argument("words", nargs="*", metavar="keys new NAME",
+                         help="print a fresh keys-file line for NAME instead of serving")
+    gateway.add_argument("--keys", metavar="FILE", default=None,
+                         help="the keys file: 'KEY BUDGET NAME' or 'KEY teacher NAME' per line")
+    gateway.add_argument("--budget", default="-",
+                         help="with `keys new`: dollars, '-', 'N/day' or 'N/week' (default: -)")
+    gateway.add_argument("--upstream", metavar="URL", default=None,
+                         help="the upstream cloud's base URL (default: your sandbox service); "
+                              "its key comes from GPUCLOUD_UPSTREAM_API_KEY")
+    gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    gateway.add_argument("--port", type=_port, default=8790,
+                         help="port to bind; 0 picks a free one (default: %(default)s)")
+    gateway.add_argument("--home", metavar="DIR", default=None,
+                         help="directory of the gateway's state (default: the user data dir)")
+    gateway.add_argument("--reserve-hours", type=_hours, default=1.0, metavar="H",
+                         help="hours of every running instance a budget must hold at each create "
+                              "(default: %(default)s)")
+    gateway.set_defaults(handler=run)
+
+
+def _fail(message: str, status: int = 2) -> int:
+    print(f"gpucloud-nb gateway: error: {message}", file=sys.stderr)
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``gpucloud-nb gateway`` with its parsed ``args``; the exit status."""
+    if args.words:
+        return _new_key(args)
+    from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
+    from gpucloud_nb.gateway.keys import KeysFileError, read_keys
+    from gpucloud_nb.gateway.server import serve
+    from gpucloud_nb.sandbox.config import is_loopback
+
+    if args.keys is None:
+        return _fail("give the keys file with --keys FILE ('KEY BUDGET NAME' per line).")
+    try:
+        people = read_keys(args.keys)
+    except KeysFileError as error:
+        return _fail(str(error))
+    key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
+    if args.upstream is not None:
+        if not args.upstream.startswith(("http://", "https://")):
+            return _fail("--upstream must be an http:// or https:// URL.")
+        if not key:
+            return _fail(f"set {UPSTREAM_KEY_VARIABLE} to the upstream cloud's key (it is never "
+                         "given on the command line).")
+        upstream = args.upstream
+    else:
+        from gpucloud_nb.errors import GPUCloudError
+        from gpucloud_nb.sandbox import service
+
+        try:
+            runtime = service.find_or_start()
+        except (GPUCloudError, OSError) as error:
+            return _fail(f"cannot find or start your sandbox service: {error}", 1)
+        upstream, key = runtime.management_url, key or runtime.api_key
+    try:
+        home = _home(args.home)
+    except OSError as error:
+        return _fail(f"cannot use the gateway home {args.home}: {error.strerror or error}.", 1)
+    config = GatewayConfig(people=tuple(people), upstream_url=upstream, upstream_key=key,
+                           host=args.host, port=args.port, home=home,
+                           reserve_hours=args.reserve_hours)
+
+    def ready(url: str) -> None:
+        print(f"management: {url}", flush=True)
+        if not is_loopback(args.host):
+            print(TLS_WARNING, file=sys.stderr, flush=True)
+
+    try:
+        serve(config, ready)
+    except OSError as error:
+        return _fail(f"cannot serve on {args.host}:{args.port}: {error.strerror or error}", 1)
+    return 0
+
+
+def _home(given: str | None) -> Path:
+    from gpucloud_nb.sandbox.home import private_dir
+
+    if given is not None:
+        return private_dir(given)
+    import platformdirs
+
+    return private_dir(Path(platformdirs.user_data_dir("gpucloud-nb", appauthor=False))
+                       / "gateway")
+
+
+def _new_key(args: argparse.Namespace) -> int:
+    from gpucloud_nb.gateway.keys import new_line
+
+    words = list(args.words)
+    if len(words) < 3 or words[:2] != ["keys", "new"]:
+        return _fail("the only action is `keys new NAME [--budget B]`.")
+    try:
+        print(new_line(" ".join(words[2:]), args.budget))
+    except ValueError as error:
+        return _fail(f"{error}.")
+    return 0

@@ -1,0 +1,229 @@
+"""The spec's management interface, per person: forwarded to the upstream with the upstream's key.
+
+    $ curl -H "x-api-key: $STUDENT_KEY" $GATEWAY/gpu-cloud/instances
+
+Same paths, ``x-api-key``, statuses and error body ``{statusCode, timestamp, path, message}`` as
+the spec. A key not in the keys file is a 403. Offers pass through. A key sees only the instances
+and volumes created with it: lists are filtered, and another key's id is the same 404 as an id
+that does not exist. Choices where the spec is silent:
+
+- a create is admitted against the budget first (:func:`gpucloud_nb.gateway.money.admit`); a
+  refusal is **402** with one sentence naming the dollars left; more than ``creates_per_minute``
+  creates of one key within a minute is a 429 with ``Retry-After``; an offer the upstream does
+  not list is a 400;
+- the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
+  student's key is fine), and so is an upstream that does not answer (for a create: "it may have
+  happened", and the watcher adopts it by name if it did);
+- a volume's ``user`` is the person's account id, not the upstream's owner id.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.keys import Person
+from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.store import Store
+from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
+from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
+
+__all__ = ["Gate", "cloud_routes"]
+
+PersonHandler = Callable[[Request, Person], Awaitable[Response]]
+
+
+class Gate:
+    """What every route of one gateway shares."""
+
+    def __init__(self, config: GatewayConfig, store: Store, upstream: Upstream,
+                 meter: Meter) -> None:
+        self.config, self.store, self.upstream, self.meter = config, store, upstream, meter
+        self.keyring = meter.keyring
+        self._creates: dict[str, collections.deque[float]] = {}
+
+    def route(self, handler: PersonHandler) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` behind the key check, its :class:`Problem` answered in the spec's body."""
+        async def endpoint(request: Request) -> Response:
+            try:
+                person = self.keyring.find(request.headers.get("x-api-key"))
+                if person is None:
+                    raise Problem(403, "The API key is invalid.")
+                return await handler(request, person)
+            except Problem as problem:
+                return problem.spec_response(request.url.path)
+            except UpstreamUnreachable:
+                what = ("; the create may have happened: list your instances in a minute"
+                        if request.method == "POST" else "")
+                return Problem(502, f"The upstream cloud did not answer{what}.").spec_response(
+                    request.url.path)
+        return endpoint
+
+    def relay(self, status: int, data: Any, request: Request) -> Response:
+        """The upstream's answer as the gateway's: JSON as is, an error in the spec's body."""
+        if status < 400:
+            if data is None:
+                return Response(status_code=status)
+            return Response(self.upstream.scrub(json_text(data)).encode(), status_code=status,
+                            media_type="application/json")
+        if status in (401, 403):
+            raise Problem(502, "The upstream cloud refused the gateway's own key; tell whoever "
+                               "runs the gateway.")
+        message = data.get("message") if isinstance(data, dict) else None
+        text = message if isinstance(message, str) and message else f"The upstream answered {status}."
+        raise Problem(status, self.upstream.scrub(text))
+
+    def rate_limited(self, account: str) -> None:
+        """Count one create of ``account``; a 429 :class:`Problem` past the limit."""
+        now = time.monotonic()
+        times = self._creates.setdefault(account, collections.deque())
+        while times and now - times[0] > 60:
+            times.popleft()
+        if len(times) >= self.config.creates_per_minute:
+            wait = max(int(60 - (now - times[0])) + 1, 1)
+            raise Problem(429, f"More than {self.config.creates_per_minute} creates in a minute "
+                               f"from this key; try again in {wait} s.",
+                          headers={"Retry-After": str(wait)})
+        times.append(now)
+
+
+def json_text(data: Any) -> str:
+    """``data`` as compact JSON text."""
+    import json
+
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise Problem(400, f"The field {name} must be a non-empty string.")
+    return value
+
+
+def cloud_routes(gate: Gate) -> list[BaseRoute]:
+    """The spec's management routes of ``gate``."""
+    store, upstream = gate.store, gate.upstream
+
+    async def instance_offers(request: Request, person: Person) -> Response:
+        status, data = await upstream.call("GET", "/gpu-cloud/instances/offers",
+                                           params=request.query_params.multi_items())
+        return gate.relay(status, data, request)
+
+    async def volume_offers(request: Request, person: Person) -> Response:
+        status, data = await upstream.call("GET", "/gpu-cloud/volumes/offers")
+        return gate.relay(status, data, request)
+
+    async def create_instance(request: Request, person: Person) -> Response:
+        body = await read_json_object(request)
+        name = _text_field(body, "name")
+        provider, offer = _text_field(body, "cloudProvider"), _text_field(body, "instanceId")
+        gate.rate_limited(person.account)
+        price = await upstream.offer_price(provider, offer)
+        if price is None:
+            raise Problem(400, f"The upstream offers no instance {offer} of provider {provider}; "
+                               "nothing was launched.")
+        try:
+            rid = money.admit(store, person, name, price, gate.config.reserve_hours, now_ms())
+        except money.BudgetRefused as refused:
+            store.audit(now_ms(), person.account, "refused", name, str(refused))
+            raise Problem(402, str(refused)) from None
+        gate.meter.inflight.add(rid)
+        try:
+            status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
+            if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
+                id = str(data["_id"])
+                store.add_owned(id, "instance", person.account, name,
+                                float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
+                store.audit(now_ms(), person.account, "created", id, "asked")
+                return gate.relay(status, data, request)
+            if status < 500:  # a definite answer: nothing was made
+                store.fail_reservation(rid)
+            return gate.relay(status, data, request)
+        finally:
+            gate.meter.inflight.discard(rid)
+
+    async def list_instances(request: Request, person: Person) -> Response:
+        status, data = await upstream.call("GET", "/gpu-cloud/instances",
+                                           params=request.query_params.multi_items())
+        if status == 200 and isinstance(data, list):
+            mine = {record.id for record in store.owned(person.account)}
+            data = [item for item in data if isinstance(item, dict) and item.get("_id") in mine]
+        return gate.relay(status, data, request)
+
+    def check_owner(kind: str, id: str, person: Person) -> None:
+        if store.owner(id) != person.account:
+            raise Problem(404, f"{kind} {id} not found.")
+
+    async def get_instance(request: Request, person: Person) -> Response:
+        id = request.path_params["id"]
+        check_owner("Instance", id, person)
+        status, data = await upstream.call("GET", f"/gpu-cloud/instances/{id}")
+        return gate.relay(status, data, request)
+
+    async def delete_instance(request: Request, person: Person) -> Response:
+        id = request.path_params["id"]
+        check_owner("Instance", id, person)
+        status, data = await upstream.call("DELETE", f"/gpu-cloud/instances/{id}")
+        if status < 300:
+            store.ask_delete(id, now_ms(), "asked")
+            store.audit(now_ms(), person.account, "deleted", id, f"asked (by {person.name})")
+        return gate.relay(status, data, request)
+
+    def as_owned(data: Any, person: Person) -> Any:
+        if isinstance(data, dict) and "user" in data:
+            return {**data, "user": person.account}
+        return data
+
+    async def create_volume(request: Request, person: Person) -> Response:
+        body = await read_json_object(request)
+        name = _text_field(body, "name")
+        status, data = await upstream.call("POST", "/gpu-cloud/volumes", json=body)
+        if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
+            store.add_owned(str(data["_id"]), "volume", person.account, name, 0.0, now_ms())
+            store.audit(now_ms(), person.account, "created", str(data["_id"]), "asked")
+        return gate.relay(status, as_owned(data, person), request)
+
+    async def list_volumes(request: Request, person: Person) -> Response:
+        status, data = await upstream.call("GET", "/gpu-cloud/volumes")
+        if status == 200 and isinstance(data, list):
+            mine = {record.id for record in store.owned(person.account, "volume")}
+            data = [as_owned(item, person) for item in data
+                    if isinstance(item, dict) and item.get("_id") in mine]
+        return gate.relay(status, data, request)
+
+    async def get_volume(request: Request, person: Person) -> Response:
+        id = request.path_params["id"]
+        check_owner("Volume", id, person)
+        status, data = await upstream.call("GET", f"/gpu-cloud/volumes/{id}")
+        return gate.relay(status, as_owned(data, person), request)
+
+    async def delete_volume(request: Request, person: Person) -> Response:
+        id = request.path_params["id"]
+        check_owner("Volume", id, person)
+        status, data = await upstream.call("DELETE", f"/gpu-cloud/volumes/{id}")
+        if status < 300:
+            store.forget(id)
+            store.audit(now_ms(), person.account, "deleted", id, f"asked (by {person.name})")
+        return gate.relay(status, data, request)
+
+    return [
+        Route("/gpu-cloud/instances/offers", gate.route(instance_offers), methods=["GET"]),
+        Route("/gpu-cloud/volumes/offers", gate.route(volume_offers), methods=["GET"]),
+        Route("/gpu-cloud/instances", gate.route(create_instance), methods=["POST"]),
+        Route("/gpu-cloud/instances", gate.route(list_instances), methods=["GET"]),
+        Route("/gpu-cloud/instances/{id}", gate.route(get_instance), methods=["GET"]),
+        Route("/gpu-cloud/instances/{id}", gate.route(delete_instance), methods=["DELETE"]),
+        Route("/gpu-cloud/volumes", gate.route(create_volume), methods=["POST"]),
+        Route("/gpu-cloud/volumes", gate.route(list_volumes), methods=["GET"]),
+        Route("/gpu-cloud/volumes/{id}", gate.route(get_volume), methods=["GET"]),
+        Route("/gpu-cloud/volumes/{id}", gate.route(delete_volume), methods=["DELETE"]),
+    ]

@@ -1,0 +1,43 @@
+"""What a gateway is told: :class:`GatewayConfig` (its ``repr`` masks the upstream's key).
+
+    >>> config = GatewayConfig(people=(), upstream_url="http://127.0.0.1:8765", upstream_key="k" * 20)
+    >>> "k" * 20 in repr(config)
+    False
+
+``home`` is the directory of the state file (``None``: memory, for tests that need no restart).
+``reserve_hours`` is the admission window (1 hour), ``poll`` the metering interval in seconds (1),
+``creates_per_minute`` how many creates one key may send in any minute (60) before 429.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucloud_nb._secrets import mask
+from gpucloud_nb.gateway.keys import Person
+
+__all__ = ["UPSTREAM_KEY_VARIABLE", "GatewayConfig"]
+
+UPSTREAM_KEY_VARIABLE = "GPUCLOUD_UPSTREAM_API_KEY"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Everything a gateway needs to know."""
+
+    people: tuple[Person, ...]
+    upstream_url: str
+    upstream_key: str = field(repr=False)
+    host: str = "127.0.0.1"
+    port: int = 0
+    home: Path | None = None
+    reserve_hours: float = 1.0
+    poll: float = 1.0
+    creates_per_minute: int = 60
+
+    def __repr__(self) -> str:
+        return (f"GatewayConfig(upstream_url={self.upstream_url!r}, "
+                f"upstream_key={mask(self.upstream_key)!r}, people={len(self.people)}, "
+                f"host={self.host!r}, port={self.port}, home={self.home!r}, "
+                f"reserve_hours={self.reserve_hours})")

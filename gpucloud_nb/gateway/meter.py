@@ -1,0 +1,168 @@
+"""The gateway's watcher: meter spend from the upstream, delete at 100 %, confirm, reconcile.
+
+    >>> meter = Meter(store, keyring, upstream, poll=1.0)  # doctest: +SKIP
+    >>> task = asyncio.create_task(meter.run())  # doctest: +SKIP
+
+Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of instances once and:
+
+- **meters**: copies each owned instance's ``hourlyPrice``, ``createdAt``, ``status`` and
+  ``deletedAt`` into the store; an instance deleted (or in ``error``) is final and never read
+  again, so each is counted once. One missing from the list is read by id; a 404 is final too.
+- **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
+  ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
+- **deletes at 100 %**: a person whose spend reaches their budget has every instance deleted
+  (audit reason ``budget spent``);
+- **confirms deletes**: a delete the gateway asked for is sent again each tick until the
+  upstream reports the instance ``deleting`` or ``deleted`` (or 404); until then the teacher's
+  view counts it as ``unconfirmedDeletes``;
+- **reconciles**: a create admitted but never answered (the gateway was killed, or the upstream's
+  answer was lost) is looked up by name among the upstream's instances no one owns, created since
+  the admission (less 5 s); found, it is adopted; not found :data:`RECONCILE_GRACE` seconds after
+  its admission, it is closed as failed. The gateway never sends that create again. (Two keys
+  whose creates of the same name were both in flight when the gateway died could be adopted the
+  other way round; the earliest instance goes to the earliest reservation.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+from typing import Any
+
+from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.keys import Keyring
+from gpucloud_nb.gateway.store import Owned, Store
+from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
+from gpucloud_nb.sandbox.http import now_ms
+
+__all__ = ["RECONCILE_GRACE", "Meter", "parse_ms"]
+
+log = logging.getLogger("uvicorn.error")
+RECONCILE_GRACE = 180.0
+_SLACK_MS = 5_000
+_GONE = ("deleting", "deleted")
+
+
+def parse_ms(text: Any) -> int | None:
+    """Unix ms of an ISO 8601 date-time, or ``None``.
+
+        >>> parse_ms("1970-01-01T00:00:01.000Z")
+        1000
+    """
+    if not isinstance(text, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+class Meter:
+    """The watcher of one gateway; ``inflight`` holds reservations this process still answers."""
+
+    def __init__(self, store: Store, keyring: Keyring, upstream: Upstream,
+                 poll: float = 1.0) -> None:
+        self.store, self.keyring, self.upstream, self.poll = store, keyring, upstream, poll
+        self.inflight: set[int] = set()
+
+    async def run(self) -> None:
+        """Tick every ``poll`` seconds until cancelled; a failed tick is logged, not fatal."""
+        while True:
+            try:
+                await self.tick()
+            except UpstreamUnreachable as error:
+                log.warning("gateway: the upstream did not answer (%s); will retry.", error)
+            except Exception as error:  # keep watching money whatever one tick met
+                log.warning("gateway: a metering pass failed (%s).",
+                            self.upstream.scrub(type(error).__name__))
+            await asyncio.sleep(self.poll)
+
+    async def tick(self) -> None:
+        """One pass: meter, reconcile, fire timers, delete at 100 %, confirm deletes."""
+        status, data = await self.upstream.call("GET", "/gpu-cloud/instances")
+        if status != 200 or not isinstance(data, list):
+            return
+        listed = {str(item.get("_id")): item for item in data if isinstance(item, dict)}
+        now = now_ms()
+        for record in self.store.owned():
+            if not record.final:
+                await self._meter(record, listed.get(record.id), now)
+        self._reconcile(listed, now)
+        for id, _, at in self.store.timers():
+            if at <= now:
+                due = next((r for r in self.store.owned() if r.id == id), None)
+                if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
+                    await self.delete(due, "delete_after timer", "gateway")
+                self.store.drop_timer(id)
+        for person in self.keyring.people:
+            if person.budget is None:
+                continue
+            records = self.store.owned(person.account)
+            if money.spend(records, now, person.period) >= person.budget:
+                for record in records:
+                    if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
+                        await self.delete(record, "budget spent", "gateway")
+        for record in self.store.owned():
+            if record.delete_asked_ms is not None and record.status not in _GONE \
+                    and not record.final:
+                with contextlib.suppress(UpstreamUnreachable):
+                    await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
+
+    async def _meter(self, record: Owned, item: dict[str, Any] | None, now: int) -> None:
+        if item is None:
+            status, item = await self.upstream.call("GET", f"/gpu-cloud/instances/{record.id}")
+            if status == 404:
+                self.store.update_owned(record.id, price=record.price,
+                                        created_ms=record.created_ms, status="deleted",
+                                        deleted_ms=record.deleted_ms or record.delete_asked_ms
+                                        or now, final=True)
+                return
+            if status != 200 or not isinstance(item, dict):
+                return
+        state = str(item.get("status", record.status))
+        try:
+            price = float(item.get("hourlyPrice", record.price))
+        except (TypeError, ValueError):
+            price = record.price
+        created = parse_ms(item.get("createdAt")) or record.created_ms
+        deleted = parse_ms(item.get("deletedAt")) if state == "deleted" else None
+        if state == "deleted" and not deleted:
+            deleted = record.delete_asked_ms or now
+        self.store.update_owned(record.id, price=price, created_ms=created, status=state,
+                                deleted_ms=deleted, final=state in money.BILLING_STOPPED)
+
+    def _reconcile(self, listed: dict[str, dict[str, Any]], now: int) -> None:
+        owned = {record.id for record in self.store.owned()}
+        for reservation in self.store.reservations():
+            if reservation.rid in self.inflight:
+                continue
+            since = reservation.admitted_ms - _SLACK_MS
+            found = sorted(
+                (item for id, item in listed.items()
+                 if id not in owned and item.get("name") == reservation.name
+                 and (parse_ms(item.get("createdAt")) or 0) >= since),
+                key=lambda item: str(item.get("createdAt", "")))
+            if found:
+                item = found[0]
+                id = str(item["_id"])
+                self.store.add_owned(id, "instance", reservation.account, reservation.name,
+                                     reservation.price, parse_ms(item.get("createdAt")) or now,
+                                     rid=reservation.rid)
+                owned.add(id)
+                self.store.audit(now, reservation.account, "created", id,
+                                 "reconciled: admitted before a restart or a lost answer")
+            elif now - reservation.admitted_ms > RECONCILE_GRACE * 1000:
+                self.store.fail_reservation(reservation.rid)
+
+    async def delete(self, record: Owned, reason: str, actor: str) -> bool:
+        """Ask the upstream to delete ``record``; True if it accepted (else retried each tick)."""
+        now = now_ms()
+        self.store.ask_delete(record.id, now, reason)
+        self.store.audit(now, record.account, "deleted", record.id, f"{reason} (by {actor})")
+        try:
+            status, _ = await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
+        except UpstreamUnreachable:
+            return False
+        return status in (200, 202, 204, 404)

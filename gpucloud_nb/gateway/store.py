@@ -1,0 +1,222 @@
+"""The gateway's state in SQLite (WAL): people (hashed keys), what each owns, reservations, audit.
+
+    >>> store = Store(":memory:")
+    >>> store.add_owned("i-1", "instance", "acc1", "job", 2.0, 1_000)
+    >>> [row.id for row in store.owned("acc1")]
+    ['i-1']
+
+Tables: ``people`` (hash of each key, name, budget, period, teacher; rewritten from the keys file
+at every start), ``owned`` (each instance or volume created through the gateway: its account,
+name, hourly price, created/deleted times in Unix ms, whether its billing is final, and whether a
+delete the gateway asked for is confirmed), ``reservations`` (a create admitted and not yet
+answered: ``admitted``, then ``done`` or ``failed``) and ``audit``. The upstream's key is never
+stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
+(``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
+even another process on the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpucloud_nb.gateway.keys import Person
+
+__all__ = ["STATE_FILE", "AuditEntry", "Owned", "Reservation", "Store"]
+
+STATE_FILE = "gateway.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS people (account TEXT PRIMARY KEY, key_hash TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL, budget REAL, period TEXT NOT NULL, teacher INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS owned (id TEXT PRIMARY KEY, kind TEXT NOT NULL, account TEXT NOT NULL,
+    name TEXT NOT NULL, price REAL NOT NULL, created_ms INTEGER NOT NULL, deleted_ms INTEGER,
+    status TEXT NOT NULL DEFAULT 'pending', final INTEGER NOT NULL DEFAULT 0,
+    delete_asked_ms INTEGER, delete_reason TEXT);
+CREATE INDEX IF NOT EXISTS owned_account ON owned (account);
+CREATE TABLE IF NOT EXISTS reservations (rid INTEGER PRIMARY KEY, account TEXT NOT NULL,
+    name TEXT NOT NULL, price REAL NOT NULL, admitted_ms INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'admitted', resource TEXT);
+CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
+    at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
+    account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Owned:
+    """An instance or volume created through the gateway, as stored."""
+
+    id: str
+    kind: str
+    account: str
+    name: str
+    price: float
+    created_ms: int
+    deleted_ms: int | None
+    status: str
+    final: bool
+    delete_asked_ms: int | None
+    delete_reason: str | None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A create admitted against a budget, before (or without) the upstream's answer."""
+
+    rid: int
+    account: str
+    name: str
+    price: float
+    admitted_ms: int
+    state: str
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """Who created or deleted what, when and why."""
+
+    ms: int
+    account: str
+    action: str
+    resource: str
+    reason: str
+
+
+class Store:
+    """The SQLite file ``path`` (``":memory:"`` for none), in WAL mode."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                                  timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the file."""
+        self.db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding SQLite's write lock from its start."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- people --------------------------------------------------------------------------------
+
+    def set_people(self, people: Iterable[Person]) -> None:
+        """Replace the people with those of the keys file (what they own stays)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM people")
+            db.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)",
+                           [(p.account, p.key_hash, p.name, p.budget, p.period, int(p.teacher))
+                            for p in people])
+
+    # -- owned resources -----------------------------------------------------------------------
+
+    def add_owned(self, id: str, kind: str, account: str, name: str, price: float,
+                  created_ms: int, rid: int | None = None) -> None:
+        """Record that ``account`` owns ``id``; closes reservation ``rid`` in the same write."""
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO owned (id, kind, account, name, price, created_ms) "
+                       "VALUES (?, ?, ?, ?, ?, ?)", (id, kind, account, name, price, created_ms))
+            if rid is not None:
+                db.execute("UPDATE reservations SET state='done', resource=? WHERE rid=?",
+                           (id, rid))
+
+    def owned(self, account: str | None = None, kind: str = "instance") -> list[Owned]:
+        """What ``account`` (or everyone) owns of ``kind``, oldest first."""
+        where, args = ("kind=?", [kind]) if account is None else ("kind=? AND account=?",
+                                                                  [kind, account])
+        rows = self.db.execute(f"SELECT * FROM owned WHERE {where} ORDER BY created_ms, id",
+                               args).fetchall()
+        return [Owned(id=row[0], kind=row[1], account=row[2], name=row[3], price=row[4],
+                      created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
+                      delete_asked_ms=row[9], delete_reason=row[10]) for row in rows]
+
+    def owner(self, id: str) -> str | None:
+        """The account that owns ``id``, or ``None``."""
+        row = self.db.execute("SELECT account FROM owned WHERE id=?", (id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def update_owned(self, id: str, *, price: float, created_ms: int, status: str,
+                     deleted_ms: int | None, final: bool) -> None:
+        """The upstream's record of ``id``, as last read."""
+        with self.transaction() as db:
+            db.execute("UPDATE owned SET price=?, created_ms=?, status=?, deleted_ms=?, final=? "
+                       "WHERE id=?", (price, created_ms, status, deleted_ms, int(final), id))
+
+    def ask_delete(self, id: str, ms: int, reason: str) -> None:
+        """Note that the gateway asked the upstream to delete ``id`` (kept until confirmed)."""
+        with self.transaction() as db:
+            db.execute("UPDATE owned SET delete_asked_ms=COALESCE(delete_asked_ms, ?), "
+                       "delete_reason=COALESCE(delete_reason, ?) WHERE id=?", (ms, reason, id))
+
+    def forget(self, id: str) -> None:
+        """Drop ``id`` (a volume deleted upstream)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM owned WHERE id=?", (id,))
+
+    # -- reservations --------------------------------------------------------------------------
+
+    def reserve(self, account: str, name: str, price: float, now: int) -> int:
+        """Insert an admitted reservation inside the caller's transaction; its id."""
+        cursor = self.db.execute("INSERT INTO reservations (account, name, price, admitted_ms) "
+                                 "VALUES (?, ?, ?, ?)", (account, name, price, now))
+        return int(cursor.lastrowid or 0)
+
+    def reservations(self, account: str | None = None) -> list[Reservation]:
+        """Admitted creates not answered yet (of ``account``, or everyone's)."""
+        where, args = ("state='admitted'", []) if account is None else (
+            "state='admitted' AND account=?", [account])
+        rows = self.db.execute(f"SELECT rid, account, name, price, admitted_ms, state "
+                               f"FROM reservations WHERE {where} ORDER BY rid", args).fetchall()
+        return [Reservation(*row) for row in rows]
+
+    def fail_reservation(self, rid: int) -> None:
+        """Close a reservation whose create made nothing."""
+        with self.transaction() as db:
+            db.execute("UPDATE reservations SET state='failed' WHERE rid=?", (rid,))
+
+    # -- delete_after timers ------------------------------------------------------------------
+
+    def set_timer(self, id: str, account: str, at_ms: int) -> None:
+        """Delete ``id`` at ``at_ms`` (replaces an earlier timer)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO timers VALUES (?, ?, ?)", (id, account, at_ms))
+
+    def timers(self, account: str | None = None) -> list[tuple[str, str, int]]:
+        """``(id, account, at_ms)`` of every timer (of ``account``), soonest first."""
+        where, args = ("", []) if account is None else ("WHERE account=?", [account])
+        rows = self.db.execute(f"SELECT id, account, at_ms FROM timers {where} ORDER BY at_ms",
+                               args).fetchall()
+        return [(str(row[0]), str(row[1]), int(row[2])) for row in rows]
+
+    def drop_timer(self, id: str) -> bool:
+        """Cancel the timer of ``id``; True if there was one."""
+        with self.transaction() as db:
+            return db.execute("DELETE FROM timers WHERE id=?", (id,)).rowcount > 0
+
+    # -- audit ---------------------------------------------------------------------------------
+
+    def audit(self, ms: int, account: str, action: str, resource: str, reason: str) -> None:
+        """Add one line to the audit log."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO audit (ms, account, action, resource, reason) "
+                       "VALUES (?, ?, ?, ?, ?)", (ms, account, action, resource, reason))
+
+    def audit_entries(self, limit: int = 10_000) -> list[AuditEntry]:
+        """The newest ``limit`` audit lines, oldest first."""
+        rows = self.db.execute("SELECT ms, account, action, resource, reason FROM audit "
+                               "ORDER BY seq DESC LIMIT ?", (limit,)).fetchall()
+        return [AuditEntry(*row) for row in reversed(rows)]

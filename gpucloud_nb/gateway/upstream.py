@@ -1,0 +1,88 @@
+"""The gateway's one door to the upstream cloud: requests with the upstream's key, answers scrubbed.
+
+    >>> upstream = Upstream("http://127.0.0.1:8765", key)  # doctest: +SKIP
+    >>> status, data = await upstream.call("GET", "/gpu-cloud/instances")  # doctest: +SKIP
+
+The key goes only into the ``x-api-key`` header of requests to the upstream; ``repr`` masks it,
+and :meth:`Upstream.scrub` replaces it in any text that comes back before the gateway answers
+with it (an upstream that echoes a key in an error must not hand it to a student). A request the
+upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not JSON gives
+``None`` as its data. Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
+them however many creates wait), as admission needs each create's hourly price.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from gpucloud_nb._secrets import mask
+
+__all__ = ["OFFERS_TTL", "Upstream", "UpstreamUnreachable"]
+
+OFFERS_TTL = 30.0
+TIMEOUT = 60.0
+
+
+class UpstreamUnreachable(Exception):
+    """The upstream did not answer (connection refused, reset or timed out)."""
+
+
+class Upstream:
+    """An async client of the upstream at ``base_url`` (the spec's ``{base_url}``) with ``key``."""
+
+    def __init__(self, base_url: str, key: str, *, timeout: float = TIMEOUT) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._key = key
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers={"x-api-key": key},
+                                         timeout=timeout, trust_env=False,
+                                         limits=httpx.Limits(max_connections=50))
+        self._offers: list[dict[str, Any]] | None = None
+        self._offers_at = 0.0
+        self._offers_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"Upstream({self.base_url!r}, key={mask(self._key)!r})"
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._client.aclose()
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the upstream's key replaced by its masked form."""
+        return text.replace(self._key, mask(self._key)) if self._key else text
+
+    async def call(self, method: str, path: str, *, params: Any = None,
+                   json: Any = None) -> tuple[int, Any]:
+        """``(status, decoded JSON or None)`` of one request; :class:`UpstreamUnreachable`."""
+        try:
+            response = await self._client.request(method, path, params=params, json=json)
+        except httpx.HTTPError as error:
+            raise UpstreamUnreachable(type(error).__name__) from None
+        if not response.content:
+            return response.status_code, None
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, None
+
+    async def offer_price(self, provider: str, offer_id: str) -> float | None:
+        """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
+        async with self._offers_lock:
+            if self._offers is None or time.monotonic() - self._offers_at > OFFERS_TTL:
+                status, data = await self.call("GET", "/gpu-cloud/instances/offers")
+                if status == 200 and isinstance(data, list):
+                    self._offers = [item for item in data if isinstance(item, dict)]
+                    self._offers_at = time.monotonic()
+        for offer in self._offers or []:
+            cloud = offer.get("cloud")
+            if offer.get("instanceId") == offer_id and isinstance(cloud, dict) \
+                    and cloud.get("_id") == provider:
+                try:
+                    return float(offer.get("hourlyPrice"))  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    return None
+        return None
