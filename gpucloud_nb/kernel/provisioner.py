@@ -32,10 +32,11 @@ Choices (the issue leaves them open):
 - **Credentials.** The kernelspec holds no secret: the sandbox's client is found with
   :func:`gpucloud_nb.connect` (``GPUCLOUD_SANDBOX_HOME`` as the server sees it), the real cloud's
   with ``GPUCLOUD_API_KEY`` / ``GPUCLOUD_BASE_URL`` from the Jupyter server's environment.
-- **Poll and signals.** ``poll`` is ``kill -0 <pid>`` over SSH; while SSH is down the kernel is
-  taken as alive unless the cloud says the instance is gone. ``interrupt`` sends SIGINT to the
-  kernel's process only (IPython stops the child processes of ``!`` commands itself);
-  ``terminate`` and ``kill`` send SIGTERM and SIGKILL.
+- **Poll and signals.** ``poll`` is ``kill -0 <pid>`` over SSH (like every command of the
+  provisioner, bookkeeping: not use of the instance, see :mod:`gpucloud_nb.idle_rule`); while
+  SSH is down the kernel is taken as alive unless the cloud says the instance is gone.
+  ``interrupt`` sends SIGINT to the kernel's process only (IPython stops the child processes
+  of ``!`` commands itself); ``terminate`` and ``kill`` send SIGTERM and SIGKILL.
 - **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
   logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
   A failed start is one sentence, leaves no process and no listener, and keeps the instance.
@@ -335,9 +336,9 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         assert self._remote is not None and self._details is not None
         remote, details = self._remote, self._details
 
-        async def run() -> Any:
+        async def run() -> Any:  # bookkeeping, never use: an idle kernel lets its instance idle
             await self.ssh_connection()
-            return await remote.run_async(details, command, timeout=timeout)
+            return await remote.run_async(details, command, timeout=timeout, bookkeeping=True)
 
         return await self._on_loop(run())
 

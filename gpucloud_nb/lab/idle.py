@@ -14,9 +14,11 @@ once per list:
   keeps its last values and says nothing: the sidebar shows its use as unknown after two polls.
 - **Idle deletes on the real cloud** (:class:`CloudIdle`): every limit of the limits file
   (:class:`gpucloud_nb.client.idle.IdleLimits`), on the clocks of
-  :class:`gpucloud_nb.client.idle.IdleClocks`; an instance is busy at a poll when a kernel of
-  this server on it is busy (its kernelspec is ``gpucloud-…`` and names the instance) or any of
-  its GPUs is at 5 % or more; idle past its limit, the poller deletes it. Each poll writes the
+  :class:`gpucloud_nb.client.idle.IdleClocks`; an instance is busy at a poll by the one rule
+  (:func:`gpucloud_nb.idle_rule.in_use`): a kernel of this server on it is busy, executing
+  code (its kernelspec is ``gpucloud-…`` and names the instance; an idle kernel is not use),
+  or any of its GPUs is at 5 % or more; idle past its limit, the poller deletes it. Its GPU
+  measures are bookkeeping (``run(..., bookkeeping=True)``), never use. Each poll writes the
   heartbeat (:func:`gpucloud_nb.client.idle.lab_heartbeat`) that tells kernels JupyterLab
   watches: their own watchers stand aside while it is fresh and take over when it goes stale.
   What the extension cannot see on the real cloud, plainly: an SSH session someone holds open
@@ -38,7 +40,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from gpucloud_nb.client.idle import QUERY, THRESHOLD, IdleClocks, IdleLimits, IdleState, parse_use
+from gpucloud_nb.client.idle import QUERY, IdleClocks, IdleLimits, IdleState, parse_use
+from gpucloud_nb.idle_rule import in_use
 
 __all__ = ["CONFIRM", "HISTORY", "CloudIdle", "Confirmations", "GpuUse"]
 
@@ -70,7 +73,8 @@ class GpuUse:
 
     async def _one(self, cloud: Any, instance_id: str, timeout: float) -> None:
         try:
-            result = await cloud.instances.run(instance_id, QUERY, timeout=timeout, wait=0)
+            result = await cloud.instances.run(instance_id, QUERY, timeout=timeout, wait=0,
+                                               bookkeeping=True)
         except Exception:  # unreachable, no key it accepts, gone: no measure this time
             return
         use = parse_use(result.stdout) if result.exit_status == 0 else None
@@ -131,12 +135,10 @@ class CloudIdle:
         """Advance every clock by one poll; return the instances idle past their limit."""
         now = time.time()
         limits = self.limits.limits()
-        busy = set()
-        for instance_id in limits:
-            peak = use.peak(instance_id, self._last)
-            if (instance_id not in active or instance_id in busy_kernels
-                    or (peak is not None and peak >= THRESHOLD)):
-                busy.add(instance_id)
+        busy = {instance_id for instance_id in limits
+                if in_use(active=instance_id in active, open_uses=0,  # sessions: not seen here
+                          kernel_busy=instance_id in busy_kernels,
+                          gpu_util=use.peak(instance_id, self._last))}
         self._last = now
         return self.clocks.step(limits, busy, now)
 

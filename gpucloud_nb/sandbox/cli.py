@@ -338,6 +338,7 @@ def _service_action(args: argparse.Namespace) -> int:
 def _act(action: str, home: Path, launch_seconds: float) -> int:
     """``start``, ``status``, ``stop`` or ``reset --yes``; raises ``GPUCloudError``/``OSError``."""
     from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox.ssh import remove_machines
 
     if action == "start":
         runtime = service.find_or_start(home, launch_seconds=launch_seconds)
@@ -355,6 +356,7 @@ def _act(action: str, home: Path, launch_seconds: float) -> int:
     pid = service.stop(home)
     for suffix in ("", "-wal", "-shm"):
         (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
+    remove_machines(home)  # the instances' homes and the volumes' files go with them
     if pid is None:
         print(f"Emptied the sandbox state in {home}.")
         return 0
