@@ -219,7 +219,7 @@ def open_kernel(kernel_name: str, poll_every: float = 0.5) -> Iterator[Any]:
     finally:
         stop.set()
         if poller.is_alive():
-            poller.join(10)
+            poller.join(30)
         client.stop_channels()
         with contextlib.suppress(Exception):
             manager.shutdown_kernel(now=True)

@@ -200,9 +200,15 @@ def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert [i.id for i in cloud.instances.list()] == [instance.id]
+    machines = sandbox_home.with_name(f"{sandbox_home.name}-machines")
+    instance_home = machines / "instances" / instance.id
+    wait_for(instance_home.is_dir, timeout=30)
+    (instance_home / "notebook.ipynb").write_text("{}")  # a synced notebook, say
+    (machines / "volumes" / "65a1f00d").mkdir(parents=True)  # a volume's files
     reset = cli("reset", "--yes", "--home", home)
     assert reset.returncode == 0, reset.stderr
     assert cloud.instances.list() == []  # the service runs again, on the same port, empty
+    assert not instance_home.exists() and not (machines / "volumes" / "65a1f00d").exists()
     assert cli("stop", "--home", home).returncode == 0
     assert cli("stop", "--home", home).stdout.startswith("No sandbox service is running")
 
