@@ -162,14 +162,14 @@ REFUSED = {"--api-key": ("GPUCLOUD_SANDBOX_API_KEY", "API key"),
 @pytest.mark.parametrize("given", [["--api-key", KEY], [f"--api-key={KEY}"],
                                    ["--inference-secret", SECRET], ["--teacher-key", KEY],
                                    ["class", "--teacher-key", KEY]])
-def test_a_secret_on_the_command_line_is_refused_in_one_sentence(
-        given: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_secret_on_the_command_line_is_refused_in_one_sentence(given: list[str]) -> None:
     """Any local user reads a process's arguments (/proc/PID/cmdline): secrets never go there."""
-    assert main(["sandbox", "--port", "0", *given]) == 2
-    captured = capsys.readouterr()
+    captured = subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0",
+                               *given], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert captured.returncode == 2
     option = next(word for word in given if word.startswith("--")).split("=")[0]
     variable, what = REFUSED[option]
-    assert captured.out == "" and captured.err == (
+    assert captured.stdout == "" and captured.stderr == (
         f"gpucloud-nb sandbox: error: {option} would show the {what} to every user of this "
         f"machine (in the process list); set {variable} or give {option}-file FILE instead.\n")
 
