@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gpucloud_nb.gateway.budgets import budget_routes, effective_people
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
@@ -54,9 +55,10 @@ def create_app(config: GatewayConfig) -> Any:
     """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it."""
     path = ":memory:" if config.home is None else config.home / STATE_FILE
     store = Store(path)
-    store.set_people(config.people)
+    people = effective_people(store, config.people)
+    store.set_people(people)
     upstream = Upstream(config.upstream_url, config.upstream_key)
-    gate = Gate(config, store, upstream, Meter(store, Keyring(config.people), upstream, config.poll))
+    gate = Gate(config, store, upstream, Meter(store, Keyring(people), upstream, config.poll))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -69,7 +71,8 @@ def create_app(config: GatewayConfig) -> Any:
                 await task
             await upstream.aclose()
 
-    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate),
+    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
+                    + budget_routes(gate),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False
