@@ -1,6 +1,6 @@
-"""``ClassPanel``: the teacher's view of a class sandbox, stopping a student or the whole class.
+"""``ClassPanel``: the teacher's view of a class gateway (or class sandbox), stopping a student or all.
 
-    >>> teacher = GPUCloud(api_key=TEACHER_KEY, base_url="http://127.0.0.1:8765")  # doctest: +SKIP
+    >>> teacher = GPUCloud(api_key=TEACHER_KEY, base_url="http://127.0.0.1:8790")  # doctest: +SKIP
     >>> panel = ClassPanel(teacher)  # doctest: +SKIP
     >>> panel.request_stop(panel.rows[0].account)   # "Stop all 2 instances of Ada? ..."  # doctest: +SKIP
     >>> panel.confirm_stop()                        # or panel.cancel_stop()  # doctest: +SKIP
@@ -9,10 +9,12 @@
 Choices, written down once:
 
 - One row per student account (the order of the keys file): instances not yet deleted, dollars
-  per hour billing now, spend so far, class budget and what is left, and minutes since the
-  account last called the cloud (see :mod:`gpucloud_nb.sandbox.teacher`). A budget under 20 %
-  left shows in the theme's warning colour, a spent one in its error colour; every colour is a
-  JupyterLab theme variable.
+  per hour billing now, spend so far, budget (``/day``, ``/week`` when it starts again) and what
+  is left; from a class sandbox also the masked key and minutes since the account last called
+  the cloud, from a gateway a "deletes not done" column while the cloud has taken a delete and
+  not done it (the gateway retries). Both come through
+  :class:`~gpucloud_nb.client.teacher.ClassView`. A budget under 20 % left shows in the theme's
+  warning colour, a spent one in its error colour; every colour is a JupyterLab theme variable.
 - Stopping asks first, for one student as for the whole class; only :meth:`ClassPanel.confirm_stop`
   (or its button) deletes.
 - The view refreshes every ``interval`` seconds (10) in a daemon thread while any student has an
@@ -69,18 +71,31 @@ def _left_html(row: AccountUse) -> str:
 
 
 def _table(rows: list[AccountUse]) -> str:
+    keys = any(row.key for row in rows)  # a sandbox's rows; a gateway shows no key
+    idle = any(row.idle_minutes is not None for row in rows)
+    stuck = any(row.unconfirmed_deletes for row in rows)
+    headers = [name for name in _HEADERS if (name != "key" or keys) and (name != "idle min" or idle)]
+    if stuck:
+        headers.append("deletes not done")
     head = "".join(f'<th style="{_CELL};text-align:left;border-bottom:1px solid '
-                   f'var(--jp-border-color2)">{escape(name)}</th>' for name in _HEADERS)
+                   f'var(--jp-border-color2)">{escape(name)}</th>' for name in headers)
     body = []
     for row in rows:
-        cells = [escape(row.name), escape(row.key), str(row.instances), escape(money(row.per_hour)),
-                 escape(money(row.spend)), escape(money(row.budget)), _left_html(row),
-                 "" if row.idle_minutes is None else f"{row.idle_minutes:g}"]
+        budget = money(row.budget) + (f"/{row.period}" if row.period and row.budget is not None
+                                      else "")
+        cells = [escape(row.name)] + ([escape(row.key)] if keys else []) + [
+            str(row.instances), escape(money(row.per_hour)), escape(money(row.spend)),
+            escape(budget), _left_html(row)]
+        if idle:
+            cells.append("" if row.idle_minutes is None else f"{row.idle_minutes:g}")
+        if stuck:
+            cells.append(f'<b style="color:{ERROR}">{row.unconfirmed_deletes} (retrying)</b>'
+                         if row.unconfirmed_deletes else "")
         body.append("<tr>" + "".join(f'<td style="{_CELL}">{cell}</td>' for cell in cells)
                     + "</tr>")
-    total = ["total", "", str(sum(r.instances for r in rows)),
-             escape(money(sum(r.per_hour for r in rows))),
-             escape(money(sum(r.spend for r in rows))), "", "", ""]
+    total = ["total"] + ([""] if keys else []) + [
+        str(sum(r.instances for r in rows)), escape(money(sum(r.per_hour for r in rows))),
+        escape(money(sum(r.spend for r in rows)))] + [""] * (len(headers) - 4 - keys)
     foot = "".join(f'<td style="{_CELL};font-weight:bold;border-top:1px solid '
                    f'var(--jp-border-color2)">{text}</td>' for text in total)
     return (f'<table class="gpucloud-table gpucloud-class-table" style="border-collapse:collapse;'
@@ -89,7 +104,7 @@ def _table(rows: list[AccountUse]) -> str:
 
 
 class ClassPanel(RefreshTicks, widgets.VBox):
-    """Every student's use of a class sandbox, with stop buttons that ask first.
+    """Every student's use of a class gateway or sandbox, with stop buttons that ask first.
 
     ``ClassPanel(cloud, *, interval=10.0)``, ``cloud`` holding the teacher's key.
 
