@@ -20,13 +20,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gpucloud_nb.gateway.budgets import budget_routes, effective_people
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
 from gpucloud_nb.gateway.store import STATE_FILE, Store
+from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
 from gpucloud_nb.gateway.upstream import Upstream
 from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
@@ -71,13 +71,13 @@ def create_app(config: GatewayConfig) -> Any:
                 await task
             await upstream.aclose()
 
-    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
-                    + budget_routes(gate),
+    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False
     app.state.store = store
     app.state.gate = gate
+    app.router.routes.extend(teacher_routes(gate))
     return Guard(app, hosts=allowed_hosts(config.host),
                  limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
                  error=spec_error)

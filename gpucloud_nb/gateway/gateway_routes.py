@@ -12,7 +12,7 @@
   "unconfirmedDeletes"}``; ``GET /gateway/audit`` → ``{"entries": [{"time", "account", "name",
   "action", "resource", "reason"}]}`` (``action`` is ``created``, ``deleted``, ``refused``,
   ``unconfirmed`` (a delete the upstream took and did not do), ``confirmed`` (done at last) or
-  ``budget`` (a teacher changed a budget, see :mod:`gpucloud_nb.gateway.budgets`));
+  ``budget`` (a teacher changed a budget, see :mod:`gpucloud_nb.gateway.teacher_routes`));
   ``DELETE /gateway/class/accounts/{account}/instances`` stops one student and
   ``DELETE /gateway/class/instances`` the whole class, each 200 with ``{"deleted": [ids]}``
   (deletes are confirmed with the upstream by the watcher, see :mod:`gpucloud_nb.gateway.meter`).

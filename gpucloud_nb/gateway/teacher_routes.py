@@ -41,7 +41,7 @@ from gpucloud_nb.gateway.keys import Person, parse_budget
 from gpucloud_nb.gateway.store import Store
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_object
 
-__all__ = ["CSV_COLUMNS", "budget_routes", "effective_people"]
+__all__ = ["CSV_COLUMNS", "effective_people", "teacher_routes"]
 
 CSV_COLUMNS = ("name", "account", "instances", "perHour", "spend", "budget", "left", "period",
                "unconfirmedDeletes")
@@ -103,8 +103,8 @@ def _budget_text(budget: float | None, period: str) -> str:
     return format_price(budget) + (f"/{period}" if period else "")
 
 
-def budget_routes(gate: Gate) -> list[BaseRoute]:
-    """The budget-change and CSV routes of ``gate`` (teacher keys only)."""
+def teacher_routes(gate: Gate) -> list[BaseRoute]:
+    """The teacher's budget-change and CSV routes of ``gate``."""
     store, keyring = gate.store, gate.keyring
 
     def teacher(person: Person, request: Request) -> None:
