@@ -119,6 +119,14 @@ def test_the_panel_works_against_a_class_gateway(
             assert [(r.name, r.instances, r.budget, r.period) for r in panel.rows] == [
                 ("Ada", 1, 20.0, "day"), ("Bob", 0, None, "")]
             assert "$20.00/day" in panel.table.value and ">key<" not in panel.table.value
+            panel.student.value = panel.rows[1].account
+            panel.budget.value = "5/week"
+            panel.set_budget_button.click()
+            assert panel.status.text == "Bob's budget is now $5.00/week."
+            assert (panel.rows[1].budget, panel.rows[1].period) == (5.0, "week")
+            assert "$5.00/week" in panel.table.value
+            with pytest.raises(InvalidInputError, match="Type a budget first"):
+                panel.set_budget(panel.rows[1].account, " ")
             assert panel.request_stop(None) == ("Stop the whole class: 1 instance of 1 student? "
                                                 "Data not on a volume is lost.")
             assert panel.confirm_stop() == [mine]
