@@ -355,7 +355,8 @@ def test_a_class_keys_file_with_budgets_and_the_teachers_table(
                  str(teacher_file)]) == 1
     assert capsys.readouterr().err == (
         "gpucloud-nb sandbox: error: This cloud has no teacher's view for this key: it needs a "
-        "class sandbox served with a teacher's key (GPUCLOUD_TEACHER_KEY), and that key.\n")
+        "class gateway and a teacher key of its keys file (or a class sandbox served with a "
+        "teacher's key, GPUCLOUD_TEACHER_KEY, and that key).\n")
     out, err = _stop(process, lines, signal.SIGTERM)
     assert teacher not in out + err and not any(key in out + err for key in students)
 

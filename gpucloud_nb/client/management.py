@@ -222,12 +222,16 @@ class _CloudBase(abc.ABC):
 
     @property
     def class_view(self) -> ClassView:
-        """The teacher's view of a class sandbox (served with a teacher's key, this key).
+        """The teacher's view of a class gateway (or of a class sandbox with ``a teacher key``).
 
             >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
             ['Ada', 'account 2']
         """
-        return ClassView(self._service_send)
+        def fetch(path: str) -> bytes:
+            core = self._blocking_core()
+            return bytes(core.driver.run(core.send(Call("GET", path, decode=False))))
+
+        return ClassView(self._service_send, fetch)
 
     @property
     def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
