@@ -5,9 +5,11 @@
 
 The key goes only into the ``x-api-key`` header of requests to the upstream; ``repr`` masks it,
 and :meth:`Upstream.scrub` replaces it in any text that comes back before the gateway answers
-with it (an upstream that echoes a key in an error must not hand it to a student). A request the
-upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not JSON gives
-``None`` as its data. Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
+with it (an upstream that echoes a key in an error must not hand it to a student);
+:meth:`Upstream.scrub_body` does the same to an answer's bytes, which the gateway can then pass on
+without decoding them (a body with a JSON escape is decoded first: the key could hide in one). A
+request the upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not
+JSON gives ``None`` as its data. Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
 them however many creates wait), as admission needs each create's hourly price.
 """
 
@@ -18,6 +20,7 @@ import time
 from typing import Any
 
 import httpx
+import msgspec
 
 from gpucloud_nb._secrets import mask
 
@@ -25,6 +28,16 @@ __all__ = ["OFFERS_TTL", "Upstream", "UpstreamUnreachable"]
 
 OFFERS_TTL = 30.0
 TIMEOUT = 60.0
+
+
+def decode(body: bytes) -> Any:
+    """The JSON value of ``body``, or ``None`` if it is empty or not JSON."""
+    if not body:
+        return None
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
 
 
 class UpstreamUnreachable(Exception):
@@ -55,19 +68,28 @@ class Upstream:
         """``text`` with the upstream's key replaced by its masked form."""
         return text.replace(self._key, mask(self._key)) if self._key else text
 
-    async def call(self, method: str, path: str, *, params: Any = None,
-                   json: Any = None) -> tuple[int, Any]:
-        """``(status, decoded JSON or None)`` of one request; :class:`UpstreamUnreachable`."""
+    def scrub_body(self, body: bytes) -> bytes | None:
+        """``body`` with the key masked, or ``None`` if it has a JSON escape (decode it then)."""
+        if b"\\" in body:
+            return None
+        if not self._key:
+            return body
+        return body.replace(self._key.encode(), mask(self._key).encode())
+
+    async def send(self, method: str, path: str, *, params: Any = None,
+                   json: Any = None) -> tuple[int, bytes]:
+        """``(status, body)`` of one request; :class:`UpstreamUnreachable`."""
         try:
             response = await self._client.request(method, path, params=params, json=json)
         except httpx.HTTPError as error:
             raise UpstreamUnreachable(type(error).__name__) from None
-        if not response.content:
-            return response.status_code, None
-        try:
-            return response.status_code, response.json()
-        except ValueError:
-            return response.status_code, None
+        return response.status_code, response.content
+
+    async def call(self, method: str, path: str, *, params: Any = None,
+                   json: Any = None) -> tuple[int, Any]:
+        """``(status, decoded JSON or None)`` of one request; :class:`UpstreamUnreachable`."""
+        status, body = await self.send(method, path, params=params, json=json)
+        return status, decode(body)
 
     async def offer_price(self, provider: str, offer_id: str) -> float | None:
         """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
