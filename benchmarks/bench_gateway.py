@@ -12,6 +12,10 @@ Rows, every latency measured in the same run and the machine's load (1-minute av
 
 - list and get, one at a time, requests to gateway, upstream and proxy interleaved: p50
   gateway / direct (target <= 1.2x) and the proxy's p50 / direct (the floor of any second hop);
+  and, over the same requests, the CPU time per request of the gateway, of the proxy and of this
+  process's ``httpx`` client, each against the upstream's (from ``/proc``): figures a loaded
+  machine disturbs far less than latencies, and what a hop costs is the sum of the first two
+  kinds (a server and a client more in the path);
 - 40 students at once, each listing and getting in a loop: p99 through the gateway (<= 50 ms),
   against 40 clients doing the same directly;
 - 40 creates at once (one per student) through the gateway, against 40 at once direct: the p99
@@ -137,8 +141,17 @@ async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,)) ->
     return response
 
 
-async def _measure(urls: dict[str, str], students: int, sequential: int, rounds: int,
-                   creates: int) -> list[Row]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, sequential: int,
+                   rounds: int, creates: int) -> list[Row]:
     import httpx
 
     def client(url: str, key: str) -> httpx.AsyncClient:
@@ -161,19 +174,33 @@ async def _measure(urls: dict[str, str], students: int, sequential: int, rounds:
 
         # one at a time, interleaved: p50 of each
         seq: dict[str, list[float]] = {}
+        cpu = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        cpu["client"] = time.process_time()
         for _ in range(sequential):
             for route, path in (("list", "/gpu-cloud/instances"),
                                 ("get", f"/gpu-cloud/instances/{owned[0]}")):
                 for where, c in (("gateway", gw[0]), ("direct", direct[0]), ("proxy", proxy)):
                     await _timed(seq.setdefault(f"{route} {where}", []), c.get(path))
+        cpu = {name: _cpu_seconds(pid) - cpu[name] for name, pid in pids.items()} | {
+            "client": time.process_time() - cpu["client"]}
         load = _load()
+        per_request = {name: spent / (2 * sequential) for name, spent in cpu.items()}
+        per_request["upstream"] /= 3  # it answered direct, gateway and proxy requests
+        per_request["client"] /= 3
         for route in ("list", "get"):
             ours, base = (_percentile(seq[f"{route} {w}"], 50) for w in ("gateway", "direct"))
             floor = _percentile(seq[f"{route} proxy"], 50)
             rows.append((f"gateway {route} p50 vs upstream direct, one at a time [{load}]",
                          ours, base, ours / base, "<= 1.2x", UNIT))
-            rows.append((f"  floor: empty pass-through proxy {route} p50 vs direct [{load}]",
+            rows.append((f"  empty pass-through proxy (Starlette + httpx) {route} p50 vs direct [{load}]",
                          floor, base, floor / base, "", UNIT))
+
+        for name in ("gateway", "proxy", "client"):
+            ours, base = per_request[name], per_request["upstream"]
+            what = {"gateway": "gateway server", "proxy": "empty proxy server",
+                    "client": "httpx client (this process)"}[name]
+            rows.append((f"  CPU per list/get: {what} vs upstream server [{load}]",
+                         ours, base, ours / base, "", UNIT))
 
         # every student at once, listing and getting
         async def student(c: httpx.AsyncClient, own: str, times: list[float]) -> None:
@@ -226,7 +253,9 @@ def run(students: int = 40, sequential: int = 300, rounds: int = 10, creates: in
         servers.append(_Process([sys.executable, "-m", "benchmarks.bench_gateway", "--proxy",
                                  upstream.url], env))
         urls = {"gateway": servers[0].url, "proxy": servers[1].url, "direct": upstream.url}
-        return asyncio.run(_measure(urls, students, sequential, rounds, creates))
+        pids = {"gateway": servers[0].process.pid, "proxy": servers[1].process.pid,
+                "upstream": upstream.process.pid}
+        return asyncio.run(_measure(urls, pids, students, sequential, rounds, creates))
     finally:
         for server in servers:
             server.close()
