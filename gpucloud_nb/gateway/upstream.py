@@ -11,6 +11,13 @@ without decoding them (a body with a JSON escape is decoded first: the key could
 request the upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not
 JSON gives ``None`` as its data. Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
 them however many creates wait), as admission needs each create's hourly price.
+
+Requests go through one ``httpcore`` connection pool (keep-alive, up to 50 connections, httpx's
+certificate checks), not an ``httpx.AsyncClient``: the client's own layers (URL merging, cookies,
+auth and redirect hooks, response models) cost more CPU per request than a whole request costs
+the upstream sandbox, and the gateway pays for them on every request it forwards
+(``benchmarks/bench_gateway.py``). Nothing the gateway needs is lost: it follows no redirects,
+sends no cookies and asks for no compression.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import quote, urlencode
 
+import httpcore
 import httpx
 import msgspec
 
@@ -50,9 +59,10 @@ class Upstream:
     def __init__(self, base_url: str, key: str, *, timeout: float = TIMEOUT) -> None:
         self.base_url = base_url.rstrip("/")
         self._key = key
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers={"x-api-key": key},
-                                         timeout=timeout, trust_env=False,
-                                         limits=httpx.Limits(max_connections=50))
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=httpx.create_ssl_context(),
+                                                  max_connections=50)
+        self._headers = [(b"x-api-key", key.encode()), (b"accept", b"application/json")]
+        self._timeouts = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)}
         self._offers: list[dict[str, Any]] | None = None
         self._offers_at = 0.0
         self._offers_lock = asyncio.Lock()
@@ -62,7 +72,7 @@ class Upstream:
 
     async def aclose(self) -> None:
         """Close the connections."""
-        await self._client.aclose()
+        await self._pool.aclose()
 
     def scrub(self, text: str) -> str:
         """``text`` with the upstream's key replaced by its masked form."""
@@ -79,11 +89,20 @@ class Upstream:
     async def send(self, method: str, path: str, *, params: Any = None,
                    json: Any = None) -> tuple[int, bytes]:
         """``(status, body)`` of one request; :class:`UpstreamUnreachable`."""
+        url = self.base_url + path
+        if params:
+            url += "?" + urlencode(params, quote_via=quote)
+        headers, content = self._headers, None
+        if json is not None:
+            headers = [*headers, (b"content-type", b"application/json")]
+            content = msgspec.json.encode(json)
         try:
-            response = await self._client.request(method, path, params=params, json=json)
-        except httpx.HTTPError as error:
+            response = await self._pool.request(method, url, headers=headers, content=content,
+                                                extensions=self._timeouts)
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                httpcore.UnsupportedProtocol, OSError) as error:
             raise UpstreamUnreachable(type(error).__name__) from None
-        return response.status_code, response.content
+        return response.status, response.content
 
     async def call(self, method: str, path: str, *, params: Any = None,
                    json: Any = None) -> tuple[int, Any]:
