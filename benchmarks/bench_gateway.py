@@ -85,6 +85,11 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(round(q / 100 * (len(ordered) - 1)), len(ordered) - 1)]
 
 
+def _ratio(ours: float, base: float) -> float:
+    """``ours / base``; NaN when ``base`` is 0 (a CPU time below the clock's 10 ms tick)."""
+    return ours / base if base else float("nan")
+
+
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
 
@@ -220,16 +225,16 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
             ours, base = (_percentile(seq[f"{route} {w}"], 50) for w in ("gateway", "direct"))
             floor = _percentile(seq[f"{route} proxy"], 50)
             rows.append((f"gateway {route} p50 vs upstream direct, one at a time [{load}]",
-                         ours, base, ours / base, "<= 1.2x", UNIT))
+                         ours, base, _ratio(ours, base), "<= 1.2x", UNIT))
             rows.append((f"  empty pass-through proxy (Starlette + httpx) {route} p50 vs direct [{load}]",
-                         floor, base, floor / base, "", UNIT))
+                         floor, base, _ratio(floor, base), "", UNIT))
 
         for name in ("gateway", "proxy", "client"):
             ours, base = per_request[name], per_request["upstream"]
             what = {"gateway": "gateway server", "proxy": "empty proxy server",
                     "client": "httpx client (this process)"}[name]
             rows.append((f"  CPU per list/get: {what} vs upstream server [{load}]",
-                         ours, base, ours / base, "", UNIT))
+                         ours, base, _ratio(ours, base), "", UNIT))
 
         # every student at once, listing and getting: paced as sidebars and kernels are (each
         # student a list and a get every PERIOD s, from its own moment), then all in one burst
@@ -258,14 +263,14 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         load = _load()
         ours, base = _percentile(crowd["gateway"], 99), _percentile(crowd["direct"], 99)
         rows.append((f"gateway list+get p99, {students} students, each every {PERIOD:g} s "
-                     f"[{load}]", ours, base, ours / base, "<= 50 ms", UNIT))
+                     f"[{load}]", ours, base, _ratio(ours, base), "<= 50 ms", UNIT))
         for where, clients in (("direct", direct), ("gateway", gw)):
             await asyncio.gather(*(burst(c, own, crowd[f"{where} burst"])
                                    for c, own in zip(clients, owned, strict=True)))
         load = _load()
         ours, base = (_percentile(crowd[f"{w} burst"], 99) for w in ("gateway", "direct"))
         rows.append((f"  gateway list+get p99, {students} students in one burst of {rounds} "
-                     f"[{load}]", ours, base, ours / base, "", UNIT))
+                     f"[{load}]", ours, base, _ratio(ours, base), "", UNIT))
 
         # creates at once, one per student
         made_times: dict[str, list[float]] = {"gateway": [], "direct": []}
@@ -282,10 +287,10 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         load = _load()
         ours, base = _percentile(made_times["gateway"], 99), _percentile(made_times["direct"], 99)
         rows.append((f"gateway create p99, {students} at once, vs direct [{load}]",
-                     ours, base, ours / base, "<= +20 ms", UNIT))
+                     ours, base, _ratio(ours, base), "<= +20 ms", UNIT))
         ours, base = (spent[name] / (creates * students) for name in ("gateway", "upstream"))
         rows.append((f"  CPU per create through the gateway: gateway vs upstream server [{load}]",
-                     ours, base, ours / base, "", UNIT))
+                     ours, base, _ratio(ours, base), "", UNIT))
     finally:
         for c in [*gw, *direct, proxy]:
             await c.aclose()
