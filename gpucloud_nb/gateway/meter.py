@@ -144,8 +144,13 @@ class Meter:
         deleted = parse_ms(item.get("deletedAt")) if state == "deleted" else None
         if state == "deleted" and not deleted:
             deleted = record.delete_asked_ms or now
+        final = state in money.BILLING_STOPPED
+        if (price, created, state, deleted, final) == (record.price, record.created_ms,
+                                                       record.status, record.deleted_ms,
+                                                       record.final):
+            return  # nothing changed: no write transaction each tick for each instance
         self.store.update_owned(record.id, price=price, created_ms=created, status=state,
-                                deleted_ms=deleted, final=state in money.BILLING_STOPPED)
+                                deleted_ms=deleted, final=final)
 
     def _reconcile(self, listed: dict[str, dict[str, Any]], now: int) -> None:
         owned = {record.id for record in self.store.owned()}
