@@ -39,19 +39,9 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import pandas as pd
 
+from gpucloud_nb.decoding import Record, convert_list, decode_list, to_float, to_int
 from gpucloud_nb.display import format_price, style_prices
-from gpucloud_nb.models import (
-    Instance,
-    InstanceDetails,
-    InstanceOffer,
-    Record,
-    Volume,
-    VolumeOffer,
-    convert_list,
-    decode_list,
-    to_float,
-    to_int,
-)
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.tables import Table, table
 
 R = TypeVar("R", bound=Record)

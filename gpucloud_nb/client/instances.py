@@ -53,6 +53,7 @@ from gpucloud_nb.client.remote import (
     reachable,
     refuse_existing,
 )
+from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.errors import (
     APIError,
     BadRequestError,
@@ -62,7 +63,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
     WaitTimeoutError,
 )
-from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails, InstanceOffer
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
 
 if TYPE_CHECKING:
     import pandas
