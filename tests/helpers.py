@@ -72,7 +72,7 @@ async def alaunch(cloud: AsyncGPUCloud, name: str = "job", **extra: Any) -> Inst
         region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 5.0, *,
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, *,
              what: Callable[[], str] = lambda: "") -> None:
     """Poll ``condition`` until it is true; fail after ``timeout`` seconds, saying ``what()``."""
     deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -55,13 +56,17 @@ def test_the_bare_package_loads_no_notebook_stack() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_quick_benchmarks_print_one_marked_line_per_figure() -> None:
+def test_quick_benchmarks_print_one_marked_line_per_figure(tmp_path: Path) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick"], capture_output=True,
-                            text=True, cwd=REPO, timeout=230)
+                            text=True, cwd=REPO, timeout=400,
+                            env={**os.environ, "TMPDIR": str(temporary)})
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert list(temporary.iterdir()) == []  # no temporary folder left behind
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:6] == ["figure", "ours", "baseline", "ratio", "target", "mark"]
-    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error")
+    assert lines[0].split() == ["figure", "ours", "baseline", "ratio", "target", "load", "mark"]
+    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error|^temporary files ")
     figures = [line for line in lines[1:] if line.strip() and not summary.match(line)]
     assert figures, result.stdout
     for line in figures:
@@ -77,3 +82,9 @@ def test_quick_benchmarks_print_one_marked_line_per_figure() -> None:
     modules = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
     assert len(figures) >= len(modules)
     assert re.search(r"^\d+ pass, \d+ miss, \d+ info, 0 error", result.stdout, re.M), result.stdout
+    # stderr: one progress line per module, each on a line of its own; no profiler dumps
+    assert "function calls" not in result.stderr and "Ordered by" not in result.stderr
+    progress = re.findall(r"# bench_\w+: [\d.]+ s, load [\d.]+\*?", result.stderr)
+    assert len(progress) == len(modules), result.stderr[-3000:]
+    for found in progress:
+        assert f"\n{found}\n" in f"\n{result.stderr}", found

@@ -845,7 +845,7 @@ def test_interrupting_a_cell_stops_the_remote_process(magic: Magic, ssh_cloud: G
     timer.cancel()
     assert "Interrupted" in ran.err and "never" not in ran.out and "Traceback" not in ran.text
     pid = int(ran.out.split("pid ")[1].split()[0])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             os.killpg(pid, 0)  # the sandbox instance is this machine: its pids are ours
@@ -906,7 +906,7 @@ def test_cell_run_timeout_stops_the_process_with_one_line(magic: Magic,
                        "and was stopped.\n"), ran.err
     assert elapsed < 2 + 2 + 1  # one more second for the name lookup
     pid = int(ran.out.split("pid ")[1].split()[0])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             os.killpg(pid, 0)

@@ -33,7 +33,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -179,8 +179,6 @@ class InstanceOps(Generic[D]):
             raise InvalidInputError(problems[0])
         holds = self.core.reservations
         try:
-            if request.budget is not None and self.core.budgets is None:
-                raise InvalidInputError("This client cannot keep a budget.")
             if request.delete_when_idle is not None:
                 try:
                     self.core.idle_delete.check()
@@ -205,8 +203,8 @@ class InstanceOps(Generic[D]):
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if request.delete_after is not None:
             self.core.auto_delete.schedule(instance.id, request.delete_after)
-        if request.budget is not None and self.core.budgets is not None:
-            self.core.budgets().set(instance.id, request.budget)
+        if request.budget is not None:
+            self.core.budgets.set(instance.id, request.budget)
         if request.delete_when_idle is not None:
             self.core.idle_delete.watch_created(instance.id, float(request.delete_when_idle))
         return instance
@@ -717,8 +715,8 @@ class AsyncInstances:
             await asyncio.wrap_future(remote.submit(remote.connection(target)))
         return remote.command_for(target)
 
-    def ssh_key_in_use(self, id: str) -> str | None:
-        """The same as :meth:`Instances.ssh_key_in_use` (no I/O)."""
+    async def ssh_key_in_use(self, id: str) -> str | None:
+        """The coroutine twin of :meth:`Instances.ssh_key_in_use` (it does no I/O)."""
         return self._remote().key_in_use(path_id(id))
 
     async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
@@ -739,17 +737,16 @@ class AsyncInstances:
             self._remote().download_async(target, remote, local, progress,
                                           overwrite=overwrite)))
 
-    def forward(self, id: str, remote_port: int, *,
-                wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
-        """The async twin of :meth:`Instances.forward`: an async context manager.
+    async def forward(self, id: str, remote_port: int, *,
+                      wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
+        """The coroutine twin of :meth:`Instances.forward`: the instance is read (and waited for)
+        when awaited, the port forwarded inside the ``async with``.
 
-            >>> async with acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
+            >>> async with await acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
             ...     print(await AsyncInferenceClient(url, secret).models())
         """
-        return self._forward(id, remote_port, wait)
+        return self._remote().forward_async(await self._target(id, wait), remote_port)
 
-    @contextlib.asynccontextmanager
-    async def _forward(self, id: str, remote_port: int, wait: float) -> AsyncIterator[str]:
-        target = await self._target(id, wait)
-        async with self._remote().forward_async(target, remote_port) as url:
-            yield url
+    async def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
+        """The coroutine twin of :meth:`Instances.ssh`."""
+        return self._remote(), await self._target(id, wait)
