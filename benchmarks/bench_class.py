@@ -3,7 +3,7 @@
 ``bench_service`` runs 40 client Python processes on the machine that serves them, so on two
 cores their own CPU dominates its p99. Here one process (asyncio + httpx, one connection pool
 per student, as separate kernels would have) behaves as the 40 students' sidebars and kernels
-against a class sandbox served as ``gpucloud-nb sandbox --keys FILE --teacher-key K`` (each
+against a class sandbox served as ``GPUCLOUD_TEACHER_KEY=K gpucloud-nb sandbox --keys FILE`` (each
 student its own account with a class budget of $20, state in a SQLite file):
 
 - the 40 kernels launch one instance each at the same moment, then each reads its instance
@@ -104,11 +104,13 @@ def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, lis
     keys = [f"bench-student-{n:02d}-key-0123456789" for n in range(students)]
     (folder / "class.txt").write_text("".join(f"{key} 20 student {n}\n"
                                               for n, key in enumerate(keys)), encoding="utf-8")
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # secrets in the environment, never the command line
         [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys",
-         str(folder / "class.txt"), "--teacher-key", TEACHER, "--state", str(folder / "class.db"),
-         "--launch-seconds", str(LAUNCH_SECONDS), "--inference-secret", "bench-secret-0123456789"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+         str(folder / "class.txt"), "--state", str(folder / "class.db"),
+         "--launch-seconds", str(LAUNCH_SECONDS)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "GPUCLOUD_TEACHER_KEY": TEACHER, "GPUCLOUD_SANDBOX_API_KEY": "",
+             "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789"})
     assert server.stdout is not None
     line = server.stdout.readline()
     if not line.startswith("management: "):

@@ -78,8 +78,11 @@ def test_async_client_auto_delete(sandbox) -> None:
     async def main() -> str:
         async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
             instance = await alaunch(cloud, "async-timed", delete_after=0.3)
-            await asyncio.sleep(0.9)
-            return (await cloud.instances.get(instance.id)).status
+            deadline = asyncio.get_running_loop().time() + 60  # a condition, not a clock
+            while (status := (await cloud.instances.get(instance.id)).status) not in (
+                    "deleting", "deleted") and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+            return status
 
     assert asyncio.run(main()) in ("deleting", "deleted")
 

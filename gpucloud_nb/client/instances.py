@@ -237,18 +237,21 @@ class Instances:
         return reachable(details)
 
     def run(self, id: str, command: str, *, timeout: float | None = None,
-            on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
+            on_output: Callable[[str], None] | None = None, wait: float = 60.0,
+            bookkeeping: bool = False) -> RunResult:
         """Run the shell ``command`` on the instance over SSH and return its output and status.
 
         ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
         instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
         status 127 (command not found) raises :class:`~gpucloud_nb.errors.RemoteCommandError`.
+        A ``bookkeeping`` command (a look, such as a monitor's ``nvidia-smi``) is not use: it
+        keeps no instance from its idle delete (:mod:`gpucloud_nb.idle_rule`).
 
             >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
             0
         """
         return self._remote().run(self._target(id, wait), command, timeout=timeout,
-                                  on_output=on_output)
+                                  on_output=on_output, bookkeeping=bookkeeping)
 
     def run_all(self, ids: Sequence[str], command: str, *,
                 on_output: Callable[[str], None] | None = None, timeout: float | None = None,
@@ -435,12 +438,13 @@ class AsyncInstances:
 
     async def run(self, id: str, command: str, *, timeout: float | None = None,
                   on_output: Callable[[str], None] | None = None,
-                  wait: float = 60.0) -> RunResult:
+                  wait: float = 60.0, bookkeeping: bool = False) -> RunResult:
         """The coroutine twin of :meth:`Instances.run` (``on_output`` runs on the SSH loop)."""
         remote = self._remote()
         target = await self._target(id, wait)
         return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
-            remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+            remote.run_async(target, command, timeout=timeout, on_output=on_output,
+                             bookkeeping=bookkeeping))))
 
     async def run_all(self, ids: Sequence[str], command: str, *,
                       on_output: Callable[[str], None] | None = None,

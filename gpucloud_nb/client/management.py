@@ -218,7 +218,7 @@ class _CloudBase(abc.ABC):
 
     @property
     def class_view(self) -> ClassView:
-        """The teacher's view of a class sandbox (served with ``--teacher-key``, this key).
+        """The teacher's view of a class sandbox (served with a teacher's key, this key).
 
             >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
             ['Ada', 'account 2']

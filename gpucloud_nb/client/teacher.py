@@ -5,7 +5,7 @@
     [('Ada', 0.42), ('account 2', 0.0)]
     >>> teacher.class_view.stop_class()   # every student's instances  # doctest: +SKIP
 
-Only a class sandbox served with ``--teacher-key`` answers, and only to that key (see
+Only a class sandbox served with a teacher's key (``GPUCLOUD_TEACHER_KEY``) answers, and only to that key (see
 :mod:`gpucloud_nb.sandbox.teacher`); any other key, and the real cloud, get one sentence saying
 so (:class:`~gpucloud_nb.errors.NotFoundError`).
 """
@@ -27,7 +27,7 @@ __all__ = ["AccountUse", "ClassView"]
 
 Send = Callable[[str, str, "dict[str, Any] | None"], Any]
 NOT_TEACHER = ("This cloud has no teacher's view for this key: it needs a class sandbox served "
-               "with --teacher-key, and that key.")
+               "with a teacher's key (GPUCLOUD_TEACHER_KEY), and that key.")
 
 
 @dataclass(frozen=True)
