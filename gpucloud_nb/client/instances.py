@@ -44,10 +44,10 @@ from gpucloud_nb.client.instance_ops import (
 from gpucloud_nb.client.remote import (
     KeysRefusedError,
     Remote,
-    RunResult,
     reachable,
     refuse_existing,
 )
+from gpucloud_nb.client.run_output import RunResult
 from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
