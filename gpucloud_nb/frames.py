@@ -39,19 +39,19 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import pandas as pd
 
+from gpucloud_nb.decoding import Record, convert_list, decode_list
 from gpucloud_nb.display import format_price, style_prices
-from gpucloud_nb.models import (
-    Instance,
-    InstanceDetails,
-    InstanceOffer,
-    Record,
-    Volume,
-    VolumeOffer,
-    convert_list,
-    decode_list,
-    to_float,
-    to_int,
+from gpucloud_nb.frame_columns import (
+    STR_DTYPE,
+    bool_column,
+    category_column,
+    datetime_column,
+    float_column,
+    int_column,
+    text_column,
+    utc_timestamp,
 )
+from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.tables import Table, table
 
 R = TypeVar("R", bound=Record)
@@ -147,11 +147,6 @@ VOLUME_OFFER_COLUMNS: tuple[str, ...] = (
 #: Hours in a billing month (365 × 24 / 12), the usual convention for monthly storage prices.
 HOURS_PER_MONTH = 730.0
 
-# pandas' default dtype for text: ``str`` on pandas 3, ``object`` on pandas 2.
-_STR_DTYPE: Any = pd.Series(["x"]).dtype
-_TEXT_IS_OBJECT = pd.api.types.is_object_dtype(_STR_DTYPE)
-_DATETIME_DTYPE = pd.DatetimeTZDtype(unit="ns", tz="UTC")
-_EPOCH = pd.Timestamp(0, tz="UTC")
 _get = dict.get
 
 
@@ -177,64 +172,6 @@ def _dicts(items: Iterable[Any] | None) -> list[dict[str, Any]]:
 def _col(dicts: list[Any], key: str) -> list[Any]:
     """``[d.get(key) for d in dicts]``."""
     return list(map(_get, dicts, repeat(key)))
-
-
-# --------------------------------------------------------------------------- typed columns
-
-
-def _floats(values: list[Any]) -> np.ndarray:
-    """Numbers as ``float64``; ``None`` and anything that is not a number become NaN."""
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return np.fromiter(map(to_float, values), dtype=np.float64, count=len(values))
-
-
-def _ints(values: list[Any]) -> np.ndarray:
-    """Counts and ports as ``int64``; anything that is not a number becomes 0."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.fromiter(map(to_int, values), dtype=np.int64, count=len(values))
-
-
-def _bools(values: list[Any]) -> np.ndarray:
-    """Flags as ``bool`` (records hold real flags: truthiness is enough)."""
-    return np.fromiter(values, dtype=bool, count=len(values))
-
-
-def _text(values: list[Any], keep_empty: bool = False) -> Any:
-    """A text column in pandas' default string dtype; ``None`` and ``""`` are missing (NA),
-    unless ``keep_empty`` (a joined list, where ``""`` means "none")."""
-    if not keep_empty:
-        values = [v if v.__class__ is str and v else (str(v) if v else None) for v in values]
-    if _TEXT_IS_OBJECT:
-        return np.fromiter(values, dtype=object, count=len(values))
-    return pd.array(np.fromiter(values, dtype=object, count=len(values)), dtype=_STR_DTYPE)
-
-
-def _categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical[Any]:
-    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories))
-
-
-def _datetimes(values: list[Any]) -> pd.DatetimeIndex:
-    """ISO 8601 strings (or datetimes) → UTC; unparsable, null and the epoch sentinel give NaT.
-
-    A naive value is read as UTC.
-    """
-    clean = [v if isinstance(v, str | datetime) and v else None for v in values]
-    parsed = pd.to_datetime(
-        pd.Series(clean, dtype=object), utc=True, format="ISO8601", errors="coerce"
-    )
-    index = pd.DatetimeIndex(parsed).astype(_DATETIME_DTYPE)
-    return cast("pd.DatetimeIndex", pd.DatetimeIndex(index.where(~(index <= _EPOCH))))
-
-
-def _utc(now: datetime | pd.Timestamp | str | None) -> pd.Timestamp:
-    stamp = pd.Timestamp.now(tz="UTC") if now is None else pd.Timestamp(now)
-    if stamp.tzinfo is None:
-        return cast("pd.Timestamp", stamp.tz_localize("UTC"))
-    return cast("pd.Timestamp", stamp.tz_convert("UTC"))
 
 
 # --------------------------------------------------------------------------- offers
@@ -331,7 +268,7 @@ def _categories(coded: tuple[list[int], Mapping[Any, int]],
     position = {k: i for i, k in enumerate(categories)}
     remap = np.array([position[k] if k or keep_empty else -1 for k in keys], dtype=np.intp)
     codes = np.fromiter(code_list, dtype=np.intp, count=len(code_list))
-    return (remap[codes] if len(remap) else codes), pd.Index(categories, dtype=_STR_DTYPE)
+    return (remap[codes] if len(remap) else codes), pd.Index(categories, dtype=STR_DTYPE)
 
 
 def _row_order(
@@ -405,10 +342,10 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
     ) = columns  # fmt: skip
 
     counts = np.array(count_list, dtype=np.intp)
-    prices = _floats(hourly)
+    prices = float_column(hourly)
     gpus = np.fromiter(gpu_count, dtype=np.int64, count=len(gpu_count))
-    vram_gb = _floats(vram)
-    available = _bools(available_list)
+    vram_gb = float_column(vram)
+    available = bool_column(available_list)
     region_codes, region_cats = _categories(region)
     order, take = _row_order(prices, instance_id, counts, region_codes, len(region_cats),
                              available)
@@ -416,34 +353,34 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
     def offer_cat(coded: tuple[list[int], Mapping[str, int]],
                   keep_empty: bool = False) -> pd.Categorical:
         codes, categories = _categories(coded, keep_empty)
-        return _categorical(codes[take], categories)
+        return category_column(codes[take], categories)
 
     def row_cat(coded: tuple[list[int], Mapping[Any, int]]) -> pd.Categorical:
         codes, categories = _categories(coded)
-        return _categorical(codes[order], categories)
+        return category_column(codes[order], categories)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         per_gpu = np.where(gpus > 0, prices / gpus, np.nan)
 
     frame = {
-        "instanceId": _text(instance_id)[take],
+        "instanceId": text_column(instance_id)[take],
         "gpuName": offer_cat(gpu_name),
         "gpuCount": gpus[take],
         "hourlyPrice": prices[take],
         "pricePerGpuHour": per_gpu[take],
         "deploymentType": offer_cat(deployment),
-        "nvlink": _bools(nvlink)[take],
-        "cloudInitAvailable": _bools(cloud_init)[take],
+        "nvlink": bool_column(nvlink)[take],
+        "cloudInitAvailable": bool_column(cloud_init)[take],
         "providerId": offer_cat(provider_id),
         "providerName": offer_cat(provider_name),
         "vRamGB": vram_gb[take],
         "totalVRamGB": (vram_gb * gpus)[take],
-        "ramGB": _floats(ram)[take],
-        "vCpu": _floats(vcpu)[take],
-        "storageGB": _floats(storage)[take],
+        "ramGB": float_column(ram)[take],
+        "vCpu": float_column(vcpu)[take],
+        "storageGB": float_column(storage)[take],
         "interconnect": offer_cat(interconnect),
         "os": offer_cat(os_names, keep_empty=True),
-        "region": _categorical(region_codes[order], region_cats),
+        "region": category_column(region_codes[order], region_cats),
         "regionName": row_cat(region_name),
         "countryCode": row_cat(country),
         "available": available[order],
@@ -474,25 +411,25 @@ def instances_frame(
     """
     data = [i if isinstance(i, Instance | InstanceDetails) else Instance.from_json(i)
             for i in instances or ()]
-    created = _datetimes([i.created_at for i in data])
+    created = datetime_column([i.created_at for i in data])
     frame = pd.DataFrame(
         {
-            "_id": _text([i.id for i in data]),
-            "name": _text([i.name for i in data]),
-            "status": _text([i.status for i in data]),
-            "provider": _text([i.provider for i in data]),
-            "region": _text([i.region_id for i in data]),
-            "gpuModel": _text([i.gpu_model for i in data]),
-            "gpuCount": _ints([i.gpu_count for i in data]),
-            "hourlyPrice": _floats([i.hourly_price for i in data]),
-            "ip": _text([i.ip for i in data]),
-            "sshUser": _text([i.ssh_user for i in data]),
-            "sshPort": _ints([i.ssh_port for i in data]),
-            "os": _text([i.os for i in data]),
-            "dockerImage": _text([i.docker_image for i in data]),
+            "_id": text_column([i.id for i in data]),
+            "name": text_column([i.name for i in data]),
+            "status": text_column([i.status for i in data]),
+            "provider": text_column([i.provider for i in data]),
+            "region": text_column([i.region_id for i in data]),
+            "gpuModel": text_column([i.gpu_model for i in data]),
+            "gpuCount": int_column([i.gpu_count for i in data]),
+            "hourlyPrice": float_column([i.hourly_price for i in data]),
+            "ip": text_column([i.ip for i in data]),
+            "sshUser": text_column([i.ssh_user for i in data]),
+            "sshPort": int_column([i.ssh_port for i in data]),
+            "os": text_column([i.os for i in data]),
+            "dockerImage": text_column([i.docker_image for i in data]),
             "createdAt": created,
-            "deletedAt": _datetimes([i.deleted_at for i in data]),
-            "age": (_utc(now) - created).astype("timedelta64[ns]"),
+            "deletedAt": datetime_column([i.deleted_at for i in data]),
+            "age": (utc_timestamp(now) - created).astype("timedelta64[ns]"),
         },
         columns=list(INSTANCE_COLUMNS),
     )
@@ -523,15 +460,15 @@ def volumes_frame(volumes: Iterable[Any] | None) -> Table:
     providers = [v.cloud_provider for v in data]
     frame = pd.DataFrame(
         {
-            "_id": _text([v.id for v in data]),
-            "name": _text([v.name for v in data]),
-            "sizeInGb": _floats([v.size_in_gb for v in data]),
-            "region": _text([v.region for v in data]),
-            "providerId": _text([p.id if p else None for p in providers]),
-            "providerName": _text([p.display_name if p else None for p in providers]),
-            "user": _text([v.user for v in data]),
-            "createdAt": _datetimes([v.created_at for v in data]),
-            "updatedAt": _datetimes([v.updated_at for v in data]),
+            "_id": text_column([v.id for v in data]),
+            "name": text_column([v.name for v in data]),
+            "sizeInGb": float_column([v.size_in_gb for v in data]),
+            "region": text_column([v.region for v in data]),
+            "providerId": text_column([p.id if p else None for p in providers]),
+            "providerName": text_column([p.display_name if p else None for p in providers]),
+            "user": text_column([v.user for v in data]),
+            "createdAt": datetime_column([v.created_at for v in data]),
+            "updatedAt": datetime_column([v.updated_at for v in data]),
         },
         columns=list(VOLUME_COLUMNS),
     )
@@ -551,15 +488,15 @@ def volume_offers_frame(offers: Iterable[Any] | None) -> Table:
         0   lambda       Lambda         10.0            0.00014           0.1022  us-east-1
     """
     data = _records(VolumeOffer, offers, "volume offers")
-    price = _floats([o.price_per_gb_per_hour for o in data])
+    price = float_column([o.price_per_gb_per_hour for o in data])
     frame = pd.DataFrame(
         {
-            "providerId": _text([o.cloud_provider.id for o in data]),
-            "providerName": _text([o.cloud_provider.display_name for o in data]),
-            "minSizeInGb": _floats([o.min_size_in_gb for o in data]),
+            "providerId": text_column([o.cloud_provider.id for o in data]),
+            "providerName": text_column([o.cloud_provider.display_name for o in data]),
+            "minSizeInGb": float_column([o.min_size_in_gb for o in data]),
             "pricePerGbPerHour": price,
             "pricePerGbMonth": price * HOURS_PER_MONTH,
-            "regions": _text([", ".join(o.regions) for o in data], keep_empty=True),
+            "regions": text_column([", ".join(o.regions) for o in data], keep_empty=True),
         },
         columns=list(VOLUME_OFFER_COLUMNS),
     )
@@ -587,15 +524,15 @@ def spend_frame(rows: Iterable[Mapping[str, Any]] | None, *,
     """
     data = _dicts(rows)
     columns: dict[str, Any] = {
-        "_id": _text(_col(data, "_id")),
-        "name": _text(_col(data, "name")),
-        "status": _text(_col(data, "status")),
-        "hourlyPrice": _floats(_col(data, "hourlyPrice")),
-        "billedFrom": _datetimes(_col(data, "billedFrom")),
-        "billedUntil": _datetimes(_col(data, "billedUntil")),
-        "hoursBilled": _floats(_col(data, "hoursBilled")),
-        "spend": _floats(_col(data, "spend")),
-        "estimated": _bools(_col(data, "estimated")),
+        "_id": text_column(_col(data, "_id")),
+        "name": text_column(_col(data, "name")),
+        "status": text_column(_col(data, "status")),
+        "hourlyPrice": float_column(_col(data, "hourlyPrice")),
+        "billedFrom": datetime_column(_col(data, "billedFrom")),
+        "billedUntil": datetime_column(_col(data, "billedUntil")),
+        "hoursBilled": float_column(_col(data, "hoursBilled")),
+        "spend": float_column(_col(data, "spend")),
+        "estimated": bool_column(_col(data, "estimated")),
         "autoDeleteAt": pd.Series(_col(data, "autoDeleteAt"), dtype=object),
     }
     extra = dict.fromkeys(k for row in data for k in row if k not in columns)

@@ -24,17 +24,10 @@ from pathlib import Path
 from gpucloud_nb import rules
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.create_request import CreateInstance, DockerContainer, VirtualMachine
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.errors import InvalidInputError
-from gpucloud_nb.models import (
-    CreateInstance,
-    DockerContainer,
-    Instance,
-    InstanceOffer,
-    VirtualMachine,
-    Volume,
-    VolumeOffer,
-)
+from gpucloud_nb.models import Instance, InstanceOffer, Volume, VolumeOffer
 
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "DEFAULT_IMAGE", "LaunchChoice", "as_offer",
            "expected_launch_seconds", "offer_label", "script_text",

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.client.run_output import RunResult
 from gpucloud_nb.errors import GPUCloudError, RemoteCommandError
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpucloud_nb import GPUCloud, models
+from gpucloud_nb import GPUCloud, decoding
 from gpucloud_nb.frames import (
     INSTANCE_COLUMNS,
     OFFER_COLUMNS,
@@ -214,7 +214,7 @@ def test_loosely_typed_values_read_like_the_records() -> None:
 
 def test_fast_and_tolerant_paths_agree() -> None:
     data = well_formed()
-    loose = [models._loose(InstanceOffer, offer) for offer in data]  # field by field
+    loose = [decoding._loose(InstanceOffer, offer) for offer in data]  # field by field
     assert loose == [InstanceOffer.from_json(offer) for offer in data]
     assert_frame_equal(offers_frame(loose), offers_frame(data))
 

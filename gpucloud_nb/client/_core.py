@@ -38,6 +38,7 @@ from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
+from gpucloud_nb.decoding import Record, decode_list, parse_datetime
 from gpucloud_nb.errors import (
     ConnectionFailedError,
     GPUCloudError,
@@ -45,7 +46,7 @@ from gpucloud_nb.errors import (
     OutcomeUnknownError,
     UnreadableResponseError,
 )
-from gpucloud_nb.models import InstanceDetails, Record, decode_list, parse_datetime
+from gpucloud_nb.models import InstanceDetails
 
 __all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Blocking", "Core", "D", "decode_offers",
            "json_list", "now", "unreadable"]

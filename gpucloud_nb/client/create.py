@@ -38,16 +38,9 @@ from gpucloud_nb.client import costcap
 from gpucloud_nb.client.autodelete import seconds
 from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.idle import idle_seconds
+from gpucloud_nb.create_request import CreateInstance, DockerContainer, VirtualMachine
 from gpucloud_nb.errors import InvalidInputError
-from gpucloud_nb.models import (
-    CreateInstance,
-    DockerContainer,
-    Instance,
-    InstanceOffer,
-    VirtualMachine,
-    Volume,
-    VolumeOffer,
-)
+from gpucloud_nb.models import Instance, InstanceOffer, Volume, VolumeOffer
 
 __all__ = ["VmSpec", "create_request", "encode_cloud_init", "launch_problems", "option_problem",
            "volume_body", "volume_problems"]

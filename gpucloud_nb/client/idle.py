@@ -74,7 +74,8 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.idle_rule import THRESHOLD, in_use
 
 if TYPE_CHECKING:
-    from gpucloud_nb.client.remote import Remote, RunResult
+    from gpucloud_nb.client.remote import Remote
+    from gpucloud_nb.client.run_output import RunResult
     from gpucloud_nb.models import InstanceDetails
 
 __all__ = ["QUERY", "STALE_POLLS", "THRESHOLD", "WARN", "IdleClocks", "IdleLimits", "IdleState",

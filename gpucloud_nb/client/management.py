@@ -47,12 +47,8 @@ from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
-from gpucloud_nb.client.instances import (
-    DEPLOYMENT_TYPES,
-    AsyncInstances,
-    Instances,
-    ProgressCallback,
-)
+from gpucloud_nb.client.instance_ops import DEPLOYMENT_TYPES, ProgressCallback
+from gpucloud_nb.client.instances import AsyncInstances, Instances
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView

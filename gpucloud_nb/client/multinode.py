@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.client.run_output import RunResult
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 

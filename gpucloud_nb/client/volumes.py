@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, json_list
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, SyncDriver
-from gpucloud_nb.client.instances import path_id
+from gpucloud_nb.client.instance_ops import path_id
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Volume, VolumeOffer
 from gpucloud_nb.rules import volume_name_problem

@@ -7,6 +7,7 @@
   with a client (:mod:`gpucloud_nb.kernel.spec`; the client itself knows nothing of kernels).
 - :mod:`gpucloud_nb.kernel.provisioner`: ``GPUCloudProvisioner``, registered as the
   ``gpucloud-provisioner`` entry point of ``jupyter_client.kernel_provisioners``.
+- :mod:`gpucloud_nb.kernel.forwards`: the kernel's channels, from local Unix sockets over SSH.
 - :mod:`gpucloud_nb.kernel.spec`: the ``gpucloud-<name>`` kernelspecs.
 - :mod:`gpucloud_nb.kernel.sync`: the notebook's folder, copied to the instance at start.
 

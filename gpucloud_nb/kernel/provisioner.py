@@ -21,12 +21,13 @@ on the client's background loop):
    ipykernel_launcher -f <file>`` starts under ``nohup``, detached, with its output in a ``.log``
    next to it, so it outlives a dropped SSH connection. The kernel binds free ports and writes
    them back into the file, where the provisioner reads them.
-5. Five local Unix sockets carry each connection to the kernel's TCP port on the instance
-   over an SSH channel (``direct-tcpip``); Jupyter connects to them with ZeroMQ's ``ipc``
-   transport. They belong to the provisioner, not to the SSH connection: when the connection
-   drops, the next connection (ZeroMQ reconnects by itself) opens a new SSH connection, so the
-   kernel, its variables and the local sockets all survive. (A request sent in the very instant
-   the connection drops is lost, as through any tunnel; the next one goes through.)
+5. Five local Unix sockets (:mod:`gpucloud_nb.kernel.forwards`) carry each connection to the
+   kernel's TCP port on the instance over an SSH channel (``direct-tcpip``); Jupyter connects to
+   them with ZeroMQ's ``ipc`` transport. They belong to the provisioner, not to the SSH
+   connection: when the connection drops, the next connection (ZeroMQ reconnects by itself) opens
+   a new SSH connection, so the kernel, its variables and the local sockets all survive. (A
+   request sent in the very instant the connection drops is lost, as through any tunnel; the next
+   one goes through.)
 
 Choices (the issue leaves them open):
 
@@ -66,14 +67,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import os
 import shlex
-import shutil
 import signal
-import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_client.provisioning import KernelProvisionerBase
@@ -87,6 +84,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
 )
 from gpucloud_nb.kernel import sync
+from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
 
 if TYPE_CHECKING:
     import asyncssh
@@ -100,8 +98,6 @@ __all__ = ["RUNTIME_DIR", "GPUCloudProvisioner"]
 
 #: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
 RUNTIME_DIR = ".local/share/jupyter/runtime"
-PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-_REQUESTS = ("shell_port", "stdin_port", "control_port")
 _START_TIMEOUT = 60.0
 #: What ``poll`` may take, whatever SSH does (JupyterLab's restarter and ``is_alive`` wait on it).
 _POLL_SECONDS = 2.0
@@ -132,7 +128,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         self._client: GPUCloud | None = None
         self._remote: Remote | None = None
         self._details: InstanceDetails | None = None
-        self._forwards: _Forwards | None = None
+        self._forwards: Forwards | None = None
         self._pid: int | None = None
         self._exit: int | None = None
         self._cwd: str | None = None
@@ -180,7 +176,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
             await self._on_loop(sync.upload(await self._on_loop(self.ssh_connection()), found,
                                             folder, self._say))
         if self._forwards is None:
-            self._forwards = _Forwards(self)
+            self._forwards = Forwards(self.ssh_connection)
             await self._on_loop(self._forwards.open())
         key = self._session_key()
         self._file = f"{RUNTIME_DIR}/gpucloud-kernel-{self.kernel_id or uuid.uuid4()}.json"
@@ -197,7 +193,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
                   f"~/{folder}).")
         info: dict[str, Any] = {"transport": "ipc", "ip": self._forwards.stem,
                                 "key": key.encode(), "signature_scheme": "hmac-sha256"}
-        info.update({name: _Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
+        info.update({name: Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
         self.connection_info = info  # type: ignore[assignment]
         return self.connection_info
 
@@ -552,158 +548,3 @@ def _why_pip_failed(lines: list[str]) -> str:
         return "it cannot reach the package index (no network?)"
     last = [line.strip() for line in lines if line.strip()]
     return last[-1] if last else "pip failed without a message"
-
-
-class _Forwards:
-    """Five local Unix sockets whose connections go to the kernel's ports over SSH channels.
-
-    The sockets (``<stem>-1`` … ``<stem>-5``, ZeroMQ's ``ipc`` transport) are in a folder of
-    their own, mode 0700, and each is 0600: only this user can open them, where loopback TCP
-    ports would let any local user read the kernel's IOPub stream (ZeroMQ messages are signed,
-    not encrypted). Everything here runs on the SSH layer's loop. The listeners outlive SSH
-    connections: each accepted connection asks for the current SSH connection (reopened after
-    a drop) and opens a ``direct-tcpip`` channel to the kernel's port on the instance.
-
-    IOPub is publish/subscribe: what the kernel publishes before a subscriber's connection is
-    back is lost, so a cell sent right after a reconnect or a restart would never show its
-    output. Requests (shell, control, stdin) therefore wait, up to 5 s, until a live IOPub
-    connection over the same SSH connection has heard from the kernel (its handshake) and 50 ms
-    more, by which time the client's subscription has gone out ahead of them on that SSH
-    connection.
-    """
-
-    def __init__(self, owner: GPUCloudProvisioner) -> None:
-        self.owner = owner
-        self.servers: list[asyncio.base_events.Server] = []
-        self.targets: list[int] = [0] * len(PORT_NAMES)
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.writers: set[Any] = set()
-        self.folder = ""
-        self._lock: asyncio.Lock | None = None
-        self.down_until = 0.0  # the SSH loop's clock: no reconnect tried before then
-        # The live IOPub connection that has heard from the kernel: (its token, the SSH
-        # connection under it, when the kernel first spoke on it).
-        self._iopub: tuple[object, Any, float] | None = None
-
-    def lock(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
-    @staticmethod
-    def number(index: int) -> int:
-        """The ``ipc`` "port" of channel ``index``: its socket is ``<stem>-<number>``."""
-        return index + 1
-
-    @property
-    def stem(self) -> str:
-        """The connection info's ``ip`` for the ``ipc`` transport."""
-        return os.path.join(self.folder, "kernel")
-
-    async def open(self) -> None:
-        # 0700, this user's own; in /tmp when TMPDIR is too long for a socket path (~100 bytes)
-        parent = tempfile.gettempdir()
-        if len(parent) > 60 and os.path.isdir("/tmp"):
-            parent = "/tmp"
-        self.folder = tempfile.mkdtemp(prefix="gpucloud-kernel-", dir=parent)
-        await self.listen()
-
-    async def listen(self) -> None:
-        """Listen at every socket path (again, after a restart removed the files)."""
-        for server in self.servers:
-            server.close()
-        self.servers = []
-        for index in range(len(PORT_NAMES)):
-            path = f"{self.stem}-{self.number(index)}"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            server = await asyncio.start_unix_server(self._handler(index), path)
-            os.chmod(path, 0o600)
-            self.servers.append(server)
-
-    def point(self, ports: list[int]) -> None:
-        self.targets = list(ports)
-
-    def _handler(self, index: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter],
-                                               Any]:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            if task is not None:
-                self.tasks.add(task)
-            self.writers.add(writer)
-            try:
-                await self._carry(index, reader, writer)
-            except asyncio.CancelledError:  # closed by cleanup
-                pass
-            finally:
-                self.writers.discard(writer)
-                if task is not None:
-                    self.tasks.discard(task)
-                writer.close()
-
-        return handle
-
-    async def _carry(self, index: int, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        port = self.targets[index]
-        if not port:
-            return
-        channel = PORT_NAMES[index]
-        try:
-            connection = await self.owner.ssh_connection()
-            if channel in _REQUESTS:
-                await self._subscribed(connection)
-            ssh_reader, ssh_writer = await connection.open_connection("127.0.0.1", port)
-        except Exception:  # the instance is unreachable now; ZeroMQ will try again
-            await asyncio.sleep(0.2)
-            return
-        loop = asyncio.get_running_loop()
-        token = object()  # this IOPub connection
-
-        def heard() -> None:
-            if self._iopub is None or self._iopub[0] is not token:
-                self._iopub = (token, connection, loop.time())
-
-        async def pipe(source: Any, sink: Any, on_data: Callable[[], None] | None) -> None:
-            try:
-                while data := await source.read(65536):
-                    if on_data is not None:
-                        on_data()
-                    sink.write(data)
-                    await sink.drain()
-            except Exception:  # either side went away
-                pass
-            finally:
-                with contextlib.suppress(Exception):
-                    sink.close()
-
-        try:
-            await asyncio.gather(pipe(reader, ssh_writer, None),
-                                 pipe(ssh_reader, writer, heard if channel == "iopub_port" else None))
-        finally:
-            if self._iopub is not None and self._iopub[0] is token:
-                self._iopub = None
-
-    async def _subscribed(self, connection: Any) -> None:
-        """Wait (up to 5 s) until IOPub over ``connection`` is back (see the class docs)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while loop.time() < deadline:
-            if (self._iopub is not None and self._iopub[1] is connection
-                    and loop.time() - self._iopub[2] >= 0.05):
-                return
-            await asyncio.sleep(0.01)
-
-    async def close(self) -> None:
-        for server in self.servers:
-            server.close()
-        for writer in list(self.writers):
-            writer.close()
-        for task in list(self.tasks):
-            task.cancel()
-        for server in self.servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
-        self.servers.clear()
-        if self.folder:
-            shutil.rmtree(self.folder, ignore_errors=True)

@@ -397,7 +397,7 @@ def _service_action(args: argparse.Namespace) -> int:
 def _act(action: str, home: Path, launch_seconds: float) -> int:
     """``start``, ``status``, ``stop`` or ``reset --yes``; raises ``GPUCloudError``/``OSError``."""
     from gpucloud_nb.sandbox import service
-    from gpucloud_nb.sandbox.ssh import remove_machines
+    from gpucloud_nb.sandbox.machines import remove_machines
 
     if action == "start":
         runtime = service.find_or_start(home, launch_seconds=launch_seconds)

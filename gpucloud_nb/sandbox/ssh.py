@@ -78,7 +78,6 @@ import shlex
 import shutil
 import signal
 import socket
-import stat
 import sys
 import tempfile
 import time
@@ -87,12 +86,19 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
-from gpucloud_nb.idle_rule import BOOKKEEPING
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
-from gpucloud_nb.sandbox.gpu_use import MARKER, ProcessTable
+from gpucloud_nb.sandbox.gpu_use import MARKER
 from gpucloud_nb.sandbox.home import private_dir
+from gpucloud_nb.sandbox.instance_processes import (
+    end_processes,
+    is_bookkeeping,
+    kill_group,
+    pump_in,
+    pump_out,
+)
 from gpucloud_nb.sandbox.lifecycle import status_at
+from gpucloud_nb.sandbox.machines import machines_dir
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.gpu_use import Snapshot
@@ -108,7 +114,6 @@ __all__ = [
     "gpu_state",
     "mount_point",
     "nvidia_smi_text",
-    "remove_machines",
 ]
 
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
@@ -244,7 +249,7 @@ class InstanceServers:
             self._temporary = True
         else:
             self.home = private_dir(self.config.home)
-            self.machines = _machines_dir(self.home)
+            self.machines = machines_dir(self.home)
         private_dir(self.home / "ssh")
         self._sweep()
         if self.config.keys and self.config.shared_shell:
@@ -309,45 +314,6 @@ class InstanceServers:
             for directory in (self.home, self.machines):
                 if directory is not None:
                     shutil.rmtree(directory, ignore_errors=True)
-
-
-def remove_machines(home: Path) -> None:
-    """Remove every instance home, volume and command of the sandbox home ``home`` (``reset``;
-    its service must be stopped)."""
-    for machines in (home.with_name(f"{home.name}-machines"), home / "machines"):
-        if machines.is_dir() and not machines.is_symlink():
-            for name in ("instances", "volumes", "bin"):
-                shutil.rmtree(machines / name, ignore_errors=True)
-
-
-def _own_dir(path: Path) -> bool:
-    """Make ``path`` (mode 0700) if missing; True when it is a real directory of this user's."""
-    try:
-        path.mkdir(mode=0o700, exist_ok=True)
-        info = os.lstat(path)
-    except OSError:
-        return False
-    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
-    return stat.S_ISDIR(info.st_mode) and mine
-
-
-def _machines_dir(home: Path) -> Path:
-    """``<home>-machines`` (or ``<home>/machines`` when that cannot be used), with the instance
-    and volume directories of a home written before they moved out of it."""
-    machines = home.with_name(f"{home.name}-machines")
-    if not _own_dir(machines):
-        logger.warning("%s cannot be used for the instances' files; they go in %s/machines, so "
-                       "instance shells can reach the service's files by relative paths.",
-                       machines, home)
-        machines = private_dir(home / "machines")
-    with contextlib.suppress(OSError):
-        machines.chmod(0o700)
-    for name in ("instances", "volumes"):
-        old, new = home / name, machines / name
-        if old.is_dir() and not old.is_symlink() and not new.exists():
-            with contextlib.suppress(OSError):
-                os.replace(old, new)
-    return machines
 
 
 class _InstanceServer:
@@ -510,7 +476,7 @@ class _InstanceServer:
 
     async def _process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         # Bookkeeping (a watcher's measure, a provisioner's poll) keeps nothing from idling.
-        counted = not _bookkeeping(process.env)
+        counted = not is_bookkeeping(process.env)
         if counted:
             self.session(+1)
         try:
@@ -535,20 +501,20 @@ class _InstanceServer:
         self.groups.add(child.pid)
         if not counted:  # nor is its CPU, while it is open, measured as the instance's use
             self.looking.add(child.pid)
-        pumps = [asyncio.create_task(_pump_out(child.stdout, process.stdout)),
-                 asyncio.create_task(_pump_out(child.stderr, process.stderr))]
-        feeder = asyncio.create_task(_pump_in(process, child))
+        pumps = [asyncio.create_task(pump_out(child.stdout, process.stdout)),
+                 asyncio.create_task(pump_out(child.stderr, process.stderr))]
+        feeder = asyncio.create_task(pump_in(process, child))
         closed = asyncio.create_task(process.wait_closed())
         done: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(child.wait(), *pumps))
         watched: list[asyncio.Future[Any]] = [done, closed, feeder]
         await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         while not done.done():
             if closed.done() or (feeder.done() and feeder.result() is not None):
-                _kill_group(child.pid, (feeder.result() if feeder.done() else None) or signal.SIGTERM)
+                kill_group(child.pid, (feeder.result() if feeder.done() else None) or signal.SIGTERM)
                 try:
                     await asyncio.wait_for(asyncio.shield(done), 2)
                 except asyncio.TimeoutError:
-                    _kill_group(child.pid, signal.SIGKILL)
+                    kill_group(child.pid, signal.SIGKILL)
                     await asyncio.wait([done], timeout=2)
                 break
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -573,7 +539,7 @@ class _InstanceServer:
         for connection in list(self.connections):
             connection.close()
         groups, self.groups = set(self.groups), set()
-        await asyncio.to_thread(_end_processes, self.marker, groups)
+        await asyncio.to_thread(end_processes, self.marker, groups)
         gone = [self.tmux_dir, self.home, self.bin] if ended else [self.tmux_dir]
         for directory in gone:
             await asyncio.to_thread(shutil.rmtree, directory, True)
@@ -594,77 +560,6 @@ class _SFTP(asyncssh.SFTPServer):
     def exit(self) -> None:
         self._server.session(-1)
         super().exit()
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _bookkeeping(env: Any) -> bool:
-    """True when the client sent ``BOOKKEEPING=1`` with the session (names and values may be
-    bytes: the server runs without an encoding)."""
-    for name, value in dict(env or {}).items():
-        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-        value = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-        if name == BOOKKEEPING and value.strip() == "1":
-            return True
-    return False
-
-
-def _end_processes(marker: str, groups: set[int]) -> None:
-    """Kill every process of an instance: its marked ones and its sessions' groups, again until
-    none is left (one may fork meanwhile)."""
-    table = ProcessTable()
-    for _ in range(10):
-        for group in groups:
-            _kill_group(group, signal.SIGKILL)
-        left = table.snapshot().of(marker, ())
-        if not left:
-            break
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-
-
-async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:
-    if reader is None:
-        return
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            return
-        try:
-            writer.write(data)
-            await writer.drain()
-        except Exception:  # the channel went away; keep draining so the child is not blocked
-            continue
-
-
-async def _pump_in(process: Any, child: asyncio.subprocess.Process) -> int | None:
-    """Copy the client's stdin to the child; return a signal number the client sent, if any."""
-    names = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "KILL": signal.SIGKILL,
-             "HUP": signal.SIGHUP, "QUIT": signal.SIGQUIT}
-    assert child.stdin is not None
-    while True:
-        try:
-            data = await process.stdin.read(65536)
-        except asyncssh.SignalReceived as received:
-            return int(names.get(received.signal, signal.SIGTERM))
-        except (asyncssh.BreakReceived, asyncssh.TerminalSizeChanged):
-            continue
-        except Exception:
-            return None
-        if not data:
-            with contextlib.suppress(Exception):
-                child.stdin.close()
-            await asyncio.Event().wait()  # stdin ended; only a signal or close matters now
-        try:
-            child.stdin.write(data)
-            await child.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            await asyncio.Event().wait()
 
 
 class _Auth(asyncssh.SSHServer):

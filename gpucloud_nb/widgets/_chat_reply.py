@@ -25,8 +25,22 @@ from traitlets import Bool, Unicode
 from gpucloud_nb.conversation import Attachment
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES, GROUP_SIZE
 from gpucloud_nb.widgets._markdown import MarkdownStream, render_markdown
+from gpucloud_nb.widgets._throttle import Throttle
 
-__all__ = ["Block", "ErrorLine", "ReplyView", "notice", "user_message"]
+__all__ = ["FLUSH_BYTES_PER_SECOND", "FLUSH_INTERVAL", "FLUSH_MAX_INTERVAL", "Block", "ErrorLine",
+           "ReplyView", "notice", "paced", "user_message"]
+
+FLUSH_INTERVAL = 0.1
+"""Shortest time between two updates of a streaming reply: at most 10 updates a second."""
+
+FLUSH_BYTES_PER_SECOND = 4000
+"""About how many characters a second the streaming reply's updates may re-send.
+
+Each update re-sends the open block; when it is long, updates come less often (at most
+``FLUSH_MAX_INTERVAL`` apart), which keeps a fast reply's traffic near 2-3 times its length."""
+
+FLUSH_MAX_INTERVAL = 0.5
+"""Longest time new text waits before it is shown."""
 
 
 class Block(widgets.HTML):
@@ -176,3 +190,9 @@ def user_message(text: str, attachments: list[Attachment], block_layout: widgets
     box.add_class(CSS_CLASSES["message"])
     box.add_class(CSS_CLASSES["user"])
     return box
+
+
+def paced(reply: ReplyView) -> Throttle:
+    """The throttle that shows ``reply``'s new text at the pace the module docstring describes."""
+    return Throttle(FLUSH_INTERVAL, reply.flush, cost=reply.cost,
+                    bytes_per_second=FLUSH_BYTES_PER_SECOND, max_interval=FLUSH_MAX_INTERVAL)

@@ -53,6 +53,7 @@ __all__ = [
     "Debouncer",
     "Repeater",
     "StatusLine",
+    "close_tree",
     "css",
     "describe_error",
     "guarded",
@@ -495,8 +496,12 @@ def iter_widgets(root: widgets.Widget) -> Iterator[widgets.Widget]:
                 stack.extend(v for v in value if isinstance(v, widgets.Widget))
 
 
-
-
+def close_tree(widget: widgets.Widget, keep: Iterable[widgets.Widget] = ()) -> None:
+    """Close a widget and everything under it, except the shared ``keep`` (layouts, styles)."""
+    kept = {id(k) for k in keep}
+    for child in list(iter_widgets(widget)):
+        if id(child) not in kept:
+            child.close()
 
 
 def escape(value: Any) -> str:

@@ -18,9 +18,10 @@ from typing import Protocol
 import ipywidgets as widgets
 
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import WaitStopped
-from gpucloud_nb.models import CreateInstance, Instance, InstanceDetails
+from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import StatusLine, escape, settle
 
 __all__ = ["MAX_POLL_SECONDS", "LaunchView", "launch_thread"]

@@ -29,13 +29,13 @@ from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.conversation import THUMBNAIL_SIDE, Attachment, Conversation, make_attachment
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
+from gpucloud_nb.widgets._chat_client import PanelClient
 from gpucloud_nb.widgets._chat_fields import UPLOAD_HINT, ChatFields
 from gpucloud_nb.widgets._chat_input import ChatInput
-from gpucloud_nb.widgets._chat_reply import ErrorLine, ReplyView, notice, user_message
+from gpucloud_nb.widgets._chat_reply import ErrorLine, ReplyView, notice, paced, user_message
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES
 from gpucloud_nb.widgets._chat_turn import ChatTurn, LoopThread, running_loop
-from gpucloud_nb.widgets._common import describe_error, iter_widgets
-from gpucloud_nb.widgets._throttle import Throttle
+from gpucloud_nb.widgets._common import close_tree, describe_error, iter_widgets
 
 __all__ = ["CSS_CLASSES", "THUMBNAIL_SIDE", "UPLOAD_HINT", "ChatTurn", "ChatWidget"]
 
@@ -44,18 +44,6 @@ _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 log = logging.getLogger("gpucloud_nb.widgets")
 
-
-FLUSH_INTERVAL = 0.1
-"""Shortest time between two updates of a streaming reply: at most 10 updates a second."""
-
-FLUSH_BYTES_PER_SECOND = 4000
-"""About how many characters a second the streaming reply's updates may re-send.
-
-Each update re-sends the open block; when it is long, updates come less often (at most
-``FLUSH_MAX_INTERVAL`` apart), which keeps a fast reply's traffic near 2-3 times its length."""
-
-FLUSH_MAX_INTERVAL = 0.5
-"""Longest time new text waits before it is shown."""
 
 _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECASE)
 
@@ -119,8 +107,7 @@ class ChatWidget(ChatFields):
                                     "already holds its secret.")
         self._client = client
         self._owned_client = owned[0] if owned else None  # made here: closed with the panel
-        self._async_client = async_client
-        self._opened: tuple[AsyncInferenceClient, asyncio.AbstractEventLoop] | None = None
+        self._async = PanelClient(client, async_client)
         self._lock = threading.RLock()
         self._conversation = Conversation()
         self._pending: list[Attachment] = []
@@ -294,7 +281,7 @@ class ChatWidget(ChatFields):
             old = self._messages.children
             self._messages.children = ()
         for child in old:
-            _close_tree(child, self._shared())
+            close_tree(child, self._shared())
         self.status.clear()
 
     def to_markdown(self) -> str:
@@ -309,10 +296,7 @@ class ChatWidget(ChatFields):
         """Stop requests and close the panel, every widget in it and the clients it opened."""
         for turn in list(self._turns):
             turn.stop()
-        with self._lock:
-            opened, self._opened = self._opened, None
-        if opened is not None:
-            _close_on_its_loop(*opened)  # before the shared loop may stop
+        self._async.close()  # before the shared loop may stop
         if self._owned_client is not None:
             self._owned_client.close()
         LoopThread.release(self)
@@ -417,7 +401,7 @@ class ChatWidget(ChatFields):
         old = self._attachments.children
         self._attachments.children = tuple(self._attachment_widget(i, a) for i, a in enumerate(pending))
         for child in old:
-            _close_tree(child, self._shared())
+            close_tree(child, self._shared())
 
     def _attachment_widget(self, index: int, attachment: Attachment) -> widgets.Widget:
         if attachment.thumbnail is not None:
@@ -490,20 +474,8 @@ class ChatWidget(ChatFields):
                 self.status.clear()
 
     def _open_client(self) -> contextlib.AbstractAsyncContextManager[AsyncInferenceClient]:
-        """The panel's one async client (the one given, else the one it opened on this loop)."""
-        if self._async_client is not None:
-            return contextlib.nullcontext(self._async_client)
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            stale = self._opened if self._opened is not None and self._opened[1] is not loop else None
-            if self._opened is None or stale is not None:
-                # The async twin shares the client's Secret object: the secret never sits in a
-                # widget. Its connections belong to the loop it first ran on.
-                self._opened = (self._client.to_async(), loop)
-            client = self._opened[0]
-        if stale is not None:
-            _close_on_its_loop(*stale)
-        return contextlib.nullcontext(client)
+        """The panel's one async client (see :class:`~gpucloud_nb.widgets._chat_client.PanelClient`)."""
+        return self._async.open()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": float(self._temperature.value)}
@@ -542,9 +514,7 @@ class ChatWidget(ChatFields):
                 stream = await client.chat(self.request_messages(), model=model, stream=True,
                                            **self._params())
                 reply = ReplyView(self._block_layout, self._block_style, self._box_layout)
-                throttle = Throttle(FLUSH_INTERVAL, reply.flush, cost=reply.cost,
-                                    bytes_per_second=FLUSH_BYTES_PER_SECOND,
-                                    max_interval=FLUSH_MAX_INTERVAL)
+                throttle = paced(reply)
                 self._append(reply.box, generation)
                 self.status.clear()
                 turn.follow(lambda: stream.text)  # joined when read, not once per chunk
@@ -593,7 +563,7 @@ class ChatWidget(ChatFields):
             if generation is None or generation == self._generation:
                 self._messages.children = (*self._messages.children, widget)
                 return
-        _close_tree(widget, self._shared())
+        close_tree(widget, self._shared())
 
     def _user_widget(self, text: str, attachments: list[Attachment]) -> widgets.Widget:
         return user_message(text, attachments, self._block_layout, self._block_style,
@@ -626,28 +596,3 @@ class ChatWidget(ChatFields):
             if isinstance(child, ErrorLine):
                 found.append(html.unescape(re.sub(r"<[^>]+>", "", child.value)).removeprefix("⚠ "))
         return found
-
-
-def _close_on_its_loop(client: AsyncInferenceClient, loop: asyncio.AbstractEventLoop) -> None:
-    """Close ``client`` on the loop its connections belong to (waited for from another thread)."""
-    if loop.is_closed() or not loop.is_running():
-        return  # its loop is gone, and its connections with it
-    if running_loop() is loop:
-        task = loop.create_task(client.aclose())
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
-        return
-    with contextlib.suppress(Exception):
-        asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
-
-
-_closing: set[asyncio.Task[None]] = set()  # closes under way on a running loop, kept alive
-
-
-def _close_tree(widget: widgets.Widget, keep: Iterable[widgets.Widget] = ()) -> None:
-    """Close a widget and everything under it, except the shared ``keep`` (layouts, styles)."""
-    kept = {id(k) for k in keep}
-    for child in list(iter_widgets(widget)):
-        if id(child) not in kept:
-            child.close()
-

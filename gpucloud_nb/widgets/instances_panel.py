@@ -41,9 +41,8 @@ import ipywidgets as widgets
 import pandas as pd
 
 from gpucloud_nb.client.budgets import BudgetState
-from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
@@ -59,9 +58,16 @@ from gpucloud_nb.widgets._common import (
     hint,
     log,
     money,
-    per_day,
     per_hour,
     set_options,
+)
+from gpucloud_nb.widgets._instances_text import (
+    age_text,
+    auto_delete_text,
+    budget_text,
+    details_html,
+    gpu_text,
+    idle_text,
 )
 
 __all__ = ["BASE_COLUMNS", "InstancesPanel"]
@@ -77,27 +83,6 @@ LIVE_INTERVAL = 10.0
 def _spend_by_id(cloud: GPUCloud) -> dict[str, float]:
     frame = cloud.spend()
     return {str(key): float(amount) for key, amount in zip(frame["_id"], frame["spend"], strict=True)}
-
-
-def _gpu_text(instance: Instance) -> str:
-    return f"{instance.gpu_model} ×{instance.gpu_count}" if instance.gpu_model else ""
-
-
-def _age(value: Any) -> str:
-    try:
-        if value is None or pd.isna(value):
-            return ""
-        return format_duration(pd.Timedelta(value).total_seconds())
-    except (TypeError, ValueError):
-        return ""
-
-
-def _volume_text(item: Any) -> str:
-    if isinstance(item, list | tuple):
-        return " at ".join(str(part) for part in item)
-    if isinstance(item, Mapping):
-        return ", ".join(f"{k}: {v}" for k, v in item.items())
-    return str(item)
 
 
 class InstancesPanel(RefreshTicks, widgets.VBox):
@@ -221,12 +206,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
     # ------------------------------------------------------------------ auto-delete
 
     def _auto_delete_text(self, instance: Instance) -> str:
-        remaining = self._cloud.auto_delete.remaining(instance.id)
-        if remaining is None:
-            failed = instance.id in self._cloud.auto_delete.failures
-            return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
-        where = getattr(self._cloud.auto_delete, "where", "this kernel")
-        return f"in {format_duration(remaining)} ({where})"
+        return auto_delete_text(self._cloud.auto_delete, instance)
 
     def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
         """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
@@ -256,13 +236,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
     # ------------------------------------------------------------------ budget
 
     def _budget_text(self, instance: Instance) -> str:
-        if instance.id in self._cloud.budgets.failures:
-            return "failed"
-        state = self._budgets.get(instance.id)
-        if state is None:
-            return ""
-        text = f"{money(state.spend)} of {money(state.dollars)}"
-        return f"⚠ {text}" if state.warning else text
+        return budget_text(self._cloud.budgets.failures, self._budgets.get(instance.id), instance)
 
     def set_budget(self, instance_id: str | None = None, *, dollars: float) -> str:
         """Delete an instance (default: the selected one) once it has cost ``dollars``;
@@ -282,22 +256,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
     # ------------------------------------------------------------------ idle
 
     def _idle_text(self, instance: Instance) -> str:
-        if instance.status in ("deleting", "deleted"):
-            return ""
-        state = self._idle_states.get(instance.id)
-        if state is not None:
-            idle, limit = format_duration(state.idle), format_duration(state.limit)
-            if state.warning:
-                return f"idle {idle}, deletes in {format_duration(state.deletes_in)}"
-            return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
-        watcher = self._cloud.idle_delete
-        if not isinstance(watcher, KernelIdleDelete):
-            return ""
-        entry = watcher.limits().get(instance.id)
-        if not entry:
-            return ""
-        who = "JupyterLab" if watcher.lab_watches(instance.id) else "the kernel that set it"
-        return f"after {format_duration(entry['seconds'])} idle ({who})"
+        return idle_text(self._cloud.idle_delete, self._idle_states.get(instance.id), instance)
 
     def keep(self, instance_id: str | None = None) -> str:
         """Start the idle clock of an instance (default: the selected one) again: the Keep button.
@@ -413,7 +372,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
         for instance in instances:
             created = instance.created_at
             rows.append({
-                "name": instance.name, "status": instance.status, "gpu": _gpu_text(instance),
+                "name": instance.name, "status": instance.status, "gpu": gpu_text(instance),
                 "region": instance.region_id,
                 "age": pd.Timedelta(now - created) if created else pd.NaT,
                 "hourlyPrice": instance.hourly_price, "spend": spend.get(instance.id, 0.0),
@@ -430,7 +389,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             self.table.value = f"<i>No instances{escape(note)}.</i>"
         else:
             self.table.value = frame_html(self.frame, price_columns=("hourlyPrice", "spend"),
-                                          formatters={"age": _age})
+                                          formatters={"age": age_text})
         options: list[tuple[str, Any]] = [("—", None)]
         options += [(f"{i.name} · {i.status} · {per_hour(i.hourly_price)} ({i.id})", i.id)
                     for i in self.instances]
@@ -519,40 +478,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             return str(error), None
         return command, self._cloud.instances.ssh_key_in_use(details.id)
 
-    @staticmethod
-    def _details_html(d: InstanceDetails, ssh: str | None, used: str | None) -> str:
-        named = d.ssh_key.get("name") or d.ssh_key.get("_id") if d.ssh_key else ""
-        key = f"{used} (the cloud calls it {named})" if used and named else used or named
-        software = d.os
-        if d.docker_image:
-            command = f" ({d.docker_command})" if d.docker_command else ""
-            software = f"container {d.docker_image}{command}"
-        rows: list[tuple[str, str]] = [
-            ("Name", d.name), ("Id", d.id), ("Status", d.status),
-            ("Provider", d.provider), ("Region", d.region_id),
-            ("GPU", f"{d.gpu_model} ×{d.gpu_count}, {d.vram_per_gpu:g} GB each"
-                    + (", NVLink" if d.nvlink else "")),
-            ("CPU / RAM / disk", f"{d.vcpus:g} vCPU · {d.ram:g} GB RAM · {d.storage:g} GB storage"),
-            ("Interconnect", d.interconnect),
-            ("Software", software),
-            ("Price", f"{per_hour(d.hourly_price)} ({per_day(d.hourly_price)})"),
-            ("IP", d.ip or "none yet"),
-            ("SSH", ssh or "available once active"),
-            ("Port forwards", ", ".join(map(str, d.port_forwards)) or "none"),
-            ("Volumes", "; ".join(_volume_text(v) for v in d.volumes) or "none"),
-            ("SSH key", str(key or "none")),
-            ("Created", d.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-             if d.created_at else ""),
-        ]
-        if d.deleted_at:
-            rows.append(("Deleted", d.deleted_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")))
-        cells = "".join(
-            f'<tr><th style="text-align:left;padding:1px 12px 1px 0;white-space:nowrap">'
-            f"{escape(k)}</th>"
-            f"<td>{_code(escape(v)) if k == 'SSH' and v.startswith('ssh ') else escape(v)}</td></tr>"
-            for k, v in rows)
-        # Lines of text, not of widgets: ipywidgets gives HTML its 28 px control height.
-        return f'<table class="gpucloud-details-table" style="line-height:1.5">{cells}</table>'
+    _details_html = staticmethod(details_html)
 
     # ------------------------------------------------------------------ delete
 
@@ -608,7 +534,3 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
 
     def __repr__(self) -> str:
         return f"<InstancesPanel {len(self.instances)} instances>"
-
-
-def _code(html: str) -> str:
-    return f"<code>{html}</code>"
