@@ -30,6 +30,7 @@ from gpucloud_nb.client._ops import (
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.costcap import Reservations
+from gpucloud_nb.client.gateway import GatewayStatus, probe
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
@@ -107,6 +108,20 @@ class Core(Generic[D]):
         self.ssh_identity: str | os.PathLike[str] | None = None
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
         self.idle_delete: KernelIdleDelete | ServiceIdleDelete = self.kernel_idle()
+        #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
+        self.gateway: bool | None = None
+        #: Moves timers and budgets into the gateway once it is recognised; the client sets it.
+        self.use_gateway: Callable[[], None] = lambda: None
+
+    def recognise_gateway(self) -> Op[GatewayStatus | None]:
+        """The key's status if the server is a class gateway (see :mod:`~gpucloud_nb.client.gateway`),
+        else ``None``; the first answer moves timers and budgets into the gateway."""
+        status = yield from probe(self.send)
+        if self.gateway is None:
+            self.gateway = status is not None
+            if self.gateway:
+                self.use_gateway()
+        return status
 
     def ssh(self) -> Remote:
         """This client's SSH to its instances (one :class:`Remote`, made at first use)."""

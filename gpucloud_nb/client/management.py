@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
@@ -56,7 +58,7 @@ from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 
 if TYPE_CHECKING:
     import pandas
@@ -113,6 +115,21 @@ class _CloudBase(abc.ABC):
             core.idle_delete.stop()
             core.idle_delete = (ServiceIdleDelete(self._service_send) if box is not None
                                 else core.kernel_idle())
+
+    def _use_gateway(self) -> None:
+        """The server is a class gateway: it keeps timers and budgets (:mod:`.gateway`)."""
+        if self._core.sandbox is None:
+            self._core.auto_delete = ServiceAutoDelete(self._service_send, prefix="/gateway")
+            if self._budget_watch is not None:
+                self._budget_watch.stop()
+                self._budget_watch = None
+
+    def _recognise_quietly(self) -> None:
+        """Ask once whether the cloud is a class gateway, before its timers or budgets are read
+        (an unanswered question is asked again next time)."""
+        if self._core.gateway is None and self._core.sandbox is None:
+            with contextlib.suppress(GPUCloudError):
+                self._blocking_core().driver.run(self._core.recognise_gateway())
 
     def _register_keys(self, publics: list[str]) -> None:
         """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
@@ -203,6 +220,7 @@ class _CloudBase(abc.ABC):
     def auto_delete(self) -> AutoDelete | ServiceAutoDelete:
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
         ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
+        self._recognise_quietly()
         return self._core.auto_delete
 
     @property
@@ -212,12 +230,15 @@ class _CloudBase(abc.ABC):
 
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
         """
-        service = self.sandbox is not None
+        self._recognise_quietly()
+        gateway = self.sandbox is None and bool(self._core.gateway)
+        service = self.sandbox is not None or gateway
         watch = self._budget_watch
         if watch is None or isinstance(watch, ServiceBudgets) != service:
             if watch is not None:
                 watch.stop()  # the other kind's thread must not watch on
-            watch = ServiceBudgets(self._service_send) if service else KernelBudgets(
+            watch = ServiceBudgets(self._service_send, prefix="/gateway" if gateway
+                                   else "/sandbox") if service else KernelBudgets(
                 lambda id_: Instances(self._blocking_core()).get(id_),
                 self._core.delete_unconfirmed)  # it confirms within its own confirm_within
             self._budget_watch = watch
@@ -309,6 +330,7 @@ class GPUCloud(_CloudBase):
         self.volumes = Volumes(self._core)
         self._core.delete_now = self.instances.delete
         self._core.budgets = lambda: self.budgets
+        self._core.use_gateway = self._use_gateway
         self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
         self._core.details_now = self.instances.get
 
@@ -344,6 +366,20 @@ class GPUCloud(_CloudBase):
         from gpucloud_nb.cluster import GPUCloudCluster
 
         return GPUCloudCluster(self, n, offer=offer, name=name, budget=budget, **offer_filters)
+
+    def gateway_status(self) -> GatewayStatus | None:
+        """This key's budget as its class gateway keeps it (``name``, ``budget``, ``spend``,
+        ``left``, ``warning``, what was deleted at 100 % and when), or ``None`` when the cloud
+        is not a gateway; ``.sentence()`` is what to tell the student (see
+        :mod:`gpucloud_nb.client.gateway`).
+
+            >>> cloud.gateway_status().left  # doctest: +SKIP
+            3.5
+        """
+        if self.sandbox is not None:
+            return None
+        status: GatewayStatus | None = self._core.driver.run(self._core.recognise_gateway())
+        return status
 
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core
@@ -392,6 +428,7 @@ class AsyncGPUCloud(_CloudBase):
         self.volumes = AsyncVolumes(self._core)
         self._core.delete_now = self._delete_from_timer
         self._core.budgets = lambda: self.budgets
+        self._core.use_gateway = self._use_gateway
         self._core.status_now = self._status_from_timer
         self._core.details_now = lambda instance_id: Instances(self._blocking_core()).get(
             instance_id)
@@ -418,6 +455,15 @@ class AsyncGPUCloud(_CloudBase):
             self._twin = Core(SyncDriver(http), self._core.key, self._core.policy, None,
                               self._core.offers_ttl)
         return self._twin
+
+    async def gateway_status(self) -> GatewayStatus | None:
+        """This key's budget as its class gateway keeps it, or ``None`` when the cloud is not
+        a gateway (see :meth:`GPUCloud.gateway_status`)."""
+        if self.sandbox is not None:
+            return None
+        status: GatewayStatus | None = await self._core.driver.run(
+            self._core.recognise_gateway())
+        return status
 
     async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
