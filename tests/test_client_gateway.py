@@ -130,3 +130,14 @@ def test_a_student_is_told_what_was_deleted_at_100_percent(
     with httpx.Client(base_url=gateway.url, headers={"x-api-key": ADA}) as raw:
         me = raw.get("/gateway/me").json()
     assert me["deleted"][0]["id"] == made.id and me["spentAt"]
+
+
+def spent_budget(upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> Gateway:
+    """A gateway whose student ADA (budget: three seconds of one instance) has spent it all:
+    the gateway deleted her instance ``spender``; the upstream confirms."""
+    budget = price(upstream) * 3 / 3600
+    gateway = gateway_factory(f"{ADA} {budget} Ada\n", reserve_hours=1 / 3600)
+    with cloud(gateway, ADA) as ada:
+        made = launch(ada, "spender")
+    wait_for(lambda: status_upstream(upstream, made.id) in GONE, timeout=60)
+    return gateway

@@ -116,6 +116,8 @@ class Core(Generic[D]):
     def recognise_gateway(self) -> Op[GatewayStatus | None]:
         """The key's status if the server is a class gateway (see :mod:`~gpucloud_nb.client.gateway`),
         else ``None``; the first answer moves timers and budgets into the gateway."""
+        if self.gateway is False:
+            return None
         status = yield from probe(self.send)
         if self.gateway is None:
             self.gateway = status is not None
