@@ -141,3 +141,26 @@ def spent_budget(upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> 
         made = launch(ada, "spender")
     wait_for(lambda: status_upstream(upstream, made.id) in GONE, timeout=60)
     return gateway
+
+
+def test_an_async_client_hands_its_timer_and_budget_to_the_gateway(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> None:
+    import asyncio
+
+    from gpucloud_nb import AsyncGPUCloud
+    from tests.helpers import alaunch
+
+    gateway = gateway_factory()
+    dollars = price(upstream) * 600 / 3600
+
+    async def main() -> tuple[str, str, str, GatewayStatus | None]:
+        async with AsyncGPUCloud(api_key=ADA, base_url=gateway.url, max_retries=0) as ada:
+            made = await alaunch(ada, "async-timed", delete_after=2, budget=dollars)
+            states = ada.budgets.states()
+            assert states[made.id].dollars == pytest.approx(dollars)
+            return made.id, ada.auto_delete.where, ada.budgets.where, await ada.gateway_status()
+
+    made, timers_by, budgets_by, status = asyncio.run(main())
+    assert (timers_by, budgets_by) == ("gateway", "gateway")
+    assert status is not None and status.name == "Ada" and status.budget is None
+    wait_for(lambda: status_upstream(upstream, made) in GONE, timeout=60)  # client closed
