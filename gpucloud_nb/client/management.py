@@ -93,6 +93,7 @@ class _CloudBase(abc.ABC):
     base_url: str
     _core: Core[Any]
     _budget_watch: KernelBudgets | ServiceBudgets | None = None
+    _asked_gateway = False
 
     @property
     def sandbox(self) -> SandboxHandle | None:
@@ -126,8 +127,9 @@ class _CloudBase(abc.ABC):
 
     def _recognise_quietly(self) -> None:
         """Ask once whether the cloud is a class gateway, before its timers or budgets are read
-        (an unanswered question is asked again next time)."""
-        if self._core.gateway is None and self._core.sandbox is None:
+        (unanswered, it is asked again at a create with ``delete_after`` or ``budget``)."""
+        if self._core.gateway is None and self._core.sandbox is None and not self._asked_gateway:
+            self._asked_gateway = True
             with contextlib.suppress(GPUCloudError):
                 self._blocking_core().driver.run(self._core.recognise_gateway())
 
