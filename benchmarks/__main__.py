@@ -9,13 +9,19 @@ target)]``; ``ours`` and ``baseline`` are measured in the same run, so the ratio
 machine where the absolute times do not. With ``--quick`` a module is run with its ``QUICK``
 keyword arguments (a module-level dict; this file knows those of modules that have none).
 
-Each line shows the figure's name, ours, the baseline, the ratio, the target and a mark:
+Each line shows the figure's name, ours, the baseline, the ratio, the target, the machine's load
+(its 1-minute load average when the module ended, ``*`` past one per core: a loaded run, whose
+times a shared machine inflated) and a mark:
 ``PASS`` or ``MISS`` against the target, ``INFO`` for a figure without one, and ``ERROR`` when
 the module failed (its traceback goes to stderr). Targets are read as:
 
 - ``<= 1.5x``, ``>= 10x``: the ratio;
 - ``<= +150 ms``: ours minus the baseline;
 - ``<= 12 per second``, ``<= 200 ms``: ours itself.
+
+Every module runs with ``TMPDIR`` pointed at one folder of this run, removed at its end (the
+last line says what was left there), so no run leaves temporary folders behind; a module's
+progress lines go to stderr, each ended before the next ``# module: seconds`` line.
 
 Values are printed in the row's unit: a module may give a sixth element (``"s"`` for seconds,
 shown in ms; ``"req/s"``; ...); rows of ``bench_frames`` are in seconds. The exit status is 0
@@ -28,9 +34,12 @@ import argparse
 import importlib
 import inspect
 import math
+import os
 import pkgutil
 import re
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -102,6 +111,35 @@ def _run_module(name: str, quick: bool) -> list[tuple[Any, ...]]:
     return [(*row, unit) if len(row) == 5 else tuple(row) for row in rows]
 
 
+class _Lines:
+    """stderr that remembers whether its last line was ended, so the next progress line starts
+    on a line of its own (a module's ``\r`` progress line is left unended)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.ended = stream, True
+
+    def write(self, text: str) -> int:
+        if text:
+            self.ended = text.endswith("\n")
+        return int(self.stream.write(text))
+
+    def line(self, text: str) -> None:
+        self.write(("" if self.ended else "\n") + text + "\n")
+        self.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _load() -> str:
+    """The 1-minute load average, marked ``*`` when above one per core (a loaded run)."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    return f"{load:.1f}{'*' if load > cores else ''}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
@@ -114,35 +152,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no benchmark modules matched", file=sys.stderr)
         return 1
 
-    lines: list[tuple[str, str, str, str, str, str]] = []
+    lines: list[tuple[str, str, str, str, str, str, str]] = []
     failed = False
     started = time.perf_counter()
-    for name in names:
-        module_start = time.perf_counter()
-        try:
-            rows = _run_module(name, args.quick)
-        except Exception:
-            failed = True
-            traceback.print_exc()
-            lines.append((f"{name}: failed (see stderr)", "-", "-", "-", "-", "ERROR"))
-            continue
-        for figure, ours, baseline, ratio, target, unit in rows:
-            lines.append((str(figure), _value(ours, unit), _value(baseline, unit),
-                          f"{ratio:.3g}x" if isinstance(ratio, int | float) else str(ratio),
-                          str(target or "-"), verdict(ours, baseline, ratio, str(target or ""), unit)))
-        print(f"# {name}: {time.perf_counter() - module_start:.1f} s", file=sys.stderr, flush=True)
+    errors = _Lines(sys.stderr)
+    scratch = tempfile.mkdtemp(prefix="gpucloud-bench-run-")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = scratch, scratch  # subprocesses inherit TMPDIR
+    sys.stderr = errors
+    try:
+        for name in names:
+            module_start = time.perf_counter()
+            try:
+                rows = _run_module(name, args.quick)
+            except Exception:
+                failed = True
+                errors.line(traceback.format_exc().rstrip())
+                lines.append((f"{name}: failed (see stderr)", "-", "-", "-", "-", _load(),
+                              "ERROR"))
+                continue
+            load = _load()
+            for figure, ours, baseline, ratio, target, unit in rows:
+                lines.append((str(figure), _value(ours, unit), _value(baseline, unit),
+                              f"{ratio:.3g}x" if isinstance(ratio, int | float) else str(ratio),
+                              str(target or "-"), load,
+                              verdict(ours, baseline, ratio, str(target or ""), unit)))
+            errors.line(f"# {name}: {time.perf_counter() - module_start:.1f} s, load {load}")
+    finally:
+        sys.stderr = errors.stream
+        left = sorted(os.listdir(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.environ.pop("TMPDIR")
+        if saved[0] is not None:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
 
-    header = ("figure", "ours", "baseline", "ratio", "target", "mark")
-    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(6)]
+    header = ("figure", "ours", "baseline", "ratio", "target", "load", "mark")
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(7)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for line in lines:
         cells = [line[0].ljust(widths[0]), line[1].rjust(widths[1]), line[2].rjust(widths[2]),
-                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5]]
+                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5].rjust(widths[5]),
+                 line[6]]
         print("  ".join(cells).rstrip())
-    marks = [line[5] for line in lines]
+    marks = [line[6] for line in lines]
     print(f"\n{marks.count('PASS')} pass, {marks.count('MISS')} miss, {marks.count('INFO')} info, "
-          f"{marks.count('ERROR')} error; {time.perf_counter() - started:.0f} s"
-          f"{' (quick sizes)' if args.quick else ''}")
+          f"{marks.count('ERROR')} error; {time.perf_counter() - started:.0f} s on "
+          f"{os.cpu_count()} cores{' (quick sizes)' if args.quick else ''}; load * = a loaded run")
+    print(f"temporary files the modules left in this run's folder (removed with it): "
+          f"{', '.join(left[:8]) + (' ...' if len(left) > 8 else '') if left else 'none'}")
     return 1 if failed else 0
 
 

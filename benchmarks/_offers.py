@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["make_offers"]
+__all__ = ["SECOND", "make_offers"]
 
 _GPUS = [  # (name, vRamGB per GPU, interconnect, base hourly price per GPU)
     ("H100 SXM5", 80, "SXM5", 2.49),
@@ -50,14 +50,25 @@ _OS = [
 _DEPLOYMENT = ["vm", "container", "baremetal"]
 
 
-def make_offers(n: int = 10_000, regions: int = 3, seed: int = 20261122) -> list[dict[str, Any]]:
-    """A deterministic synthetic offers catalogue: ``n`` offers, ``regions`` regions each."""
+#: The second catalogue's shape: (GPU types, providers, regions), the first's being (10, 6, 8).
+SECOND = (7, 12, 7)
+
+
+def make_offers(n: int = 10_000, regions: int = 3, seed: int = 20261122, *,
+                shape: tuple[int, int, int] = (10, 6, 8)) -> list[dict[str, Any]]:
+    """A deterministic synthetic offers catalogue: ``n`` offers, ``regions`` regions each, drawn
+    from ``shape`` = (GPU types, providers, regions); providers past the six named are numbered.
+    """
     rng = random.Random(seed)
+    gpus, provider_count, region_count = shape
+    providers = (_PROVIDERS + [(f"provider{i}", f"Provider {i}")
+                               for i in range(len(_PROVIDERS), provider_count)])[:provider_count]
+    pool = _REGIONS[:region_count]
     offers: list[dict[str, Any]] = []
     for i in range(n):
-        gpu, vram, interconnect, base = rng.choice(_GPUS)
+        gpu, vram, interconnect, base = rng.choice(_GPUS[:gpus])
         count = rng.choice((1, 1, 2, 4, 8))
-        provider_id, provider_name = rng.choice(_PROVIDERS)
+        provider_id, provider_name = rng.choice(providers)
         deployment = rng.choice(_DEPLOYMENT)
         slug = gpu.lower().replace(" ", "-")
         offers.append(
@@ -80,7 +91,7 @@ def make_offers(n: int = 10_000, regions: int = 3, seed: int = 20261122) -> list
                 "hourlyPrice": round(base * count * rng.uniform(0.85, 1.25), 2),
                 "availability": [
                     {"region": r, "name": name, "countryCode": cc, "available": rng.random() < 0.6}
-                    for r, name, cc in rng.sample(_REGIONS, regions)
+                    for r, name, cc in rng.sample(pool, regions)
                 ],
             }
         )

@@ -101,10 +101,11 @@ class FakeChatServer:
     """A tiny OpenAI-compatible server that streams ``tokens`` at ``tokens_per_second``.
 
     ``GET /v1/models`` lists ``fake-chat-1``; ``POST /v1/chat/completions`` streams the tokens
-    (or returns them whole without ``"stream": true``); ``requests`` counts chat requests and
-    ``bodies`` keeps their JSON bodies. ``status`` other than 200 answers every chat request
-    with that status and an OpenAI-style error body. ``cut_off=True`` ends each stream after the
-    tokens, without the ``finish_reason`` chunk and ``[DONE]`` (as a proxy that cuts it would).
+    (or returns them whole without ``"stream": true``); ``requests`` counts chat requests,
+    ``bodies`` keeps their JSON bodies and ``ports`` the client's port of each. ``status`` other
+    than 200 answers every chat request with that status and an OpenAI-style error body.
+    ``cut_off=True`` ends each stream after the tokens, without the ``finish_reason`` chunk and
+    ``[DONE]`` (as a proxy that cuts it would).
     ``fail_with`` is an error message: sent as the error body's message when ``status`` is not
     200, else as an ``{"error": ...}`` event after the tokens (an engine failing mid-stream).
 
@@ -126,6 +127,7 @@ class FakeChatServer:
         self.secret = secret
         self.requests = 0
         self.bodies: list[dict[str, Any]] = []
+        self.ports: list[int] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -149,6 +151,7 @@ class FakeChatServer:
             self.requests += 1
             body = await request.json()
             self.bodies.append(body)
+            self.ports.append(request.client.port if request.client else 0)
             if request.headers.get("x-api-key") != self.secret:
                 return error(401, "Invalid API secret.")
             if self.status != 200:

@@ -3,7 +3,7 @@
 ``bench_service`` runs 40 client Python processes on the machine that serves them, so on two
 cores their own CPU dominates its p99. Here one process (asyncio + httpx, one connection pool
 per student, as separate kernels would have) behaves as the 40 students' sidebars and kernels
-against a class sandbox served as ``gpucloud-nb sandbox --keys FILE --teacher-key K`` (each
+against a class sandbox served as ``GPUCLOUD_TEACHER_KEY=K gpucloud-nb sandbox --keys FILE`` (each
 student its own account with a class budget of $20, state in a SQLite file):
 
 - the 40 kernels launch one instance each at the same moment, then each reads its instance
@@ -16,12 +16,15 @@ student its own account with a class budget of $20, state in a SQLite file):
 Baseline: one student alone, in the same run, against the same server (20 lists, gets and idle
 checks, 5 launches). Rows: p50/p95/p99 per route, class vs alone; errors; launches active; and
 the CPU the server and the load generator used per request of the class, which a machine shared
-with other work does not inflate the way it inflates latencies.
+with other work does not inflate the way it inflates latencies; and where the get p99 comes from:
+the load generator's own loop delay (a 10 ms sleep probe, p99), the rest (the server, waiting
+for a core on a loaded machine included), and what one burst of 40 gets costs the server's one
+loop (the kernels launched together, so they poll together: 40 x its CPU per request).
 Targets: list/get p99 <= 50 ms, 40 simultaneous launches p99 <= 250 ms, 0 errors.
 
 Then the create path is profiled, in this process, away from the network: its parts timed alone
 (the JSON rules, the free SSH port, the SQLite insert in a WAL file, the host key, the SSH
-server's listen) and 40 creates through the app under cProfile (the top functions go to stderr).
+server's listen) and 40 creates through the app, each a row of the table (nothing goes to stderr).
 Run standalone with ``python -m benchmarks.bench_class`` (``--quick``: 6 students for 4 s).
 
 Where a create's time went (25 Nov 2026; medians in one process, which a shared machine
@@ -57,9 +60,7 @@ disturbs far less than the 40-way run; "was" is the code before the fixes, same 
 from __future__ import annotations
 
 import asyncio
-import cProfile
-import io
-import pstats
+import os
 import random
 import shutil
 import subprocess
@@ -103,11 +104,13 @@ def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, lis
     keys = [f"bench-student-{n:02d}-key-0123456789" for n in range(students)]
     (folder / "class.txt").write_text("".join(f"{key} 20 student {n}\n"
                                               for n, key in enumerate(keys)), encoding="utf-8")
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # secrets in the environment, never the command line
         [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys",
-         str(folder / "class.txt"), "--teacher-key", TEACHER, "--state", str(folder / "class.db"),
-         "--launch-seconds", str(LAUNCH_SECONDS), "--inference-secret", "bench-secret-0123456789"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+         str(folder / "class.txt"), "--state", str(folder / "class.db"),
+         "--launch-seconds", str(LAUNCH_SECONDS)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "GPUCLOUD_TEACHER_KEY": TEACHER, "GPUCLOUD_SANDBOX_API_KEY": "",
+             "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789"})
     assert server.stdout is not None
     line = server.stdout.readline()
     if not line.startswith("management: "):
@@ -124,6 +127,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.times: dict[str, list[float]] = {}
         self.errors: list[str] = []
+        #: How late the load generator's loop woke for a 10 ms sleep: its own delay, which is in
+        #: every request time it measured meanwhile.
+        self.lag: list[float] = []
 
     async def timed(self, route: str, call: Callable[[], Awaitable[Any]],
                     ok: tuple[int, ...] = (200,)) -> Any:
@@ -215,6 +221,13 @@ async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
             await rec.timed("teacher view", lambda: teacher.get("/sandbox/class"))
             await asyncio.sleep(PERIOD)
 
+    async def lag_probe(end: float) -> None:
+        await go.wait()
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            await asyncio.sleep(0.01)
+            rec.lag.append(max(time.perf_counter() - start - 0.01, 0.0))
+
     try:
         for client in clients:  # connected before the go, as open kernels and sidebars are
             await client.get("/sandbox/service")
@@ -224,6 +237,7 @@ async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
         tasks += [asyncio.create_task(sidebar(client, end, rng.uniform(0, PERIOD)))
                   for client in clients]
         tasks.append(asyncio.create_task(teacher_panel(end)))
+        tasks.append(asyncio.create_task(lag_probe(end)))
         await asyncio.sleep(0.1)
         go.set()
         await asyncio.gather(*tasks)
@@ -326,7 +340,7 @@ def _profile_parts(n: int) -> list[Row]:
 
 
 def _profile_app(n: int) -> list[Row]:
-    """n creates through the app in this process (no network, no lifespan) under cProfile."""
+    """n creates through the app in this process (no network, no lifespan)."""
     import httpx
 
     from gpucloud_nb.sandbox import SandboxConfig
@@ -350,22 +364,17 @@ def _profile_app(n: int) -> list[Row]:
                 assert answer.status_code == 201, answer.text
             return times
 
-    profile = cProfile.Profile()
     try:
-        times = profile.runcall(asyncio.run, creates())
+        times = asyncio.run(creates())
     finally:
         app.state.store.close()
         shutil.rmtree(folder, ignore_errors=True)
-    out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("gpucloud_nb", 12)
-    print("bench_class: a create inside the app (in-process, cProfile, our functions):\n"
-          + "\n".join(out.getvalue().splitlines()[:30]), file=sys.stderr)
     return [(f"class: create through the app in-process, no network (median of {n})",
              _percentile(times, 50), float("nan"), float("nan"), "", "s")]
 
 
 def _profile_client(base: str, key: str, n: int) -> list[Row]:
-    """n creates through :class:`~gpucloud_nb.GPUCloud` (its checks included) under cProfile."""
+    """n creates through :class:`~gpucloud_nb.GPUCloud` (its checks included)."""
     from gpucloud_nb import GPUCloud
 
     with GPUCloud(api_key=key, base_url=base, max_retries=0) as cloud:
@@ -381,14 +390,35 @@ def _profile_client(base: str, key: str, n: int) -> list[Row]:
                                        vm={"os": offer.configuration.os[0]})
                 times.append(time.perf_counter() - start)
 
-        profile = cProfile.Profile()
-        profile.runcall(creates)
-    out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("gpucloud_nb", 14)
-    print("bench_class: a create from GPUCloud, by cumulative time (our functions):\n"
-          + "\n".join(out.getvalue().splitlines()[:32]), file=sys.stderr)
+        creates()
     return [(f"class: create from GPUCloud alone, client checks included (median of {n})",
              _percentile(times, 50), float("nan"), float("nan"), "", "s")]
+
+
+def _tail_rows(crowd: _Recorder, cpu: dict[str, float], students: int) -> list[Row]:
+    """Where the get p99 comes from: the load generator's own loop delay, the machine's load, or
+    the server (what is left), each a row, and one row naming the largest."""
+    get_p99 = _percentile(crowd.times.get("get", []), 99)
+    lag_p99 = _percentile(crowd.lag, 99)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    server_ms = cpu["server"] / max(cpu["requests"], 1.0)
+    shares = {"the load generator (its loop's delay)": lag_p99,
+              "the server (what the generator's delay does not explain)": max(get_p99 - lag_p99, 0)}
+    source = max(shares, key=lambda k: shares[k])
+    busy = load > cores
+    burst = students * server_ms  # the kernels launched together, so they poll together
+    rows: list[Row] = [
+        (f"class: load generator's loop delay p99 ({len(crowd.lag)} probes of 10 ms)", lag_p99,
+         get_p99, lag_p99 / get_p99 if get_p99 else float("nan"), "", "s"),
+        (f"class: get p99's tail comes mostly from {source}; machine load {load:.1f} on "
+         f"{cores} cores{' (loaded: its waits are in both)' if busy else ''}; server CPU "
+         f"{server_ms * 1e3:.2f} ms a request", shares[source], get_p99,
+         shares[source] / get_p99 if get_p99 else float("nan"), "", "s"),
+        (f"class: {students} gets at once (kernels launched together poll together) queued on "
+         f"the server's one loop: {students} x its CPU per request, on a core of its own",
+         burst, get_p99, burst / get_p99 if get_p99 else float("nan"), "", "s"),
+    ]
+    return rows
 
 
 def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) -> list[Row]:
@@ -431,6 +461,7 @@ def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) ->
         rows.append((f"class: {who} CPU per request of the class ({cpu['requests']:.0f} requests,"
                      f" {cpu[who]:.2f} s in all)", cpu[who] / max(cpu["requests"], 1.0),
                      float("nan"), float("nan"), "", "s"))
+    rows += _tail_rows(crowd, cpu, students)
     rows += client_rows
     rows += _profile_parts(max(profile_creates // 4, 3))
     rows += _profile_app(profile_creates)

@@ -1,6 +1,6 @@
-"""Benchmark: a Dask cluster on sandbox instances (``cloud.cluster``) against ``LocalCluster``.
+"""Benchmark: a Dask cluster on sandbox instances (``GPUCloudCluster``) against ``LocalCluster``.
 
-- Start: seconds from ``cloud.cluster(workers)`` to ``workers`` workers ready, on a sandbox
+- Start: seconds from ``GPUCloudCluster(cloud, workers)`` to ``workers`` workers ready, on a sandbox
   whose instances take ``launch_seconds`` (1 s) to launch; the baseline is a
   ``distributed.LocalCluster`` with as many workers started in the same run. Target ``<= 30 s``.
 - Throughput of ``tasks`` tiny tasks (``client.map`` then ``gather``, best of ``repeat``), tasks
@@ -42,6 +42,7 @@ def run(workers: int = 4, tasks: int = 2_000, repeat: int = 3,
     import distributed
 
     from gpucloud_nb import GPUCloud
+    from gpucloud_nb.cluster import GPUCloudCluster
     from gpucloud_nb.sandbox import Sandbox
 
     with Sandbox(launch_seconds=launch_seconds, delete_seconds=0.2) as box, \
@@ -50,7 +51,7 @@ def run(workers: int = 4, tasks: int = 2_000, repeat: int = 3,
         start = time.perf_counter()
         # The launch's progress line goes to stderr: stdout is the benchmarks' table.
         with contextlib.redirect_stdout(sys.stderr), \
-                cloud.cluster(workers, name="bench") as cluster:
+                GPUCloudCluster(cloud, workers, name="bench") as cluster:
             cluster.wait_for_workers(workers, timeout=120)
             ours_start = time.perf_counter() - start
             with distributed.Client(cluster) as client:
@@ -67,7 +68,7 @@ def run(workers: int = 4, tasks: int = 2_000, repeat: int = 3,
             local_rate = _rate(client, tasks, repeat)
 
     return [
-        (f"cloud.cluster({workers}) to {workers} workers ready ({launch_seconds:g} s launches)",
+        (f"GPUCloudCluster(cloud, {workers}) to {workers} workers ready ({launch_seconds:g} s launches)",
          ours_start, local_start, ours_start / local_start, "<= 30 s", "s"),
         (f"{tasks:,} tiny tasks, vs LocalCluster({workers})", ours_rate, local_rate,
          ours_rate / local_rate, ">= 0.8x", "tasks/s"),

@@ -259,7 +259,6 @@ def _gather_offers(data: list[InstanceOffer]) -> tuple[list[Any], list[int]]:
         _coder(), _coder(), _coder(), _coder(), _coder()
     )
     regions_coder, region_names, countries, oses = _coder(), _coder(), _coder(), _coder()
-    join = ", ".join
     gpu_name: list[int] = []
     gpu_count: list[int] = []
     nvlink: list[bool] = []
@@ -296,7 +295,7 @@ def _gather_offers(data: list[InstanceOffer]) -> tuple[list[Any], list[int]]:
         storage.append(config.storage_gb)
         vcpu.append(config.vcpu)
         vram.append(config.vram_gb)
-        os_names.append(oses[join(config.os)])
+        os_names.append(oses[config.os])  # the tuple: joined once per distinct list, later
         interconnect.append(interconnects[config.interconnect])
         entries = offer.availability
         if entries:
@@ -321,13 +320,14 @@ def _gather_offers(data: list[InstanceOffer]) -> tuple[list[Any], list[int]]:
     return columns, counts
 
 
-def _categories(coded: tuple[list[int], Mapping[str, int]],
+def _categories(coded: tuple[list[int], Mapping[Any, int]],
                 keep_empty: bool = False) -> tuple[np.ndarray, pd.Index]:
     """:func:`_coder` output → (codes, sorted text categories); ``""`` is missing (code ``-1``)
-    unless ``keep_empty`` (a joined list, where ``""`` means "none")."""
+    unless ``keep_empty`` (a joined list, where ``""`` means "none"). Tuple keys (lists of
+    names) are joined with ``", "``; two that join alike share a category."""
     code_list, coder = coded
-    keys = list(coder)
-    categories = sorted(k for k in keys if k or keep_empty)
+    keys = [", ".join(k) if k.__class__ is tuple else k for k in coder]
+    categories = sorted({k for k in keys if k or keep_empty})
     position = {k: i for i, k in enumerate(categories)}
     remap = np.array([position[k] if k or keep_empty else -1 for k in keys], dtype=np.intp)
     codes = np.fromiter(code_list, dtype=np.intp, count=len(code_list))

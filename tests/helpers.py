@@ -72,7 +72,7 @@ async def alaunch(cloud: AsyncGPUCloud, name: str = "job", **extra: Any) -> Inst
         region=offer.available_regions[0], vm={"os": offer.configuration.os[0]}, **extra)
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 5.0, *,
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, *,
              what: Callable[[], str] = lambda: "") -> None:
     """Poll ``condition`` until it is true; fail after ``timeout`` seconds, saying ``what()``."""
     deadline = time.monotonic() + timeout
@@ -187,3 +187,39 @@ def deaf_to(instance_id: str) -> Iterator[httpx.MockTransport]:
                 "content-type": answer.headers.get("content-type", "application/json")})
 
         yield httpx.MockTransport(forward)
+
+
+@contextlib.contextmanager
+def open_kernel(kernel_name: str, poll_every: float = 0.5) -> Iterator[Any]:
+    """A Jupyter kernel of ``kernel_name`` (a ``gpucloud-…`` kernelspec), started as JupyterLab
+    starts it and polled as its restarter polls it (``poll()``, every ``poll_every`` seconds,
+    from a thread); yields its blocking client; shut down after.
+
+        with open_kernel(install_kernel(cloud, instance.id)) as kernel:
+            kernel.execute_interactive("x = 1", timeout=30)
+    """
+    from jupyter_client.manager import KernelManager
+
+    manager = KernelManager(kernel_name=kernel_name)
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(poll_every):
+            with contextlib.suppress(Exception):
+                manager.is_alive()
+
+    poller = threading.Thread(target=poll, name="kernel-poller", daemon=True)
+    try:
+        client.wait_for_ready(timeout=90)
+        poller.start()
+        yield client
+    finally:
+        stop.set()
+        if poller.is_alive():
+            poller.join(30)
+        client.stop_channels()
+        with contextlib.suppress(Exception):
+            manager.shutdown_kernel(now=True)

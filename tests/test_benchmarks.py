@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,13 +57,17 @@ def test_the_bare_package_loads_no_notebook_stack() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_quick_benchmarks_print_one_marked_line_per_figure() -> None:
+def test_quick_benchmarks_print_one_marked_line_per_figure(tmp_path: Path) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick"], capture_output=True,
-                            text=True, cwd=REPO, timeout=230)
+                            text=True, cwd=REPO, timeout=400,
+                            env={**os.environ, "TMPDIR": str(temporary)})
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert list(temporary.iterdir()) == []  # no temporary folder left behind
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:6] == ["figure", "ours", "baseline", "ratio", "target", "mark"]
-    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error")
+    assert lines[0].split() == ["figure", "ours", "baseline", "ratio", "target", "load", "mark"]
+    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error|^temporary files ")
     figures = [line for line in lines[1:] if line.strip() and not summary.match(line)]
     assert figures, result.stdout
     for line in figures:
@@ -77,3 +83,30 @@ def test_quick_benchmarks_print_one_marked_line_per_figure() -> None:
     modules = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
     assert len(figures) >= len(modules)
     assert re.search(r"^\d+ pass, \d+ miss, \d+ info, 0 error", result.stdout, re.M), result.stdout
+    # stderr: one progress line per module, each on a line of its own; no profiler dumps
+    assert "function calls" not in result.stderr and "Ordered by" not in result.stderr
+    progress = re.findall(r"# bench_\w+: [\d.]+ s, load [\d.]+\*?", result.stderr)
+    assert len(progress) == len(modules), result.stderr[-3000:]
+    for found in progress:
+        assert f"\n{found}\n" in f"\n{result.stderr}", found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_gateway_benchmark_prints_its_table_with_load_and_leaves_no_folder() -> None:
+    before = set(Path(tempfile.gettempdir()).glob("gpucloud-bench-gateway-*"))
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "gateway"],
+                            capture_output=True, text=True, cwd=REPO, timeout=230)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:6] == ["figure", "ours", "baseline", "ratio", "target", "mark"]
+    figures = [line for line in lines[1:] if line.rstrip().endswith(MARKS)]
+    for name in ("gateway list p50", "gateway get p50", "proxy (Starlette + httpx) list p50",
+                 "students, each every", "CPU per list/get", "CPU per create",
+                 "gateway create p99"):
+        line = next((line for line in figures if name in line), None)
+        assert line is not None, f"no figure for {name!r}:\n{result.stdout}"
+        assert re.search(r"\[load \d+\.\d\]", line), line
+        assert re.search(r"\d+\.\d+ (ms|µs|s)\b", line), line
+    assert re.search(r"^\d+ pass, \d+ miss, \d+ info, 0 error", result.stdout, re.M), result.stdout
+    assert set(Path(tempfile.gettempdir()).glob("gpucloud-bench-gateway-*")) == before

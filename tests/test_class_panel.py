@@ -1,4 +1,4 @@
-"""``ClassPanel`` against a class sandbox: the view, stopping a student or the class, CSV."""
+"""``ClassPanel`` against a class sandbox and a class gateway: the view, stopping, CSV."""
 
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ from test_budgets import launch
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets import ClassPanel
+from tests.helpers import launch as gateway_launch
+from tests.test_gateway import ADA, BOB, UPSTREAM_KEY, gateway_factory, upstream
+from tests.test_gateway import TEACHER as GW_TEACHER
+
+__all__ = ["gateway_factory", "upstream"]
 
 TEACHER = "teacher-key-0123456789abcdef"
 STUDENTS = ("student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789")
@@ -99,3 +105,38 @@ def test_a_student_key_shows_one_sentence(classroom: tuple[GPUCloud, list[GPUClo
         assert STUDENTS[0] not in panel.status.value
     finally:
         panel.close()
+
+
+def test_the_panel_works_against_a_class_gateway(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    gateway = gateway_factory(f"{ADA} 20/day Ada\n{BOB} - Bob\n{GW_TEACHER} teacher Grace\n")
+    with GPUCloud(api_key=ADA, base_url=gateway.url) as ada, \
+            GPUCloud(api_key=GW_TEACHER, base_url=gateway.url) as teacher, \
+            GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real:
+        mine = gateway_launch(ada, "adas").id
+        panel = ClassPanel(teacher)
+        try:
+            assert [(r.name, r.instances, r.budget, r.period) for r in panel.rows] == [
+                ("Ada", 1, 20.0, "day"), ("Bob", 0, None, "")]
+            assert "$20.00/day" in panel.table.value and ">key<" not in panel.table.value
+            panel.student.value = panel.rows[1].account
+            panel.budget.value = "5/week"
+            panel.set_budget_button.click()
+            assert panel.status.text == "Bob's budget is now $5.00/week."
+            assert (panel.rows[1].budget, panel.rows[1].period) == (5.0, "week")
+            assert "$5.00/week" in panel.table.value
+            with pytest.raises(InvalidInputError, match="Type a budget first"):
+                panel.set_budget(panel.rows[1].account, " ")
+            assert panel.request_stop(None) == ("Stop the whole class: 1 instance of 1 student? "
+                                                "Data not on a volume is lost.")
+            assert panel.confirm_stop() == [mine]
+            assert real.instances.get(mine).status in ("deleting", "deleted")
+            table = list(csv.DictReader(panel.save_csv(tmp_path / "c.csv").open(encoding="utf-8")))
+            assert [row["name"] for row in table] == ["Ada", "Bob"]
+        finally:
+            panel.close()
+        student_panel = ClassPanel(ada)
+        try:
+            assert student_panel.status.is_error and "no teacher's view" in student_panel.status.text
+        finally:
+            student_panel.close()

@@ -62,11 +62,11 @@ def _drain(lines: queue.Queue[str]) -> list[str]:
 def launch() -> Iterator:
     started: list[subprocess.Popen[str]] = []
 
-    def run(*args: str) -> subprocess.Popen[str]:
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         process = subprocess.Popen(
             [sys.executable, "-m", "gpucloud_nb", "sandbox", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "0"},
+            env={**os.environ, "PYTHONUNBUFFERED": "0", **(env or {})},
         )
         started.append(process)
         return process
@@ -89,9 +89,10 @@ def _stop(process: subprocess.Popen[str], lines: Lines, how: int) -> tuple[str, 
 
 
 def test_sandbox_command_prints_urls_and_serves(launch, tmp_path: Path) -> None:
-    process = launch("--port", "0", "--api-key", KEY, "--inference-secret", SECRET,
-                     "--state", str(tmp_path / "cli.db"), "--launch-seconds", "0.1",
-                     "--synthetic-offers", "120", "--latency", "0.01")
+    process = launch("--port", "0", "--state", str(tmp_path / "cli.db"), "--launch-seconds",
+                     "0.1", "--synthetic-offers", "120", "--latency", "0.01",
+                     env={"GPUCLOUD_SANDBOX_API_KEY": KEY,
+                          "GPUCLOUD_SANDBOX_INFERENCE_SECRET": SECRET})
     lines = Lines(process)
     management = lines.next()
     inference = lines.next()
@@ -149,7 +150,63 @@ def test_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["sandbox", "--help"])
     assert exited.value.code == 0
-    assert "--inference-secret" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "--inference-secret-file" in shown and "--api-key " not in shown
+
+
+REFUSED = {"--api-key": ("GPUCLOUD_SANDBOX_API_KEY", "API key"),
+           "--inference-secret": ("GPUCLOUD_SANDBOX_INFERENCE_SECRET", "inference secret"),
+           "--teacher-key": ("GPUCLOUD_TEACHER_KEY", "teacher's key")}
+
+
+@pytest.mark.parametrize("given", [["--api-key", KEY], [f"--api-key={KEY}"],
+                                   ["--inference-secret", SECRET], ["--teacher-key", KEY],
+                                   ["class", "--teacher-key", KEY]])
+def test_a_secret_on_the_command_line_is_refused_in_one_sentence(given: list[str]) -> None:
+    """Any local user reads a process's arguments (/proc/PID/cmdline): secrets never go there."""
+    captured = subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0",
+                               *given], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert captured.returncode == 2
+    option = next(word for word in given if word.startswith("--")).split("=")[0]
+    variable, what = REFUSED[option]
+    assert captured.stdout == "" and captured.stderr == (
+        f"gpucloud-nb sandbox: error: {option} would show the {what} to every user of this "
+        f"machine (in the process list); set {variable} or give {option}-file FILE instead.\n")
+
+
+def test_secrets_from_files_with_a_byte_order_mark_and_a_keys_file_with_one(
+        launch, tmp_path: Path) -> None:
+    """Windows editors save UTF-8 with a BOM: the first key of the file still works."""
+    students = ["student-a-key-0123456789", "student-b-key-0123456789"]
+    keys, secret = tmp_path / "class.txt", tmp_path / "secret.txt"
+    keys.write_text(f"{students[0]} 20 Ada\n{students[1]}\n", encoding="utf-8-sig")
+    secret.write_text(f"{SECRET}\n", encoding="utf-8-sig")
+    assert keys.read_bytes().startswith(b"\xef\xbb\xbf")
+    process = launch("--port", "0", "--keys", str(keys), "--inference-secret-file", str(secret),
+                     env={"GPUCLOUD_SANDBOX_API_KEY": ""})
+    lines = Lines(process)
+    base = lines.next().split(": ", 1)[1].strip()
+    lines.next()
+    for student in students:
+        answer = httpx.get(f"{base}/gpu-cloud/volumes", headers={"x-api-key": student})
+        assert answer.status_code == 200, (student[:9], answer.text)
+    mine = httpx.get(f"{base}/sandbox/inference", headers={"x-api-key": students[0]}).json()
+    assert mine  # each account has its own secret, read from the sandbox
+    out, err = _stop(process, lines, signal.SIGTERM)
+    assert SECRET not in out + err and not any(key in out + err for key in students)
+
+
+def test_an_empty_or_missing_secret_file_is_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["sandbox", "--api-key-file", str(empty)]) == 2
+    assert capsys.readouterr().err == (
+        f"gpucloud-nb sandbox: error: --api-key-file: the file {empty} holds no API key.\n")
+    missing = tmp_path / "missing.txt"
+    assert main(["sandbox", "--teacher-key-file", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"gpucloud-nb sandbox: error: --teacher-key-file: No such "
+                                       f"file or directory: {missing}.\n")
 
 
 def test_console_script() -> None:
@@ -268,8 +325,11 @@ def test_a_class_keys_file_with_budgets_and_the_teachers_table(
     keys = tmp_path / "class.txt"
     keys.write_text(f"# the class\n{students[0]} 20 Ada Lovelace\n{students[1]} 5\n\n"
                     f"{students[2]}\n", encoding="utf-8")
-    process = launch("--port", "0", "--keys", str(keys), "--teacher-key", teacher,
-                     "--inference-secret", SECRET, "--launch-seconds", "0")
+    teacher_file = tmp_path / "teacher.txt"
+    teacher_file.write_text(teacher + "\n")
+    process = launch("--port", "0", "--keys", str(keys), "--teacher-key-file", str(teacher_file),
+                     "--launch-seconds", "0",
+                     env={"GPUCLOUD_SANDBOX_INFERENCE_SECRET": SECRET})
     lines = Lines(process)
     base = lines.next().split(": ", 1)[1].strip()
     lines.next()
@@ -282,17 +342,21 @@ def test_a_class_keys_file_with_budgets_and_the_teachers_table(
         "vm": {"os": offer["configuration"]["os"][0]}})
     assert created.status_code == 201
     port = base.rsplit(":", 1)[1]
-    assert main(["sandbox", "class", "--port", port, "--teacher-key", teacher]) == 0
+    assert main(["sandbox", "class", "--port", port, "--teacher-key-file",
+                 str(teacher_file)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["account", "key", "instances", "$/h", "now", "spend", "budget",
                                 "left", "idle", "min"]
     assert table[1].startswith("Ada Lovelace  stu…6789          1  ")
     assert "$20.00" in table[1] and "$5.00" in table[2] and table[3].startswith("account 3 ")
     assert table[4].startswith("total") and len(table) == 5
-    assert main(["sandbox", "class", "--port", port, "--teacher-key", students[1]]) == 1
+    teacher_file.write_text(students[1])
+    assert main(["sandbox", "class", "--port", port, "--teacher-key-file",
+                 str(teacher_file)]) == 1
     assert capsys.readouterr().err == (
         "gpucloud-nb sandbox: error: This cloud has no teacher's view for this key: it needs a "
-        "class sandbox served with --teacher-key, and that key.\n")
+        "class gateway and a teacher key of its keys file (or a class sandbox served with a "
+        "teacher's key, GPUCLOUD_TEACHER_KEY, and that key).\n")
     out, err = _stop(process, lines, signal.SIGTERM)
     assert teacher not in out + err and not any(key in out + err for key in students)
 

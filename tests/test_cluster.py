@@ -1,4 +1,4 @@
-"""cloud.cluster: a real Dask cluster on sandbox instances (scheduler and workers over real SSH),
+"""GPUCloudCluster: a real Dask cluster on sandbox instances (scheduler and workers over real SSH),
 and run_all over the same SSH layer."""
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud)
                       max_hourly_cost=offer.hourly_price * 2.5)
     capped.sandbox = box.sandbox
     with capped, pytest.raises(InvalidInputError) as refused:
-        capped.cluster(3, offer=offer)
+        GPUCloudCluster(capped, 3, offer=offer)
     total = 3 * offer.hourly_price
     assert str(refused.value) == (
         f"Launching 3 × this {per_hour(offer.hourly_price)} offer would bring pending and active "
@@ -277,7 +277,7 @@ def test_adapt_to_six_under_a_one_dollar_cap_runs_at_most_two(
 ])
 def test_a_bad_count_is_one_sentence(box: GPUCloud, n: Any, sentence: str) -> None:
     with pytest.raises(InvalidInputError) as refused:
-        box.cluster(n)
+        GPUCloudCluster(box, n)
     assert str(refused.value) == sentence
     assert box.instances.list() == []
 
@@ -286,7 +286,7 @@ def test_an_offer_available_in_no_region_is_one_sentence(box: GPUCloud) -> None:
     sold_out = next(o for o in box.instances.offers(available=False)
                     if o.deployment_type == "vm")
     with pytest.raises(InvalidInputError) as refused:
-        box.cluster(2, offer=sold_out)
+        GPUCloudCluster(box, 2, offer=sold_out)
     assert str(refused.value) == (
         f"Offer {sold_out.instance_id!r} is not available in any region, so 2 instances of it "
         "cannot be rented in one region; see cloud.instances.offers(available=True).")
@@ -294,7 +294,7 @@ def test_an_offer_available_in_no_region_is_one_sentence(box: GPUCloud) -> None:
     closed = next(a.region for a in offer.availability if not a.available) if any(
         not a.available for a in offer.availability) else "mars-1"
     with pytest.raises(InvalidInputError) as refused:
-        box.cluster(2, offer=offer, region=closed)
+        GPUCloudCluster(box, 2, offer=offer, region=closed)
     assert f"is not available in region {closed!r}, so 2 instances" in str(refused.value)
     assert box.instances.list() == []
 
@@ -303,18 +303,17 @@ def test_without_the_extra_cluster_names_it_and_launches_nothing(box: GPUCloud) 
     script = textwrap.dedent("""
         import sys
         sys.modules["distributed"] = None  # as if the [cluster] extra were not installed
-        from gpucloud_nb import GPUCloud, GPUCloudError
-        with GPUCloud() as cloud:
-            try:
-                cloud.cluster(2)
-            except GPUCloudError as error:
-                print(type(error).__name__, error)
+        from gpucloud_nb import GPUCloudError
+        try:
+            from gpucloud_nb.cluster import GPUCloudCluster
+        except GPUCloudError as error:
+            print(type(error).__name__, error)
     """)
     env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout == (
-        "InvalidInputError cloud.cluster needs Dask, which is not installed: pip install "
+        "InvalidInputError gpucloud_nb.cluster needs Dask, which is not installed: pip install "
         "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.\n")
     assert box.instances.list() == []
 
@@ -372,7 +371,7 @@ def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
     sandbox = sandbox_factory(keys=("student-b-key-0123456789",))  # class mode: no shells
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         with pytest.raises(GPUCloudError) as failed:
-            cloud.cluster(2, name="doomed")
+            GPUCloudCluster(cloud, 2, name="doomed")
         assert "refused the request: SSH to instances is off" in str(failed.value)
         assert "\n" not in str(failed.value) and str(failed.value).endswith(".")
         assert {i.status for i in cloud.instances.list()} == {"deleted"}
@@ -381,9 +380,10 @@ def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
 
 def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud) -> None:
     script = textwrap.dedent("""
-        from gpucloud_nb import AsyncGPUCloud, GPUCloud
+        from gpucloud_nb import GPUCloud
+        from gpucloud_nb.cluster import GPUCloudCluster
         cloud = GPUCloud()
-        cluster = cloud.cluster(2, name="forgotten")
+        cluster = GPUCloudCluster(cloud, 2, name="forgotten")
         from distributed import Client
         client = Client(cluster)
         assert client.submit(sum, [1, 2]).result() == 3
@@ -417,12 +417,12 @@ def class_box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
 def test_a_class_budget_refuses_a_cluster_and_a_scale_up_it_cannot_pay_before_any_launch(
         class_box: GPUCloud) -> None:
     with pytest.raises(InvalidInputError) as refused:
-        class_box.cluster(3, name="trio")
+        GPUCloudCluster(class_box, 3, name="trio")
     assert str(refused.value) == (
         "Cluster 'trio' needs $3.00 for one hour of 3 × $1.00/h, but your class budget has "
         "$2.50 left; nothing was launched.")
     assert class_box.instances.list() == []  # not one instance was created
-    with class_box.cluster(2, name="duo") as cluster:
+    with GPUCloudCluster(class_box, 2, name="duo") as cluster:
         with pytest.raises(InvalidInputError) as refused:
             cluster.scale(4)
         left = class_box.budgets.account_left()
@@ -439,7 +439,7 @@ def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
         class_box: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
     """Under adapt the cloud refuses the creates the class budget cannot pay: those workers
     are dropped and named once, with no traceback."""
-    with class_box.cluster(1, name="eager") as cluster:
+    with GPUCloudCluster(class_box, 1, name="eager") as cluster:
         cluster.adapt(minimum=4, maximum=4, interval="300ms")
         wait_for(lambda: cluster.notices, timeout=60)
         assert len(live_ids(class_box)) == 2
@@ -455,7 +455,7 @@ def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
 def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud,
                                                                    budget: Any) -> None:
     with pytest.raises(InvalidInputError) as refused:
-        box.cluster(2, budget=budget)
+        GPUCloudCluster(box, 2, budget=budget)
     assert str(refused.value) == f"budget must be a positive number of dollars, not {budget!r}."
     assert box.instances.list() == []
 
@@ -469,7 +469,7 @@ def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
             caplog.at_level(logging.WARNING, logger="gpucloud_nb.cluster"):
         cloud.sandbox = sandbox
-        cluster = cloud.cluster(2, name="thrifty", budget=budget)
+        cluster = GPUCloudCluster(cloud, 2, name="thrifty", budget=budget)
         assert cluster.budget == budget
         ids = cluster.instance_ids
         time.sleep(3)  # both bill for a while, then the second is scaled away

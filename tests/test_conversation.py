@@ -73,6 +73,7 @@ def test_an_address_is_passed_through_without_a_thumbnail() -> None:
 
 
 def test_an_image_is_checked_once_not_on_every_turn(sandbox_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gpucloud_nb import media
     from gpucloud_nb.client.inference import InferenceClient
     from gpucloud_nb.media import images
 
@@ -85,7 +86,9 @@ def test_an_image_is_checked_once_not_on_every_turn(sandbox_factory, monkeypatch
 
     sandbox = sandbox_factory(stream_tokens_per_second=500)
     talk = Conversation()
-    picture = make_attachment(png(8, 8))
+    picture = make_attachment(png(8, 8))  # checked here, once: the send checks no more
+    assert isinstance(picture.url, media.CheckedURL)
+    # the client's checks (the in-process sandbox's own decoding goes through media.check_image)
     monkeypatch.setattr(images, "check_image", counted)
     per_turn = []
     with InferenceClient(sandbox.inference_url, sandbox.inference_secret) as client:
@@ -98,4 +101,5 @@ def test_an_image_is_checked_once_not_on_every_turn(sandbox_factory, monkeypatch
     sent = talk.request_messages("")
     assert sent[0]["content"][1] == {"type": "image_url", "image_url": {"url": picture.url}}
     assert len(sent) == 12
-    assert per_turn == [1, 0, 0, 0, 0, 0]  # was [1, 1, 1, 1, 1, 1]: the history re-decoded per turn
+    # was [1, 1, 1, 1, 1, 1]: the history re-decoded per turn; now the checked data URL is sent as is
+    assert per_turn == [0, 0, 0, 0, 0, 0]

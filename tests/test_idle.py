@@ -28,12 +28,13 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import OTHER_UID, as_other_user, deaf_to, wait_for
+from helpers import OTHER_UID, as_other_user, deaf_to, open_kernel, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import THRESHOLD, IdleClocks, KernelIdleDelete, parse_use
 from gpucloud_nb.client.idle_file import IdleLimits, account
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
 
@@ -513,3 +514,44 @@ def test_a_lock_held_at_the_create_costs_no_wait_and_the_instance_stays_watched(
     wait_for(lambda: instance.id in watcher.file.limits(), timeout=2 * POLL_HERE + 5)
     assert wait_gone(observer, instance.id, 2 + POLL_HERE + 10)
     wait_for(lambda: instance.id in watcher.deleted, timeout=5)
+
+
+@pytest.fixture
+def remote_kernels(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                   kernel_provisioner_entry_point: Path | None) -> None:
+    """Kernels on instances find the cloud from the environment, as in a Jupyter server."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+
+
+def kernel_on(cloud: GPUCloud, name: str) -> str:
+    """An active instance (no idle limit yet) and a kernelspec for it."""
+    instance_id = cloud.instances.wait_until_active(launch(cloud, name).id, timeout=30).id
+    return instance_id
+
+
+@pytest.mark.usefixtures("remote_kernels")
+def test_an_idle_remote_kernel_is_not_use(kernel: GPUCloud, observer: GPUCloud) -> None:
+    """The kernel watcher's rule is the sandbox's: a kernel open on the instance, polled by its
+    provisioner, does not keep it while it runs no code."""
+    instance_id = kernel_on(kernel, "idle")
+    with open_kernel(install_kernel(kernel, instance_id)) as idle:
+        assert idle.execute_interactive("x = 1", timeout=60)["content"]["status"] == "ok"
+        kernel.idle_delete.watch(instance_id, timedelta(seconds=3))
+        assert wait_gone(observer, instance_id, 3 + POLL_HERE + 15)
+
+
+@pytest.mark.usefixtures("remote_kernels")
+def test_a_remote_kernel_executing_code_is_use(kernel: GPUCloud, observer: GPUCloud) -> None:
+    watcher = watcher_of(kernel)
+    instance_id = kernel_on(kernel, "busy")
+    with open_kernel(install_kernel(kernel, instance_id)) as busy:
+        busy.execute("import time\nend = time.time() + 15\nwhile time.time() < end: pass")
+        kernel.idle_delete.watch(instance_id, timedelta(seconds=3))
+        time.sleep(3 + 4 * POLL_HERE)
+        assert observer.instances.get(instance_id).status == "active"
+        state = watcher.states()[instance_id]
+        assert state.gpu_util is not None and state.gpu_util >= THRESHOLD
+        assert busy.get_shell_msg(timeout=60)["content"]["status"] == "ok"
+        assert wait_gone(observer, instance_id, 3 + POLL_HERE + 15)

@@ -129,6 +129,19 @@ def test_no_import_cycle_inside_the_package() -> None:
     assert cycles(graph) == []
 
 
+def test_the_client_never_imports_the_cluster() -> None:
+    """The client is the lower layer: no module of it imports ``gpucloud_nb.cluster``, deferred
+    or for type checking alike (the cluster is offered from its own package)."""
+    found = []
+    for path in sorted((PACKAGE / "client").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.name}: {name}" for name in names
+                      if name == "gpucloud_nb.cluster" or name.startswith("gpucloud_nb.cluster.")]
+    assert found == []
+
+
 def test_the_client_imports_nothing_of_the_layers_above_it() -> None:
     """``client/`` is a lower layer: the kernel package, the Lab extension, widgets and magics
     build on it, never the other way (not even in a deferred import)."""

@@ -143,7 +143,7 @@ def test_the_client_does_not_import_jupyter_client() -> None:
 def test_the_spec_carries_the_extensions_chip_as_its_logo(box: GPUCloud) -> None:
     """The Launcher shows a kernelspec's logo-svg.svg / logo-64x64.png, else a plain letter."""
     launch_active(box, "with-logo")
-    name = box.instances.install_kernel("with-logo")
+    name = install_kernel(box, "with-logo")
     folder = Path(KernelSpecManager().get_all_specs()[name]["resource_dir"])
     assert (folder / "logo-svg.svg").read_text().startswith("<svg")
     assert (folder / "logo-64x64.png").read_bytes().startswith(b"\x89PNG")

@@ -594,7 +594,7 @@ def test_an_instance_a_cluster_noted_carries_its_cluster_for_the_sidebar(
             httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"}, timeout=30) as api, \
             GPUCloud(api_key=API_KEY, base_url=box.management_url) as cloud:
         member, other = launch(cloud, "trio-0").id, launch(cloud, "loner").id
-        clusters.note(cloud.base_url, member, "trio")  # what cloud.cluster does for each instance
+        clusters.note(cloud.base_url, member, "trio")  # what GPUCloudCluster does for each instance
         shown = wait_for(api, lambda s: row_of(s, member) and row_of(s, other))
         assert row_of(shown, member)["cluster"] == "trio"
         assert row_of(shown, other)["cluster"] is None

@@ -267,7 +267,7 @@ def test_launch_with_an_invalid_form_fails_fast(cloud: GPUCloud, observer: GPUCl
     form = LaunchForm(cloud, pick(cloud, "vm"))
     future = form.launch()
     with pytest.raises(InvalidInputError, match="Give the instance a name."):
-        future.result(timeout=1)
+        future.result(timeout=30)
     assert form.status.is_error and observer.instances.list() == []
 
 
@@ -364,7 +364,7 @@ def test_stop_waiting_leaves_the_instance_running(sandbox_factory) -> None:
         assert 0 <= form.progress.value < 0.95
         form.stop_button.click()
         with pytest.raises(WaitStopped, match="keeps launching"):
-            future.result(timeout=1)
+            future.result(timeout=30)
         assert "keeps launching" in form.status.text and not form.launching
         assert form.stop_button.layout.display == "none"
         assert cloud.instances.get(form.instance.id).status == "pending"

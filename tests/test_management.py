@@ -545,3 +545,33 @@ def test_a_real_server_that_redirects_is_named_not_followed(sandbox) -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_each_client_opens_the_sandbox_inference_of_its_own_kind(box: GPUCloud) -> None:
+    """The async client's ``sandbox_inference`` is a coroutine giving an async client."""
+    from gpucloud_nb import AsyncInferenceClient, InferenceClient
+
+    async def models_async() -> tuple[object, list[str]]:
+        async with AsyncGPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as cloud:
+            cloud.sandbox = box.sandbox
+            async with await cloud.sandbox_inference() as chat:
+                return type(chat), await chat.models()
+
+    with box.sandbox_inference() as chat:
+        assert isinstance(chat, InferenceClient)
+        models = chat.models()
+    kind, async_models = asyncio.run(models_async())
+    assert kind is AsyncInferenceClient and async_models == models and models
+
+
+def test_only_the_sandbox_has_a_built_in_inference_endpoint(cloud: GPUCloud) -> None:
+    async def ask() -> str:
+        async with AsyncGPUCloud(api_key=cloud.key_hint, base_url=cloud.base_url) as acloud:
+            with pytest.raises(InvalidInputError) as refused:
+                await acloud.sandbox_inference()
+            return str(refused.value)
+
+    with pytest.raises(InvalidInputError) as refused:
+        cloud.sandbox_inference()
+    assert str(refused.value) == asyncio.run(ask())
+    assert str(refused.value).startswith("Only the sandbox has a built-in inference endpoint;")

@@ -55,7 +55,7 @@ def test_interrupting_stops_the_remote_process(box: GPUCloud) -> None:
     with pytest.raises(KeyboardInterrupt):
         box.instances.run(instance.id, "echo pid $$; sleep 60; echo never", on_output=interrupt)
     # A sandbox instance is this machine, so its process ids are ours to check.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             os.killpg(pids[0], 0)
@@ -92,7 +92,7 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
     running = threading.Thread(target=box.instances.run, args=(instance.id, "sleep 3"))
     running.start()
     try:  # (a line's on_output may come only with the exit, when the run is over)
-        wait_for(lambda: remote.open_on(instance.id) == 1, timeout=3)
+        wait_for(lambda: remote.open_on(instance.id) == 1, timeout=30)
         seen["run"].append(remote.open_on(instance.id))
     finally:
         running.join(10)
@@ -143,7 +143,7 @@ def test_the_async_client_forwards_a_port(sandbox: Sandbox, box: GPUCloud) -> No
         async with AsyncGPUCloud(api_key=sandbox.api_key,
                                  base_url=sandbox.management_url) as cloud:
             cloud.sandbox = sandbox
-            async with cloud.instances.forward(instance.id, 8000) as url, \
+            async with await cloud.instances.forward(instance.id, 8000) as url, \
                     AsyncInferenceClient(url, "sandbox-secret") as chat:
                 return url, await chat.models()
 
@@ -213,6 +213,30 @@ def test_the_async_client_runs_and_copies(sandbox: Sandbox, tmp_path: Path) -> N
     result = asyncio.run(use())
     assert result.stdout == "one\ntwo\n" and lines == ["one", "two"]
     assert (tmp_path / "b.txt").read_text() == "async\n"
+
+
+def test_the_async_client_has_ssh_and_the_key_in_use_as_coroutines(sandbox: Sandbox) -> None:
+    import asyncio
+
+    from gpucloud_nb import AsyncGPUCloud
+
+    sync = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    sync.sandbox = sandbox
+    instance = launch(sync)
+    sync.close()
+
+    async def use() -> tuple[str | None, str, str | None]:
+        async with AsyncGPUCloud(api_key=sandbox.api_key,
+                                 base_url=sandbox.management_url) as cloud:
+            cloud.sandbox = sandbox
+            before = await cloud.instances.ssh_key_in_use(instance.id)
+            remote, details = await cloud.instances.ssh(instance.id, wait=60)
+            result = await asyncio.to_thread(remote.run, details, "echo $GPUCLOUD_INSTANCE_ID")
+            return before, result.stdout, await cloud.instances.ssh_key_in_use(instance.id)
+
+    before, said, after = asyncio.run(use())
+    assert before is None and said == f"{instance.id}\n"
+    assert after is not None and "SHA256:" in after
 
 
 def test_the_real_cloud_path_sends_and_uses_the_clients_own_key(sandbox: Sandbox,

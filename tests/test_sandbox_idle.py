@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
-from helpers import launch_active
+from helpers import launch_active, open_kernel, wait_for
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.kernel import install_kernel
+from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.idle import POLL
 
 LIMIT = 2.0
@@ -120,3 +129,111 @@ def test_an_idle_limit_is_one_accounts_own(sandbox_factory, management_client_fa
     watch(management_client_factory(sandbox), instance.id, 60)
     assert other.get("/sandbox/idle").json() == []
     mine.close()
+
+
+LOOP = "sh -c 'while :; do :; done'"
+DETACHED = {  # each starts a busy loop that leaves the SSH session, and prints its pid
+    "setsid": f"setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "nohup": f"nohup {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "double fork": f"( setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $! )",
+    "tmux": f"tmux new-session -d {LOOP!r} && tmux list-panes -F '#{{pane_pid}}'",
+}
+
+
+@contextlib.contextmanager
+def killed_after(pid: int) -> Iterator[None]:
+    """Whatever the test finds, the loop ``pid`` does not outlive it."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psutil.Error, OSError):
+            if psutil.Process(pid).environ().get("GPUCLOUD_INSTANCE_ID"):
+                os.kill(pid, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("how", list(DETACHED))
+def test_a_detached_job_is_use_and_dies_with_the_instance(
+        box: GPUCloud, sandbox_api: httpx.Client, how: str) -> None:
+    """A loop that left the SSH session (setsid, nohup, a double fork, tmux) is the instance's:
+    its CPU keeps the instance, and deleting the instance ends it."""
+    instance_id = launch_active(box, "idle").id
+    pid = int(box.instances.run(instance_id, DETACHED[how]).stdout.split()[-1])
+    with killed_after(pid):
+        watch(sandbox_api, instance_id)
+        assert gone_after(sandbox_api, instance_id, LIMIT * 2 + POLL * 2) is None
+        state = sandbox_api.get(f"/sandbox/instances/{instance_id}/idle-delete").json()
+        assert state["gpuUtil"] >= 50, state
+        shown = box.instances.run(instance_id, "nvidia-smi --query-gpu=utilization.gpu "
+                                               "--format=csv,noheader,nounits").stdout
+        assert float(shown.split()[0]) >= 50
+        box.instances.delete(instance_id)
+        wait_for(lambda: not running(pid), timeout=30)
+
+
+def test_a_job_whose_cell_starts_with_nvidia_smi_is_use(
+        box: GPUCloud, sandbox_api: httpx.Client) -> None:
+    """Looking at the GPU first does not make the rest of a run bookkeeping."""
+    instance_id = launch_active(box, "idle").id
+    watch(sandbox_api, instance_id)
+    job = threading.Thread(target=box.instances.run,
+                           args=(instance_id, "nvidia-smi\nsleep 6 & while [ -e /proc/$! ]; "
+                                              "do :; done"))
+    job.start()
+    try:
+        assert gone_after(sandbox_api, instance_id, 5) is None
+    finally:
+        job.join(30)
+    assert gone_after(sandbox_api, instance_id, LIMIT + POLL + 5) is not None
+
+
+@pytest.fixture
+def kernel_box(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+               kernel_provisioner_entry_point: Path | None) -> Iterator[GPUCloud]:
+    """A client found from the environment, as the provisioner in a Jupyter server finds it;
+    kernelspecs go to a temporary JUPYTER_DATA_DIR."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    with GPUCloud() as cloud:
+        yield cloud
+
+
+def kernel_instance(cloud: GPUCloud) -> str:
+    return launch_active(cloud, "kernel", ssh_key=default_public_key(None)).id
+
+
+def test_an_idle_open_kernel_lets_its_instance_idle_away(
+        kernel_box: GPUCloud, sandbox_api: httpx.Client) -> None:
+    """The provisioner polls the kernel (``kill -0`` over SSH) as JupyterLab's restarter does;
+    an idle kernel is not use, so the instance is deleted at its limit, kernel open."""
+    instance_id = kernel_instance(kernel_box)
+    with open_kernel(install_kernel(kernel_box, instance_id)) as kernel:
+        assert kernel.execute_interactive("x = 6 * 7", timeout=60)["content"]["status"] == "ok"
+        limit = 4.0
+        watch(sandbox_api, instance_id, limit)
+        took = gone_after(sandbox_api, instance_id, limit + POLL + 20)
+        assert took is not None, sandbox_api.get(
+            f"/sandbox/instances/{instance_id}/idle-delete").json()
+        assert took >= limit - 0.1
+
+
+def test_a_kernel_executing_code_keeps_its_instance(
+        kernel_box: GPUCloud, sandbox_api: httpx.Client) -> None:
+    instance_id = kernel_instance(kernel_box)
+    with open_kernel(install_kernel(kernel_box, instance_id)) as kernel:
+        kernel.execute("import time\nend = time.time() + 12\nwhile time.time() < end: pass")
+        limit = 3.0
+        watch(sandbox_api, instance_id, limit)
+        assert gone_after(sandbox_api, instance_id, limit * 2 + POLL) is None
+        state = sandbox_api.get(f"/sandbox/instances/{instance_id}/idle-delete").json()
+        assert state["gpuUtil"] >= 50, state
+        reply = kernel.get_shell_msg(timeout=60)  # the cell ends: now it idles away
+        assert reply["content"]["status"] == "ok"
+        assert gone_after(sandbox_api, instance_id, limit + POLL + 20) is not None

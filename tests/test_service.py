@@ -200,9 +200,15 @@ def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert [i.id for i in cloud.instances.list()] == [instance.id]
+    machines = sandbox_home.with_name(f"{sandbox_home.name}-machines")
+    instance_home = machines / "instances" / instance.id
+    wait_for(instance_home.is_dir, timeout=30)
+    (instance_home / "notebook.ipynb").write_text("{}")  # a synced notebook, say
+    (machines / "volumes" / "65a1f00d").mkdir(parents=True)  # a volume's files
     reset = cli("reset", "--yes", "--home", home)
     assert reset.returncode == 0, reset.stderr
     assert cloud.instances.list() == []  # the service runs again, on the same port, empty
+    assert not instance_home.exists() and not (machines / "volumes" / "65a1f00d").exists()
     assert cli("stop", "--home", home).returncode == 0
     assert cli("stop", "--home", home).stdout.startswith("No sandbox service is running")
 
@@ -212,8 +218,9 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
     keys.write_text("# the class\nstudent-a-key-0123456789\n\nstudent-b-key-0123456789\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys", str(keys),
-         "--inference-secret", "class-secret-0123456789", "--launch-seconds", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--launch-seconds", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "class-secret-0123456789",
+             "GPUCLOUD_SANDBOX_API_KEY": ""})
     try:
         assert process.stdout is not None
         base = process.stdout.readline().split(": ", 1)[1].strip()
@@ -287,12 +294,18 @@ def test_class_mode_shells_are_off_unless_shared_shell_which_warns(tmp_path: Pat
     assert (home / "service.json").exists()
 
 
-@pytest.mark.parametrize("options", [[], ["--api-key", "teacher-key-0123"],
-                                     ["--inference-secret", "class-secret-0123"],
-                                     ["--api-key", "sandbox-key", "--inference-secret", "s-0123"]])
+@pytest.mark.parametrize("options", [{}, {"GPUCLOUD_SANDBOX_API_KEY": "teacher-key-0123"},
+                                     {"GPUCLOUD_SANDBOX_INFERENCE_SECRET": "class-secret-0123"},
+                                     {"GPUCLOUD_SANDBOX_API_KEY": "sandbox-key",
+                                      "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "s-0123"}])
 def test_binding_beyond_loopback_needs_a_custom_key_and_secret(
-        options: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sandbox", "--host", "0.0.0.0", "--port", "0", *options]) == 2
+        options: dict[str, str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GPUCLOUD_SANDBOX_API_KEY", "GPUCLOUD_SANDBOX_INFERENCE_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in options.items():
+        monkeypatch.setenv(name, value)
+    assert main(["sandbox", "--host", "0.0.0.0", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "Refusing to serve on 0.0.0.0, beyond loopback" in err
     assert err.count("\n") == 1 and "Traceback" not in err

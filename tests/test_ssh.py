@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import launch, launch_active, vm_offer
+from helpers import launch, launch_active, vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceOffer
@@ -352,3 +352,45 @@ def test_a_forward_reaches_a_port_a_command_on_the_instance_listens_on(cloud: GP
 
     got, refused = over_asyncssh(details.ssh_port, key, use)
     assert got == b"hello" and refused == ["ChannelOpenError"]
+
+
+def test_deleting_an_instance_removes_its_home_but_not_its_volume(
+        sandbox_factory: Any, tmp_path: Path) -> None:
+    """Spec rule 1: what is not on a volume goes with the instance (synced notebooks, a
+    cluster's key.pem); the volume's files stay."""
+    sandbox = sandbox_factory(home=tmp_path / "home")
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    key, public = asyncssh_key()
+    offer = volume_vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    instance = launch_active(cloud, "gone", offer=offer, ssh_key=public, volume_id=volume.id)
+    shown = over_asyncssh(instance.ssh_port, key, lambda c: c.run(
+        "mkdir -p project && echo secret > project/key.pem && echo kept > mnt/data/note && pwd",
+        check=True))
+    home = Path(shown.stdout.strip())
+    assert (home / "project" / "key.pem").is_file()
+    cloud.instances.delete(instance.id)
+    wait_for(lambda: not home.exists(), timeout=30)
+    kept = tmp_path / "home-machines" / "volumes" / volume.id / "note"
+    assert kept.read_text() == "kept\n"
+    cloud.close()
+
+
+def test_homes_of_instances_deleted_before_are_removed_when_the_sandbox_starts(
+        sandbox_factory: Any, tmp_path: Path) -> None:
+    home, state = tmp_path / "home", tmp_path / "state.db"
+    first = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
+    alive = launch_active(cloud, "alive").id
+    instances = tmp_path / "home-machines" / "instances"
+    wait_for(lambda: (instances / alive).is_dir(), timeout=30)
+    first.stop()
+    left = instances / "65a1f00dfeedfacecafe0001"  # a home an older sandbox left behind
+    (left / "project").mkdir(parents=True)
+    (left / "project" / "key.pem").write_text("secret")
+    second = sandbox_factory(home=home, state=state)
+    wait_for(lambda: not left.exists(), timeout=30)
+    assert (instances / alive).is_dir()  # a live instance keeps its home across a restart
+    second.stop()
+    cloud.close()

@@ -167,7 +167,7 @@ SHUTDOWN = textwrap.dedent(f"""
     import atexit, threading, time
 
     def threads_left():  # registered first, so it runs last: after gpucloud_nb's own handlers
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         left = ["?"]
         while left and time.monotonic() < deadline:
             left = sorted(t.name for t in threading.enumerate()

@@ -4,8 +4,10 @@
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
 no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
 of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
+Its watchers (auto-delete timers, idle deletes, budgets) are built from what the client gives
+at construction, its :class:`Blocking` reach, and rebuilt from it when the sandbox changes.
 
-    >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60)  # doctest: +SKIP
+    >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60, blocking)  # doctest: +SKIP
     >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
@@ -29,6 +32,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.gateway import GatewayStatus, probe
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
@@ -44,8 +48,8 @@ from gpucloud_nb.errors import (
 )
 from gpucloud_nb.models import InstanceDetails, Record, decode_list, parse_datetime
 
-__all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Core", "D", "decode_offers", "json_list",
-           "now", "unreadable"]
+__all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Blocking", "Core", "D", "decode_offers",
+           "json_list", "now", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
 #: How long a timed delete may take to show as deleting or deleted before it counts as failed.
@@ -80,11 +84,30 @@ def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
         raise unreadable(path, error) from None
 
 
+@dataclass(frozen=True)
+class Blocking:
+    """What a client's watchers do from their threads, blocking, away from any event loop.
+
+    The client gives it to its :class:`Core` when it builds it; each function keeps working
+    after the client is closed (with a short-lived client of its own), as timers outlive it.
+
+        >>> Blocking(get=instances.get, delete=instances.delete, send=send)  # doctest: +SKIP
+    """
+
+    #: Read an instance.
+    get: Callable[[str], InstanceDetails]
+    #: Send an instance's delete (unconfirmed).
+    delete: Callable[[str], None]
+    #: One request to a sandbox-only endpoint, ``send(method, path, body)``: its decoded JSON.
+    send: Callable[[str, str, dict[str, Any] | None], Any]
+
+
 class Core(Generic[D]):
     """Settings and state shared by the resources of one client."""
 
     def __init__(self, driver: D, key: Secret, policy: RetryPolicy,
-                 max_hourly_cost: float | None, offers_ttl: float) -> None:
+                 max_hourly_cost: float | None, offers_ttl: float, blocking: Blocking, *,
+                 ssh_identity: str | os.PathLike[str] | None = None) -> None:
         self.driver: D = driver
         self.key = key
         self.policy = policy
@@ -94,24 +117,19 @@ class Core(Generic[D]):
         self.offers_ttl = offers_ttl
         self.created_instance_ids: list[str] = []
         self.ledger = Ledger()
-        self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
-        self.delete_now: Callable[[str], None] | None = None
-        #: Reads an instance, blocking (the idle watcher's thread); the client sets it.
-        self.details_now: Callable[[str], InstanceDetails] | None = None
-        #: ``cloud.budgets`` of the cloud this core belongs to (``create(budget=)`` sets one).
-        self.budgets: Callable[[], Any] | None = None
+        self.blocking = blocking
         self.sandbox: SandboxHandle | None = None
-        self.register_keys: Callable[[list[str]], None] = lambda publics: None
-        self.status_now: Callable[[str], str] | None = None
         self.confirm_seconds = DELETE_CONFIRM_SECONDS
         self.remote: Remote | None = None
-        self.ssh_identity: str | os.PathLike[str] | None = None
+        self.ssh_identity = ssh_identity
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
+        self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.idle_delete: KernelIdleDelete | ServiceIdleDelete = self.kernel_idle()
+        #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.
+        self.budgets: KernelBudgets | ServiceBudgets = KernelBudgets(blocking.get,
+                                                                     blocking.delete)
         #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
         self.gateway: bool | None = None
-        #: Moves timers and budgets into the gateway once it is recognised; the client sets it.
-        self.use_gateway: Callable[[], None] = lambda: None
 
     def recognise_gateway(self) -> Op[GatewayStatus | None]:
         """The key's status if the server is a class gateway (see :mod:`~gpucloud_nb.client.gateway`),
@@ -125,46 +143,71 @@ class Core(Generic[D]):
                 self.use_gateway()
         return status
 
+    def use_gateway(self) -> None:
+        """The server is a class gateway: it keeps timers and budgets (under ``/gateway``),
+        so this process's budget watcher stops. Nothing moves while on a sandbox."""
+        if self.sandbox is not None:
+            return
+        self.budgets.stop()
+        send = self.blocking.send
+        self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
+        self.budgets = ServiceBudgets(send, prefix="/gateway")
+
+    def use_sandbox(self, box: SandboxHandle | None) -> None:
+        """Talk to ``box`` (``None``: the real cloud). Timers, idle deletes and budgets move to
+        whoever keeps them there (the sandbox service, a recognised class gateway, or this
+        process), built from :attr:`blocking`; this process's watchers of the other kind stop."""
+        self.sandbox = box
+        if (box is not None) == (self.auto_delete.where == ServiceAutoDelete.where):
+            return
+        self.stop_watchers()
+        send = self.blocking.send
+        if box is not None:
+            self.auto_delete = ServiceAutoDelete(send)
+            self.idle_delete = ServiceIdleDelete(send)
+            self.budgets = ServiceBudgets(send)
+        else:
+            self.auto_delete = AutoDelete(self.delete_from_timer)
+            self.idle_delete = self.kernel_idle()
+            self.budgets = KernelBudgets(self.blocking.get, self.blocking.delete)
+            if self.gateway:
+                self.use_gateway()
+
+    def stop_watchers(self) -> None:
+        """Stop this process's idle and budget watchers (timers go on: they outlive a client)."""
+        self.idle_delete.stop()
+        self.budgets.stop()
+
     def ssh(self) -> Remote:
         """This client's SSH to its instances (one :class:`Remote`, made at first use)."""
         if self.remote is None:
-            self.remote = Remote(lambda: self.sandbox, self.ssh_identity,
-                                 lambda publics: self.register_keys(publics))
+            self.remote = Remote(lambda: self.sandbox, self.ssh_identity, self.register_keys)
         return self.remote
+
+    def register_keys(self, publics: list[str]) -> None:
+        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
+        if self.sandbox is not None:
+            self.blocking.send("POST", "/sandbox/ssh-keys", {"keys": publics})
 
     def kernel_idle(self) -> KernelIdleDelete:
         """Idle deletes for the real cloud: the limits file, and this kernel's watcher."""
         base_url = str(self.driver.http.base_url)
-        return KernelIdleDelete(base_url, account(base_url, self.key.reveal()), self.read_now,
-                                self.delete_unconfirmed, self.ssh)
-
-    def read_now(self, instance_id: str) -> InstanceDetails:
-        """The instance read now, blocking (from a watcher's thread)."""
-        if self.details_now is None:
-            raise ConnectionFailedError("This client cannot read instances from a watcher.")
-        return self.details_now(instance_id)
+        return KernelIdleDelete(base_url, account(base_url, self.key.reveal()),
+                                self.blocking.get, self.blocking.delete, self.ssh)
 
     def send(self, call: Call) -> Op[Any]:
         """One request, retried by the policy, with the key masked in any error."""
         return send(call, self.policy, secrets=(self.key.reveal(),))
 
-    def delete_unconfirmed(self, instance_id: str) -> None:
-        """The delete alone, for a watcher that confirms it in its own way (budgets)."""
-        if self.delete_now is None:
-            raise ConnectionFailedError("This client cannot delete from a timer.")
-        self.delete_now(instance_id)
-
     def delete_from_timer(self, instance_id: str) -> None:
         """What an auto-delete timer in this process calls when it fires: the delete, then
         its confirmation (the instance shows as deleting or deleted within
         ``confirm_seconds``, else one sentence saying it may still be billing)."""
-        self.delete_unconfirmed(instance_id)
-        if self.status_now is None:
-            return
+        self.blocking.delete(instance_id)
         sent = time.monotonic()
         while True:
             try:
-                status = self.status_now(instance_id)
+                status = self.blocking.get(instance_id).status
             except NotFoundError:
                 return
             if status in ("deleting", "deleted"):

@@ -1,4 +1,4 @@
-r"""Which instances belong to a Dask cluster (``cloud.cluster``), for the JupyterLab sidebar.
+r"""Which instances belong to a Dask cluster (``GPUCloudCluster``), for the JupyterLab sidebar.
 
 The cloud knows nothing of clusters: an instance has a name, not a group. So each cluster notes
 its instances on this machine, one empty-but-named file per instance, in the user cache dir

@@ -7,8 +7,9 @@
 
 An instance is idle while no SSH session or ``run`` is open on it, no remote kernel on it is
 busy, and its GPU utilisation stays under ``THRESHOLD`` % (5; one :data:`QUERY`, ``nvidia-smi
---query-gpu=utilization.gpu,memory.used``, per instance per poll). Five minutes before the
-delete (half-way, for a limit under ten minutes) a warning shows.
+--query-gpu=utilization.gpu,memory.used``, per instance per poll, itself bookkeeping): the one
+rule of every watcher, :func:`gpucloud_nb.idle_rule.in_use`. An idle kernel is not use. Five
+minutes before the delete (half-way, for a limit under ten minutes) a warning shows.
 
 Who watches, plainly:
 
@@ -40,11 +41,12 @@ Choices where the issue is silent:
   same instance. An instance whose kernel has gone is watched by JupyterLab if it runs.
 - What the kernel sees: an instance is busy at a poll while it is not active yet, while a
   command, copy (SFTP) or port forward of this client is open on it
-  (:meth:`gpucloud_nb.client.remote.Remote.open_on`), or when its busiest GPU is at
-  ``THRESHOLD`` % or more. It cannot see a remote kernel (the Jupyter server runs those: its
-  extension watches them) nor another process's session. An instance whose GPU use cannot be
-  read (unreachable, no key it accepts) counts as idle, as in the extension: a watcher that
-  cannot see use must not keep an instance billing for ever.
+  (:meth:`gpucloud_nb.client.remote.Remote.open_on`; its own GPU measures are bookkeeping and
+  not counted), or when its busiest GPU is at ``THRESHOLD`` % or more. It cannot see a remote
+  kernel (the Jupyter server runs those: its extension watches them) nor another process's
+  session. An instance whose GPU use cannot be read (unreachable, no key it accepts) counts as
+  idle, as in the extension: a watcher that cannot see use must not keep an instance billing
+  for ever.
 - A kernel that starts (or resumes, when JupyterLab stops) watching starts each clock at that
   moment, or at the last Keep if later: it never deletes early for a time it did not watch.
 - Its idle delete is confirmed (the instance shows as ``deleting`` or ``deleted`` within
@@ -69,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud_nb.client.budgets import CONFIRM_WITHIN, GONE, KernelWatcher
 from gpucloud_nb.client.idle_file import LOCK_WAIT, STALE_POLLS, IdleLimits, LockedError
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.idle_rule import THRESHOLD, in_use
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote, RunResult
@@ -79,7 +82,6 @@ __all__ = ["QUERY", "STALE_POLLS", "THRESHOLD", "WARN", "IdleClocks", "IdleLimit
 
 log = logging.getLogger("gpucloud_nb.idle")
 QUERY = "nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits"
-THRESHOLD = 5.0
 WARN = 300.0
 
 
@@ -438,12 +440,15 @@ class KernelIdleDelete(KernelWatcher):
             if details.status in GONE:
                 self.forget(instance_id)
                 del limits[instance_id]
-            elif details.status != "active" or not details.ip or self._open_here(instance_id):
-                busy.add(instance_id)
+            elif in_use(active=details.status == "active" and bool(details.ip),
+                        open_uses=self._ssh().open_on(instance_id), kernel_busy=False,
+                        gpu_util=None):
+                busy.add(instance_id)  # (this kernel cannot see a remote kernel: the Lab can)
             else:
                 reachable[instance_id] = details
         uses = self._measure(reachable)
-        busy |= {i for i, (_, peak, _) in uses.items() if peak >= THRESHOLD}
+        busy |= {i for i, (_, peak, _) in uses.items()
+                 if in_use(active=True, open_uses=0, kernel_busy=False, gpu_util=peak)}
         with self._lock:
             self._uses.update({i: (util, memory) for i, (util, _, memory) in uses.items()})
             due = self._clocks.step(limits, busy)  # whoever watches next starts afresh
@@ -467,12 +472,6 @@ class KernelIdleDelete(KernelWatcher):
                 if self._unsaved.get(instance_id) is entry:
                     del self._unsaved[instance_id]
 
-    def _open_here(self, instance_id: str) -> bool:
-        """A command, copy or forward of this client is open on the instance (not counting a
-        measure of this watcher's own still running)."""
-        own = 1 if instance_id in self._measuring else 0
-        return self._ssh().open_on(instance_id) > own
-
     def _measure(self, targets: dict[str, InstanceDetails]) -> dict[str, tuple[float, float, float]]:
         """:data:`QUERY` on each instance, all at once, for at most ``measure_timeout`` seconds.
 
@@ -483,7 +482,8 @@ class KernelIdleDelete(KernelWatcher):
         for instance_id, details in targets.items():
             if instance_id not in self._measuring:
                 self._measuring[instance_id] = remote.submit(
-                    remote.execute(details, QUERY, timeout=self.measure_timeout))
+                    remote.execute(details, QUERY, timeout=self.measure_timeout,
+                                   bookkeeping=True))
         asking = {i: self._measuring[i] for i in targets}
         concurrent.futures.wait(list(asking.values()), timeout=self.measure_timeout + 1)
         found = {}

@@ -33,7 +33,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -181,8 +181,6 @@ class InstanceOps(Generic[D]):
             raise InvalidInputError(problems[0])
         holds = self.core.reservations
         try:
-            if request.budget is not None and self.core.budgets is None:
-                raise InvalidInputError("This client cannot keep a budget.")
             if request.delete_when_idle is not None:
                 try:
                     self.core.idle_delete.check()
@@ -207,8 +205,8 @@ class InstanceOps(Generic[D]):
         changes.touch(str(self.core.driver.http.base_url))  # the Lab sidebar shows it now
         if request.delete_after is not None:
             self.core.auto_delete.schedule(instance.id, request.delete_after)
-        if request.budget is not None and self.core.budgets is not None:
-            self.core.budgets().set(instance.id, request.budget)
+        if request.budget is not None:
+            self.core.budgets.set(instance.id, request.budget)
         if request.delete_when_idle is not None:
             self.core.idle_delete.watch_created(instance.id, float(request.delete_when_idle))
         return instance
@@ -497,18 +495,21 @@ class Instances:
         return reachable(details)
 
     def run(self, id: str, command: str, *, timeout: float | None = None,
-            on_output: Callable[[str], None] | None = None, wait: float = 60.0) -> RunResult:
+            on_output: Callable[[str], None] | None = None, wait: float = 60.0,
+            bookkeeping: bool = False) -> RunResult:
         """Run the shell ``command`` on the instance over SSH and return its output and status.
 
         ``on_output(line)`` gets each line of stdout and stderr as it arrives. A pending
         instance is waited for up to ``wait`` seconds. Ctrl-C stops the remote command; exit
         status 127 (command not found) raises :class:`~gpucloud_nb.errors.RemoteCommandError`.
+        A ``bookkeeping`` command (a look, such as a monitor's ``nvidia-smi``) is not use: it
+        keeps no instance from its idle delete (:mod:`gpucloud_nb.idle_rule`).
 
             >>> cloud.instances.run(instance.id, "nvidia-smi", on_output=print).exit_status  # doctest: +SKIP
             0
         """
         return self._remote().run(self._target(id, wait), command, timeout=timeout,
-                                  on_output=on_output)
+                                  on_output=on_output, bookkeeping=bookkeeping)
 
     def run_all(self, ids: Sequence[str], command: str, *,
                 on_output: Callable[[str], None] | None = None, timeout: float | None = None,
@@ -695,12 +696,13 @@ class AsyncInstances:
 
     async def run(self, id: str, command: str, *, timeout: float | None = None,
                   on_output: Callable[[str], None] | None = None,
-                  wait: float = 60.0) -> RunResult:
+                  wait: float = 60.0, bookkeeping: bool = False) -> RunResult:
         """The coroutine twin of :meth:`Instances.run` (``on_output`` runs on the SSH loop)."""
         remote = self._remote()
         target = await self._target(id, wait)
         return remote.checked(target, command, await asyncio.wrap_future(remote.submit(
-            remote.run_async(target, command, timeout=timeout, on_output=on_output))))
+            remote.run_async(target, command, timeout=timeout, on_output=on_output,
+                             bookkeeping=bookkeeping))))
 
     async def run_all(self, ids: Sequence[str], command: str, *,
                       on_output: Callable[[str], None] | None = None,
@@ -719,8 +721,8 @@ class AsyncInstances:
             await asyncio.wrap_future(remote.submit(remote.connection(target)))
         return remote.command_for(target)
 
-    def ssh_key_in_use(self, id: str) -> str | None:
-        """The same as :meth:`Instances.ssh_key_in_use` (no I/O)."""
+    async def ssh_key_in_use(self, id: str) -> str | None:
+        """The coroutine twin of :meth:`Instances.ssh_key_in_use` (it does no I/O)."""
         return self._remote().key_in_use(path_id(id))
 
     async def upload(self, id: str, local: str | os.PathLike[str], remote: str, *,
@@ -741,17 +743,16 @@ class AsyncInstances:
             self._remote().download_async(target, remote, local, progress,
                                           overwrite=overwrite)))
 
-    def forward(self, id: str, remote_port: int, *,
-                wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
-        """The async twin of :meth:`Instances.forward`: an async context manager.
+    async def forward(self, id: str, remote_port: int, *,
+                      wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
+        """The coroutine twin of :meth:`Instances.forward`: the instance is read (and waited for)
+        when awaited, the port forwarded inside the ``async with``.
 
-            >>> async with acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
+            >>> async with await acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
             ...     print(await AsyncInferenceClient(url, secret).models())
         """
-        return self._forward(id, remote_port, wait)
+        return self._remote().forward_async(await self._target(id, wait), remote_port)
 
-    @contextlib.asynccontextmanager
-    async def _forward(self, id: str, remote_port: int, wait: float) -> AsyncIterator[str]:
-        target = await self._target(id, wait)
-        async with self._remote().forward_async(target, remote_port) as url:
-            yield url
+    async def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
+        """The coroutine twin of :meth:`Instances.ssh`."""
+        return self._remote(), await self._target(id, wait)

@@ -42,12 +42,13 @@ import httpx
 
 from gpucloud_nb._secrets import mask, mask_url, scrub, without_userinfo
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
-from gpucloud_nb.client._core import Core
+from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.instances import (
     DEPLOYMENT_TYPES,
     AsyncInstances,
@@ -59,13 +60,11 @@ from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.models import InstanceDetails
 
 if TYPE_CHECKING:
     import pandas
 
-    from gpucloud_nb.client.inference import InferenceClient
-    from gpucloud_nb.cluster import GPUCloudCluster
-    from gpucloud_nb.models import InstanceOffer
 
 __all__ = ["DEPLOYMENT_TYPES", "AsyncGPUCloud", "AsyncInstances", "AsyncVolumes", "GPUCloud",
            "Instances", "ProgressCallback", "SandboxHandle", "SandboxInfo", "Volumes"]
@@ -92,7 +91,7 @@ class SandboxInfo:
 class _CloudBase(abc.ABC):
     base_url: str
     _core: Core[Any]
-    _budget_watch: KernelBudgets | ServiceBudgets | None = None
+    _closed = False
     _asked_gateway = False
 
     @property
@@ -107,23 +106,7 @@ class _CloudBase(abc.ABC):
 
     @sandbox.setter
     def sandbox(self, box: SandboxHandle | None) -> None:
-        core = self._core
-        core.sandbox = box
-        core.register_keys = self._register_keys
-        if (box is not None) != isinstance(core.auto_delete, ServiceAutoDelete):
-            core.auto_delete = (ServiceAutoDelete(self._service_send) if box is not None
-                                else AutoDelete(core.delete_from_timer))
-            core.idle_delete.stop()
-            core.idle_delete = (ServiceIdleDelete(self._service_send) if box is not None
-                                else core.kernel_idle())
-
-    def _use_gateway(self) -> None:
-        """The server is a class gateway: it keeps timers and budgets (:mod:`.gateway`)."""
-        if self._core.sandbox is None:
-            self._core.auto_delete = ServiceAutoDelete(self._service_send, prefix="/gateway")
-            if self._budget_watch is not None:
-                self._budget_watch.stop()
-                self._budget_watch = None
+        self._core.use_sandbox(box)
 
     def _recognise_quietly(self) -> None:
         """Ask once whether the cloud is a class gateway, before its timers or budgets are read
@@ -133,10 +116,25 @@ class _CloudBase(abc.ABC):
             with contextlib.suppress(GPUCloudError):
                 self._blocking_core().driver.run(self._core.recognise_gateway())
 
-    def _register_keys(self, publics: list[str]) -> None:
-        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
-        if self._core.sandbox is not None:
-            self._service_send("POST", "/sandbox/ssh-keys", {"keys": publics})
+    def _blocking(self) -> Blocking:
+        """What this client's watchers do from their threads (given to its core when built)."""
+        return Blocking(get=self._get_blocking, delete=self._delete_blocking,
+                        send=self._service_send)
+
+    def _get_blocking(self, instance_id: str) -> InstanceDetails:
+        """Read an instance from a watcher's thread; once closed, with a client of its own."""
+        if self._closed:
+            with self.own_client() as own:
+                return own.instances.get(instance_id)
+        return Instances(self._blocking_core()).get(instance_id)
+
+    def _delete_blocking(self, instance_id: str) -> None:
+        """A timer that fires after close() deletes through a short-lived client of its own."""
+        if self._closed:
+            with self.own_client() as own:
+                own.instances.delete(instance_id)
+            return
+        Instances(self._blocking_core()).delete(instance_id)
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -233,27 +231,20 @@ class _CloudBase(abc.ABC):
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
         """
         self._recognise_quietly()
-        gateway = self.sandbox is None and bool(self._core.gateway)
-        service = self.sandbox is not None or gateway
-        watch = self._budget_watch
-        if watch is None or isinstance(watch, ServiceBudgets) != service:
-            if watch is not None:
-                watch.stop()  # the other kind's thread must not watch on
-            watch = ServiceBudgets(self._service_send, prefix="/gateway" if gateway
-                                   else "/sandbox") if service else KernelBudgets(
-                lambda id_: Instances(self._blocking_core()).get(id_),
-                self._core.delete_unconfirmed)  # it confirms within its own confirm_within
-            self._budget_watch = watch
-        return watch
+        return self._core.budgets
 
     @property
     def class_view(self) -> ClassView:
-        """The teacher's view of a class sandbox (served with ``--teacher-key``, this key).
+        """The teacher's view of a class gateway (or of a class sandbox with ``a teacher key``).
 
             >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
             ['Ada', 'account 2']
         """
-        return ClassView(self._service_send)
+        def fetch(path: str) -> bytes:
+            core = self._blocking_core()
+            return bytes(core.driver.run(core.send(Call("GET", path, decode=False))))
+
+        return ClassView(self._service_send, fetch)
 
     @property
     def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
@@ -268,40 +259,19 @@ class _CloudBase(abc.ABC):
         """True when this client talks to the local sandbox rather than the real cloud."""
         return self.sandbox is not None
 
-    def sandbox_inference(self) -> InferenceClient:
-        """An :class:`InferenceClient` for the sandbox's built-in model endpoint.
-
-        Only the sandbox has one endpoint for all; on the real cloud each inference instance has
-        its own URL and secret (on its page in the web console): use ``InferenceClient(url, secret)``.
-
-            >>> chat = connect().sandbox_inference()  # doctest: +SKIP
-            >>> chat.chat("Hello!").choices[0].message.content  # doctest: +SKIP
-        """
+    def _sandbox_endpoint(self) -> SandboxHandle:
+        """The sandbox, whose built-in inference endpoint ``sandbox_inference`` opens."""
         if self.sandbox is None:
             raise InvalidInputError(
                 "Only the sandbox has a built-in inference endpoint; for the real cloud use "
                 "InferenceClient(endpoint_url, secret) with the instance's URL and secret."
             )
-        from gpucloud_nb.client.inference import InferenceClient
-
-        return InferenceClient(self.sandbox.inference_url, self.sandbox.inference_secret)
+        return self.sandbox
 
     def __repr__(self) -> str:
         where = "sandbox" if self.sandbox is not None else "cloud"
         return (f"<{type(self).__name__} {where} base_url={mask_url(self.base_url)!r} "
                 f"api_key={self.key_hint!r}>")
-
-
-def _delete_with_own_client(cloud: _CloudBase, instance_id: str) -> None:
-    """A timer that fires after close() deletes through a short-lived client of its own."""
-    with cloud.own_client() as own:
-        own.instances.delete(instance_id)
-
-
-def _status_with_own_client(cloud: _CloudBase, instance_id: str) -> str:
-    """A timer confirming its delete after close() reads through a client of its own."""
-    with cloud.own_client() as own:
-        return own.instances.get(instance_id).status
 
 
 class GPUCloud(_CloudBase):
@@ -326,15 +296,10 @@ class GPUCloud(_CloudBase):
         self._http = httpx.Client(base_url=without_userinfo(self.base_url), auth=ApiKeyAuth(key),
                                   timeout=timeout, transport=transport)
         self._core = Core(SyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
-                           max_hourly_cost, offers_ttl)
-        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
+                          max_hourly_cost, offers_ttl, self._blocking(),
+                          ssh_identity=explicit_identity(ssh_identity) if ssh_identity else None)
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
-        self._core.delete_now = self.instances.delete
-        self._core.budgets = lambda: self.budgets
-        self._core.use_gateway = self._use_gateway
-        self._core.status_now = lambda instance_id: self.instances.get(instance_id).status
-        self._core.details_now = self.instances.get
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -346,28 +311,17 @@ class GPUCloud(_CloudBase):
         """
         return self.instances.spend(include_deleted)
 
-    def cluster(self, n: int, *, offer: InstanceOffer | str | None = None, name: str = "cluster",
-                budget: float | None = None, **offer_filters: Any) -> GPUCloudCluster:
-        """A Dask cluster on ``n`` instances of one offer in one region, ready to use.
+    def sandbox_inference(self) -> InferenceClient:
+        """An :class:`InferenceClient` for the sandbox's built-in model endpoint.
 
-        The cheapest available vm or baremetal offer matching ``offer_filters`` (the filters of
-        ``instances.offers``) unless ``offer`` is given; the cost cap and a class budget are
-        checked for all ``n`` before any launch. With ``budget`` (dollars) the cluster closes
-        itself once all its instances together have cost that much. Needs the ``[cluster]``
-        extra; see :mod:`gpucloud_nb.cluster`.
+        Only the sandbox has one endpoint for all; on the real cloud each inference instance has
+        its own URL and secret (on its page in the web console): use ``InferenceClient(url, secret)``.
 
-            >>> with cloud.cluster(4, gpu_type="H100") as cluster:  # doctest: +SKIP
-            ...     client = distributed.Client(cluster)
+            >>> chat = connect().sandbox_inference()  # doctest: +SKIP
+            >>> chat.chat("Hello!").choices[0].message.content  # doctest: +SKIP
         """
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
-            raise InvalidInputError(
-                "cloud.cluster needs Dask, which is not installed: pip install "
-                "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.") from None
-        from gpucloud_nb.cluster import GPUCloudCluster
-
-        return GPUCloudCluster(self, n, offer=offer, name=name, budget=budget, **offer_filters)
+        box = self._sandbox_endpoint()
+        return InferenceClient(box.inference_url, box.inference_secret)
 
     def gateway_status(self) -> GatewayStatus | None:
         """This key's budget as its class gateway keeps it (``name``, ``budget``, ``spend``,
@@ -389,11 +343,8 @@ class GPUCloud(_CloudBase):
     def close(self) -> None:
         """Close the HTTP and SSH connections; auto-delete timers keep working on their own,
         this kernel's idle and budget watchers stop (see :mod:`gpucloud_nb.client.idle`)."""
-        self._core.idle_delete.stop()
-        if self._budget_watch is not None:
-            self._budget_watch.stop()
-        self._core.delete_now = lambda instance_id: _delete_with_own_client(self, instance_id)
-        self._core.status_now = lambda instance_id: _status_with_own_client(self, instance_id)
+        self._closed = True
+        self._core.stop_watchers()
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -424,38 +375,20 @@ class AsyncGPUCloud(_CloudBase):
                                        auth=ApiKeyAuth(key), timeout=timeout,
                                        transport=transport, limits=limits)
         self._core = Core(AsyncDriver(self._http), key, RetryPolicy(max_retries=max_retries),
-                           max_hourly_cost, offers_ttl)
-        self._core.ssh_identity = explicit_identity(ssh_identity) if ssh_identity else None
+                          max_hourly_cost, offers_ttl, self._blocking(),
+                          ssh_identity=explicit_identity(ssh_identity) if ssh_identity else None)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
-        self._core.delete_now = self._delete_from_timer
-        self._core.budgets = lambda: self.budgets
-        self._core.use_gateway = self._use_gateway
-        self._core.status_now = self._status_from_timer
-        self._core.details_now = lambda instance_id: Instances(self._blocking_core()).get(
-            instance_id)
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
-        self._closed = False
-
-    def _delete_from_timer(self, instance_id: str) -> None:
-        """Timers run in threads, away from the event loop: they delete with a sync twin."""
-        if self._closed:
-            _delete_with_own_client(self, instance_id)
-            return
-        Instances(self._blocking_core()).delete(instance_id)
-
-    def _status_from_timer(self, instance_id: str) -> str:
-        if self._closed:
-            return _status_with_own_client(self, instance_id)
-        return Instances(self._blocking_core()).get(instance_id).status
 
     def _blocking_core(self) -> Core[SyncDriver]:
+        """Timers run in threads, away from the event loop: they use a sync twin."""
         if self._twin is None:
             http = httpx.Client(base_url=without_userinfo(self.base_url),
                                 auth=ApiKeyAuth(self._core.key), timeout=self._timeout)
             self._twin = Core(SyncDriver(http), self._core.key, self._core.policy, None,
-                              self._core.offers_ttl)
+                              self._core.offers_ttl, self._core.blocking)
         return self._twin
 
     async def gateway_status(self) -> GatewayStatus | None:
@@ -471,13 +404,20 @@ class AsyncGPUCloud(_CloudBase):
         """Spend so far per instance, with the total in ``.attrs["total"]``."""
         return await self.instances.spend(include_deleted)
 
+    async def sandbox_inference(self) -> AsyncInferenceClient:
+        """The coroutine twin of :meth:`GPUCloud.sandbox_inference`: an
+        :class:`AsyncInferenceClient` for the sandbox's built-in model endpoint.
+
+            >>> chat = await acloud.sandbox_inference()  # doctest: +SKIP
+        """
+        box = self._sandbox_endpoint()
+        return AsyncInferenceClient(box.inference_url, box.inference_secret)
+
     async def aclose(self) -> None:
         """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working,
         this kernel's idle and budget watchers stop."""
         self._closed = True
-        self._core.idle_delete.stop()
-        if self._budget_watch is not None:
-            self._budget_watch.stop()
+        self._core.stop_watchers()
         await self._http.aclose()
         if self._twin is not None:
             self._twin.driver.http.close()

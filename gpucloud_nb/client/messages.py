@@ -4,10 +4,10 @@
 text, ``Path``/``bytes``/PIL images and ``image_url`` parts, into the OpenAI message list; every
 image is checked by :mod:`gpucloud_nb.media` first, so nothing invalid is sent.
 
-A chat sends its whole history on every turn. The ``data:`` URLs built here are remembered (the
-hashes of the last 256, keyed per process by Python's SipHash, so no other text passes as one),
-and such a URL met again is sent as it is rather than decoded by Pillow again: an image is
-checked once, not once per turn.
+A chat sends its whole history on every turn. The ``data:`` URLs that :mod:`gpucloud_nb.media`
+makes of a checked image are :class:`~gpucloud_nb.media.results.CheckedURL` strings, sent as
+they are rather than decoded by Pillow again: an image is checked once, not once per turn. Any
+other ``data:`` URL is decoded and checked.
 
     >>> normalize_messages("Hello")
     [{'role': 'user', 'content': 'Hello'}]
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,25 +41,22 @@ def _image_part(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-_CHECKED_MAX = 256
-_checked: dict[int, None] = {}  # hash(data URL) of the URLs built here, oldest first
-_checked_lock = threading.Lock()
+def _checked_before(value: Any) -> bool:
+    """True for a :class:`~gpucloud_nb.media.results.CheckedURL` (one exists only if media
+    was imported)."""
+    results = sys.modules.get("gpucloud_nb.media.results")
+    return results is not None and isinstance(value, results.CheckedURL)
 
 
 def _data_url(source: Any) -> str:
-    """``source`` checked by :mod:`gpucloud_nb.media` as a ``data:`` URL, remembered as checked."""
-    if isinstance(source, str) and hash(source) in _checked:
-        return source  # built here before: checked then, the same text now
+    """``source`` checked by :mod:`gpucloud_nb.media` as a ``data:`` URL."""
+    if isinstance(source, str) and _checked_before(source):
+        return source  # checked when it was made; sent as it is
     from gpucloud_nb import media
 
     if isinstance(source, bytearray | memoryview):
         source = bytes(source)
-    url = media.image_data_url(source)
-    with _checked_lock:
-        _checked[hash(url)] = None
-        while len(_checked) > _CHECKED_MAX:
-            del _checked[next(iter(_checked))]
-    return url
+    return media.image_data_url(source)
 
 
 def _checked_url(url: Any, where: str) -> str:

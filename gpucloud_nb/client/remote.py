@@ -27,6 +27,11 @@ loop per client and are cached per instance, so a second ``run`` costs one round
 - **Forwards** listen on ``127.0.0.1`` and, on Linux, forward only connections from this user's
   processes (see :mod:`gpucloud_nb.client.local_peer`): another user of the machine gets the
   connection closed.
+- **Bookkeeping.** A command run with ``bookkeeping=True`` (an idle watcher's GPU measure, a
+  kernel provisioner's poll) is not use of the instance (:mod:`gpucloud_nb.idle_rule`): it is
+  not counted by :meth:`Remote.open_on`, and it is sent with
+  :data:`~gpucloud_nb.idle_rule.BOOKKEEPING` ``=1`` in its SSH environment, so the sandbox's
+  idle watcher does not count it either.
 - **Bad input** is one sentence: an unknown instance (404), one that is still pending after
   ``wait`` seconds, one that is deleting, deleted or failed, and a command the instance does not
   have (exit status 127).
@@ -55,6 +60,7 @@ from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they w
     RemoteCommandError,
     RemoteTimeoutError,
 )
+from gpucloud_nb.idle_rule import BOOKKEEPING
 
 if TYPE_CHECKING:
     import asyncssh
@@ -428,34 +434,41 @@ class Remote:
 
     async def run_async(self, details: InstanceDetails, command: str, *,
                         timeout: float | None = None,
-                        on_output: Callable[[str], None] | None = None) -> RunResult:
+                        on_output: Callable[[str], None] | None = None,
+                        bookkeeping: bool = False) -> RunResult:
         """Run ``command`` and collect (and stream) its output; see :meth:`run`."""
         def each(batch: list[str]) -> None:
             for line in batch:
                 on_output(line)  # type: ignore[misc]
 
         return await self.execute(details, command, timeout=timeout,
-                                  emit=each if on_output is not None else None)
+                                  emit=each if on_output is not None else None,
+                                  bookkeeping=bookkeeping)
 
     async def execute(self, details: InstanceDetails, command: str, *,
                       timeout: float | None = None,
                       emit: Callable[[list[str]], None] | None = None,
-                      backlog: Callable[[], int] = lambda: 0) -> RunResult:
+                      backlog: Callable[[], int] = lambda: 0,
+                      bookkeeping: bool = False) -> RunResult:
         """Run ``command``: ``emit`` gets batches of lines; reading pauses while ``backlog()``
         is above ``_BACKLOG`` (so a flood waits for the reader instead of filling memory).
 
         A ``timeout`` (seconds, from when the command starts) stops the remote process and
-        raises :class:`RemoteTimeoutError`.
+        raises :class:`RemoteTimeoutError`. A ``bookkeeping`` command is not use of the
+        instance (see the module docstring).
         """
+        if bookkeeping:
+            return await self._execute(details, command, timeout, emit, backlog, bookkeeping)
         with self._using(details.id):
-            return await self._execute(details, command, timeout, emit, backlog)
+            return await self._execute(details, command, timeout, emit, backlog, bookkeeping)
 
     async def _execute(self, details: InstanceDetails, command: str, timeout: float | None,
                        emit: Callable[[list[str]], None] | None,
-                       backlog: Callable[[], int]) -> RunResult:
+                       backlog: Callable[[], int], bookkeeping: bool) -> RunResult:
         connection = await self.connection(details)
         with _channel(details):
-            process = await connection.create_process(command, encoding=None)
+            process = await connection.create_process(
+                command, encoding=None, env={BOOKKEEPING: "1"} if bookkeeping else ())
         tails = (_Tail(TAIL_BYTES), _Tail(TAIL_BYTES))
 
         async def pump(stream: Any, tail: _Tail) -> None:
@@ -493,7 +506,8 @@ class Remote:
                          tails[0].dropped, tails[1].dropped)
 
     def run(self, details: InstanceDetails, command: str, *, timeout: float | None = None,
-            on_output: Callable[[str], None] | None = None) -> RunResult:
+            on_output: Callable[[str], None] | None = None,
+            bookkeeping: bool = False) -> RunResult:
         """Run ``command``; ``on_output`` gets each line (without its newline) in this thread.
 
         Ctrl-C (KeyboardInterrupt), or any exception from ``on_output``, stops the remote
@@ -503,7 +517,8 @@ class Remote:
         batches: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
         future = self.submit(self.execute(
             details, command, timeout=timeout,
-            emit=batches.put if on_output is not None else None, backlog=batches.qsize))
+            emit=batches.put if on_output is not None else None, backlog=batches.qsize,
+            bookkeeping=bookkeeping))
         future.add_done_callback(lambda _: batches.put([]))  # wakes the wait below at once
         try:
             # Done-ness is asked, never inferred from an exception: on 3.11+

@@ -2,7 +2,9 @@
 
 A stream is never retried; one cut off before its ``finish_reason`` or ``[DONE]`` raises at its
 end rather than passing a truncated reply off as whole, and every error text is scrubbed of the
-secret.
+secret. After ``[DONE]`` the async stream reads on to the body's end (at most
+:data:`DRAIN_SECONDS`), so its connection goes back to the client's pool for the next request
+instead of being dropped.
 
     >>> with chat.chat("Count to ten", stream=True) as stream:  # doctest: +SKIP
     ...     print(stream.read())
@@ -10,6 +12,7 @@ secret.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -30,10 +33,12 @@ from gpucloud_nb.client.inference_types import (
 )
 from gpucloud_nb.errors import APIError, ConnectionFailedError, ServerError, UnreadableResponseError
 
-__all__ = ["AsyncChatStream", "ChatStream"]
+__all__ = ["DRAIN_SECONDS", "AsyncChatStream", "ChatStream"]
 
 
 _DONE = object()
+#: How long an async stream waits, after ``[DONE]``, for the body's end that frees its connection.
+DRAIN_SECONDS = 5.0
 
 
 class _StreamBase:
@@ -304,11 +309,25 @@ class AsyncChatStream(_StreamBase):
                 await self.aclose()
                 raise
             if chunk is _DONE:
+                await self._drain()
                 break
             if isinstance(chunk, ChatChunk):
                 return chunk
         await self.aclose()
         raise StopAsyncIteration
+
+    async def _drain(self) -> None:
+        """Read what follows ``[DONE]`` (the body's end), so the connection can be reused."""
+        events = self._events
+        if isinstance(events, Iterator):
+            return
+
+        async def to_the_end() -> None:
+            async for _ in events:
+                pass
+
+        with contextlib.suppress(Exception):  # not drained: the connection is dropped, as before
+            await asyncio.wait_for(to_the_end(), DRAIN_SECONDS)
 
     async def read(self) -> str:
         """Read the rest of the reply and return the whole text."""

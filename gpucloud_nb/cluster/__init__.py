@@ -1,16 +1,20 @@
-"""A Dask cluster on rented instances, started from the notebook: ``cloud.cluster(n)``.
+"""A Dask cluster on rented instances, started from the notebook: ``GPUCloudCluster(cloud, n)``.
 
-    >>> cluster = cloud.cluster(4)  # doctest: +SKIP
+    >>> from gpucloud_nb.cluster import GPUCloudCluster  # doctest: +SKIP
+    >>> cluster = GPUCloudCluster(cloud, 4, gpu_type="H100")  # doctest: +SKIP
     >>> client = distributed.Client(cluster)  # doctest: +SKIP
 
+The cluster is offered from this package, as Dask offers its cluster classes, and takes the
+client it rents through: the client (a lower layer) knows nothing of clusters.
+
 Needs the ``[cluster]`` extra (``pip install 'gpucloud-nb[cluster]'``: Dask ``distributed``);
-``cloud.cluster`` says so in one sentence when it is missing. The pieces: :mod:`.spec` (the
+importing this package says so in one sentence when it is missing. The pieces: :mod:`.spec` (the
 ``SpecCluster``, offer choice, cost cap, lost instances) and :mod:`.nodes` (the scheduler and
 worker processes over SSH).
 
-Budgets: ``cloud.cluster(n, budget=20)`` closes the cluster once all its instances together have
-cost $20 (a warning at 80 %), and a class account's budget must pay one hour of all ``n`` before
-any is launched (see :mod:`.spec`).
+Budgets: ``GPUCloudCluster(cloud, n, budget=20)`` closes the cluster once all its instances
+together have cost $20 (a warning at 80 %), and a class account's budget must pay one hour of
+all ``n`` before any is launched (see :mod:`.spec`).
 
 GPUs: where ``import dask_cuda`` works on an instance, its worker is ``dask cuda worker``
 (dask-cuda's ``CUDAWorker``, one worker per GPU); elsewhere ``dask worker`` with
@@ -19,6 +23,15 @@ because no machine we test on has a GPU (the sandbox has no CUDA).
 """
 
 from __future__ import annotations
+
+from gpucloud_nb.errors import InvalidInputError
+
+try:
+    import distributed  # noqa: F401
+except ImportError:
+    raise InvalidInputError(
+        "gpucloud_nb.cluster needs Dask, which is not installed: pip install "
+        "'gpucloud-nb[cluster]' (the [cluster] extra), then restart the kernel.") from None
 
 from gpucloud_nb.cluster.spec import GPUCloudCluster
 

@@ -1,6 +1,6 @@
 """``GPUCloudCluster``: a Dask ``SpecCluster`` whose scheduler and workers run on rented instances.
 
-    >>> cluster = cloud.cluster(4, gpu_type="H100")  # doctest: +SKIP
+    >>> cluster = GPUCloudCluster(cloud, 4, gpu_type="H100")  # doctest: +SKIP
     >>> client = distributed.Client(cluster)  # doctest: +SKIP
     >>> cluster.scale(2); cluster.close()  # doctest: +SKIP
 
@@ -120,7 +120,7 @@ def choose_offer(cloud: GPUCloud, offer: InstanceOffer | str | None, n: int,
     try:
         listed = cloud.instances.offers(**filters)
     except TypeError as error:
-        raise InvalidInputError(f"cloud.cluster takes the filters of cloud.instances.offers "
+        raise InvalidInputError(f"GPUCloudCluster takes the filters of cloud.instances.offers "
                                 f"(region, num_gpus, gpu_type, deployment_type): {error}.") from None
     if isinstance(offer, InstanceOffer):
         candidates = [o for o in listed if (o.cloud.id, o.instance_id)
@@ -185,7 +185,13 @@ def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str
 class GPUCloudCluster(SpecCluster):
     """A Dask cluster on ``n`` rented instances of one offer, in one region (see the module docs).
 
-        >>> with cloud.cluster(3) as cluster, distributed.Client(cluster) as client:  # doctest: +SKIP
+    ``cloud`` is the :class:`~gpucloud_nb.GPUCloud` it rents through. The cheapest available vm
+    or baremetal offer matching ``offer_filters`` (the filters of ``cloud.instances.offers``) unless
+    ``offer`` is given; the cost cap and a class budget are checked for all ``n`` before any
+    launch. With ``budget`` (dollars) the cluster closes itself once all its instances together
+    have cost that much.
+
+        >>> with GPUCloudCluster(cloud, 3) as cluster, Client(cluster) as client:  # doctest: +SKIP
         ...     client.gather(client.map(lambda x: x * x, range(30)))
     """
 

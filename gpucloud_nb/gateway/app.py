@@ -27,6 +27,7 @@ from gpucloud_nb.gateway.gateway_routes import gateway_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
 from gpucloud_nb.gateway.store import STATE_FILE, Store
+from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
 from gpucloud_nb.gateway.upstream import Upstream
 from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
@@ -55,9 +56,10 @@ def create_app(config: GatewayConfig) -> Any:
     """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it."""
     path = ":memory:" if config.home is None else config.home / STATE_FILE
     store = Store(path)
-    store.set_people(config.people)
+    people = effective_people(store, config.people)
+    store.set_people(people)
     upstream = Upstream(config.upstream_url, config.upstream_key)
-    gate = Gate(config, store, upstream, Meter(store, Keyring(config.people), upstream, config.poll))
+    gate = Gate(config, store, upstream, Meter(store, Keyring(people), upstream, config.poll))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -77,6 +79,7 @@ def create_app(config: GatewayConfig) -> Any:
     app.router.redirect_slashes = False
     app.state.store = store
     app.state.gate = gate
+    app.router.routes.extend(teacher_routes(gate))
     return Guard(app, hosts=allowed_hosts(config.host),
                  limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
                  error=spec_error)

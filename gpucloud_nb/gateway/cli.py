@@ -4,6 +4,7 @@
     $ gpucloud-nb gateway --keys class.keys --upstream https://cloud.example --port 8790
     management: http://127.0.0.1:8790
     $ gpucloud-nb gateway keys new "Ada Lovelace" --budget 20/day >> class.keys
+    $ gpucloud-nb gateway class            # the teacher's table (see gateway/class_table.py)
 
 Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
 ``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
@@ -55,8 +56,10 @@ def add_parser(commands: Any) -> None:
         "gateway", help="serve a class gateway in front of a cloud (keys, budgets, teacher view)",
         description="Serve the cloud's interface to each person's key in front of an upstream "
                     "cloud, holding budgets at launch; or `keys new NAME` to print a keys line.")
-    gateway.add_argument("words", nargs="*", metavar="keys new NAME",
-                         help="print a fresh keys-file line for NAME instead of serving")
+    gateway.add_argument("words", nargs="*", metavar="keys new NAME | class",
+                         help="print a fresh keys-file line for NAME, or the class table (the "
+                              "teacher's key from GPUCLOUD_API_KEY or --key-file), instead of "
+                              "serving")
     gateway.add_argument("--keys", metavar="FILE", default=None,
                          help="the keys file: 'KEY BUDGET NAME' or 'KEY teacher NAME' per line")
     gateway.add_argument("--budget", default="-",
@@ -72,6 +75,12 @@ def add_parser(commands: Any) -> None:
     gateway.add_argument("--reserve-hours", type=_hours, default=1.0, metavar="H",
                          help="hours of every running instance a budget must hold at each create "
                               "(default: %(default)s)")
+    gateway.add_argument("--url", default=None,
+                         help="with `class`: the gateway's URL (default: GPUCLOUD_BASE_URL)")
+    gateway.add_argument("--key-file", metavar="FILE", default=None,
+                         help="with `class`: a file holding the teacher's key (default: "
+                              "GPUCLOUD_API_KEY)")
+    gateway.add_argument("--csv", action="store_true", help="with `class`: print CSV")
     gateway.set_defaults(handler=run)
 
 
@@ -82,6 +91,10 @@ def _fail(message: str, status: int = 2) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``gpucloud-nb gateway`` with its parsed ``args``; the exit status."""
+    if args.words[:1] == ["class"]:
+        from gpucloud_nb.gateway.class_table import run as class_table
+
+        return class_table(args)
     if args.words:
         return _new_key(args)
     from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig

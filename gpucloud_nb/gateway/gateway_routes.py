@@ -12,7 +12,9 @@
   ``GET /gateway/class`` → ``{"accounts": [row, ...]}``, one row per student in the keys file's
   order: ``{"account", "name", "instances", "perHour", "spend", "budget", "left", "period",
   "unconfirmedDeletes"}``; ``GET /gateway/audit`` → ``{"entries": [{"time", "account", "name",
-  "action", "resource", "reason"}]}`` (``action`` is ``created``, ``deleted`` or ``refused``);
+  "action", "resource", "reason"}]}`` (``action`` is ``created``, ``deleted``, ``refused``,
+  ``unconfirmed`` (a delete the upstream took and did not do), ``confirmed`` (done at last) or
+  ``budget`` (a teacher changed a budget, see :mod:`gpucloud_nb.gateway.teacher_routes`));
   ``DELETE /gateway/class/accounts/{account}/instances`` stops one student and
   ``DELETE /gateway/class/instances`` the whole class, each 200 with ``{"deleted": [ids]}``
   (deletes are confirmed with the upstream by the watcher, see :mod:`gpucloud_nb.gateway.meter`).

@@ -15,7 +15,9 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
   (:mod:`gpucloud_nb.gateway.budgets`) is deleted (audit reason ``instance budget spent``);
 - **confirms deletes**: a delete the gateway asked for is sent again each tick until the
   upstream reports the instance ``deleting`` or ``deleted`` (or 404); until then the teacher's
-  view counts it as ``unconfirmedDeletes``;
+  view counts it as ``unconfirmedDeletes``, and after :data:`UNCONFIRMED_AFTER` retries the audit
+  says so (action ``unconfirmed``), and says ``confirmed`` once the upstream does (the retry
+  counts live in memory: after a restart they start again);
 - **reconciles**: a create admitted but never answered (the gateway was killed, or the upstream's
   answer was lost) is looked up by name among the upstream's instances no one owns, created since
   the admission (less 5 s); found, it is adopted; not found :data:`RECONCILE_GRACE` seconds after
@@ -38,10 +40,11 @@ from gpucloud_nb.gateway.store import Owned, Store
 from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
 from gpucloud_nb.sandbox.http import now_ms
 
-__all__ = ["RECONCILE_GRACE", "Meter", "parse_ms"]
+__all__ = ["RECONCILE_GRACE", "UNCONFIRMED_AFTER", "Meter", "parse_ms"]
 
 log = logging.getLogger("uvicorn.error")
 RECONCILE_GRACE = 180.0
+UNCONFIRMED_AFTER = 3
 _SLACK_MS = 5_000
 _GONE = ("deleting", "deleted")
 
@@ -67,6 +70,7 @@ class Meter:
                  poll: float = 1.0) -> None:
         self.store, self.keyring, self.upstream, self.poll = store, keyring, upstream, poll
         self.inflight: set[int] = set()
+        self.retries: dict[str, int] = {}
 
     async def run(self) -> None:
         """Tick every ``poll`` seconds until cancelled; a failed tick is logged, not fatal."""
@@ -113,10 +117,20 @@ class Meter:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
                         await self.delete(record, "budget spent", "gateway")
         for record in self.store.owned():
-            if record.delete_asked_ms is not None and record.status not in _GONE \
-                    and not record.final:
-                with contextlib.suppress(UpstreamUnreachable):
-                    await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
+            if record.delete_asked_ms is None:
+                continue
+            if record.status in _GONE or record.final:
+                if self.retries.pop(record.id, 0) >= UNCONFIRMED_AFTER:
+                    self.store.audit(now, record.account, "confirmed", record.id,
+                                     "the upstream took the delete at last")
+                continue
+            tries = self.retries[record.id] = self.retries.get(record.id, 0) + 1
+            if tries == UNCONFIRMED_AFTER:
+                self.store.audit(now, record.account, "unconfirmed", record.id,
+                                 f"the upstream took the delete {tries} times and still bills; "
+                                 "retrying")
+            with contextlib.suppress(UpstreamUnreachable):
+                await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
 
     async def _meter(self, record: Owned, item: dict[str, Any] | None, now: int) -> None:
         if item is None:
@@ -138,8 +152,13 @@ class Meter:
         deleted = parse_ms(item.get("deletedAt")) if state == "deleted" else None
         if state == "deleted" and not deleted:
             deleted = record.delete_asked_ms or now
+        final = state in money.BILLING_STOPPED
+        if (price, created, state, deleted, final) == (record.price, record.created_ms,
+                                                       record.status, record.deleted_ms,
+                                                       record.final):
+            return  # nothing changed: no write transaction each tick for each instance
         self.store.update_owned(record.id, price=price, created_ms=created, status=state,
-                                deleted_ms=deleted, final=state in money.BILLING_STOPPED)
+                                deleted_ms=deleted, final=final)
 
     def _reconcile(self, listed: dict[str, dict[str, Any]], now: int) -> None:
         owned = {record.id for record in self.store.owned()}

@@ -147,6 +147,11 @@ class Store:
                       created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
                       delete_asked_ms=row[9], delete_reason=row[10]) for row in rows]
 
+    def owned_ids(self, account: str, kind: str = "instance") -> set[str]:
+        """The ids of ``account``'s records of ``kind`` (what :meth:`owned` lists, ids only)."""
+        rows = self.db.execute("SELECT id FROM owned WHERE account=? AND kind=?", (account, kind))
+        return {row[0] for row in rows}
+
     def owner(self, id: str) -> str | None:
         """The account that owns ``id``, or ``None``."""
         row = self.db.execute("SELECT account FROM owned WHERE id=?", (id,)).fetchone()

@@ -41,13 +41,15 @@ Choices (the issue leaves them open):
   :func:`gpucloud_nb.connect` (``GPUCLOUD_SANDBOX_HOME`` as the server sees it), the real cloud's
   with ``GPUCLOUD_API_KEY`` / ``GPUCLOUD_BASE_URL`` from the Jupyter server's environment.
 - **Poll and signals.** ``poll`` answers within 2 s whatever SSH does: ``kill -0 <pid>`` over
-  an open SSH connection, else (or when that is slow) the cloud's word on the instance; while SSH
-  is down the kernel is taken as alive unless the cloud says the instance is gone. A reconnect
-  that failed is not tried again for 10 s, so the forwards, polls and signals never queue behind
-  one another's ~9 s of tries. ``interrupt`` sends SIGINT to the kernel's process only (IPython
-  stops the child processes of ``!`` commands itself); ``terminate`` and ``kill`` send SIGTERM
-  and SIGKILL. A signal that cannot be sent within 5 s is a warning in the log, never an error:
-  jupyter_client interrupts before every shutdown, and a shutdown must get to its cleanup.
+  an open SSH connection (like every command of the provisioner, bookkeeping: not use of the
+  instance, see :mod:`gpucloud_nb.idle_rule`), else (or when that is slow) the cloud's word on the
+  instance; while SSH is down the kernel is taken as alive unless the cloud says the instance is
+  gone. A reconnect that failed is not tried again for 10 s, so the forwards, polls and signals
+  never queue behind one another's ~9 s of tries. ``interrupt`` sends SIGINT to the kernel's
+  process only (IPython stops the child processes of ``!`` commands itself); ``terminate`` and
+  ``kill`` send SIGTERM and SIGKILL. A signal that cannot be sent within 5 s is a warning in the
+  log, never an error: jupyter_client interrupts before every shutdown, and a shutdown must get
+  to its cleanup.
 - **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
   logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
   A failed start is one sentence, leaves no process and no listener, and keeps the instance.
@@ -220,7 +222,8 @@ class GPUCloudProvisioner(KernelProvisionerBase):
                 with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError,
                                          _ssh_errors()):
                     result = await asyncio.wait_for(
-                        self._on_loop(remote.run_async(details, command, timeout=10)),
+                        self._on_loop(remote.run_async(details, command, timeout=10,
+                                                       bookkeeping=True)),
                         _POLL_SECONDS / 2)
                     if "alive" in result.stdout:
                         return None
@@ -445,9 +448,9 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         assert self._remote is not None and self._details is not None
         remote, details = self._remote, self._details
 
-        async def run() -> Any:
+        async def run() -> Any:  # bookkeeping, never use: an idle kernel lets its instance idle
             await self.ssh_connection()
-            return await remote.run_async(details, command, timeout=timeout)
+            return await remote.run_async(details, command, timeout=timeout, bookkeeping=True)
 
         return await self._on_loop(run())
 

@@ -15,10 +15,12 @@ once per list:
 - **Idle deletes on the real cloud** (:class:`CloudIdle`): the limits of this server's
   account's file (:class:`gpucloud_nb.client.idle_file.IdleLimits`) whose instance its own
   list shows pending or active, on the clocks of :class:`gpucloud_nb.client.idle.IdleClocks`;
-  such an instance is busy at a poll while pending, when a kernel of this server on it is busy
-  (its kernelspec is ``gpucloud-…`` and names the instance) or any of its GPUs is at 5 % or
-  more; idle past its limit, the poller deletes it. A limit whose instance the list does not
-  show is not watched here, never counted busy. Each poll writes the heartbeat
+  such an instance is busy at a poll by the one rule (:func:`gpucloud_nb.idle_rule.in_use`):
+  while pending, when a kernel of this server on it is busy executing code (its kernelspec is
+  ``gpucloud-…`` and names the instance; an idle kernel is not use) or any of its GPUs is at 5 %
+  or more; idle past its limit, the poller deletes it. Its GPU measures are bookkeeping
+  (``run(..., bookkeeping=True)``), never use. A limit whose instance the list does not show is
+  not watched here, never counted busy. Each poll writes the heartbeat
   (:meth:`~gpucloud_nb.client.idle_file.IdleLimits.beat`) naming the instances watched here:
   kernels stand aside for those while it is fresh and take over when it goes stale.
   What the extension cannot see on the real cloud, plainly: an SSH session someone holds open
@@ -40,7 +42,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from gpucloud_nb.client.idle import QUERY, THRESHOLD, IdleClocks, IdleLimits, IdleState, parse_use
+from gpucloud_nb.client.idle import QUERY, IdleClocks, IdleLimits, IdleState, parse_use
+from gpucloud_nb.idle_rule import in_use
 from gpucloud_nb.models import Instance
 
 __all__ = ["CONFIRM", "HISTORY", "CloudIdle", "Confirmations", "GpuUse"]
@@ -73,7 +76,8 @@ class GpuUse:
 
     async def _one(self, cloud: Any, instance_id: str, timeout: float) -> None:
         try:
-            result = await cloud.instances.run(instance_id, QUERY, timeout=timeout, wait=0)
+            result = await cloud.instances.run(instance_id, QUERY, timeout=timeout, wait=0,
+                                               bookkeeping=True)
         except Exception:  # unreachable, no key it accepts, gone: no measure this time
             return
         use = parse_use(result.stdout) if result.exit_status == 0 else None
@@ -148,12 +152,10 @@ class CloudIdle:
         instances = list(instances)
         limits = self.watched(instances)
         active = {i.id for i in instances if i.status == "active" and i.ip}
-        busy = set()
-        for instance_id in limits:
-            peak = use.peak(instance_id, self._last)
-            if (instance_id not in active or instance_id in busy_kernels
-                    or (peak is not None and peak >= THRESHOLD)):
-                busy.add(instance_id)
+        busy = {instance_id for instance_id in limits
+                if in_use(active=instance_id in active, open_uses=0,  # sessions: not seen here
+                          kernel_busy=instance_id in busy_kernels,
+                          gpu_util=use.peak(instance_id, self._last))}
         self._last = now
         return self.clocks.step(limits, busy, now)
 

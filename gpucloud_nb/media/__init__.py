@@ -56,7 +56,7 @@ from gpucloud_nb.media.limits import (
     REENCODE_PIXELS,
     THUMBNAIL_PIXELS,
 )
-from gpucloud_nb.media.results import CheckedAudio, CheckedImage
+from gpucloud_nb.media.results import CheckedAudio, CheckedImage, CheckedURL
 
 __all__ = [
     "AUDIO_FORMATS",
@@ -73,6 +73,7 @@ __all__ = [
     "AudioInput",
     "CheckedAudio",
     "CheckedImage",
+    "CheckedURL",
     "ImageInput",
     "check_audio",
     "check_image",

@@ -12,6 +12,19 @@ from dataclasses import dataclass, field
 from gpucloud_nb.media.inputs import base64_url
 
 
+class CheckedURL(str):
+    """A ``data:`` URL made from a :class:`CheckedImage`: the client sends it as it is.
+
+    The image was checked when the URL was made, so a chat that sends it again with every turn
+    (its history) does not decode it again. Any other ``data:`` URL is decoded and checked.
+
+        >>> isinstance(CheckedURL("data:image/png;base64,iVBO"), str)
+        True
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class CheckedImage:
     """An image that passed every check, ready to send.
@@ -36,13 +49,13 @@ class CheckedImage:
     data: bytes = field(repr=False)
     changes: tuple[str, ...] = ()
 
-    def data_url(self) -> str:
-        """Return the image as a ``data:<mime>;base64,...`` URL.
+    def data_url(self) -> CheckedURL:
+        """Return the image as a ``data:<mime>;base64,...`` URL (a :class:`CheckedURL`).
 
             >>> check_image(b"...png bytes...").data_url()[:22]  # doctest: +SKIP
             'data:image/png;base64,'
         """
-        return base64_url(f"data:{self.mime};base64,", self.data)
+        return CheckedURL(base64_url(f"data:{self.mime};base64,", self.data))
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,25 @@ refused. Serving with ``--home`` makes the foreground server that home's service
 own key and secret, its runtime file). ``--keys FILE`` gives one account per key (each with its
 own inference secret, read at ``GET /sandbox/inference``); their instances refuse SSH unless
 ``--shared-shell`` is given, which warns that all accounts share one OS user. Serving beyond
-loopback is refused without a custom key (``--api-key`` or ``--keys``) and ``--inference-secret``.
-A keys file line may carry a class budget and a name, ``KEY 20 Ada`` (see
-:mod:`gpucloud_nb.sandbox.budgets`); ``--teacher-key K`` is the account that sees and stops every
-other (:mod:`gpucloud_nb.sandbox.teacher`), and ``gpucloud-nb sandbox class --port N
---teacher-key K`` prints its view as a table. ``--bill-factor F`` bills F hours per real hour.
+loopback is refused without a custom key (``GPUCLOUD_SANDBOX_API_KEY`` or ``--keys``) and
+inference secret. A keys file line may carry a class budget and a name, ``KEY 20 Ada`` (see
+:mod:`gpucloud_nb.sandbox.budgets`); the teacher's key (``GPUCLOUD_TEACHER_KEY``) is the account
+that sees and stops every other (:mod:`gpucloud_nb.sandbox.teacher`), and ``gpucloud-nb sandbox
+class --port N`` prints its view as a table. ``--bill-factor F`` bills F hours per real hour.
+
+**Secrets never go on the command line**, where every local user reads them
+(``/proc/PID/cmdline``, ``ps``): the API key, the inference secret and the teacher's key come
+from ``GPUCLOUD_SANDBOX_API_KEY``, ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` and
+``GPUCLOUD_TEACHER_KEY``, or from a file (``--api-key-file``, ``--inference-secret-file``,
+``--teacher-key-file``: its first line; a file option wins over the variable). ``--api-key K``,
+``--inference-secret S`` and ``--teacher-key K`` are refused with one sentence saying so. Files
+(these and ``--keys``) are read as UTF-8 with or without a byte-order mark.
+
+    $ GPUCLOUD_TEACHER_KEY="$(cat teacher.txt)" gpucloud-nb sandbox --keys class.txt \
+          --inference-secret-file secret.txt --host 0.0.0.0
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
-``--port 0`` picks a free port. Without ``--api-key`` the sandbox uses the public default key
+``--port 0`` picks a free port. Without a key the sandbox uses the public default key
 (``gpucloud_nb.sandbox.DEFAULT_API_KEY``, no secret) and prints a ready ``curl`` line with it and
 its header (``x-api-key``); a custom key or secret is never printed (the line then reads
 ``$GPUCLOUD_API_KEY``).
@@ -43,6 +54,11 @@ from gpucloud_nb.errors import GPUCloudError
 __all__ = ["build_parser", "class_table", "main"]
 
 SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs", "class")
+#: Each secret: its attribute, the option refused, its environment variable, what it is called.
+SECRETS = (("api_key", "--api-key", "GPUCLOUD_SANDBOX_API_KEY", "API key"),
+           ("inference_secret", "--inference-secret", "GPUCLOUD_SANDBOX_INFERENCE_SECRET",
+            "inference secret"),
+           ("teacher_key", "--teacher-key", "GPUCLOUD_TEACHER_KEY", "teacher's key"))
 
 
 def _seconds(text: str) -> float:
@@ -99,11 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--port", type=_port, default=8765,
                          help="port to bind; 0 picks a free one (with --home: the home's last "
                               "port if free, else any) (default: %(default)s)")
-    sandbox.add_argument("--api-key", metavar="KEY", default=None,
-                         help="management key clients must send (default: the public sandbox key)")
-    sandbox.add_argument("--inference-secret", metavar="SECRET", default=None,
-                         help="inference secret clients must send "
-                              "(default: the public sandbox secret)")
+    sandbox.add_argument("--api-key-file", metavar="FILE", default=None,
+                         help="a file whose first line is the management key clients must send "
+                              "(or set GPUCLOUD_SANDBOX_API_KEY; default: the public sandbox key)")
+    sandbox.add_argument("--inference-secret-file", metavar="FILE", default=None,
+                         help="a file whose first line is the inference secret clients must send "
+                              "(or set GPUCLOUD_SANDBOX_INFERENCE_SECRET; default: the public "
+                              "sandbox secret)")
+    for _, option, _, _ in SECRETS:  # refused (see _secrets), so not shown in --help
+        sandbox.add_argument(option, default=None, help=argparse.SUPPRESS)
     sandbox.add_argument("--state", metavar="FILE", default=None,
                          help="SQLite file that keeps resources across restarts (default: memory)")
     sandbox.add_argument("--launch-seconds", type=_seconds, default=3.0, metavar="F",
@@ -129,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="act on the background service of the sandbox home instead of "
                               "serving: start, status, stop, reset (with --yes) or logs; or "
                               "`class`: print the teacher's view of the class sandbox at "
-                              "--host/--port (with --teacher-key)")
+                              "--host/--port (with the teacher's key)")
     sandbox.add_argument("--home", metavar="DIR", default=None,
                          help="the sandbox home (default: GPUCLOUD_SANDBOX_HOME or the user data "
                               "dir); serving with --home makes this the home's service")
@@ -137,10 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="management keys, one per line, each its own account: "
                               "KEY [DOLLARS [NAME]], with a class budget in dollars and a name "
                               "the teacher sees (blank lines and # comments ignored)")
-    sandbox.add_argument("--teacher-key", metavar="KEY",
-                         default=os.environ.get("GPUCLOUD_TEACHER_KEY"),
-                         help="the key that sees and stops every account (GET /sandbox/class; "
-                              "default: GPUCLOUD_TEACHER_KEY)")
+    sandbox.add_argument("--teacher-key-file", metavar="FILE", default=None,
+                         help="a file whose first line is the key that sees and stops every "
+                              "account (GET /sandbox/class; or set GPUCLOUD_TEACHER_KEY)")
     sandbox.add_argument("--bill-factor", type=_positive, default=1.0, metavar="F",
                          help="hours billed per real hour, to rehearse budgets quickly "
                               "(default: %(default)s)")
@@ -157,15 +176,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_secret(path: str, option: str, what: str) -> str:
+    """The first non-blank line of the file ``path`` (``option``), stripped; raises ValueError
+    with the sentence to print."""
+    try:
+        with open(path, encoding="utf-8-sig") as file:
+            text = file.read(65536)
+    except OSError as error:
+        raise ValueError(f"{option}: {error.strerror or error}: {path}.") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{option}: the file {path} is not UTF-8 text.") from None
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    raise ValueError(f"{option}: the file {path} holds no {what}.")
+
+
+def _secrets(args: argparse.Namespace) -> str | None:
+    """Fill ``args.api_key``, ``inference_secret`` and ``teacher_key`` from their files or
+    environment variables; the sentence to print when one was given on the command line or
+    its file cannot be read, else ``None``."""
+    for attribute, option, variable, what in SECRETS:
+        if getattr(args, attribute) is not None:
+            return (f"{option} would show the {what} to every user of this machine (in the "
+                    f"process list); set {variable} or give {option}-file FILE instead.")
+        path = getattr(args, f"{attribute}_file")
+        try:
+            value = (_read_secret(path, f"{option}-file", what) if path is not None
+                     else os.environ.get(variable) or None)
+        except ValueError as error:
+            return str(error)
+        setattr(args, attribute, value)
+    return None
+
+
 def _read_keys(path: str) -> tuple[tuple[str, ...], dict[str, float], dict[str, str]]:
-    """The keys, class budgets and names of a ``--keys`` file.
+    """The keys, class budgets and names of a ``--keys`` file (UTF-8, a byte-order mark or not).
 
     One account per line, ``KEY [DOLLARS [NAME]]``; blank lines and ``#`` comments ignored.
     """
     keys: list[str] = []
     budgets: dict[str, float] = {}
     names: dict[str, str] = {}
-    with open(path, encoding="utf-8") as file:
+    with open(path, encoding="utf-8-sig") as file:
         for number, line in enumerate(file, start=1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
@@ -193,6 +246,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
 
+    refused = _secrets(args)
+    if refused is not None:
+        print(f"gpucloud-nb sandbox: error: {refused}", file=sys.stderr)
+        return 2
     if args.action is not None:
         return _service_action(args)
     if args.yes:
@@ -223,10 +280,8 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             print(f"gpucloud-nb sandbox: error: cannot write in the sandbox home {args.home}: "
                   f"{error.strerror or error}.", file=sys.stderr)
             return 1
-        args.api_key = args.api_key or os.environ.get("GPUCLOUD_SANDBOX_API_KEY") or own_key
-        args.inference_secret = (args.inference_secret
-                                 or os.environ.get("GPUCLOUD_SANDBOX_INFERENCE_SECRET")
-                                 or own_secret)
+        args.api_key = args.api_key or own_key
+        args.inference_secret = args.inference_secret or own_secret
         args.state = args.state or str(home / STATE_FILE)
     port = args.port
 
@@ -342,6 +397,7 @@ def _service_action(args: argparse.Namespace) -> int:
 def _act(action: str, home: Path, launch_seconds: float) -> int:
     """``start``, ``status``, ``stop`` or ``reset --yes``; raises ``GPUCloudError``/``OSError``."""
     from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox.ssh import remove_machines
 
     if action == "start":
         runtime = service.find_or_start(home, launch_seconds=launch_seconds)
@@ -359,6 +415,7 @@ def _act(action: str, home: Path, launch_seconds: float) -> int:
     pid = service.stop(home)
     for suffix in ("", "-wal", "-shm"):
         (home / f"{service.STATE_FILE}{suffix}").unlink(missing_ok=True)
+    remove_machines(home)  # the instances' homes and the volumes' files go with them
     if pid is None:
         print(f"Emptied the sandbox state in {home}.")
         return 0
@@ -376,8 +433,8 @@ def _class_view(args: argparse.Namespace) -> int:
     from gpucloud_nb.client.management import GPUCloud
 
     if not args.teacher_key:
-        print("gpucloud-nb sandbox: error: `class` needs the teacher's key: give --teacher-key "
-              "or set GPUCLOUD_TEACHER_KEY.", file=sys.stderr)
+        print("gpucloud-nb sandbox: error: `class` needs the teacher's key: set "
+              "GPUCLOUD_TEACHER_KEY or give --teacher-key-file FILE.", file=sys.stderr)
         return 2
     host = f"[{args.host}]" if ":" in args.host else args.host
     try:

@@ -23,6 +23,9 @@ them from 1 in arrival order; request number ``n`` then meets, in this order:
   closes the TCP connection without sending a byte of the answer. The client sees the connection
   drop (``httpx.RemoteProtocolError``), never a status: exactly the "did my create happen?" case.
   A create the sandbox refuses (400) is answered normally.
+- ``deaf_deletes``: the first ``deaf_deletes`` deletes of instances (``DELETE`` of
+  ``/gpu-cloud/instances/{id}``) are answered 204 and not performed: a cloud that takes a delete
+  and goes on billing (what a gateway must notice and retry).
 - ``extra_fields``: every JSON object in every JSON answer, at every depth, gains fields the spec
   does not name (a string, a number, an object and a list of objects), as a newer cloud might send.
 
@@ -74,11 +77,13 @@ class Faults:
     slow_every: int = 0
     slow_seconds: float = 0.2
     drop_create_every: int = 0
+    deaf_deletes: int = 0
     extra_fields: bool = False
     prefix: str = "/gpu-cloud/"
 
     def __post_init__(self) -> None:
-        for name in ("error_every", "rate_limit_every", "slow_every", "drop_create_every"):
+        for name in ("error_every", "rate_limit_every", "slow_every", "drop_create_every",
+                     "deaf_deletes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number, zero (off) or more.")
@@ -91,7 +96,7 @@ class Faults:
     def active(self) -> bool:
         """True when at least one fault is switched on."""
         return bool(self.error_every or self.rate_limit_every or self.slow_every
-                    or self.drop_create_every or self.extra_fields)
+                    or self.drop_create_every or self.deaf_deletes or self.extra_fields)
 
     @classmethod
     def parse(cls, text: str) -> Faults:
@@ -144,6 +149,7 @@ class FaultStats:
     errors: int = 0
     rate_limited: int = 0
     dropped: int = 0
+    deaf: int = 0
     rewritten: int = 0
 
 
@@ -221,6 +227,12 @@ class FaultInjector:
             wait = _seconds_text(faults.retry_after)
             await self._answer(send, 429, scope["path"], "Too many requests; slow down.",
                                [(b"retry-after", wait.encode())])
+            return
+        if faults.deaf_deletes and stats.deaf < faults.deaf_deletes and scope["method"] == "DELETE" \
+                and scope["path"].startswith("/gpu-cloud/instances/"):
+            stats.deaf += 1
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         drop = is_create and faults.drop_create_every and stats.creates % faults.drop_create_every == 0
         if not (drop or faults.extra_fields):

@@ -1,33 +1,42 @@
 """What a sandbox instance's processes really do: the stand-in for its GPU's use.
 
-    >>> meter = TreeMeter()
-    >>> meter.sample(set(), sessions_of_processes()).util
+    >>> table = ProcessTable()
+    >>> TreeMeter().sample(table.snapshot().of("/no/such/instance", set())).util
     0.0
 
-An instance's processes are those of the sessions its SSH server started (every command runs
-in a session of its own, see :mod:`gpucloud_nb.sandbox.ssh`), and their descendants, even those
-that started a session of their own. Between two samples, the CPU time they used (their own and
-that of children they reaped) over the wall time passed is the utilisation, in percent of one
-core: a busy loop is 100 %. Where Linux tells it (``/proc/PID/schedstat``), the time a process
-waited for a core while ready to run counts as used too: a GPU kernel queued behind another is
-still GPU work, and a busy loop stays 100 % on a machine whose cores are shared. Their
-resident memory (RSS) is the memory used. A process first seen at a sample counts from when it
-started if that was after the previous sample, else from that sample on. A process that ended
-since the last sample and whose parent is still measured shows again in its parent's
-reaped-children time: what was counted of it already is taken off.
+An instance's processes are every process whose environment carries its marker (:data:`MARKER`,
+set by :mod:`gpucloud_nb.sandbox.ssh` on every command it starts, to the instance's home), and
+every process of the sessions its SSH server started and their descendants. A process inherits
+its parent's environment, so the marker follows whatever was started on the instance, however
+it left its session or parent: ``setsid``, ``nohup … &``, ``tmux new -d`` (each instance has a
+tmux server of its own: ``TMUX_TMPDIR`` is set too) and double-forking daemons. (A process that
+clears its environment, ``env -i``, is still found while it is a descendant of a session.)
+The service's own process is never one of them. Deleting an instance kills them all.
+
+Between two samples, the CPU time they used (their own and that of children they reaped) over
+the wall time passed is the utilisation, in percent of one core: a busy loop is 100 %. Where
+Linux tells it (``/proc/PID/schedstat``), the time a process waited for a core while ready to
+run counts as used too: a GPU kernel queued behind another is still GPU work, and a busy loop
+stays 100 % on a machine whose cores are shared. Their resident memory (RSS) is the memory
+used. A process first seen at a sample counts from when it started if that was after the
+previous sample, else from that sample on. A process that ended since the last sample and whose
+parent is still measured shows again in its parent's reaped-children time: what was counted of
+it already is taken off.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["TreeMeter", "Use", "sessions_of_processes"]
+__all__ = ["MARKER", "ProcessTable", "Snapshot", "TreeMeter", "Use"]
+
+MARKER = "GPUCLOUD_MACHINE"
+"""The environment variable that marks a process as an instance's: its value is the instance home."""
 
 
 @dataclass(frozen=True)
@@ -44,13 +53,71 @@ class Use:
         return self.rss / 1048576
 
 
-def sessions_of_processes() -> dict[int, list[int]]:
-    """Every process id on this machine, by session id (one pass, shared by all instances)."""
-    found: dict[int, list[int]] = {}
-    for pid in psutil.pids():
-        with contextlib.suppress(OSError):
-            found.setdefault(os.getsid(pid), []).append(pid)
-    return found
+@dataclass
+class Snapshot:
+    """Every process of this machine at one moment: by session, by marker, and their children."""
+
+    by_session: dict[int, list[int]] = field(default_factory=dict)
+    by_marker: dict[str, list[int]] = field(default_factory=dict)
+    children: dict[int, list[int]] = field(default_factory=dict)
+    group: dict[int, int] = field(default_factory=dict)
+
+    def of(self, marker: str, sessions: Collection[int],
+           skip_groups: Collection[int] = ()) -> set[int]:
+        """The processes of the instance marked ``marker`` whose SSH sessions are ``sessions``
+        (each with its descendants), less those in the process groups ``skip_groups``."""
+        roots = list(self.by_marker.get(marker, ()))
+        for session in sessions:
+            roots.extend(self.by_session.get(session, ()))
+        found: set[int] = set()
+        while roots:
+            pid = roots.pop()
+            if pid not in found:
+                found.add(pid)
+                roots.extend(self.children.get(pid, ()))
+        found.discard(os.getpid())
+        return {pid for pid in found if self.group.get(pid) not in skip_groups}
+
+
+class ProcessTable:
+    """Reads the process table; each process's marker is read once (by pid and start time)."""
+
+    def __init__(self) -> None:
+        self._markers: dict[int, tuple[float, str | None]] = {}
+
+    def _marker(self, process: psutil.Process, started: float) -> str | None:
+        known = self._markers.get(process.pid)
+        if known is not None and known[0] == started:
+            return known[1]
+        try:
+            value = process.environ().get(MARKER)
+        except psutil.Error:  # another user's process, or gone
+            value = None
+        self._markers[process.pid] = (started, value)
+        return value
+
+    def snapshot(self) -> Snapshot:
+        """Every process now (one pass, shared by all instances)."""
+        found = Snapshot()
+        alive: set[int] = set()
+        for pid in psutil.pids():
+            try:
+                process = psutil.Process(pid)
+                with process.oneshot():
+                    started, parent = process.create_time(), process.ppid()
+                session, group = os.getsid(pid), os.getpgid(pid)
+            except (psutil.Error, OSError):
+                continue
+            alive.add(pid)
+            found.by_session.setdefault(session, []).append(pid)
+            found.children.setdefault(parent, []).append(pid)
+            found.group[pid] = group
+            marker = self._marker(process, started)
+            if marker:
+                found.by_marker.setdefault(marker, []).append(pid)
+        for gone in [pid for pid in self._markers if pid not in alive]:
+            del self._markers[gone]
+        return found
 
 
 def _wanted(pid: int, cpu: float) -> float:
@@ -64,21 +131,15 @@ def _wanted(pid: int, cpu: float) -> float:
 
 
 class TreeMeter:
-    """The use of one instance's process tree, sampled again and again."""
+    """The use of one instance's processes, sampled again and again."""
 
     def __init__(self) -> None:
         self._cpu: dict[int, tuple[float, int]] = {}
         self._at: float | None = None
 
-    def sample(self, sessions: Iterable[int], by_session: dict[int, list[int]]) -> Use:
-        """The use since the last sample of the processes in ``sessions`` and their children."""
+    def sample(self, pids: Iterable[int]) -> Use:
+        """The use since the last sample of the processes ``pids`` (see :meth:`Snapshot.of`)."""
         now = time.time()
-        pids: set[int] = set()
-        for session in sessions:
-            for pid in by_session.get(session, ()):
-                pids.add(pid)
-                with contextlib.suppress(psutil.Error):
-                    pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
         cpu: dict[int, tuple[float, int]] = {}
         used = 0.0
         rss = 0

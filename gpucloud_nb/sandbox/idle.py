@@ -3,15 +3,18 @@
     $ curl -H "x-api-key: $KEY" -X PUT $BASE/sandbox/instances/$ID/idle-delete -d '{"seconds": 1800}'
     $ curl -H "x-api-key: $KEY" -X POST $BASE/sandbox/instances/$ID/keep     # idle clock to 0
 
-Every ``POLL`` seconds (1) the service measures each active instance's process tree
-(:mod:`gpucloud_nb.sandbox.gpu_use`: CPU share for GPU utilisation, RSS for memory) and hands it
-to the instance's ``nvidia-smi``. An instance with an idle limit is *busy* at a measure when an
-SSH session (a shell, a command, SFTP or scp) is open or opened or closed since the last
-measure, or its GPU utilisation is ``THRESHOLD`` % (5) or more; a Jupyter kernel on it that
-executes code is CPU in its tree, so it counts. A port forward (a connected kernel, the model
-port) and ``nvidia-smi`` itself do not count: looking at an instance is not using it. Once an
-instance has been idle for its limit, the service deletes it, at most one measure late, and the
-log says so.
+Every ``POLL`` seconds (1) the service measures every process of each active instance
+(:mod:`gpucloud_nb.sandbox.gpu_use`: CPU share for GPU utilisation, RSS for memory; found by the
+marker in their environment, however they were started) and hands it to the instance's
+``nvidia-smi``. An instance with an idle limit is *in use* at a measure by the one rule of every
+idle watcher, :func:`gpucloud_nb.idle_rule.in_use`: an SSH session (a shell, a command, SFTP or
+scp) is open or opened or closed since the last measure, or its GPU utilisation is
+``THRESHOLD`` % (5) or more. A Jupyter kernel on it that executes code is CPU among its
+processes, so it counts; an idle kernel is not use, and neither is bookkeeping: a session whose
+client marked it so (a watcher's ``nvidia-smi`` measure, a kernel provisioner's ``kill -0``
+poll; see :mod:`gpucloud_nb.sandbox.ssh`) counts neither as a session nor, while open, as CPU.
+A port forward (a connected kernel, the model port) does not count either. Once an instance has
+been idle for its limit, the service deletes it, at most one measure late, and the log says so.
 
 Sandbox-only routes (each key sees its own account's instances):
 
@@ -50,13 +53,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from gpucloud_nb.sandbox.gpu_use import TreeMeter, Use, sessions_of_processes
+from gpucloud_nb.idle_rule import THRESHOLD, in_use
+from gpucloud_nb.sandbox.gpu_use import ProcessTable, TreeMeter, Use
 from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 from gpucloud_nb.sandbox.lifecycle import iso, status_of
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from gpucloud_nb.sandbox.ssh import _InstanceServer
     from gpucloud_nb.sandbox.store import Store
 
 __all__ = ["POLL", "THRESHOLD", "WARN", "IdleWatcher", "idle_routes", "idle_watching",
@@ -64,7 +69,6 @@ __all__ = ["POLL", "THRESHOLD", "WARN", "IdleWatcher", "idle_routes", "idle_watc
 
 log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
 POLL = 1.0
-THRESHOLD = 5.0
 WARN = 300.0
 
 
@@ -88,6 +92,7 @@ class IdleWatcher:
         self.since: dict[str, float] = {}
         self.uses: dict[str, Use] = {}
         self._meters: dict[str, TreeMeter] = {}
+        self._table = ProcessTable()
         self._last = time.time()
 
     def keep(self, instance_id: str) -> None:
@@ -109,16 +114,15 @@ class IdleWatcher:
             "memoryMiB": None if use is None else round(use.memory_mib, 1),
         }
 
-    def _measure(self, groups: dict[str, set[int]]) -> dict[str, Use]:
-        by_session = sessions_of_processes()
-        return {id_: self._meters.setdefault(id_, TreeMeter()).sample(sessions, by_session)
-                for id_, sessions in groups.items()}
+    def _measure(self, running: dict[str, _InstanceServer]) -> dict[str, Use]:
+        snapshot = self._table.snapshot()
+        return {id_: self._meters.setdefault(id_, TreeMeter()).sample(server.processes(snapshot))
+                for id_, server in running.items()}
 
     async def step(self) -> None:
         """Measure every running instance once; delete those idle past their limit."""
         running = self.servers.running()
-        groups = {id_: server.groups - server.looking for id_, server in running.items()}
-        uses = await asyncio.to_thread(self._measure, groups)
+        uses = await asyncio.to_thread(self._measure, running)
         for id_, use in uses.items():
             with contextlib.suppress(OSError):
                 running[id_].write_use(use.util, use.memory_mib)
@@ -130,10 +134,10 @@ class IdleWatcher:
             record = self.store.instance(user, id_)
             server = running.get(id_)
             measured = uses.get(id_)
-            busy = (record is None or status_of(record, moment).name != "active"
-                    or (server is not None and (server.sessions > 0
-                                                or server.session_at >= self._last))
-                    or (measured is not None and measured.util >= THRESHOLD))
+            opened = server is not None and (server.sessions > 0 or server.session_at >= self._last)
+            busy = in_use(active=record is not None and status_of(record, moment).name == "active",
+                          open_uses=int(opened), kernel_busy=False,  # a busy kernel is its CPU
+                          gpu_util=None if measured is None else measured.util)
             since = self.since.setdefault(id_, now)
             if busy:
                 self.since[id_] = now

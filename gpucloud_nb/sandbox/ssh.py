@@ -38,7 +38,19 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   [--port 8000]`` serves the sandbox's OpenAI-compatible model, see
   :mod:`gpucloud_nb.sandbox.vllm`), and ``python3`` is the sandbox's own Python (so it has
   ipykernel and ipywidgets). A signal from the client, or the channel closing before the command
-  ends, kills its process group.
+  ends, kills its process group. Every command's environment carries the instance's marker
+  (:data:`gpucloud_nb.sandbox.gpu_use.MARKER`) and a ``TMUX_TMPDIR`` of its own, so whatever it
+  starts (``setsid``, ``nohup … &``, ``tmux new -d``, a daemon) is known to be the instance's:
+  measured as its use, and killed when the instance is deleted.
+- **Use.** Every session (command, shell, SFTP, scp) counts as use of the instance while it is
+  open (:mod:`gpucloud_nb.sandbox.idle`), except one whose client sent
+  :data:`gpucloud_nb.idle_rule.BOOKKEEPING` in its environment (a watcher's GPU measure, a
+  kernel provisioner's poll): neither it nor the CPU of its process group while it is open
+  counts. What it leaves running (a kernel started under ``nohup``) is the instance's like
+  anything else.
+- **Deleting.** When the instance's server closes (it is deleting), every process of the
+  instance is killed and its home (with its files: synced notebooks, a cluster's key) removed;
+  only its volumes, outside the home, remain.
 - **Ports.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
   port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); to any other port,
   that port of the host's loopback, where the instance's processes listen (a kernel started on
@@ -57,6 +69,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -74,12 +87,15 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from gpucloud_nb.idle_rule import BOOKKEEPING
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
+from gpucloud_nb.sandbox.gpu_use import MARKER, ProcessTable
 from gpucloud_nb.sandbox.home import private_dir
 from gpucloud_nb.sandbox.lifecycle import status_at
 
 if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.gpu_use import Snapshot
     from gpucloud_nb.sandbox.server import SandboxConfig
     from gpucloud_nb.sandbox.store import InstanceRecord, Store
 
@@ -92,6 +108,7 @@ __all__ = [
     "gpu_state",
     "mount_point",
     "nvidia_smi_text",
+    "remove_machines",
 ]
 
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
@@ -229,10 +246,22 @@ class InstanceServers:
             self.home = private_dir(self.config.home)
             self.machines = _machines_dir(self.home)
         private_dir(self.home / "ssh")
+        self._sweep()
         if self.config.keys and self.config.shared_shell:
             logger.warning(SHARED_SHELL_WARNING)
         await self.reconcile()
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
+
+    def _sweep(self) -> None:
+        """Remove the home (and commands) of every instance that is no longer live: one
+        deleted while no service ran, or before deletes removed homes."""
+        assert self.machines is not None
+        live = {times.id for times in self.store.live_instance_times()}
+        for kind in ("instances", "bin"):
+            with contextlib.suppress(OSError):
+                for directory in (self.machines / kind).iterdir():
+                    if directory.name not in live and not directory.is_symlink():
+                        shutil.rmtree(directory, ignore_errors=True)
 
     def wake(self) -> None:
         """Reconcile now rather than at the next tick (an instance was just created)."""
@@ -255,7 +284,7 @@ class InstanceServers:
                   if status_at(times, soon).name == "active"]
         keep = set(wanted)
         for instance_id in [i for i in self._servers if i not in keep]:
-            await self._servers.pop(instance_id).close()
+            await self._servers.pop(instance_id).close(ended=True)  # deleting: its data goes
         for instance_id in wanted:
             if instance_id not in self._servers:
                 record = self.store.instance_by_id(instance_id)  # its doc, read only now
@@ -280,6 +309,15 @@ class InstanceServers:
             for directory in (self.home, self.machines):
                 if directory is not None:
                     shutil.rmtree(directory, ignore_errors=True)
+
+
+def remove_machines(home: Path) -> None:
+    """Remove every instance home, volume and command of the sandbox home ``home`` (``reset``;
+    its service must be stopped)."""
+    for machines in (home.with_name(f"{home.name}-machines"), home / "machines"):
+        if machines.is_dir() and not machines.is_symlink():
+            for name in ("instances", "volumes", "bin"):
+                shutil.rmtree(machines / name, ignore_errors=True)
 
 
 def _own_dir(path: Path) -> bool:
@@ -328,7 +366,7 @@ class _InstanceServer:
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.port = 0
         #: Sessions open now (commands, shells, SFTP), and when one last opened or closed (s);
-        #: the process groups of nvidia-smi commands, which are not use.
+        #: the process groups of bookkeeping commands open now, which are not use.
         self.looking: set[int] = set()
         self.sessions = 0
         self.session_at = 0.0
@@ -443,6 +481,17 @@ class _InstanceServer:
         wanted = key.public_data
         return any(candidate.public_data == wanted for candidate in allowed)
 
+    @property
+    def marker(self) -> str:
+        """The value of :data:`~gpucloud_nb.sandbox.gpu_use.MARKER` in its processes."""
+        return str(self.home)
+
+    @property
+    def tmux_dir(self) -> Path:
+        """Its own ``TMUX_TMPDIR`` (short: a socket path has at most 107 bytes)."""
+        digest = hashlib.sha256(self.marker.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"gpucloud-tmux-{digest}"
+
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         for name in [n for n in env if n.startswith(("GPUCLOUD_", "JPY_", "VIRTUAL_ENV"))]:
@@ -453,13 +502,15 @@ class _InstanceServer:
             "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "GPUCLOUD_PORT_8000": str(self.model_port),
             "GPUCLOUD_INSTANCE_ID": self.record.id,
+            MARKER: self.marker,
+            "TMUX_TMPDIR": str(private_dir(self.tmux_dir)),
             "PYTHONUNBUFFERED": "1",
         })
         return env
 
     async def _process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        # Looking at the GPU is not using the instance: nvidia-smi keeps nothing from idling.
-        counted = (process.command or "").split(maxsplit=1)[:1] != ["nvidia-smi"]
+        # Bookkeeping (a watcher's measure, a provisioner's poll) keeps nothing from idling.
+        counted = not _bookkeeping(process.env)
         if counted:
             self.session(+1)
         try:
@@ -482,7 +533,7 @@ class _InstanceServer:
             process.exit(127)
             return
         self.groups.add(child.pid)
-        if not counted:  # nor is its CPU measured as the instance's use
+        if not counted:  # nor is its CPU, while it is open, measured as the instance's use
             self.looking.add(child.pid)
         pumps = [asyncio.create_task(_pump_out(child.stdout, process.stdout)),
                  asyncio.create_task(_pump_out(child.stderr, process.stderr))]
@@ -503,25 +554,33 @@ class _InstanceServer:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         feeder.cancel()
         closed.cancel()
+        self.looking.discard(child.pid)  # what it left running (a kernel) is the instance's
         try:  # forget the group once empty; one left running in the background (nohup) is
             os.killpg(child.pid, 0)  # killed with the instance
         except (ProcessLookupError, PermissionError):
             self.groups.discard(child.pid)
-            self.looking.discard(child.pid)
         with contextlib.suppress(Exception):
             process.exit(child.returncode if child.returncode is not None and
                          child.returncode >= 0 else 128 + abs(child.returncode or 15))
 
-    async def close(self) -> None:
+    async def close(self, ended: bool = False) -> None:
+        """Stop serving and kill every process of the instance; when it ``ended`` (it is
+        deleting), remove its home too (a service that stops keeps its instances' files)."""
         if self.acceptor is not None:
             self.acceptor.close()
             with contextlib.suppress(Exception):
                 await self.acceptor.wait_closed()
         for connection in list(self.connections):
             connection.close()
-        for group in list(self.groups):
-            _kill_group(group, signal.SIGKILL)
-        self.groups.clear()
+        groups, self.groups = set(self.groups), set()
+        await asyncio.to_thread(_end_processes, self.marker, groups)
+        gone = [self.tmux_dir, self.home, self.bin] if ended else [self.tmux_dir]
+        for directory in gone:
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+
+    def processes(self, snapshot: Snapshot) -> set[int]:
+        """Its processes in ``snapshot``, less the bookkeeping commands open now."""
+        return snapshot.of(self.marker, self.groups, skip_groups=self.looking)
 
 
 class _SFTP(asyncssh.SFTPServer):
@@ -540,6 +599,33 @@ class _SFTP(asyncssh.SFTPServer):
 def _kill_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _bookkeeping(env: Any) -> bool:
+    """True when the client sent ``BOOKKEEPING=1`` with the session (names and values may be
+    bytes: the server runs without an encoding)."""
+    for name, value in dict(env or {}).items():
+        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        value = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        if name == BOOKKEEPING and value.strip() == "1":
+            return True
+    return False
+
+
+def _end_processes(marker: str, groups: set[int]) -> None:
+    """Kill every process of an instance: its marked ones and its sessions' groups, again until
+    none is left (one may fork meanwhile)."""
+    table = ProcessTable()
+    for _ in range(10):
+        for group in groups:
+            _kill_group(group, signal.SIGKILL)
+        left = table.snapshot().of(marker, ())
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 async def _pump_out(reader: asyncio.StreamReader | None, writer: Any) -> None:

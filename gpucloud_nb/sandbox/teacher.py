@@ -1,11 +1,12 @@
 """The teacher's view of a class sandbox: every account's use, and stopping a student or the class.
 
-    $ gpucloud-nb sandbox --keys class.txt --teacher-key "$TEACHER_KEY"
+    $ GPUCLOUD_TEACHER_KEY="$TEACHER_KEY" gpucloud-nb sandbox --keys class.txt
     $ curl -H "x-api-key: $TEACHER_KEY" $BASE/sandbox/class
 
-Sandbox-only routes, answered only for ``--teacher-key``; any other key (a student's), a wrong
-key or none gets the same 404 as a path that does not exist, so a student cannot tell the route
-is there. Without ``--teacher-key`` the routes do not exist.
+Sandbox-only routes, answered only for the teacher's key (``GPUCLOUD_TEACHER_KEY`` or
+``--teacher-key-file``); any other key (a student's), a wrong key or none gets the same 404 as a
+path that does not exist, so a student cannot tell the route is there. Without a teacher's key
+the routes do not exist.
 
 - ``GET /sandbox/class``: ``{"accounts": [row, ...]}`` in the order of the keys file, one row
   per account (the teacher's own is not one): ``{"account"`` (its id, as on its volumes'

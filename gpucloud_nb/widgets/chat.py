@@ -68,7 +68,8 @@ class ChatWidget(ChatFields):
     first listed chat model); ``system_prompt``, ``temperature`` and ``max_tokens`` fill the
     fields of the same names (``max_tokens`` 0 or ``None``: no limit). ``async_client`` is an
     optional :class:`~gpucloud_nb.client.inference.AsyncInferenceClient` that replies stream
-    through (by default one is opened per request from the client's URL and secret).
+    through (by default the panel opens one from the client's URL and secret at its first
+    request, keeps its connection for the next ones, and closes it with the panel).
     How replies stream without freezing the kernel: :mod:`~gpucloud_nb.widgets._chat_turn`;
     how they stay small on the wire: :mod:`~gpucloud_nb.widgets._chat_reply`; Enter to send:
     :mod:`~gpucloud_nb.widgets._chat_input`; the stable CSS classes: :data:`CSS_CLASSES`.
@@ -109,13 +110,17 @@ class ChatWidget(ChatFields):
                  secret: str | None = None, system_prompt: str = "", temperature: float = 0.7,
                  max_tokens: int | None = None, async_client: AsyncInferenceClient | None = None,
                  **kwargs: Any) -> None:
+        owned: list[InferenceClient] = []
         if isinstance(client, str):
             client = InferenceClient(client, secret)
+            owned.append(client)
         elif secret is not None:
             raise InvalidInputError("Pass secret= only with an endpoint URL; an InferenceClient "
                                     "already holds its secret.")
         self._client = client
+        self._owned_client = owned[0] if owned else None  # made here: closed with the panel
         self._async_client = async_client
+        self._opened: tuple[AsyncInferenceClient, asyncio.AbstractEventLoop] | None = None
         self._lock = threading.RLock()
         self._conversation = Conversation()
         self._pending: list[Attachment] = []
@@ -301,9 +306,15 @@ class ChatWidget(ChatFields):
         return self._conversation.request_messages(self._system.value)
 
     def close(self) -> None:
-        """Stop requests and close the panel and every widget in it."""
+        """Stop requests and close the panel, every widget in it and the clients it opened."""
         for turn in list(self._turns):
             turn.stop()
+        with self._lock:
+            opened, self._opened = self._opened, None
+        if opened is not None:
+            _close_on_its_loop(*opened)  # before the shared loop may stop
+        if self._owned_client is not None:
+            self._owned_client.close()
         LoopThread.release(self)
         roots = [self, self._input, *self._shared()]
         found: dict[int, widgets.Widget] = {}
@@ -478,11 +489,21 @@ class ChatWidget(ChatFields):
             if self.status.kind == "info":
                 self.status.clear()
 
-    def _open_client(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _open_client(self) -> contextlib.AbstractAsyncContextManager[AsyncInferenceClient]:
+        """The panel's one async client (the one given, else the one it opened on this loop)."""
         if self._async_client is not None:
             return contextlib.nullcontext(self._async_client)
-        # The async twin shares the client's Secret object: the secret never sits in a widget.
-        return self._client.to_async()
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            stale = self._opened if self._opened is not None and self._opened[1] is not loop else None
+            if self._opened is None or stale is not None:
+                # The async twin shares the client's Secret object: the secret never sits in a
+                # widget. Its connections belong to the loop it first ran on.
+                self._opened = (self._client.to_async(), loop)
+            client = self._opened[0]
+        if stale is not None:
+            _close_on_its_loop(*stale)
+        return contextlib.nullcontext(client)
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": float(self._temperature.value)}
@@ -605,6 +626,22 @@ class ChatWidget(ChatFields):
             if isinstance(child, ErrorLine):
                 found.append(html.unescape(re.sub(r"<[^>]+>", "", child.value)).removeprefix("⚠ "))
         return found
+
+
+def _close_on_its_loop(client: AsyncInferenceClient, loop: asyncio.AbstractEventLoop) -> None:
+    """Close ``client`` on the loop its connections belong to (waited for from another thread)."""
+    if loop.is_closed() or not loop.is_running():
+        return  # its loop is gone, and its connections with it
+    if running_loop() is loop:
+        task = loop.create_task(client.aclose())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+        return
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=30)
+
+
+_closing: set[asyncio.Task[None]] = set()  # closes under way on a running loop, kept alive
 
 
 def _close_tree(widget: widgets.Widget, keep: Iterable[widgets.Widget] = ()) -> None:

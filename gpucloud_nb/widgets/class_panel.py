@@ -1,6 +1,6 @@
-"""``ClassPanel``: the teacher's view of a class sandbox, stopping a student or the whole class.
+"""``ClassPanel``: the teacher's view of a class gateway (or class sandbox), stopping a student or all.
 
-    >>> teacher = GPUCloud(api_key=TEACHER_KEY, base_url="http://127.0.0.1:8765")  # doctest: +SKIP
+    >>> teacher = GPUCloud(api_key=TEACHER_KEY, base_url="http://127.0.0.1:8790")  # doctest: +SKIP
     >>> panel = ClassPanel(teacher)  # doctest: +SKIP
     >>> panel.request_stop(panel.rows[0].account)   # "Stop all 2 instances of Ada? ..."  # doctest: +SKIP
     >>> panel.confirm_stop()                        # or panel.cancel_stop()  # doctest: +SKIP
@@ -9,12 +9,15 @@
 Choices, written down once:
 
 - One row per student account (the order of the keys file): instances not yet deleted, dollars
-  per hour billing now, spend so far, class budget and what is left, and minutes since the
-  account last called the cloud (see :mod:`gpucloud_nb.sandbox.teacher`). A budget under 20 %
-  left shows in the theme's warning colour, a spent one in its error colour; every colour is a
-  JupyterLab theme variable.
+  per hour billing now, spend so far, budget (``/day``, ``/week`` when it starts again) and what
+  is left; from a class sandbox also the masked key and minutes since the account last called
+  the cloud, from a gateway a "deletes not done" column while the cloud has taken a delete and
+  not done it (the gateway retries). Both come through
+  :class:`~gpucloud_nb.client.teacher.ClassView`. A budget under 20 % left shows in the theme's
+  warning colour, a spent one in its error colour; every colour is a JupyterLab theme variable.
 - Stopping asks first, for one student as for the whole class; only :meth:`ClassPanel.confirm_stop`
-  (or its button) deletes.
+  (or its button) deletes. "Set budget" changes the chosen student's budget at once (a class
+  gateway keeps it; a class sandbox says in one sentence that it cannot).
 - The view refreshes every ``interval`` seconds (10) in a daemon thread while any student has an
   instance, and stops after three failed refreshes in a row; ``refresh()`` works at any time.
 - "Export CSV" writes ``class-<date>-<time>.csv`` in the working directory (``csv()`` returns
@@ -69,18 +72,31 @@ def _left_html(row: AccountUse) -> str:
 
 
 def _table(rows: list[AccountUse]) -> str:
+    keys = any(row.key for row in rows)  # a sandbox's rows; a gateway shows no key
+    idle = any(row.idle_minutes is not None for row in rows)
+    stuck = any(row.unconfirmed_deletes for row in rows)
+    headers = [name for name in _HEADERS if (name != "key" or keys) and (name != "idle min" or idle)]
+    if stuck:
+        headers.append("deletes not done")
     head = "".join(f'<th style="{_CELL};text-align:left;border-bottom:1px solid '
-                   f'var(--jp-border-color2)">{escape(name)}</th>' for name in _HEADERS)
+                   f'var(--jp-border-color2)">{escape(name)}</th>' for name in headers)
     body = []
     for row in rows:
-        cells = [escape(row.name), escape(row.key), str(row.instances), escape(money(row.per_hour)),
-                 escape(money(row.spend)), escape(money(row.budget)), _left_html(row),
-                 "" if row.idle_minutes is None else f"{row.idle_minutes:g}"]
+        budget = money(row.budget) + (f"/{row.period}" if row.period and row.budget is not None
+                                      else "")
+        cells = [escape(row.name)] + ([escape(row.key)] if keys else []) + [
+            str(row.instances), escape(money(row.per_hour)), escape(money(row.spend)),
+            escape(budget), _left_html(row)]
+        if idle:
+            cells.append("" if row.idle_minutes is None else f"{row.idle_minutes:g}")
+        if stuck:
+            cells.append(f'<b style="color:{ERROR}">{row.unconfirmed_deletes} (retrying)</b>'
+                         if row.unconfirmed_deletes else "")
         body.append("<tr>" + "".join(f'<td style="{_CELL}">{cell}</td>' for cell in cells)
                     + "</tr>")
-    total = ["total", "", str(sum(r.instances for r in rows)),
-             escape(money(sum(r.per_hour for r in rows))),
-             escape(money(sum(r.spend for r in rows))), "", "", ""]
+    total = ["total"] + ([""] if keys else []) + [
+        str(sum(r.instances for r in rows)), escape(money(sum(r.per_hour for r in rows))),
+        escape(money(sum(r.spend for r in rows)))] + [""] * (len(headers) - 4 - keys)
     foot = "".join(f'<td style="{_CELL};font-weight:bold;border-top:1px solid '
                    f'var(--jp-border-color2)">{text}</td>' for text in total)
     return (f'<table class="gpucloud-table gpucloud-class-table" style="border-collapse:collapse;'
@@ -89,17 +105,19 @@ def _table(rows: list[AccountUse]) -> str:
 
 
 class ClassPanel(RefreshTicks, widgets.VBox):
-    """Every student's use of a class sandbox, with stop buttons that ask first.
+    """Every student's use of a class gateway or sandbox, with stop buttons that ask first.
 
     ``ClassPanel(cloud, *, interval=10.0)``, ``cloud`` holding the teacher's key.
 
     From code: :meth:`refresh` (→ :attr:`rows`), :meth:`request_stop`, :meth:`confirm_stop`,
-    :meth:`cancel_stop`, :meth:`csv`, :meth:`save_csv`, :attr:`auto_refreshing`.
+    :meth:`cancel_stop`, :meth:`set_budget`, :meth:`csv`, :meth:`save_csv`,
+    :attr:`auto_refreshing`.
 
     CSS classes: ``gpucloud-class-panel`` (the panel), ``gpucloud-class-refresh``,
     ``gpucloud-class-updated``, ``gpucloud-class-table`` (the HTML widget and the ``<table>``),
     ``gpucloud-class-student`` (the dropdown), ``gpucloud-class-stop-student``,
-    ``gpucloud-class-stop-all``, ``gpucloud-class-export``, ``gpucloud-class-confirm`` (the
+    ``gpucloud-class-stop-all``, ``gpucloud-class-budget`` (the budget text),
+    ``gpucloud-class-set-budget``, ``gpucloud-class-export``, ``gpucloud-class-confirm`` (the
     confirmation row), ``gpucloud-class-question``, ``gpucloud-class-confirm-button``,
     ``gpucloud-class-cancel-button``, ``gpucloud-class-status`` (with ``gpucloud-status``, and
     ``gpucloud-error`` while it shows an error).
@@ -141,6 +159,12 @@ class ClassPanel(RefreshTicks, widgets.VBox):
         self.stop_all_button = css(widgets.Button(
             description="Stop the whole class…", icon="stop-circle", button_style="danger",
             layout=widgets.Layout(width="auto")), "gpucloud-class-stop-all")
+        self.budget = css(widgets.Text(placeholder="20, 20/day, - for none",
+                                       layout=widgets.Layout(width="12em")),
+                          "gpucloud-class-budget")
+        self.set_budget_button = css(widgets.Button(description="Set budget", icon="dollar",
+                                                    layout=widgets.Layout(width="auto")),
+                                     "gpucloud-class-set-budget")
         self.confirm = ConfirmRow("gpucloud-class", "Confirm stop", "stop")
         self.question, self.confirm_box = self.confirm.question, self.confirm.box
         self.confirm_button, self.cancel_button = self.confirm.confirm_button, self.confirm.cancel_button
@@ -148,7 +172,8 @@ class ClassPanel(RefreshTicks, widgets.VBox):
             widgets.HBox([self.refresh_button, self.export_button, self.updated],
                          layout=widgets.Layout(align_items="center", grid_gap="12px")),
             self.table,
-            widgets.HBox([self.student, self.stop_student_button, self.stop_all_button],
+            widgets.HBox([self.student, self.stop_student_button, self.stop_all_button,
+                          self.budget, self.set_budget_button],
                          layout=widgets.Layout(flex_flow="row wrap", grid_gap="8px")),
             self.confirm_box, self.status,
         )
@@ -157,6 +182,8 @@ class ClassPanel(RefreshTicks, widgets.VBox):
         self.stop_student_button.on_click(guarded(self.status, lambda _: self.request_stop(
             self._chosen())))
         self.stop_all_button.on_click(guarded(self.status, lambda _: self.request_stop(None)))
+        self.set_budget_button.on_click(guarded(self.status, lambda _: self.set_budget(
+            self._chosen(), self.budget.value)))
         self.confirm_button.on_click(guarded(self.status, lambda _: self.confirm_stop()))
         self.cancel_button.on_click(guarded(self.status, lambda _: self.cancel_stop()))
 
@@ -255,6 +282,27 @@ class ClassPanel(RefreshTicks, widgets.VBox):
         self.pending_stop = None
         self.confirm.hide()
         self.status.info("Nothing was stopped.")
+
+    # ------------------------------------------------------------------ budget
+
+    def set_budget(self, account: str, budget: float | str | None) -> AccountUse:
+        """Change ``account``'s budget now (a class gateway only): dollars, ``None`` or ``"-"``
+        for none, ``"20/day"``, ``"20/week"``; redraws and returns the student's new row."""
+        try:
+            if isinstance(budget, str):
+                budget = budget.strip()
+                if not budget:
+                    raise InvalidInputError("Type a budget first: dollars, 20/day, 20/week or - "
+                                            "for none.")
+            row = self._view.set_budget(account, budget)
+        except Exception as error:
+            self.status.error(error)
+            raise
+        self.refresh()
+        self.status.success(f"{row.name}'s budget is now "
+                            f"{'none' if row.budget is None else money(row.budget)}"
+                            f"{'/' + row.period if row.period else ''}.")
+        return row
 
     # ------------------------------------------------------------------ export
 

@@ -481,7 +481,7 @@ def test_an_idle_delete_takes_its_toast_down_and_its_launcher_tile_away(
 def test_a_clusters_instances_are_one_row_with_its_total_and_delete_all_reaches_the_cloud(
         cloud_lab: Lab, beside_lab: GPUCloud) -> None:
     """#30: a Dask cluster's instances under one heading (its size and $/h), and Delete all,
-    from the notes a kernel's cloud.cluster leaves (client/clusters.py's note)."""
+    from the notes a kernel's GPUCloudCluster leaves (client/clusters.py's note)."""
     observer = beside_lab
     offer = vm_offer(observer)
     members = [launch(observer, f"trio-{n}", offer=offer).id for n in range(3)]

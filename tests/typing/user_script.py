@@ -24,7 +24,7 @@ from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
-from gpucloud_nb.client.remote import RunResult
+from gpucloud_nb.client.remote import Remote, RunResult
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
 from gpucloud_nb.client.teacher import AccountUse
@@ -63,12 +63,13 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.spend(), pd.DataFrame)
     assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
     assert_type(cloud.instances.run_all(["x", "y"], "hostname", on_output=print), list[RunResult])
-    assert_type(cloud.cluster(4, gpu_type="H100"), GPUCloudCluster)
+    assert_type(GPUCloudCluster(cloud, 4, gpu_type="H100"), GPUCloudCluster)
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True), None)
     assert_type(cloud.instances.ssh_command("x"), str)
     assert_type(cloud.instances.ssh_key_in_use("x"), str | None)
+    assert_type(cloud.instances.ssh("x"), tuple[Remote, InstanceDetails])
     assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractContextManager[str])
     assert_type(cloud.sandbox, SandboxHandle | None)
     assert_type(cloud.close(), None)
@@ -117,8 +118,10 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), Coroutine[Any, Any, None])
     assert_type(cloud.instances.ssh_command("x"), Coroutine[Any, Any, str])
-    assert_type(cloud.instances.ssh_key_in_use("x"), str | None)
-    assert_type(cloud.instances.forward("x", 8000), contextlib.AbstractAsyncContextManager[str])
+    assert_type(cloud.instances.ssh_key_in_use("x"), Coroutine[Any, Any, str | None])
+    assert_type(cloud.instances.forward("x", 8000),
+                Coroutine[Any, Any, contextlib.AbstractAsyncContextManager[str]])
+    assert_type(cloud.instances.ssh("x"), Coroutine[Any, Any, tuple[Remote, InstanceDetails]])
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True),
                 Coroutine[Any, Any, None])
     assert_type(install_kernel_async(cloud, "x"), Coroutine[Any, Any, str])
@@ -129,12 +132,12 @@ def async_cloud(cloud: AsyncGPUCloud) -> None:
     assert_type(cloud.sandbox, SandboxHandle | None)
     assert_type(cloud.key_hint, str)
     assert_type(cloud.max_hourly_cost, float | None)
-    assert_type(cloud.sandbox_inference(), InferenceClient)
+    assert_type(cloud.sandbox_inference(), Coroutine[Any, Any, AsyncInferenceClient])
     assert_type(cloud.aclose(), Coroutine[Any, Any, None])
 
 
 async def async_forward(cloud: AsyncGPUCloud) -> None:
-    async with cloud.instances.forward("x", 8000) as url:
+    async with await cloud.instances.forward("x", 8000) as url:
         assert_type(url, str)
         assert_type(await AsyncInferenceClient(url, "secret").models(), list[str])
 

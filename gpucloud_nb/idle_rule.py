@@ -1,0 +1,46 @@
+"""What counts as use of an instance: the one rule every idle watcher applies, at each poll.
+
+    >>> in_use(active=True, open_uses=0, kernel_busy=False, gpu_util=0.3)
+    False
+    >>> in_use(active=True, open_uses=0, kernel_busy=True, gpu_util=0.3)
+    True
+
+An instance is *in use* at a poll when it is not active yet, or a command (a ``run``), a copy
+(SFTP, scp) or a port forward someone opened on it is open or ended since the last poll, or a
+kernel on it executes code, or its busiest GPU is at :data:`THRESHOLD` % (5) or more. An idle
+kernel is not use: its process exists but runs no code (SkyPilot's idle autostop treats an open
+kernel the same way). Bookkeeping is not use either: a watcher's GPU measure, a kernel
+provisioner's ``kill -0`` poll, the files it writes to start a kernel. A client says a command
+is bookkeeping by sending :data:`BOOKKEEPING` (``=1``) in the SSH session's environment
+(``env`` request): the sandbox reads it; a real cloud's sshd drops it (``AcceptEnv``), where the
+watchers count only what they see themselves (see :mod:`gpucloud_nb.client.idle`).
+
+Who sees what: the sandbox service (:mod:`gpucloud_nb.sandbox.idle`) sees every session and
+measures every process of an instance, so a kernel executing code is CPU there; the JupyterLab
+extension (:mod:`gpucloud_nb.lab.idle`) sees its kernels' execution state and the GPU; a
+kernel's own watcher sees its client's commands, copies and forwards, and the GPU.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BOOKKEEPING", "THRESHOLD", "in_use"]
+
+THRESHOLD = 5.0
+"""GPU utilisation (%) from which an instance is in use."""
+BOOKKEEPING = "GPUCLOUD_BOOKKEEPING"
+"""The SSH environment variable a client sends (``=1``) with a command that is not use."""
+
+
+def in_use(*, active: bool, open_uses: int, kernel_busy: bool, gpu_util: float | None) -> bool:
+    """True when an instance is in use at one poll (see the module docstring).
+
+    ``open_uses`` counts the commands, copies and forwards open now or ended since the last
+    poll, bookkeeping left out; ``gpu_util`` is the busiest GPU's utilisation, ``None`` when it
+    could not be read (which is idle: a watcher that cannot see use must not keep an instance
+    billing for ever).
+
+        >>> in_use(active=False, open_uses=0, kernel_busy=False, gpu_util=None)
+        True
+    """
+    return (not active or open_uses > 0 or kernel_busy
+            or (gpu_util is not None and gpu_util >= THRESHOLD))

@@ -1,0 +1,77 @@
+"""The gateway's watcher against an upstream that takes a delete and goes on billing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.gateway import Gateway, GatewayConfig
+from gpucloud_nb.gateway.keys import parse_keys
+from gpucloud_nb.gateway.meter import UNCONFIRMED_AFTER
+from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.sandbox.faults import FaultInjector, Faults
+from tests.helpers import vm_offer, wait_for
+from tests.test_gateway import ADA, TEACHER, UPSTREAM_KEY, as_key, create_body, direct
+
+KEYS = f"{ADA} - Ada\n{TEACHER} teacher Grace\n"
+
+
+def deaf_upstream(sandbox_factory: Callable[..., Sandbox], deletes: int) -> Sandbox:
+    return sandbox_factory(api_key=UPSTREAM_KEY, faults=Faults(deaf_deletes=deletes))
+
+
+def deaf_count(sandbox: Sandbox) -> int:
+    app = sandbox._server.config.app  # type: ignore[union-attr]
+    assert isinstance(app, FaultInjector)
+    return app.stats.deaf
+
+
+def test_a_delete_that_does_not_happen_is_retried_and_shown_to_the_teacher(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    deaf = deaf_upstream(sandbox_factory, 1_000_000)
+    config = GatewayConfig(people=tuple(parse_keys(KEYS)), poll=0.2,
+                           upstream_url=deaf.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada, \
+            as_key(gateway, TEACHER) as teacher, direct(deaf) as real, \
+            GPUCloud(api_key=UPSTREAM_KEY, base_url=deaf.management_url) as real_cloud:
+        id = ada.post("/gpu-cloud/instances",
+                      json=create_body(vm_offer(real_cloud), "deaf")).json()["_id"]
+        assert teacher.delete("/gateway/class/instances").json()["deleted"] == [id]
+
+        def shown() -> bool:
+            actions = [e["action"] for e in teacher.get("/gateway/audit").json()["entries"]
+                       if e["resource"] == id]
+            return "unconfirmed" in actions
+
+        wait_for(shown, timeout=60)
+        assert deaf_count(deaf) > UNCONFIRMED_AFTER  # asked once, then retried
+        row = teacher.get("/gateway/class").json()["accounts"][0]
+        assert row["unconfirmedDeletes"] == 1 and row["instances"] == 0
+        assert real.get(f"/gpu-cloud/instances/{id}").json()["status"] in ("pending", "active")
+        entry = next(e for e in teacher.get("/gateway/audit").json()["entries"]
+                     if e["action"] == "unconfirmed")
+        assert entry["name"] == "Ada" and "still bills" in entry["reason"]
+        asked = deaf_count(deaf)
+        wait_for(lambda: deaf_count(deaf) > asked, timeout=60)  # and it goes on retrying
+
+
+def test_a_delete_taken_at_last_is_confirmed_in_the_audit(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    deaf = deaf_upstream(sandbox_factory, UNCONFIRMED_AFTER + 1)
+    config = GatewayConfig(people=tuple(parse_keys(KEYS)), poll=0.2,
+                           upstream_url=deaf.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada, \
+            as_key(gateway, TEACHER) as teacher, direct(deaf) as real, \
+            GPUCloud(api_key=UPSTREAM_KEY, base_url=deaf.management_url) as real_cloud:
+        id = ada.post("/gpu-cloud/instances",
+                      json=create_body(vm_offer(real_cloud), "late")).json()["_id"]
+        assert ada.delete(f"/gpu-cloud/instances/{id}").status_code in (200, 202, 204)
+        wait_for(lambda: real.get(f"/gpu-cloud/instances/{id}").json()["status"]
+                 in ("deleting", "deleted"), timeout=60)
+        wait_for(lambda: teacher.get("/gateway/class").json()["accounts"][0][
+            "unconfirmedDeletes"] == 0, timeout=60)
+        wait_for(lambda: [e["action"] for e in teacher.get("/gateway/audit").json()["entries"]
+                          if e["resource"] == id][-1] == "confirmed", timeout=60)
+        actions = [e["action"] for e in teacher.get("/gateway/audit").json()["entries"]
+                   if e["resource"] == id]
+        assert actions == ["created", "deleted", "unconfirmed", "confirmed"]
