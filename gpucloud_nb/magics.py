@@ -69,6 +69,13 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 
         %gpucloud spend
 
+``%gpucloud budget``
+    Your budget through a class gateway (``cloud.gateway_status()``): spent, left, and the
+    80 % warning or what was deleted when the budget was spent, as one sentence; off a gateway,
+    one sentence saying there is none. ``%gpucloud instances`` shows the same warning::
+
+        %gpucloud budget
+
 ``%gpucloud volumes [list]``
     Your volumes as a DataFrame, newest first::
 
@@ -365,7 +372,24 @@ class GPUCloudMagics(Magics):
         instances = self.cloud.instances.list(deployment_type=args.type)
         if not args.all:
             instances = [i for i in instances if i.status != "deleted"]
+        status = self.cloud.gateway_status()
+        if status is not None and status.sentence():
+            _warn(status.sentence())
         return frames.instances_frame(instances)
+
+    def _budget(self, args: argparse.Namespace) -> None:
+        status = self.cloud.gateway_status()
+        if status is None:
+            raise Stop("This cloud is not a class gateway, so it keeps no budget for your key; "
+                       "see %gpucloud spend.")
+        if status.budget is None or status.left is None:
+            _say(f"{status.name}: {format_price(status.spend)} spent; your key has no budget.")
+            return None
+        _say(f"{status.name}: {format_price(status.spend)} spent of your budget of "
+             f"{format_price(status.budget)}; {format_price(status.left)} left.")
+        if status.sentence():
+            _warn(status.sentence())
+        return None
 
     def _instance(self, args: argparse.Namespace) -> InstanceDetails:
         return self.cloud.instances.get(args.id)

@@ -24,7 +24,7 @@ __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown",
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "kernel", "volumes")
+            "budget", "kernel", "volumes")
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -101,6 +101,7 @@ commands (each has its own --help):
   %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle MIN]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
+  %gpucloud budget                           (your budget, through a class gateway)
   %gpucloud volumes [list]
   %gpucloud volumes offers
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
@@ -199,6 +200,10 @@ def _parser() -> _Parser:
     p = _sub(commands, "spend", "Spend so far as a DataFrame, with a total row.", "%gpucloud spend")
     p.add_argument("--all", action="store_true", help="show deleted instances too")
     p.set_defaults(handler="spend")
+
+    p = _sub(commands, "budget", "Your budget through a class gateway: spent, left, warnings.",
+             "%gpucloud budget")
+    p.set_defaults(handler="budget")
 
     volumes = _sub(commands, "volumes", "Persistent volumes, which keep data beyond the life of "
                    "an instance.", '%gpucloud volumes create "my data" --size 100 --region us-east-1')

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from html import escape
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
+from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -438,3 +440,16 @@ def test_a_limit_another_process_set_says_who_watches_it(cloud, panels) -> None:
     watcher.file.beat(30, {instance.id})  # JupyterLab's poller runs: it watches
     panel.refresh()
     assert panel.frame["idle"].iloc[0] == "after 10 min 00 s idle (JupyterLab)"
+
+
+def test_through_a_gateway_the_status_says_what_the_spent_budget_deleted(
+        upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+    from tests.test_client_gateway import ADA, cloud, spent_budget
+
+    gateway = spent_budget(upstream, gateway_factory)
+    with cloud(gateway, ADA) as ada:
+        panel = InstancesPanel(ada)
+        panel.refresh()
+        text = panel.status.text
+        assert text.startswith("Your budget of $") and text.endswith("UTC; deleted: spender.")
+        assert "Traceback" not in panel.status.value

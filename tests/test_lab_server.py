@@ -32,6 +32,7 @@ from gpucloud_nb.kernel.spec import installed
 from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
+from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 API_KEY = "sk-labtest-0123456789abcdefKEYKEY"
 SECRET = "inf-labtest-fedcba9876543210SECRETS"
@@ -624,3 +625,19 @@ def test_the_poller_removes_its_own_stale_kernelspecs_only(
 
     asyncio.run(one_poll())
     assert set(installed()) == {kept}
+
+
+def test_through_a_gateway_the_snapshot_carries_the_keys_budget(
+        tmp_path: Path, upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+    from tests.test_client_gateway import ADA, spent_budget
+
+    gateway = spent_budget(upstream, gateway_factory)
+    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=ADA, GPUCLOUD_BASE_URL=gateway.url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        snapshot = wait_for(lab, lambda s: s.get("gateway") is not None, timeout=60)
+        shown = snapshot["gateway"]
+        assert (shown["name"], shown["left"], shown["warning"]) == ("Ada", 0, True)
+        assert shown["sentence"].startswith("Your budget of $")
+        assert shown["sentence"].endswith("UTC; deleted: spender.")
+        assert ADA not in lab.get("/gpucloud/instances").text

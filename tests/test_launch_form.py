@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timezone
 
 import pytest
-from helpers import wait_for
+from helpers import vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import key_dir
@@ -17,6 +17,7 @@ from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
 from gpucloud_nb.widgets._common import iter_widgets
+from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -447,3 +448,22 @@ def test_launch_form_keys_offers_by_provider_and_instance_id(sandbox_factory) ->
         chooser = LaunchForm(cloud)  # both listed; fill() by id alone is ambiguous
         with pytest.raises(InvalidInputError, match="sold by 2 providers"):
             chooser.fill(offer="gpu-1x")
+
+
+def test_through_a_gateway_the_spent_budget_and_its_refusal_are_one_sentence(
+        upstream, gateway_factory) -> None:  # noqa: F811
+    from gpucloud_nb.errors import BadRequestError
+    from tests.test_client_gateway import ADA, cloud, spent_budget
+
+    gateway = spent_budget(upstream, gateway_factory)
+    with cloud(gateway, ADA) as ada:
+        form = LaunchForm(ada, vm_offer(ada), name="one-more")
+        assert "was spent at" in form.status.text and "deleted: spender." in form.status.text
+        future = form.launch()
+        with pytest.raises(BadRequestError) as refused:
+            future.result(timeout=60)
+        assert refused.value.status_code == 402
+        assert form.status.is_error and form.status.text == refused.value.message
+        assert "left" in form.status.text and "nothing was launched" in form.status.text
+        assert "Traceback" not in form.status.value
+        assert [i.name for i in ada.instances.list()] == ["spender"]

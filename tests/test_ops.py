@@ -347,7 +347,8 @@ def test_the_auto_delete_timer_records_a_redirected_delete_as_a_failure() -> Non
         time.sleep(0.01)
     assert "redirects" in cloud.auto_delete.failures["a" * 24]
     assert cloud.auto_delete.deleted == {}
-    assert [r.method for r in seen] == ["DELETE"]
+    # Besides the one question whether the cloud is a class gateway (client/gateway.py):
+    assert [r.method for r in seen if r.url.path != "/gateway/me"] == ["DELETE"]
 
 
 def test_the_inference_client_treats_a_redirect_as_an_error() -> None:

@@ -34,6 +34,7 @@ from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
 from gpucloud_nb.client.costcap import Reservations
+from gpucloud_nb.client.gateway import GatewayStatus, probe
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
@@ -128,13 +129,37 @@ class Core(Generic[D]):
         #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.
         self.budgets: KernelBudgets | ServiceBudgets = KernelBudgets(blocking.get,
                                                                      blocking.delete)
+        #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
+        self.gateway: bool | None = None
+
+    def recognise_gateway(self) -> Op[GatewayStatus | None]:
+        """The key's status if the server is a class gateway (see :mod:`~gpucloud_nb.client.gateway`),
+        else ``None``; the first answer moves timers and budgets into the gateway."""
+        if self.gateway is False:
+            return None
+        status = yield from probe(self.send)
+        if self.gateway is None:
+            self.gateway = status is not None
+            if self.gateway:
+                self.use_gateway()
+        return status
+
+    def use_gateway(self) -> None:
+        """The server is a class gateway: it keeps timers and budgets (under ``/gateway``),
+        so this process's budget watcher stops. Nothing moves while on a sandbox."""
+        if self.sandbox is not None:
+            return
+        self.budgets.stop()
+        send = self.blocking.send
+        self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
+        self.budgets = ServiceBudgets(send, prefix="/gateway")
 
     def use_sandbox(self, box: SandboxHandle | None) -> None:
         """Talk to ``box`` (``None``: the real cloud). Timers, idle deletes and budgets move to
-        whoever keeps them there (the sandbox service, or this process), built from
-        :attr:`blocking`; this process's watchers of the other kind stop."""
+        whoever keeps them there (the sandbox service, a recognised class gateway, or this
+        process), built from :attr:`blocking`; this process's watchers of the other kind stop."""
         self.sandbox = box
-        if (box is not None) == isinstance(self.auto_delete, ServiceAutoDelete):
+        if (box is not None) == (self.auto_delete.where == ServiceAutoDelete.where):
             return
         self.stop_watchers()
         send = self.blocking.send
@@ -146,6 +171,8 @@ class Core(Generic[D]):
             self.auto_delete = AutoDelete(self.delete_from_timer)
             self.idle_delete = self.kernel_idle()
             self.budgets = KernelBudgets(self.blocking.get, self.blocking.delete)
+            if self.gateway:
+                self.use_gateway()
 
     def stop_watchers(self) -> None:
         """Stop this process's idle and budget watchers (timers go on: they outlive a client)."""

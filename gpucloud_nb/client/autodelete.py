@@ -4,7 +4,8 @@ On the real cloud, a timer lives in a background thread of the kernel that set i
 (:class:`AutoDelete`), and keeps working after ``cloud.close()`` (it then deletes through a
 short-lived connection of its own). Every failure of a timed delete is kept in ``failures`` and
 shown by the instances panel. On the sandbox, the sandbox service keeps the timers
-(:class:`ServiceAutoDelete`), so they outlive the kernel, as a cloud-side timer would. What a
+(:class:`ServiceAutoDelete`), so they outlive the kernel, as a cloud-side timer would; through a
+class gateway, the gateway keeps them the same way (see :mod:`gpucloud_nb.client.gateway`). What a
 kernel's timer cannot do, plainly: a kernel that is killed, restarted or loses its network cannot
 delete anything, and the cloud keeps billing; keep ``cloud.spend()`` in view and delete by hand
 when in doubt.
@@ -154,8 +155,10 @@ class ServiceAutoDelete(_Timers):
 
     The same methods as :class:`AutoDelete`, over the sandbox-only endpoints
     ``/sandbox/instances/{id}/auto-delete`` and ``/sandbox/auto-deletes``
-    (:mod:`gpucloud_nb.sandbox.service_api`). ``send(method, path, body)`` makes one request and
-    returns the decoded JSON (``None`` for an empty answer), raising :class:`GPUCloudError`.
+    (:mod:`gpucloud_nb.sandbox.service_api`), or a class gateway's mirror of them under
+    ``prefix`` ``/gateway`` (:mod:`gpucloud_nb.gateway.timers`; ``where`` is then ``gateway``).
+    ``send(method, path, body)`` makes one request and returns the decoded JSON (``None`` for
+    an empty answer), raising :class:`GPUCloudError`.
     The deadlines are read at most every ``refresh`` seconds. ``deleted`` and ``failures`` stay
     empty: the service does the deleting (see ``gpucloud-nb sandbox logs``).
     """
@@ -163,8 +166,12 @@ class ServiceAutoDelete(_Timers):
     where = "sandbox service"
 
     def __init__(self, send: Callable[[str, str, dict[str, str] | None], object], *,
-                 refresh: float = 0.25) -> None:
+                 refresh: float = 0.25, prefix: str = "/sandbox") -> None:
         self._send = send
+        self._prefix = prefix
+        if prefix != "/sandbox":
+            self.where = "gateway"
+
         self._refresh = refresh
         self._cached: tuple[float, dict[str, datetime]] | None = None
         self._lock = threading.Lock()
@@ -174,7 +181,7 @@ class ServiceAutoDelete(_Timers):
     def _path(self, instance_id: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
             raise InvalidInputError(f"{instance_id!r} is not a valid id.")
-        return f"/sandbox/instances/{instance_id}/auto-delete"
+        return f"{self._prefix}/instances/{instance_id}/auto-delete"
 
     def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
         """Have the service delete ``instance_id`` after ``after`` seconds; replaces an earlier
@@ -208,7 +215,7 @@ class ServiceAutoDelete(_Timers):
             cached = self._cached
             if cached is not None and time.monotonic() - cached[0] < self._refresh:
                 return dict(cached[1])
-            listed = self._send("GET", "/sandbox/auto-deletes", None)
+            listed = self._send("GET", f"{self._prefix}/auto-deletes", None)
             found: dict[str, datetime] = {}
             for item in listed if isinstance(listed, list) else []:
                 try:

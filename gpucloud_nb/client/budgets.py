@@ -9,6 +9,8 @@ Who watches, plainly:
 - **Sandbox**: the sandbox service (:class:`ServiceBudgets`, over the sandbox-only routes of
   :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs; a class account's budget
   (``KEY 20`` in the ``--keys`` file) is the service's too.
+- **A class gateway** (``gpucloud-nb gateway``): the gateway (:class:`ServiceBudgets` with
+  ``prefix="/gateway"``), whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
 - **Real cloud**: this kernel (:class:`KernelBudgets`): a background thread reads each watched
   instance every ``poll`` seconds (30), bills it as ``cloud.spend()`` does, logs a warning at
   80 % and deletes it at the budget (so it may overshoot by one poll's worth). A killed kernel
@@ -242,22 +244,27 @@ class KernelWatcher:
 
 
 class ServiceBudgets:
-    """Budgets kept by the sandbox service (see the module docstring).
+    """Budgets kept by the sandbox service (see the module docstring), or by a class gateway
+    (``prefix`` ``/gateway``: :mod:`gpucloud_nb.gateway.budgets`, the same routes; ``where`` is
+    then ``gateway``).
 
     ``send(method, path, body)`` makes one request and returns the decoded JSON.
     """
 
     where = "sandbox service"
 
-    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], Any]) -> None:
+    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], Any], *,
+                 prefix: str = "/sandbox") -> None:
         self._send = send
+        self._prefix = prefix
+        if prefix != "/sandbox":
+            self.where = "gateway"
         self.failures: dict[str, str] = {}
 
-    @staticmethod
-    def _path(instance_id: str) -> str:
+    def _path(self, instance_id: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
             raise InvalidInputError(f"{instance_id!r} is not a valid id.")
-        return f"/sandbox/instances/{instance_id}/budget"
+        return f"{self._prefix}/instances/{instance_id}/budget"
 
     def set(self, instance_id: str, dollars: float) -> BudgetState:
         """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
@@ -274,13 +281,13 @@ class ServiceBudgets:
 
     def states(self) -> dict[str, BudgetState]:
         """Every budget of this account, by instance id."""
-        answer = self._send("GET", "/sandbox/budgets", None)
+        answer = self._send("GET", f"{self._prefix}/budgets", None)
         return {state.instance_id: state for state in
                 (BudgetState.from_json(item) for item in answer.get("instances", []))}
 
     def account_left(self) -> float | None:
         """Dollars left of this account's class budget, or ``None`` without one."""
-        account = self._send("GET", "/sandbox/budgets", None).get("account")
+        account = self._send("GET", f"{self._prefix}/budgets", None).get("account")
         return None if account is None else float(account["left"])
 
     def forget(self, instance_id: str) -> None:

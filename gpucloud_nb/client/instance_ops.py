@@ -154,6 +154,9 @@ class InstanceOps(Generic[D]):
             # so that run/upload/forward can log in
             request = msgspec.structs.replace(
                 request, ssh_key=default_public_key(identity=self.core.ssh_identity))
+        if (request.delete_after is not None or request.budget is not None) \
+                and self.core.sandbox is None and self.core.gateway is None:
+            yield from self.core.recognise_gateway()  # a gateway keeps them, not this kernel
         problems, ticket = yield from self.checked(request, keep=True)
         if problems:
             raise InvalidInputError(problems[0])

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.instance_ops import DEPLOYMENT_TYPES, ProgressCallback
@@ -53,7 +55,7 @@ from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
-from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ class _CloudBase(abc.ABC):
     base_url: str
     _core: Core[Any]
     _closed = False
+    _asked_gateway = False
 
     @property
     def sandbox(self) -> SandboxHandle | None:
@@ -100,6 +103,14 @@ class _CloudBase(abc.ABC):
     @sandbox.setter
     def sandbox(self, box: SandboxHandle | None) -> None:
         self._core.use_sandbox(box)
+
+    def _recognise_quietly(self) -> None:
+        """Ask once whether the cloud is a class gateway, before its timers or budgets are read
+        (unanswered, it is asked again at a create with ``delete_after`` or ``budget``)."""
+        if self._core.gateway is None and self._core.sandbox is None and not self._asked_gateway:
+            self._asked_gateway = True
+            with contextlib.suppress(GPUCloudError):
+                self._blocking_core().driver.run(self._core.recognise_gateway())
 
     def _blocking(self) -> Blocking:
         """What this client's watchers do from their threads (given to its core when built)."""
@@ -205,6 +216,7 @@ class _CloudBase(abc.ABC):
     def auto_delete(self) -> AutoDelete | ServiceAutoDelete:
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
         ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
+        self._recognise_quietly()
         return self._core.auto_delete
 
     @property
@@ -214,6 +226,7 @@ class _CloudBase(abc.ABC):
 
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
         """
+        self._recognise_quietly()
         return self._core.budgets
 
     @property
@@ -306,6 +319,20 @@ class GPUCloud(_CloudBase):
         box = self._sandbox_endpoint()
         return InferenceClient(box.inference_url, box.inference_secret)
 
+    def gateway_status(self) -> GatewayStatus | None:
+        """This key's budget as its class gateway keeps it (``name``, ``budget``, ``spend``,
+        ``left``, ``warning``, what was deleted at 100 % and when), or ``None`` when the cloud
+        is not a gateway; ``.sentence()`` is what to tell the student (see
+        :mod:`gpucloud_nb.client.gateway`).
+
+            >>> cloud.gateway_status().left  # doctest: +SKIP
+            3.5
+        """
+        if self.sandbox is not None:
+            return None
+        status: GatewayStatus | None = self._core.driver.run(self._core.recognise_gateway())
+        return status
+
     def _blocking_core(self) -> Core[SyncDriver]:
         return self._core
 
@@ -359,6 +386,15 @@ class AsyncGPUCloud(_CloudBase):
             self._twin = Core(SyncDriver(http), self._core.key, self._core.policy, None,
                               self._core.offers_ttl, self._core.blocking)
         return self._twin
+
+    async def gateway_status(self) -> GatewayStatus | None:
+        """This key's budget as its class gateway keeps it, or ``None`` when the cloud is not
+        a gateway (see :meth:`GPUCloud.gateway_status`)."""
+        if self.sandbox is not None:
+            return None
+        status: GatewayStatus | None = await self._core.driver.run(
+            self._core.recognise_gateway())
+        return status
 
     async def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``."""

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
@@ -71,7 +72,8 @@ def create_app(config: GatewayConfig) -> Any:
                 await task
             await upstream.aclose()
 
-    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate),
+    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
+                    + budget_routes(gate),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False

@@ -4,8 +4,10 @@
     {"name":"Ada","budget":20.0,"spend":1.25,"left":18.75,"period":"","perHour":2.0,"warning":false}
 
 - ``GET /gateway/me`` (any key): ``{"name", "budget", "spend", "left", "period", "perHour",
-  "warning"}``; ``budget`` and ``left`` are ``null`` without a budget, ``warning`` is true from
-  80 % spent.
+  "warning", "spentAt", "deleted"}``; ``budget`` and ``left`` are ``null`` without a budget,
+  ``warning`` is true from 80 % spent; once the budget is spent, ``spentAt`` is when the gateway
+  deleted for it (ISO 8601, else ``null``) and ``deleted`` what it deleted then, ``[{"id",
+  "name", "at"}]`` (in the current window of a ``/day`` or ``/week`` budget).
 - Teacher keys only (any other key gets the 404 of a path that does not exist):
   ``GET /gateway/class`` → ``{"accounts": [row, ...]}``, one row per student in the keys file's
   order: ``{"account", "name", "instances", "perHour", "spend", "budget", "left", "period",
@@ -33,7 +35,7 @@ from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms
 from gpucloud_nb.sandbox.lifecycle import iso
 
-__all__ = ["WARN_SHARE", "gateway_routes", "person_row"]
+__all__ = ["WARN_SHARE", "budget_deletes", "gateway_routes", "person_row"]
 
 WARN_SHARE = 0.8
 
@@ -57,6 +59,18 @@ def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     }
 
 
+def budget_deletes(gate: Gate, person: Person, now: int) -> dict[str, Any]:
+    """``{"spentAt", "deleted"}``: what the gateway deleted for ``person``'s spent budget."""
+    since = money.window_start(person.period, now)
+    deleted = [r for r in gate.store.owned(person.account)
+               if r.delete_reason == "budget spent" and r.delete_asked_ms is not None
+               and r.delete_asked_ms >= since]
+    deleted.sort(key=lambda r: (r.delete_asked_ms or 0, r.id))
+    return {"spentAt": iso(deleted[0].delete_asked_ms or 0) if deleted else None,
+            "deleted": [{"id": r.id, "name": r.name, "at": iso(r.delete_asked_ms or 0)}
+                        for r in deleted]}
+
+
 def gateway_routes(gate: Gate) -> list[BaseRoute]:
     """The ``/gateway/...`` routes of ``gate``."""
 
@@ -73,7 +87,8 @@ def gateway_routes(gate: Gate) -> list[BaseRoute]:
         return json_response({
             "name": row["name"], "budget": budget, "spend": row["spend"], "left": row["left"],
             "period": row["period"], "perHour": row["perHour"],
-            "warning": bool(budget is not None and row["spend"] >= WARN_SHARE * budget)})
+            "warning": bool(budget is not None and row["spend"] >= WARN_SHARE * budget),
+            **budget_deletes(gate, person, now_ms())})
 
     def students() -> list[Person]:
         return [p for p in gate.keyring.people if not p.teacher]

@@ -11,7 +11,8 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
   ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
 - **deletes at 100 %**: a person whose spend reaches their budget has every instance deleted
-  (audit reason ``budget spent``);
+  (audit reason ``budget spent``), and an instance whose own cost reaches its own budget
+  (:mod:`gpucloud_nb.gateway.budgets`) is deleted (audit reason ``instance budget spent``);
 - **confirms deletes**: a delete the gateway asked for is sent again each tick until the
   upstream reports the instance ``deleting`` or ``deleted`` (or 404); until then the teacher's
   view counts it as ``unconfirmedDeletes``, and after :data:`UNCONFIRMED_AFTER` retries the audit
@@ -100,6 +101,13 @@ class Meter:
                 if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
                     await self.delete(due, "delete_after timer", "gateway")
                 self.store.drop_timer(id)
+        by_id = {record.id: record for record in self.store.owned()}
+        for id, _, dollars in self.store.budgets():
+            capped = by_id.get(id)
+            if capped is not None and capped.delete_asked_ms is None \
+                    and capped.status not in (*_GONE, "error") \
+                    and money.cost(capped, now) >= dollars:
+                await self.delete(capped, "instance budget spent", "gateway")
         for person in self.keyring.people:
             if person.budget is None:
                 continue

@@ -9,7 +9,8 @@ Tables: ``people`` (hash of each key, name, budget, period, teacher; rewritten f
 at every start), ``owned`` (each instance or volume created through the gateway: its account,
 name, hourly price, created/deleted times in Unix ms, whether its billing is final, and whether a
 delete the gateway asked for is confirmed), ``reservations`` (a create admitted and not yet
-answered: ``admitted``, then ``done`` or ``failed``) and ``audit``. The upstream's key is never
+answered: ``admitted``, then ``done`` or ``failed``), ``timers`` (``delete_after``),
+``budgets`` (an instance's own budget, ``create(..., budget=)``) and ``audit``. The upstream's key is never
 stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
 (``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
 even another process on the same file.
@@ -42,6 +43,8 @@ CREATE TABLE IF NOT EXISTS reservations (rid INTEGER PRIMARY KEY, account TEXT N
     state TEXT NOT NULL DEFAULT 'admitted', resource TEXT);
 CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS budgets (id TEXT PRIMARY KEY, account TEXT NOT NULL,
+    dollars REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -211,6 +214,25 @@ class Store:
         """Cancel the timer of ``id``; True if there was one."""
         with self.transaction() as db:
             return db.execute("DELETE FROM timers WHERE id=?", (id,)).rowcount > 0
+
+    # -- instance budgets ----------------------------------------------------------------------
+
+    def set_budget(self, id: str, account: str, dollars: float) -> None:
+        """Delete ``id`` once it has cost ``dollars`` (replaces an earlier budget)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO budgets VALUES (?, ?, ?)", (id, account, dollars))
+
+    def budgets(self, account: str | None = None) -> list[tuple[str, str, float]]:
+        """``(id, account, dollars)`` of every instance budget (of ``account``)."""
+        where, args = ("", []) if account is None else ("WHERE account=?", [account])
+        rows = self.db.execute(f"SELECT id, account, dollars FROM budgets {where} ORDER BY id",
+                               args).fetchall()
+        return [(str(row[0]), str(row[1]), float(row[2])) for row in rows]
+
+    def drop_budget(self, id: str) -> bool:
+        """Drop the budget of ``id``; True if there was one."""
+        with self.transaction() as db:
+            return db.execute("DELETE FROM budgets WHERE id=?", (id,)).rowcount > 0
 
     # -- audit ---------------------------------------------------------------------------------
 

@@ -29,6 +29,12 @@ list and the instances it watches), so that kernels of the same account leave th
 deletes to this server while it runs. The Keep button's file write runs in the poller's thread,
 never on the event loop.
 
+Through a class gateway the snapshot's ``gateway`` is this key's budget as the gateway keeps it
+(``{"name", "budget", "spend", "left", "warning", "sentence"}``, the sentence being the 80 %
+warning or what was deleted when the budget was spent; ``None`` off a gateway), read with each
+list (:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the
+real cloud and the sandbox never get past their first 404).
+
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
 
@@ -50,6 +56,7 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
@@ -84,6 +91,7 @@ class Poller:
         self._gpu = GpuUse()
         self._idle: CloudIdle | None = None
         self._idle_states: dict[str, IdleState] = {}
+        self._gateway: dict[str, Any] | None = None
         self._listed: tuple[list[Instance], dict[str, datetime]] = ([], {})
         self._ssh_work: asyncio.Future[None] | None = None
         self._confirm = Confirmations(confirm)
@@ -251,6 +259,7 @@ class Poller:
             instances = await cloud.instances.list()
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, cloud.auto_delete.deadlines)
+            self._gateway = _gateway_row(await cloud.gateway_status())
             await self._forget_kernels(cloud, instances)
             self._listed = (instances, deadlines)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
@@ -337,7 +346,8 @@ class Poller:
         problems = self._confirm.problems({i.id: (i.name, i.status) for i in instances})
         # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
         # own timers on the real cloud live in that kernel.
-        keeper = "the sandbox service" if cloud.is_sandbox else "the cloud"
+        keeper = ("the sandbox service" if cloud.is_sandbox else "the gateway"
+                  if self._gateway is not None else "the cloud")
         clusters.prune(cloud.base_url, {i.id: i.status for i in instances})
         members = clusters.members(cloud.base_url)  # a Dask cluster's instances, one heading
         for instance in instances:
@@ -365,7 +375,17 @@ class Poller:
             "sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
             "polledAt": _iso(now), "error": None,
             "deleteProblems": [problems[r["id"]] for r in rows if r["id"] in problems],
+            "gateway": self._gateway,
         }
+
+
+def _gateway_row(status: GatewayStatus | None) -> dict[str, Any] | None:
+    """A class gateway's view of this key for the sidebar, or ``None`` off a gateway."""
+    if status is None:
+        return None
+    return {"name": status.name, "budget": status.budget, "spend": round(status.spend, 6),
+            "left": None if status.left is None else round(status.left, 6),
+            "warning": status.warning, "sentence": status.sentence()}
 
 
 def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:

@@ -15,6 +15,9 @@ Choices, written down once:
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
 - Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
   ``cloud.budgets``), with ⚠ from 80 %; for the selected instance "Budget ($)" sets one.
+  Through a class gateway, the status line shows the key's own budget at each refresh
+  (``cloud.gateway_status().sentence()``): the 80 % warning, or once it is spent "Your budget of
+  $X was spent at HH:MM UTC; deleted: a, b."
 - Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
   25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
   min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
@@ -344,9 +347,14 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
                 auto = ""
             self.updated.value = hint(f"updated {stamp}{escape(auto)}")
             failed = self._timer_failures(listed)
+            gateway = self._cloud.gateway_status()
+            note = "" if gateway is None else gateway.sentence()
             if failed:
                 self.status.error(failed)
                 self._refresh_failed = True
+            elif note:  # the class gateway's 80 % warning, or what it deleted at 100 %
+                self.status.warning(note)
+                self._refresh_failed = True  # cleared once the note is gone
             elif self._refresh_failed:
                 self._refresh_failed = False
                 self.status.clear()

@@ -231,10 +231,14 @@ class LaunchForm(LaunchFields):
         choose(self.offer, None)
 
     def _load_account(self) -> None:
-        """Volumes, volume offers and (with a cost cap) the hourly price already running."""
+        """Volumes, volume offers, (with a cost cap) the hourly price already running, and a
+        class gateway's warning about this key's budget."""
         self._volume_offers = list(self._cloud.volumes.offers())
         self._volumes = list(self._cloud.volumes.list())
         self._load_used_hourly()
+        gateway = self._cloud.gateway_status()  # a class gateway's 80 % or spent sentence
+        if gateway is not None and gateway.sentence():
+            self.status.warning(gateway.sentence())
 
     def _load_used_hourly(self) -> None:
         cap = self._cloud.max_hourly_cost

@@ -61,6 +61,25 @@ export interface ITotals {
   capReached: boolean;
 }
 
+/** This key's budget as a class gateway keeps it (`null` off a gateway). */
+export interface IGateway {
+  name: string;
+  budget: number | null;
+  spend: number;
+  left: number | null;
+  warning: boolean;
+  /** The 80 % warning, or what was deleted when the budget was spent; '' otherwise. */
+  sentence: string;
+}
+
+/** The sidebar's budget line through a class gateway: `$3.50 left of your $20.00 budget`. */
+export function formatGatewayLeft(gateway: IGateway): string {
+  if (gateway.budget === null || gateway.left === null) {
+    return `${formatMoney(gateway.spend)} spent; no budget on this key`;
+  }
+  return `${formatMoney(gateway.left)} left of your ${formatMoney(gateway.budget)} budget`;
+}
+
 /** The poller's snapshot, as `GET /gpucloud/instances` returns it. */
 export interface ISnapshot {
   instances: IInstanceRow[];
@@ -73,6 +92,8 @@ export interface ISnapshot {
   nextPollSeconds?: number;
   /** The sentences of automatic deletes not seen within a minute. */
   deleteProblems?: string[];
+  /** This key's budget through a class gateway. */
+  gateway?: IGateway | null;
 }
 
 /** One row, as text, ready for the sidebar. */
@@ -225,6 +246,9 @@ export function warning(snapshot: ISnapshot, warnHours: number, now: number): st
   const problems = snapshot.deleteProblems ?? [];
   if (problems.length > 0) {
     return problems[0];
+  }
+  if (snapshot.gateway && snapshot.gateway.sentence) {
+    return snapshot.gateway.sentence;
   }
   const cap = snapshot.cap;
   if (cap !== null && cap !== undefined && snapshot.totals.capReached) {

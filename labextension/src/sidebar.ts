@@ -5,6 +5,7 @@ import { chipIcon } from './icon';
 import {
   formatAutoDelete,
   formatCluster,
+  formatGatewayLeft,
   formatGpuUse,
   formatIdle,
   formatMoney,
@@ -34,7 +35,8 @@ function el<K extends keyof HTMLElementTagNameMap>(
  * The "GPU cloud" sidebar (`#gpucloud-sidebar`): one row per instance that is not deleted
  * (`[data-gpucloud-instance=ID]`), the instances of a Dask cluster under one heading with its
  * $/h and a delete-all (`[data-gpucloud-cluster=NAME]`), totals, a SANDBOX badge, and empty,
- * loading and error states.
+ * loading and error states. Through a class gateway the totals add the key's budget left
+ * (`.gpucloud-BudgetLeft`) and the warning line its 80 % or spent-budget sentence.
  */
 export class GpuCloudSidebar extends Widget {
   constructor(model: GpuCloudModel, openNotebook?: (kernelName: string) => Promise<unknown>) {
@@ -52,7 +54,9 @@ export class GpuCloudSidebar extends Widget {
     this._totals = el('div', 'gpucloud-Totals');
     this._rate = el('span', 'gpucloud-Totals-rate');
     this._spent = el('span', 'gpucloud-Totals-spent');
-    this._totals.append(this._rate, this._spent);
+    this._left = el('div', 'gpucloud-BudgetLeft');
+    this._left.hidden = true;
+    this._totals.append(this._rate, this._spent, this._left);
     this._warning = el('p', 'gpucloud-Warning');
     this._message = el('p', 'gpucloud-Message');
     this._list = el('ul', 'gpucloud-List');
@@ -110,6 +114,9 @@ export class GpuCloudSidebar extends Widget {
       this._spent.title =
         'Every instance this cloud lists, deleted ones too, billed from when it became active ' +
         '(≈ where only its creation time is known).';
+      const gateway = snapshot.gateway;
+      this._left.textContent = gateway ? formatGatewayLeft(gateway) : '';
+      this._left.hidden = !gateway;
       this._totals.hidden = false;
     } else {
       this._totals.hidden = true;
@@ -369,6 +376,7 @@ export class GpuCloudSidebar extends Widget {
 
   private _badge: HTMLElement;
   private _totals: HTMLElement;
+  private _left: HTMLElement;
   private _rate: HTMLElement;
   private _spent: HTMLElement;
   private _message: HTMLElement;

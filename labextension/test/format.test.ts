@@ -3,6 +3,7 @@ import {
   formatAge,
   formatCluster,
   formatCountdown,
+  formatGatewayLeft,
   formatGpu,
   formatGpuUse,
   formatIdle,
@@ -172,6 +173,17 @@ describe('status bar', () => {
     expect(warning(snapshot(), 0.5, NOW)).toMatch(/train-1 has been active for 1h 00m, over 0.5 h/);
     expect(warning(snapshot(), 2, NOW)).toBeNull();
     expect(warning(snapshot(), 0, NOW)).toBeNull();
+  });
+  it('through a gateway, shows the budget left and its sentence', () => {
+    const gateway = {
+      name: 'Ada', budget: 20, spend: 16.5, left: 3.5, warning: true,
+      sentence: 'You have spent $16.50 of your budget of $20.00 (82 %); $3.50 is left.'
+    };
+    expect(formatGatewayLeft(gateway)).toBe('$3.50 left of your $20.00 budget');
+    expect(warning(snapshot({ gateway }), 0, NOW)).toBe(gateway.sentence);
+    expect(formatGatewayLeft({ ...gateway, budget: null, left: null, sentence: '' })).toBe(
+      '$16.50 spent; no budget on this key');
+    expect(warning(snapshot({ gateway: { ...gateway, sentence: '' } }), 0, NOW)).toBeNull();
   });
 });
 
