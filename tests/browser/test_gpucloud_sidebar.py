@@ -419,6 +419,7 @@ def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
 LAUNCH_IDLE_KERNEL = """\
 from datetime import timedelta
 from gpucloud_nb import connect
+from gpucloud_nb.kernel import install_kernel
 cloud = connect()
 offer = cloud.instances.offers(deployment_type="vm", available=True, sort="price")[0]
 made = cloud.instances.create(
@@ -426,7 +427,7 @@ made = cloud.instances.create(
     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
     delete_when_idle=timedelta(seconds=40))
 cloud.instances.wait_until_active(made.id)
-print("kernel", cloud.instances.install_kernel(made.id))
+print("kernel", install_kernel(cloud, made.id))
 """
 
 
