@@ -35,7 +35,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.cloud_init import with_gateway_key
 from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.meter import Meter
 from gpucloud_nb.gateway.store import Store
@@ -51,8 +53,10 @@ class Gate:
     """What every route of one gateway shares."""
 
     def __init__(self, config: GatewayConfig, store: Store, upstream: Upstream,
-                 meter: Meter) -> None:
+                 meter: Meter, public_key: str = "") -> None:
         self.config, self.store, self.upstream, self.meter = config, store, upstream, meter
+        #: the gateway's own SSH public key, added to the cloud-init of creates it watches idle
+        self.public_key = public_key
         self.keyring = meter.keyring
         self._creates: dict[str, collections.deque[float]] = {}
 
@@ -164,11 +168,22 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         body = await read_json_object(request)
         name = _text_field(body, "name")
         provider, offer = _text_field(body, "cloudProvider"), _text_field(body, "instanceId")
+        idle = idle_seconds_of(body)
         gate.rate_limited(person.account)
-        price = await upstream.offer_price(provider, offer)
-        if price is None:
+        listed = await upstream.offer(provider, offer)
+        price = await upstream.offer_price(provider, offer) if listed is not None else None
+        if listed is None or price is None:
             raise Problem(400, f"The upstream offers no instance {offer} of provider {provider}; "
                                "nothing was launched.")
+        if idle is not None:
+            if listed.get("cloudInitAvailable") is not True or not isinstance(body.get("vm"), dict):
+                raise Problem(400, f"Offer {offer} has no cloud-init (a container), so the gateway "
+                                   "cannot watch its instances for idle use; nothing was launched: "
+                                   "launch it without delete_when_idle.")
+            vm = body["vm"]
+            body["vm"] = {**vm, "base64CloudInitScript": with_gateway_key(
+                vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
+                else None, gate.public_key)}
         try:
             rid = money.admit(store, person, name, price, gate.config.reserve_hours, now_ms())
         except money.BudgetRefused as refused:
@@ -181,6 +196,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 id = str(data["_id"])
                 store.add_owned(id, "instance", person.account, name,
                                 float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
+                if idle is not None:
+                    store.set_idle(id, person.account, idle)
                 store.audit(now_ms(), person.account, "created", id, "asked")
                 return gate.relay(status, data, request)
             if status < 500:  # a definite answer: nothing was made

@@ -122,8 +122,8 @@ class Upstream:
         status, body = await self.send(method, path, params=params, json=json)
         return status, decode(body)
 
-    async def offer_price(self, provider: str, offer_id: str) -> float | None:
-        """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
+    async def offer(self, provider: str, offer_id: str) -> dict[str, Any] | None:
+        """The offer ``offer_id`` of ``provider`` as the upstream lists it, or ``None``."""
         async with self._offers_lock:
             if self._offers is None or time.monotonic() - self._offers_at > OFFERS_TTL:
                 status, data = await self.call("GET", "/gpu-cloud/instances/offers")
@@ -134,8 +134,13 @@ class Upstream:
             cloud = offer.get("cloud")
             if offer.get("instanceId") == offer_id and isinstance(cloud, dict) \
                     and cloud.get("_id") == provider:
-                try:
-                    return float(offer.get("hourlyPrice"))  # type: ignore[arg-type]
-                except (TypeError, ValueError):
-                    return None
+                return offer
         return None
+
+    async def offer_price(self, provider: str, offer_id: str) -> float | None:
+        """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
+        offer = await self.offer(provider, offer_id)
+        try:
+            return None if offer is None else float(offer.get("hourlyPrice"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None
