@@ -14,7 +14,9 @@ that does not exist. Choices where the spec is silent:
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
   student's key is fine), and so is an upstream that does not answer (for a create: "it may have
   happened", and the watcher adopts it by name if it did);
-- a volume's ``user`` is the person's account id, not the upstream's owner id.
+- a volume's ``user`` is the person's account id, not the upstream's owner id; a volume create
+  is held against the budget as an instance's is (:func:`gpucloud_nb.gateway.money.check_volume`,
+  402), and what it costs counts in its owner's spend.
 
 Speed (``benchmarks/bench_gateway.py``): a get and an instance list are passed on as the
 upstream's own bytes, key masked (:meth:`Upstream.scrub_body`), never decoded into Python objects;
@@ -39,7 +41,7 @@ from gpucloud_nb.gateway.cloud_init import with_gateway_key
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
-from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.meter import Meter, parse_ms
 from gpucloud_nb.gateway.store import Store
 from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable, decode
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
@@ -247,9 +249,20 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
     async def create_volume(request: Request, person: Person) -> Response:
         body = await read_json_object(request)
         name = _text_field(body, "name")
+        provider = _text_field(body, "cloudProvider")
+        offers_status, offers = await upstream.call("GET", "/gpu-cloud/volumes/offers")
+        price = money.volume_price(offers, provider, body.get("sizeInGb")) \
+            if offers_status == 200 else None
+        if price is not None:
+            try:
+                money.check_volume(store, person, price, gate.config.reserve_hours, now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
         status, data = await upstream.call("POST", "/gpu-cloud/volumes", json=body)
         if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
-            store.add_owned(str(data["_id"]), "volume", person.account, name, 0.0, now_ms())
+            made = parse_ms(data.get("createdAt")) or now_ms()
+            store.add_owned(str(data["_id"]), "volume", person.account, name, price or 0.0, made)
             store.audit(now_ms(), person.account, "created", str(data["_id"]), "asked")
         return gate.relay(status, as_owned(data, person), request)
 
@@ -271,8 +284,9 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         id = request.path_params["id"]
         check_owner("Volume", id, person)
         status, data = await upstream.call("DELETE", f"/gpu-cloud/volumes/{id}")
+        if status < 300 or status == 404:
+            store.end_volume(id, now_ms())
         if status < 300:
-            store.forget(id)
             store.audit(now_ms(), person.account, "deleted", id, f"asked (by {person.name})")
         return gate.relay(status, data, request)
 

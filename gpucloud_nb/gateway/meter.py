@@ -119,7 +119,8 @@ class Meter:
             if person.budget is None:
                 continue
             records = self.store.owned(person.account)
-            if money.spend(records, now, person.period) >= person.budget:
+            if money.spend(self.store.billed(person.account), now, person.period) \
+                    >= person.budget:
                 for record in records:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
                         await self.delete(record, "budget spent", "gateway")

@@ -150,6 +150,10 @@ class Store:
                       created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
                       delete_asked_ms=row[9], delete_reason=row[10]) for row in rows]
 
+    def billed(self, account: str) -> list[Owned]:
+        """Everything ``account`` pays for: its instances and its volumes, oldest first."""
+        return self.owned(account) + self.owned(account, "volume")
+
     def owned_ids(self, account: str, kind: str = "instance") -> set[str]:
         """The ids of ``account``'s records of ``kind`` (what :meth:`owned` lists, ids only)."""
         rows = self.db.execute("SELECT id FROM owned WHERE account=? AND kind=?", (account, kind))
@@ -173,10 +177,11 @@ class Store:
             db.execute("UPDATE owned SET delete_asked_ms=COALESCE(delete_asked_ms, ?), "
                        "delete_reason=COALESCE(delete_reason, ?) WHERE id=?", (ms, reason, id))
 
-    def forget(self, id: str) -> None:
-        """Drop ``id`` (a volume deleted upstream)."""
+    def end_volume(self, id: str, ms: int) -> None:
+        """A volume deleted at ``ms``: it bills no more, and what it cost stays counted."""
         with self.transaction() as db:
-            db.execute("DELETE FROM owned WHERE id=?", (id,))
+            db.execute("UPDATE owned SET status='deleted', deleted_ms=?, final=1 WHERE id=?",
+                       (ms, id))
 
     # -- reservations --------------------------------------------------------------------------
 
