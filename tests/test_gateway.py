@@ -319,3 +319,16 @@ def test_a_volume_is_metered_in_its_owners_spend_and_held_against_the_budget(
         for _ in range(5):  # and no more is added
             assert ada.get("/gateway/me").json()["spend"] == spent["spend"]
             time.sleep(0.2)
+
+
+def test_the_upstreams_retry_after_is_passed_on(sandbox_factory: Callable[..., Sandbox]) -> None:
+    from gpucloud_nb.sandbox.faults import Faults
+
+    busy = sandbox_factory(api_key=UPSTREAM_KEY, faults=Faults(rate_limit_every=1, retry_after=7))
+    config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
+                           upstream_url=busy.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada:
+        for path in ("/gpu-cloud/instances/offers", "/gpu-cloud/instances", "/gpu-cloud/volumes"):
+            answer = ada.get(path)
+            assert answer.status_code == 429 and set(answer.json()) == SPEC_FIELDS
+            assert answer.headers["retry-after"] == "7", path

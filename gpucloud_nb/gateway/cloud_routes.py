@@ -11,6 +11,7 @@ that does not exist. Choices where the spec is silent:
   refusal is **402** with one sentence naming the dollars left; more than ``creates_per_minute``
   creates of one key within a minute is a 429 with ``Retry-After``; an offer the upstream does
   not list is a 400;
+- an error of the upstream (a 429, a 503) is passed on with its ``Retry-After``;
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
   student's key is fine), and so is an upstream that does not answer (for a create: "it may have
   happened", and the watcher adopts it by name if it did);
@@ -43,7 +44,7 @@ from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.meter import Meter, parse_ms
 from gpucloud_nb.gateway.store import Store
-from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable, decode
+from gpucloud_nb.gateway.upstream import RETRY_AFTER, Upstream, UpstreamUnreachable, decode
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
 __all__ = ["Gate", "cloud_routes"]
@@ -91,7 +92,9 @@ class Gate:
                                "runs the gateway.")
         message = data.get("message") if isinstance(data, dict) else None
         text = message if isinstance(message, str) and message else f"The upstream answered {status}."
-        raise Problem(status, self.upstream.scrub(text))
+        wait = RETRY_AFTER.get()
+        raise Problem(status, self.upstream.scrub(text),
+                      headers=None if wait is None else {"Retry-After": wait})
 
     def relay_body(self, status: int, body: bytes, request: Request) -> Response:
         """:meth:`relay` of the upstream's bytes: passed on as they are when they may be."""
