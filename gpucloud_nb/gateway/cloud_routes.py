@@ -8,9 +8,11 @@ and volumes created with it: lists are filtered, and another key's id is the sam
 that does not exist. Choices where the spec is silent:
 
 - a create is admitted against the budget first (:func:`gpucloud_nb.gateway.money.admit`); a
-  refusal is **402** with one sentence naming the dollars left; more than ``creates_per_minute``
-  creates of one key within a minute is a 429 with ``Retry-After``; an offer the upstream does
-  not list is a 400;
+  refusal is **402** with one sentence naming the dollars left; while another key's create of
+  the same name is in flight, a create waits for its answer (up to :data:`SAME_NAME_WAIT`
+  seconds, then a **409** with ``Retry-After``), so a lost answer is never adopted crosswise;
+  more than ``creates_per_minute`` creates of one key within a minute is a 429 with
+  ``Retry-After``; an offer the upstream does not list is a 400;
 - an error of the upstream (a 429, a 503) is passed on with its ``Retry-After``;
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
   student's key is fine), and so is an upstream that does not answer (for a create: "it may have
@@ -27,6 +29,7 @@ SQLite on every request, so a list is exactly as fresh as the upstream's.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +52,8 @@ from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
 __all__ = ["Gate", "cloud_routes"]
 
+SAME_NAME_WAIT = 75.0
+"""Seconds a create waits for someone else's create of the same name to be answered."""
 PersonHandler = Callable[[Request, Person], Awaitable[Response]]
 
 
@@ -189,11 +194,7 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             body["vm"] = {**vm, "base64CloudInitScript": with_gateway_key(
                 vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
                 else None, gate.public_key)}
-        try:
-            rid = money.admit(store, person, name, price, gate.config.reserve_hours, now_ms())
-        except money.BudgetRefused as refused:
-            store.audit(now_ms(), person.account, "refused", name, str(refused))
-            raise Problem(402, str(refused)) from None
+        rid = await admitted(person, name, price)
         gate.meter.inflight.add(rid)
         try:
             status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
@@ -210,6 +211,24 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             return gate.relay(status, data, request)
         finally:
             gate.meter.inflight.discard(rid)
+
+    async def admitted(person: Person, name: str, price: float) -> int:
+        """The create admitted (its reservation), once no one else's of ``name`` is in flight."""
+        waited = time.monotonic()
+        while True:
+            try:
+                return money.admit(store, person, name, price, gate.config.reserve_hours,
+                                   now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
+            except money.NameInFlight:
+                if time.monotonic() - waited > SAME_NAME_WAIT:
+                    raise Problem(409, f"Someone else's create named {name!r} is still being "
+                                       "settled with the upstream; nothing was launched: try "
+                                       "again in a minute or choose another name.",
+                                  headers={"Retry-After": "60"}) from None
+                await asyncio.sleep(0.05)
 
     async def list_instances(request: Request, person: Person) -> Response:
         status, body = await upstream.send("GET", "/gpu-cloud/instances",

@@ -23,9 +23,9 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **reconciles**: a create admitted but never answered (the gateway was killed, or the upstream's
   answer was lost) is looked up by name among the upstream's instances no one owns, created since
   the admission (less 5 s); found, it is adopted; not found :data:`RECONCILE_GRACE` seconds after
-  its admission, it is closed as failed. The gateway never sends that create again. (Two keys
-  whose creates of the same name were both in flight when the gateway died could be adopted the
-  other way round; the earliest instance goes to the earliest reservation.)
+  its admission, it is closed as failed. The gateway never sends that create again. Two keys'
+  creates of one name are never in flight at once (:func:`gpucloud_nb.gateway.money.admit`), so
+  one is never adopted by the other; one key's, the earliest instance to the earliest reservation.
 """
 
 from __future__ import annotations

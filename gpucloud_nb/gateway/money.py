@@ -20,6 +20,12 @@ price of everything the person already runs (instances not deleted, and creates 
 answered yet) plus the new instance, for ``reserve_hours``. Its read, check and insert are one
 ``BEGIN IMMEDIATE`` transaction, so concurrent creates of one key never overshoot. A refusal is
 :class:`BudgetRefused`, answered 402 (Payment Required) with one sentence naming the dollars left.
+
+**One name in flight.** Two people's creates of one name are never both admitted and unanswered:
+the second waits until the first is answered (:class:`NameInFlight`). A create whose answer is
+lost is found again by its name alone (:mod:`gpucloud_nb.gateway.meter`), so two of one name in
+flight at once (both sent when the gateway was killed) could be adopted crosswise; one at a time
+they cannot. Creates of one person are not held up: theirs are theirs either way.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.store import Owned, Store
 
-__all__ = ["BILLING_STOPPED", "BudgetRefused", "admit", "check_volume", "left", "per_hour",
+__all__ = ["BILLING_STOPPED", "BudgetRefused", "NameInFlight", "admit", "check_volume", "left", "per_hour",
            "spend", "volume_price", "window_start"]
 
 HOUR_MS = 3_600_000
@@ -41,6 +47,10 @@ BILLING_STOPPED = ("deleted", "error")
 
 class BudgetRefused(Exception):
     """A create the budget cannot hold; ``str()`` is the sentence for the student."""
+
+
+class NameInFlight(Exception):
+    """Another person's create of the same name is admitted and not answered yet."""
 
 
 def window_start(period: str, now: int) -> int:
@@ -84,9 +94,12 @@ def admit(store: Store, person: Person, name: str, price: float, reserve_hours: 
     """Reserve a create of ``name`` at ``price`` $/h for ``person``; the reservation's id.
 
     Raises :class:`BudgetRefused` when the budget left cannot hold what the person runs plus
-    this instance for ``reserve_hours``; nothing is written then.
+    this instance for ``reserve_hours``, and :class:`NameInFlight` while another person's
+    create of the same ``name`` is admitted and unanswered; nothing is written then.
     """
     with store.transaction():
+        if any(r.name == name and r.account != person.account for r in store.reservations()):
+            raise NameInFlight(name)
         if person.budget is not None:
             records = store.billed(person.account)
             remaining = left(person, records, now) or 0.0
