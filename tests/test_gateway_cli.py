@@ -319,3 +319,15 @@ def test_without_upstream_the_gateway_fronts_your_sandbox_service(tmp_path: Path
         process.wait(30)
         subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "stop", "--home",
                         str(sandbox_home)], capture_output=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize(("host", "warns"), [
+    ("127.0.0.1", False), ("127.8.9.1", False), ("::1", False), ("[::1]", False),
+    ("localhost", False), ("LOCALHOST", False), ("0.0.0.0", True), ("::", True),
+    ("192.0.2.10", True), ("gateway.example", True), ("", True),
+])
+def test_serving_beyond_loopback_warns_that_tls_belongs_in_front(host: str, warns: bool) -> None:
+    from gpucloud_nb.gateway.cli import TLS_WARNING, tls_warning
+
+    assert tls_warning(host) == (TLS_WARNING if warns else None)
+    assert "TLS" in TLS_WARNING and "beyond loopback" in TLS_WARNING
