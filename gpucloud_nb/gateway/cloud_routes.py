@@ -195,6 +195,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
                 else None, gate.public_key)}
         rid = await admitted(person, name, price)
+        if idle is not None:
+            store.reserve_idle(rid, idle)  # kept with the reservation, adopted or answered
         gate.meter.inflight.add(rid)
         try:
             status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
@@ -202,8 +204,6 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 id = str(data["_id"])
                 store.add_owned(id, "instance", person.account, name,
                                 float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
-                if idle is not None:
-                    store.set_idle(id, person.account, idle)
                 store.audit(now_ms(), person.account, "created", id, "asked")
                 return gate.relay(status, data, request)
             if status < 500:  # a definite answer: nothing was made
