@@ -366,6 +366,8 @@ class _Management:
                                "delete the instance first.") from None
         if not found:
             raise Problem(404, f"Volume {id_} not found.")
+        # Its data goes with it, as on the cloud; off the loop, as a big folder takes a while.
+        await asyncio.to_thread(request.app.state.ssh.remove_volume, id_)
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:

@@ -258,15 +258,25 @@ class InstanceServers:
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
 
     def _sweep(self) -> None:
-        """Remove the home (and commands) of every instance that is no longer live: one
-        deleted while no service ran, or before deletes removed homes."""
+        """Remove the home (and commands) of every instance that is no longer live, and the
+        folder of every volume that is no longer stored: one deleted while no service ran, or
+        before deletes removed homes and volumes."""
         assert self.machines is not None
         live = {times.id for times in self.store.live_instance_times()}
-        for kind in ("instances", "bin"):
+        kept = {"volumes": self.store.volume_ids()}
+        for kind in ("instances", "bin", "volumes"):
             with contextlib.suppress(OSError):
                 for directory in (self.machines / kind).iterdir():
-                    if directory.name not in live and not directory.is_symlink():
+                    if directory.name not in kept.get(kind, live) and not directory.is_symlink():
                         shutil.rmtree(directory, ignore_errors=True)
+
+    def remove_volume(self, volume_id: str) -> None:
+        """Remove the folder of volume ``volume_id`` (deleted): its data goes with it, as on
+        the cloud, and the disk it took is given back."""
+        if self.machines is not None and _VOLUME_ID.fullmatch(volume_id):
+            folder = self.machines / "volumes" / volume_id
+            if not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
 
     def wake(self) -> None:
         """Reconcile now rather than at the next tick (an instance was just created)."""
