@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -223,3 +224,41 @@ def open_kernel(kernel_name: str, poll_every: float = 0.5) -> Iterator[Any]:
         client.stop_channels()
         with contextlib.suppress(Exception):
             manager.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def echo_port() -> Iterator[int]:
+    """A TCP echo server on this machine's loopback: on the sandbox, a port of the instance."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = listener.accept()
+                threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+@contextlib.contextmanager
+def connected(url: str) -> Iterator[socket.socket]:
+    """A connection through a forward, proven to reach the far end (an echo)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(b"ping")
+        assert conn.recv(4) == b"ping"
+        yield conn
