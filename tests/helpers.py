@@ -22,9 +22,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from gpucloud_nb import GPUCloud
+
 if TYPE_CHECKING:
-    from gpucloud_nb import AsyncGPUCloud, GPUCloud
+    from gpucloud_nb import AsyncGPUCloud
+    from gpucloud_nb.gateway import Gateway
     from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+    from gpucloud_nb.sandbox import Sandbox
 
 OTHER_UID = 65534  # nobody: the "other local user" of the two-user tests
 
@@ -262,3 +266,29 @@ def connected(url: str) -> Iterator[socket.socket]:
         conn.sendall(b"ping")
         assert conn.recv(4) == b"ping"
         yield conn
+
+
+# -- the gateway's tests (fixtures `upstream`, `gateway_factory` in conftest.py) ----------------
+
+UPSTREAM_KEY = "upstream-key-0123456789-do-not-leak"
+ADA, BOB, TEACHER = "gk-ada-0000000000000001", "gk-bob-0000000000000002", "gk-teach-00000000000003"
+SPEC_FIELDS = {"statusCode", "timestamp", "path", "message"}
+
+
+def gateway_cloud(gateway: Gateway, key: str) -> GPUCloud:
+    """A client of ``gateway`` with ``key``, which retries nothing."""
+    return GPUCloud(api_key=key, base_url=gateway.url, max_retries=0, timeout=30.0)
+
+
+def direct(upstream: Sandbox) -> httpx.Client:
+    return httpx.Client(base_url=upstream.management_url, headers={"x-api-key": UPSTREAM_KEY},
+                        timeout=30.0)
+
+
+def as_key(gateway: Gateway, key: str) -> httpx.Client:
+    return httpx.Client(base_url=gateway.url, headers={"x-api-key": key}, timeout=60.0)
+
+
+def create_body(offer: Any, name: str) -> dict[str, Any]:
+    return {"name": name, "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
+            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}

@@ -19,7 +19,6 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -446,7 +445,7 @@ def test_a_limit_another_process_set_says_who_watches_it(cloud, panels) -> None:
 
 
 def test_through_a_gateway_the_status_says_what_the_spent_budget_deleted(
-        upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+        upstream: Any, gateway_factory: Any) -> None:
     from tests.test_client_gateway import ADA, cloud, spent_budget
 
     gateway = spent_budget(upstream, gateway_factory)

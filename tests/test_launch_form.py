@@ -17,7 +17,6 @@ from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
 from gpucloud_nb.widgets._common import iter_widgets
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -451,7 +450,7 @@ def test_launch_form_keys_offers_by_provider_and_instance_id(sandbox_factory) ->
 
 
 def test_through_a_gateway_the_spent_budget_and_its_refusal_are_one_sentence(
-        upstream, gateway_factory) -> None:  # noqa: F811
+        upstream, gateway_factory) -> None:
     from gpucloud_nb.errors import BadRequestError
     from tests.test_client_gateway import ADA, cloud, spent_budget
 

@@ -20,7 +20,6 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpucloud_nb.magics as magics
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 API_KEY = "sk-magic-SECRET-0123456789"
 INFERENCE_SECRET = "sk-infer-SECRET-9876543210"
@@ -1085,7 +1084,7 @@ def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
 
 
 def test_through_a_gateway_budget_and_instances_say_the_budget_was_spent(
-        magic: Magic, upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+        magic: Magic, upstream: Any, gateway_factory: Any) -> None:
     from tests.test_client_gateway import ADA, cloud, spent_budget
 
     gateway = spent_budget(upstream, gateway_factory)
