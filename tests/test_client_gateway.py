@@ -17,20 +17,9 @@ from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
-    ADA,
-    BOB,
-    TEACHER,
-    UPSTREAM_KEY,
-    as_key,
-    cloud,
-    direct,
-    gateway_factory,
-    upstream,
-)
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, as_key, direct, launch, vm_offer, wait_for
+from tests.helpers import gateway_cloud as cloud
 
-__all__ = ["gateway_factory", "upstream"]
 GONE = ("deleting", "deleted")
 
 

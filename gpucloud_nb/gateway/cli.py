@@ -18,36 +18,17 @@ nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from gpucloud_nb import cli_args
+
 __all__ = ["add_parser", "run"]
 
 TLS_WARNING = ("gpucloud-nb gateway: warning: serving beyond loopback without TLS; students' keys "
                "travel in clear unless a TLS proxy is in front of the gateway.")
-
-
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero hours")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 65535")
-    return value
 
 
 def add_parser(commands: Any) -> None:
@@ -68,11 +49,11 @@ def add_parser(commands: Any) -> None:
                          help="the upstream cloud's base URL (default: your sandbox service); "
                               "its key comes from GPUCLOUD_UPSTREAM_API_KEY")
     gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    gateway.add_argument("--port", type=_port, default=8790,
+    gateway.add_argument("--port", type=cli_args.port, default=8790,
                          help="port to bind; 0 picks a free one (default: %(default)s)")
     gateway.add_argument("--home", metavar="DIR", default=None,
                          help="directory of the gateway's state (default: the user data dir)")
-    gateway.add_argument("--reserve-hours", type=_hours, default=1.0, metavar="H",
+    gateway.add_argument("--reserve-hours", type=cli_args.hours, default=1.0, metavar="H",
                          help="hours of every running instance a budget must hold at each create "
                               "(default: %(default)s)")
     gateway.add_argument("--url", default=None,

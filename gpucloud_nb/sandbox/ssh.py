@@ -51,7 +51,10 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
 - **Deleting.** When the instance's server closes (it is deleting), every process of the
   instance is killed and its home (with its files: synced notebooks, a cluster's key) removed;
   only its volumes, outside the home, remain.
-- **Ports.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
+- **Ports.** A forwarded connection counts as use while open, like a session, unless its
+  originator address is :data:`gpucloud_nb.idle_rule.BOOKKEEPING_ORIGIN` (a kernel's channels,
+  a cluster's scheduler and dashboard).
+  Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
   port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); to any other port,
   that port of the host's loopback, where the instance's processes listen (a kernel started on
   the instance, see :mod:`gpucloud_nb.kernel`; a Dask scheduler of :mod:`gpucloud_nb.cluster`).
@@ -86,6 +89,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from gpucloud_nb.idle_rule import BOOKKEEPING_ORIGIN
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
 from gpucloud_nb.sandbox.gpu_use import MARKER
@@ -614,4 +618,30 @@ class _Auth(asyncssh.SSHServer):
         if dest_host not in ("localhost", "127.0.0.1", "::1") or not 0 < dest_port < 65536:
             return False
         port = self.server.model_port if dest_port == MODEL_PORT else dest_port
-        return self.connection.forward_connection("127.0.0.1", port)
+        if orig_host == BOOKKEEPING_ORIGIN:  # a kernel's channel, a cluster's scheduler
+            return self.connection.forward_connection("127.0.0.1", port)
+        return _counted_forward(self.server, port)
+
+
+async def _counted_forward(server: _InstanceServer, port: int) -> asyncssh.SSHForwarder:
+    """A forwarded connection to ``port`` of the host's loopback, counted as a session (use of
+    the instance) until its channel closes."""
+    try:
+        _, peer = await asyncio.get_running_loop().create_connection(
+            asyncssh.SSHForwarder, "127.0.0.1", port)
+    except OSError as error:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from None
+    return _CountedForwarder(peer, server)
+
+
+class _CountedForwarder(asyncssh.SSHForwarder):
+    def __init__(self, peer: asyncssh.SSHForwarder, server: _InstanceServer) -> None:
+        super().__init__(peer)
+        self._server: _InstanceServer | None = server
+        server.session(+1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._server is not None:
+            self._server.session(-1)
+            self._server = None
+        super().connection_lost(exc)
