@@ -23,6 +23,7 @@ MODULES = (
     "gpucloud_nb/create_request.py", "gpucloud_nb/durations.py", "gpucloud_nb/rules.py",
     "gpucloud_nb/media/__init__.py", "gpucloud_nb/frames.py", "gpucloud_nb/sandbox/app.py",
     "gpucloud_nb/sandbox/lifecycle.py", "gpucloud_nb/sandbox/catalogue.py",
+    "gpucloud_nb/sandbox/cloud_init.py",
     "gpucloud_nb/sandbox/inference/app.py", "gpucloud_nb/kernel/provisioner.py",
     "gpucloud_nb/kernel/spec.py", "gpucloud_nb/kernel/sync.py", "gpucloud_nb/cluster/spec.py",
     "gpucloud_nb/client/multinode.py",

@@ -24,8 +24,12 @@ from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
+from gpucloud_nb.gateway.gpu_reader import GPUReader
+from gpucloud_nb.gateway.idle import IdleWatch
+from gpucloud_nb.gateway.idle_routes import idle_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.ssh_key import gateway_key, public_line
 from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
@@ -59,7 +63,11 @@ def create_app(config: GatewayConfig) -> Any:
     people = effective_people(store, config.people)
     store.set_people(people)
     upstream = Upstream(config.upstream_url, config.upstream_key)
-    gate = Gate(config, store, upstream, Meter(store, Keyring(people), upstream, config.poll))
+    key = gateway_key(config.home)
+    meter = Meter(store, Keyring(people), upstream, config.poll)
+    gate = Gate(config, store, upstream, meter, public_key=public_line(key))
+    reader = GPUReader(key)
+    meter.idle = IdleWatch(store, reader, meter.delete)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,10 +78,11 @@ def create_app(config: GatewayConfig) -> Any:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            reader.close()
             await upstream.aclose()
 
     app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
-                    + budget_routes(gate),
+                    + budget_routes(gate) + idle_routes(gate, meter.idle),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False

@@ -25,10 +25,21 @@ from typing import Any
 
 from gpucloud_nb import cli_args
 
-__all__ = ["add_parser", "run"]
+__all__ = ["TLS_WARNING", "add_parser", "run", "tls_warning"]
 
 TLS_WARNING = ("gpucloud-nb gateway: warning: serving beyond loopback without TLS; students' keys "
                "travel in clear unless a TLS proxy is in front of the gateway.")
+
+
+def tls_warning(host: str) -> str | None:
+    """The warning to print when serving on ``host``: :data:`TLS_WARNING` beyond loopback.
+
+        >>> tls_warning("127.0.0.1") is None, tls_warning("0.0.0.0") == TLS_WARNING
+        (True, True)
+    """
+    from gpucloud_nb.sandbox.config import is_loopback
+
+    return None if is_loopback(host) else TLS_WARNING
 
 
 def add_parser(commands: Any) -> None:
@@ -81,7 +92,6 @@ def run(args: argparse.Namespace) -> int:
     from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
     from gpucloud_nb.gateway.keys import KeysFileError, read_keys
     from gpucloud_nb.gateway.server import serve
-    from gpucloud_nb.sandbox.config import is_loopback
 
     if args.keys is None:
         return _fail("give the keys file with --keys FILE ('KEY BUDGET NAME' per line).")
@@ -116,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         print(f"management: {url}", flush=True)
-        if not is_loopback(args.host):
-            print(TLS_WARNING, file=sys.stderr, flush=True)
+        warning = tls_warning(args.host)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
 
     try:
         serve(config, ready)
