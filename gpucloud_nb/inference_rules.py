@@ -23,12 +23,14 @@ Choices where the appendix gives no rule:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpucloud_nb.inference_records import InferenceHardware, InferenceModel, InferenceRegion
 
-__all__ = ["MAX_NAME_LENGTH", "TRIGGERS", "create_problem", "merged", "scale_problem"]
+__all__ = ["MAX_NAME_LENGTH", "TRIGGERS", "create_problem", "merged", "public_key_problem",
+           "scale_problem"]
 
 MAX_NAME_LENGTH = 255
 #: The trigger names of the appendix.
@@ -152,4 +154,24 @@ def create_problem(body: Mapping[str, Any], *, models: Iterable[InferenceModel],
                     f"({capacity} container{'s' if capacity != 1 else ''}"
                     f"{f', min is {low:g}' if low > 1 else ''}); choose another region "
                     "(regions() shows capacity).")
+    return None
+
+
+_KEY_LINE = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[\w@.-]+)\s+[A-Za-z0-9+/]+={0,3}"
+    r"(\s+.*)?$")
+
+
+def public_key_problem(text: str) -> str | None:
+    """Why ``text`` is not one OpenSSH public key line, or ``None``.
+
+        >>> public_key_problem("-----BEGIN OPENSSH PRIVATE KEY-----")
+        'That is a private key: give the public key (the .pub file), never the private one.'
+    """
+    if "PRIVATE KEY" in text:
+        return "That is a private key: give the public key (the .pub file), never the private one."
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) != 1 or not _KEY_LINE.match(lines[0].strip()):
+        return ("That is not an OpenSSH public key: give one line such as "
+                "'ssh-ed25519 AAAA… me@laptop' (the .pub file).")
     return None

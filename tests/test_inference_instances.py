@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.errors import (
@@ -19,7 +20,6 @@ from gpucloud_nb.errors import (
 )
 from gpucloud_nb.models import InferenceInstanceDetails
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBmd0lVf5hW8dQ2b3xLq1vJb6yQ0H8fT2cW1m8s9zQ4d me@laptop"
 MODEL = "sandbox-vision-1"

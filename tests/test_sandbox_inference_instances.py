@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import wait_for
 
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
 
 OTHER = "other-account-key"
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBmd0lVf5hW8dQ2b3xLq1vJb6yQ0H8fT2cW1m8s9zQ4d me@laptop"

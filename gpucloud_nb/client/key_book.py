@@ -18,7 +18,9 @@ Choices where the appendix is silent:
   ``sshKeyId`` instead of sending the text of the public key the client logs in with
   (:func:`key_for_create`): the default key when it is that key, else any key that is, else the
   key is added to the book first, named after this machine (``gpucloud-nb <hostname>``), and
-  made the default only when the book had no default. Against the sandbox (when the client
+  made the default only when the book had no default. Should the book fail (no such endpoint,
+  as a class gateway may answer, a refusal, a lost connection), the create sends the key's
+  text, as before. Against the sandbox (when the client
   knows it is one) keys are registered through the sandbox's own route, as before.
 """
 
@@ -26,42 +28,43 @@ from __future__ import annotations
 
 import builtins
 import os
-import re
 import socket
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 from gpucloud_nb.client._core import Core, D, json_list
 from gpucloud_nb.client._ops import AsyncDriver, Call, Op, SyncDriver
-from gpucloud_nb.client.instance_ops import path_id
-from gpucloud_nb.errors import BadRequestError, InvalidInputError, NotFoundError
+from gpucloud_nb.create_request import CreateInstance
+from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.inference_records import SSHKey
+from gpucloud_nb.inference_rules import public_key_problem
 
 T = TypeVar("T")
 
-__all__ = ["KEYS_PATH", "AsyncSSHKeyBook", "KeyBookOps", "SSHKeyBook", "machine_key_name",
+__all__ = ["KEYS_PATH", "AsyncSSHKeyBook", "KeyBookOps", "SSHKeyBook", "keyed", "machine_key_name",
            "public_key_problem"]
 
 KEYS_PATH = "/gpu-cloud/ssh-keys"
-_KEY_LINE = re.compile(
-    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-[\w@.-]+)\s+[A-Za-z0-9+/]+={0,3}"
-    r"(\s+.*)?$")
+def _segment(id: str) -> str:
+    """``id`` as one path segment, or one sentence before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", "..") \
+            or any(c in id for c in "/?#"):
+        raise InvalidInputError(f"{id!r} is not a valid id or name of an SSH key.")
+    return id
 
 
-def public_key_problem(text: str) -> str | None:
-    """Why ``text`` is not one OpenSSH public key line, or ``None``.
-
-        >>> public_key_problem("-----BEGIN OPENSSH PRIVATE KEY-----")
-        'That is a private key: give the public key (the .pub file), never the private one.'
-    """
-    if "PRIVATE KEY" in text:
-        return "That is a private key: give the public key (the .pub file), never the private one."
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    if len(lines) != 1 or not _KEY_LINE.match(lines[0].strip()):
-        return ("That is not an OpenSSH public key: give one line such as "
-                "'ssh-ed25519 AAAA… me@laptop' (the .pub file).")
-    return None
+def keyed(core: Core[D], request: CreateInstance, public_key: str) -> Op[CreateInstance]:
+    """``request`` naming ``public_key`` by its id in the key book (added when missing; see the
+    module docs); with the key's text instead when the cloud has no key book (a 404, as a
+    gateway in front of it may answer), refuses it or cannot be reached."""
+    try:
+        key_id = yield from KeyBookOps(core).key_for_create(public_key)
+    except GPUCloudError:
+        return msgspec.structs.replace(request, ssh_key=public_key)
+    return msgspec.structs.replace(request, ssh_key_id=key_id)
 
 
 def machine_key_name() -> str:
@@ -109,7 +112,7 @@ class KeyBookOps(Generic[D]):
 
     def _by_id_or_name(self, given: str, op: Callable[[str], Op[T]]) -> Op[T]:
         try:
-            return (yield from op(path_id(given)))
+            return (yield from op(_segment(given)))
         except (NotFoundError, BadRequestError) as missing:
             if isinstance(missing, BadRequestError) and missing.status_code != 400:
                 raise

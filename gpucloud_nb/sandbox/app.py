@@ -287,6 +287,10 @@ class _Management:
             "sshPublicKey": body.get("sshKey") or "",
             "sshPort": free_port(),
         }
+        if not body.get("sshKey") and isinstance(body.get("sshKeyId"), str):
+            # a key of the account's SSH-key book (sandbox/inference_instances.py), named by id
+            booked = request.app.state.endpoints.booked_key(request.state.user, body["sshKeyId"])
+            doc["sshKey"], doc["sshPublicKey"] = booked
         now = now_ms()
         refused = self.budgets.refusal(request.state.user, float(offer["hourlyPrice"] or 0), now)
         if refused:

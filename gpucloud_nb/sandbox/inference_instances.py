@@ -34,6 +34,8 @@ inference secret). Choices where the appendix is silent:
   of that hardware live in it now, over every account.
 - **State** lives in the sandbox's memory: inference instances and SSH keys do not survive a
   restart of the sandbox (GPU instances and volumes do, with ``--state``).
+- A GPU instance create that names ``sshKeyId`` (and no ``sshKey``) gets that key of the
+  book: its SSH server accepts it; an id not in the book is 400.
 - ``PATCH`` merges the given top-level fields (``autoScalingConfigurations`` whole, ``envs``
   whole), checks the result as a create and answers the details; new scaling applies at once
   (containers above the new ``max`` go, regions below ``min`` get containers). ``name``,
@@ -56,7 +58,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.inference_records import InferenceHardware, InferenceModel, InferenceRegion
-from gpucloud_nb.inference_rules import create_problem, merged
+from gpucloud_nb.inference_rules import create_problem, merged, public_key_problem
 from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 
 if TYPE_CHECKING:
@@ -474,8 +476,6 @@ class Endpoints:
         name, public_key = body.get("name"), body.get("publicKey")
         if not isinstance(name, str) or not name.strip() or len(name) > 255:
             raise Problem(400, "name must be 1 to 255 characters.")
-        from gpucloud_nb.client.key_book import public_key_problem
-
         problem = public_key_problem(public_key) if isinstance(public_key, str) \
             else "publicKey is required: one OpenSSH public key line."
         if problem:
@@ -495,6 +495,13 @@ class Endpoints:
         if found is None:
             raise Problem(404, f"SSH key {id_} not found.")
         return found
+
+    def booked_key(self, user: str, id_: str) -> tuple[dict[str, str], str]:
+        """A GPU instance create's ``sshKeyId``: its ``sshKey`` object and the key text, or 400."""
+        found = next((k for k in self.keys.get(user, []) if k["_id"] == id_), None)
+        if found is None:
+            raise Problem(400, f"SSH key {id_} is not in your SSH-key book (sshKeyId).")
+        return {"_id": found["_id"], "name": found["name"]}, found["publicKey"]
 
     def make_default(self, user: str, id_: str, now: str) -> dict[str, Any]:
         chosen = self.key(user, id_)
