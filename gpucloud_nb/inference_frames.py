@@ -18,9 +18,14 @@ from collections.abc import Iterable
 import pandas as pd
 
 from gpucloud_nb.frame_columns import float_column, int_column, text_column
-from gpucloud_nb.inference_records import InferenceHardware, InferenceModel, InferenceRegion
+from gpucloud_nb.inference_records import (
+    InferenceHardware,
+    InferenceInstanceDetails,
+    InferenceModel,
+    InferenceRegion,
+)
 
-__all__ = ["hardwares_frame", "models_frame"]
+__all__ = ["endpoints_frame", "hardwares_frame", "models_frame"]
 
 
 def models_frame(models: Iterable[InferenceModel],
@@ -70,3 +75,26 @@ def hardwares_frame(hardwares: Iterable[InferenceHardware],
     ordered: pd.DataFrame = frame.sort_values("hourlyPrice", kind="stable", na_position="last")
     result: pd.DataFrame = ordered.reset_index(drop=True)
     return result
+
+
+def endpoints_frame(endpoints: Iterable[InferenceInstanceDetails]) -> pd.DataFrame:
+    """One row per inference instance: status, containers ready and wanted, the price per
+    container-hour and at the most containers, its address.
+
+        >>> endpoints_frame([InferenceInstanceDetails(name="chat", status="ACTIVE")]).status[0]
+        'ACTIVE'
+    """
+    endpoints = list(endpoints)
+    frame: pd.DataFrame = pd.DataFrame({
+        "name": text_column([e.name for e in endpoints]),
+        "status": text_column([e.status for e in endpoints]),
+        "ready": int_column([e.ready for e in endpoints]),
+        "total": int_column([e.total for e in endpoints]),
+        "maxContainers": int_column([e.max_containers for e in endpoints]),
+        "hourlyPrice": float_column([e.hourly_price for e in endpoints]),
+        "maxHourly": float_column([e.hourly_price * e.max_containers for e in endpoints]),
+        "hardwareName": text_column([e.hardware_name for e in endpoints]),
+        "address": text_column([e.address for e in endpoints]),
+        "_id": text_column([e.id for e in endpoints]),
+    })
+    return frame

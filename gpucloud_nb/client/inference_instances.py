@@ -29,9 +29,10 @@ Choices where the appendix is silent:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpucloud_nb._secrets import Secret
 from gpucloud_nb.client._core import Core
 from gpucloud_nb.client._ops import AsyncDriver, Op, SyncDriver
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
@@ -43,6 +44,7 @@ from gpucloud_nb.client.inference_instance_ops import (
 )
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.inference_records import (
+    FAILED_STATUSES,
     InferenceHardware,
     InferenceInstance,
     InferenceInstanceDetails,
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["AsyncInferenceInstances", "EndpointProgress", "InferenceInstances"]
+__all__ = ["AsyncInferenceInstances", "EndpointClient", "EndpointProgress", "InferenceInstances"]
 
 
 def _address(details: InferenceInstanceDetails) -> str:
@@ -64,6 +66,30 @@ def _address(details: InferenceInstanceDetails) -> str:
             f"Inference instance {details.name or details.id} has no address yet "
             f"(it is {details.status}); wait until it is active.")
     return details.address
+
+
+class EndpointClient(InferenceClient):
+    """The :class:`~gpucloud_nb.client.inference.InferenceClient` of one inference instance,
+    which can also say whether the endpoint is waking up (scaled to zero, or a container still
+    starting), so that a chat can say why the first reply waits.
+
+        >>> chat = cloud.inference_instances.chat_client("sleepy")  # doctest: +SKIP
+        >>> chat.waking()  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, address: str, key: Secret, name: str,
+                 details: Callable[[], InferenceInstanceDetails]) -> None:
+        super().__init__(address, key)
+        #: The inference instance's name.
+        self.endpoint_name = name
+        self._details = details
+
+    def waking(self) -> bool:
+        """True when the next request waits for a container to start (scaled to zero, or
+        deploying): one request to the management API."""
+        details = self._details()
+        return details.ready == 0 and details.status.upper() not in FAILED_STATUSES
 
 
 class InferenceInstances:
@@ -204,14 +230,16 @@ class InferenceInstances:
         return self._run(self._ops.wait_until_active(id, timeout, on_progress, poll_interval,
                                                      max_poll_interval))
 
-    def chat_client(self, id: str) -> InferenceClient:
-        """An :class:`~gpucloud_nb.client.inference.InferenceClient` for the instance's address,
-        with this account's API key as its secret (see the module docs).
+    def chat_client(self, id: str) -> EndpointClient:
+        """An :class:`EndpointClient` (an :class:`~gpucloud_nb.client.inference.InferenceClient`)
+        for the instance's address, with this account's API key as its secret (see the module
+        docs); ``ChatWidget(cloud.inference_instances.chat_client(name))`` chats with it.
 
             >>> cloud.inference_instances.chat_client("chat").chat("Hello!").text  # doctest: +SKIP
         """
         details = self.get(id)
-        return InferenceClient(_address(details), self._core.key)
+        return EndpointClient(_address(details), self._core.key, details.name or details.id,
+                              lambda: self.get(details.id))
 
 
 class AsyncInferenceInstances:
@@ -298,6 +326,6 @@ class AsyncInferenceInstances:
 
     async def chat_client(self, id: str) -> AsyncInferenceClient:
         """The coroutine twin of :meth:`InferenceInstances.chat_client`: an
-        :class:`~gpucloud_nb.client.inference.AsyncInferenceClient`."""
+        :class:`~gpucloud_nb.client.inference.AsyncInferenceClient` (without ``waking``)."""
         details = await self.get(id)
         return AsyncInferenceClient(_address(details), self._core.key)

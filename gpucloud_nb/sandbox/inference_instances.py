@@ -25,6 +25,8 @@ inference secret). Choices where the appendix is silent:
   that finds more requests in flight per ready container than the ``http`` trigger adds a
   container (up to ``max`` and the region's capacity) without waiting for it. A request before
   the first deploy is ready waits for it (up to 60 s), as a cold start does.
+- ``/v1/models`` is answered without a container (the router knows the model), so listing
+  the model never wakes an endpoint that scaled to zero; chat and transcription do.
 - **Stopped.** A request to a ``DISABLED`` instance is 503 ``endpoint_stopped`` ("Inference
   instance X is stopped; start it to send requests."), one to a deleted one 404.
 - **Billing** is per container-hour at the hardware's ``hourlyPrice`` (the sandbox's catalogue
@@ -400,13 +402,13 @@ class Endpoints:
         (the caller calls :meth:`done`)."""
         now = now_ms()
         self.advance(endpoint, now)
-        self._refuse_if_down(endpoint, now)
+        self.refuse_if_down(endpoint, now)
         endpoint.in_flight += 1
         try:
             deadline = now + FIRST_DEPLOY_WAIT_MS + self.cold_ms
             while True:
                 now = now_ms()
-                self._refuse_if_down(endpoint, now)
+                self.refuse_if_down(endpoint, now)
                 containers = [c for r in endpoint.regions for c in r.containers]
                 if not containers:  # scaled to zero: a cold start in the first region
                     first = endpoint.regions[0]
@@ -447,7 +449,7 @@ class Endpoints:
                      for c in r["capacities"] if c["hardwareId"] == endpoint.hardware["id"]), 0)
         return int(base) - self.live(endpoint.hardware["id"], region_id, now)
 
-    def _refuse_if_down(self, endpoint: _Endpoint, now: int) -> None:
+    def refuse_if_down(self, endpoint: _Endpoint, now: int) -> None:
         status = self.status(endpoint, now)
         if status in ("DELETING", "DELETED"):
             raise Problem(404, f"Inference instance {endpoint.name} is deleted.",
@@ -631,17 +633,18 @@ def endpoint_app(endpoints: Endpoints, inference: ASGIApp) -> ASGIApp:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                        for k, v in scope["headers"]}
             secret = endpoints.authenticate(endpoint, headers.get("x-api-key"))
-            await endpoints.admit(endpoint)
-        except Problem as problem:
-            await problem.openai_response()(scope, receive, send)
-            return
-        try:
             if "/" + rest == "/v1/models" and scope["method"] in ("GET", "HEAD"):
+                endpoints.refuse_if_down(endpoint, now_ms())  # listed without waking it
                 model = endpoint.body["modelId"]
                 record = records.get(model, {"id": model, "object": "model", "created": 0,
                                              "owned_by": "gpucloud-sandbox"})
                 await json_response({"object": "list", "data": [record]})(scope, receive, send)
                 return
+            await endpoints.admit(endpoint)
+        except Problem as problem:
+            await problem.openai_response()(scope, receive, send)
+            return
+        try:
             inner_headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"x-api-key"]
             inner_headers.append((b"x-api-key", secret.encode("latin-1")))
             inner = dict(scope, root_path=scope.get("root_path", "") + f"/{slug}",
