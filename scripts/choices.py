@@ -27,6 +27,9 @@ MODULES = (
     "gpucloud_nb/sandbox/inference/app.py", "gpucloud_nb/kernel/provisioner.py",
     "gpucloud_nb/kernel/spec.py", "gpucloud_nb/kernel/sync.py", "gpucloud_nb/cluster/spec.py",
     "gpucloud_nb/client/multinode.py",
+    "gpucloud_nb/inference_records.py", "gpucloud_nb/inference_rules.py",
+    "gpucloud_nb/client/inference_instance_ops.py", "gpucloud_nb/client/inference_instances.py",
+    "gpucloud_nb/client/key_book.py", "gpucloud_nb/sandbox/inference_instances.py",
 )
 HEADER = """# Choices where the interface is silent
 
