@@ -42,12 +42,14 @@ class StandInHub:
 
     def __init__(self) -> None:
         self.users: dict[str, dict[str, Any]] = {
-            ADA_TOKEN: {"name": "ada", "admin": False, "groups": ["physics"], "scopes": [ACCESS]},
+            ADA_TOKEN: {"name": "ada", "admin": False, "groups": ["physics"],
+                        "scopes": [ACCESS, f"read:services!service={SERVICE}"]},
             BOB_TOKEN: {"name": "bob", "admin": False, "groups": ["chemistry"],
                         "scopes": [ACCESS]},
             ADMIN_TOKEN: {"name": "grace", "admin": True, "groups": [], "scopes": [ACCESS]},
             NO_ACCESS_TOKEN: {"name": "eve", "admin": False, "groups": [], "scopes": []},
         }
+        self.services: dict[str, dict[str, Any]] = {}  # GET /hub/api/services/{name}
         self.asked: list[str] = []
         hub = self
 
@@ -55,10 +57,16 @@ class StandInHub:
             def do_GET(self) -> None:
                 token = self.headers.get("Authorization", "").removeprefix("token ")
                 hub.asked.append(self.path)
-                user = hub.users.get(token) if self.path == "/hub/api/user" else None
-                body = json.dumps({"kind": "user", **user} if user else {"status": 403,
-                                                                          "message": "Forbidden"})
-                self.send_response(200 if user else 403)
+                user = hub.users.get(token)
+                found: dict[str, Any] | None = None
+                if user and self.path == "/hub/api/user":
+                    found = {"kind": "user", **user}
+                elif user and self.path.startswith("/hub/api/services/"):
+                    name = self.path.removeprefix("/hub/api/services/")
+                    if f"read:services!service={name}" in user["scopes"]:
+                        found = hub.services.get(name)
+                body = json.dumps(found or {"status": 403, "message": "Forbidden"})
+                self.send_response(200 if found else 403)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
