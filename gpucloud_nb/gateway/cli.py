@@ -9,7 +9,8 @@
 Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
 ``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
 set). ``--home DIR`` keeps the state file (default: the user data dir's ``gateway``);
-``--reserve-hours H`` is the admission window (1). The ``management:`` line comes first, flushed,
+``--reserve-hours H`` is the admission window (1). ``--jupyterhub`` serves a JupyterHub's users
+instead of a keys file (:mod:`gpucloud_nb.gateway.hub_cli`). The ``management:`` line comes first, flushed,
 so a script can read it; serving beyond loopback warns that keys then travel without TLS unless a
 TLS proxy is in front. A malformed keys file is one sentence naming the line, exit status 2, and
 nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
@@ -73,6 +74,9 @@ def add_parser(commands: Any) -> None:
                          help="with `class`: a file holding the teacher's key (default: "
                               "GPUCLOUD_API_KEY)")
     gateway.add_argument("--csv", action="store_true", help="with `class`: print CSV")
+    from gpucloud_nb.gateway.hub_cli import add_arguments as add_hub_arguments
+
+    add_hub_arguments(gateway)
     gateway.set_defaults(handler=run)
 
 
@@ -93,12 +97,22 @@ def run(args: argparse.Namespace) -> int:
     from gpucloud_nb.gateway.keys import KeysFileError, read_keys
     from gpucloud_nb.gateway.server import serve
 
-    if args.keys is None:
+    hub: dict[str, Any] = {}
+    if args.jupyterhub:
+        from gpucloud_nb.gateway.hub_cli import hub_options
+
+        try:
+            hub = hub_options(args, os.environ)
+        except ValueError as error:
+            return _fail(f"{error}.")
+        people = []
+    elif args.keys is None:
         return _fail("give the keys file with --keys FILE ('KEY BUDGET NAME' per line).")
-    try:
-        people = read_keys(args.keys)
-    except KeysFileError as error:
-        return _fail(str(error))
+    else:
+        try:
+            people = read_keys(args.keys)
+        except KeysFileError as error:
+            return _fail(str(error))
     key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
     if args.upstream is not None:
         if not args.upstream.startswith(("http://", "https://")):
@@ -121,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         return _fail(f"cannot use the gateway home {args.home}: {error.strerror or error}.", 1)
     config = GatewayConfig(people=tuple(people), upstream_url=upstream, upstream_key=key,
-                           host=args.host, port=args.port, home=home,
+                           **{"host": args.host, "port": args.port, **hub}, home=home,
                            reserve_hours=args.reserve_hours)
 
     def ready(url: str) -> None:
@@ -133,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         serve(config, ready)
     except OSError as error:
-        return _fail(f"cannot serve on {args.host}:{args.port}: {error.strerror or error}", 1)
+        return _fail(f"cannot serve on {config.host}:{config.port}: {error.strerror or error}", 1)
     return 0
 
 

@@ -67,15 +67,21 @@ class Gate:
         self.public_key = public_key
         self.keyring = meter.keyring
         self._creates: dict[str, collections.deque[float]] = {}
+        #: Who sends a request: the keys file's person of its ``x-api-key`` by default; a hub's
+        #: gateway puts :meth:`gpucloud_nb.gateway.hub_people.Roster.identify` here.
+        self.identify: Callable[[Request], Awaitable[Person]] = self._by_key
+
+    async def _by_key(self, request: Request) -> Person:
+        person = self.keyring.find(request.headers.get("x-api-key"))
+        if person is None:
+            raise Problem(403, "The API key is invalid.")
+        return person
 
     def route(self, handler: PersonHandler) -> Callable[[Request], Awaitable[Response]]:
         """``handler`` behind the key check, its :class:`Problem` answered in the spec's body."""
         async def endpoint(request: Request) -> Response:
             try:
-                person = self.keyring.find(request.headers.get("x-api-key"))
-                if person is None:
-                    raise Problem(403, "The API key is invalid.")
-                return await handler(request, person)
+                return await handler(request, await self.identify(request))
             except Problem as problem:
                 return problem.spec_response(request.url.path)
             except UpstreamUnreachable:
