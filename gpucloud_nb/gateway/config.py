@@ -7,6 +7,8 @@
 ``home`` is the directory of the state file (``None``: memory, for tests that need no restart).
 ``reserve_hours`` is the admission window (1 hour), ``poll`` the metering interval in seconds (1),
 ``creates_per_minute`` how many creates one key may send in any minute (60) before 429.
+``personal``: the user's own gateway (:mod:`~gpucloud_nb.gateway.personal`): its one person owns
+the whole upstream account, and it answers the home's challenge.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ class GatewayConfig:
     reserve_hours: float = 1.0
     poll: float = 1.0
     creates_per_minute: int = 60
+    personal: bool = False
 
     def __repr__(self) -> str:
         return (f"GatewayConfig(upstream_url={self.upstream_url!r}, "
                 f"upstream_key={mask(self.upstream_key)!r}, people={len(self.people)}, "
                 f"host={self.host!r}, port={self.port}, home={self.home!r}, "
-                f"reserve_hours={self.reserve_hours})")
+                f"reserve_hours={self.reserve_hours}, personal={self.personal})")
