@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["DIRECT_SENTENCE", "cloud_settings", "connect", "shared_sandbox"]
 
 #: What ``connect()`` says when ``GPUCLOUD_GATEWAY=off``.
-DIRECT_SENTENCE = ("gpucloud-nb: GPUCLOUD_GATEWAY=off: talking to the cloud directly, so nothing "
-                   "watches money: no deletes by timer, budget or idle.")
+DIRECT_SENTENCE = ("gpucloud-nb: GPUCLOUD_GATEWAY=off: talking to the cloud directly, so no "
+                   "gateway watches money: deletes by timer, budget or idle happen only while "
+                   "this kernel (or JupyterLab) runs.")
 
 _lock = threading.Lock()
 _announced: set[str] = set()  # the sandboxes whose banner this process has printed
@@ -118,8 +119,8 @@ def connect(
     """Return a client: the real cloud if ``GPUCLOUD_API_KEY`` is set, else the local sandbox.
 
     The real cloud is reached through the user's personal gateway (see :func:`cloud_settings`),
-    which keeps every money rule whether or not a kernel runs; ``GPUCLOUD_GATEWAY=off`` talks to
-    the cloud directly, and then nothing watches money (one sentence says so).
+    which keeps timers and budgets whether or not a kernel runs; ``GPUCLOUD_GATEWAY=off`` talks
+    to the cloud directly, and then no gateway watches money (one sentence says so).
 
     The sandbox is the user's sandbox service, found or started in the background (see
     :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is

@@ -152,7 +152,7 @@ def test_a_stale_runtime_file_gets_no_key_and_is_replaced(
                for _, headers in fake.requests)
 
 
-def test_gateway_off_talks_to_the_cloud_directly_and_says_nothing_watches_money(
+def test_gateway_off_talks_to_the_cloud_directly_and_says_no_gateway_watches_money(
         upstream: Sandbox, real_cloud: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("GPUCLOUD_GATEWAY", "off")
@@ -160,7 +160,7 @@ def test_gateway_off_talks_to_the_cloud_directly_and_says_nothing_watches_money(
         assert cloud.base_url == upstream.management_url
         assert cloud.gateway_status() is None
     assert DIRECT_SENTENCE in capsys.readouterr().out
-    assert "nothing watches money" in DIRECT_SENTENCE
+    assert "no gateway watches money" in DIRECT_SENTENCE
     assert personal.homes() == []  # no gateway was started
 
 
