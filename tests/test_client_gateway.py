@@ -18,22 +18,11 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
-    ADA,
-    BOB,
-    TEACHER,
-    UPSTREAM_KEY,
-    as_key,
-    cloud,
-    direct,
-    gateway_factory,
-    upstream,
-)
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, as_key, direct, launch, vm_offer, wait_for
+from tests.helpers import gateway_cloud as cloud
 from tests.test_gateway_cloud_init import cloud_init_offer
 from tests.test_gateway_idle import gone, needs_ssh
 
-__all__ = ["gateway_factory", "upstream"]
 GONE = ("deleting", "deleted")
 
 

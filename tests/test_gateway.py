@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -19,54 +18,20 @@ from gpucloud_nb.errors import NotFoundError
 from gpucloud_nb.gateway import Gateway, GatewayConfig
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-
-UPSTREAM_KEY = "upstream-key-0123456789-do-not-leak"
-ADA, BOB, TEACHER = "gk-ada-0000000000000001", "gk-bob-0000000000000002", "gk-teach-00000000000003"
-SPEC_FIELDS = {"statusCode", "timestamp", "path", "message"}
-
-
-@pytest.fixture
-def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    """The sandbox as the real cloud: only its spec paths and its key are used."""
-    return sandbox_factory(api_key=UPSTREAM_KEY)
-
-
-@pytest.fixture
-def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
-    """``factory(keys_text, **config)``: a gateway in front of ``upstream``; stopped at teardown."""
-    started: list[Gateway] = []
-
-    def start(keys: str = f"{ADA} - Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n",
-              **options: Any) -> Gateway:
-        options.setdefault("poll", 0.2)
-        config = GatewayConfig(people=tuple(parse_keys(keys)), upstream_url=upstream.management_url,
-                               upstream_key=UPSTREAM_KEY, **options)
-        gateway = Gateway(config).start()
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
-
-
-def cloud(gateway: Gateway, key: str) -> GPUCloud:
-    return GPUCloud(api_key=key, base_url=gateway.url, max_retries=0, timeout=30.0)
-
-
-def direct(upstream: Sandbox) -> httpx.Client:
-    return httpx.Client(base_url=upstream.management_url, headers={"x-api-key": UPSTREAM_KEY},
-                        timeout=30.0)
-
-
-def as_key(gateway: Gateway, key: str) -> httpx.Client:
-    return httpx.Client(base_url=gateway.url, headers={"x-api-key": key}, timeout=60.0)
-
-
-def create_body(offer: Any, name: str) -> dict[str, Any]:
-    return {"name": name, "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
-            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
+from tests.helpers import (
+    ADA,
+    BOB,
+    SPEC_FIELDS,
+    TEACHER,
+    UPSTREAM_KEY,
+    as_key,
+    create_body,
+    direct,
+    launch,
+    vm_offer,
+    wait_for,
+)
+from tests.helpers import gateway_cloud as cloud
 
 
 def test_a_client_works_through_the_gateway(gateway_factory: Callable[..., Gateway]) -> None:

@@ -22,19 +22,15 @@ from gpucloud_nb.gateway.cloud_init import with_gateway_key
 from gpucloud_nb.gateway.ssh_key import KEY_FILE, gateway_key, public_line
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.cloud_init import read
-from tests.helpers import wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
+from tests.helpers import (
     ADA,
     UPSTREAM_KEY,
     as_key,
     create_body,
-    gateway_factory,
-    upstream,
+    wait_for,
 )
 from tests.test_sandbox_cloud_init import b64, multipart
 from tests.test_ssh import keypair, ssh
-
-__all__ = ["gateway_factory", "upstream"]
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 GATEWAY_PUBLIC = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGatewayGatewayGatewayGatewayGatewayGate gw"

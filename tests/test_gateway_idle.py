@@ -23,8 +23,7 @@ from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.gateway.ssh_key import KEY_FILE
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
+from tests.helpers import (
     ADA,
     BOB,
     SPEC_FIELDS,
@@ -33,13 +32,10 @@ from tests.test_gateway import (  # the fixtures and helpers of the gateway's te
     as_key,
     create_body,
     direct,
-    gateway_factory,
-    upstream,
+    wait_for,
 )
 from tests.test_gateway_cloud_init import active, cloud_init_offer
 from tests.test_ssh import keypair, ssh
-
-__all__ = ["gateway_factory", "upstream"]
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 BUSY_LOOP = "nohup python3 -c 'while True: pass' > /dev/null 2>&1 &"

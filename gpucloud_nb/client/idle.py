@@ -44,7 +44,8 @@ Choices where the issue is silent:
   that can tell whether its instance is in use; and two kernels never measure, nor delete, the
   same instance. An instance whose kernel has gone is watched by JupyterLab if it runs.
 - What the kernel sees: an instance is busy at a poll while it is not active yet, while a
-  command, copy (SFTP) or port forward of this client is open on it
+  command, copy (SFTP) or connection through a port forward of this client is open on it, or
+  ended since the last poll
   (:meth:`gpucloud_nb.client.remote.Remote.open_on`; its own GPU measures are bookkeeping and
   not counted), or when its busiest GPU is at ``THRESHOLD`` % or more. It cannot see a remote
   kernel (the Jupyter server runs those: its extension watches them) nor another process's
@@ -331,6 +332,7 @@ class KernelIdleDelete(KernelWatcher):
         self._mine: set[str] = set()
         self._unsaved: dict[str, dict[str, float]] = {}  # limits the file does not hold yet
         self._clocks = IdleClocks()
+        self._polled = time.monotonic()
         self._uses: dict[str, tuple[float, float]] = {}
         self._warned: set[str] = set()
         self._unreadable: set[str] = set()
@@ -425,6 +427,7 @@ class KernelIdleDelete(KernelWatcher):
         """One poll: write the limits not written yet; stand aside for the instances a fresh
         JupyterLab heartbeat names; measure the others this process watches, advance their
         clocks, warn, and delete those idle past their limit."""
+        polled, self._polled = self._polled, time.monotonic()  # what ended since counts
         self._save()
         with self._lock:
             mine, unsaved = set(self._mine), dict(self._unsaved)
@@ -454,7 +457,8 @@ class KernelIdleDelete(KernelWatcher):
                 self.forget(instance_id)
                 del limits[instance_id]
             elif in_use(active=details.status == "active" and bool(details.ip),
-                        open_uses=self._ssh().open_on(instance_id), kernel_busy=False,
+                        open_uses=self._ssh().open_on(instance_id, since=polled),
+                        kernel_busy=False,
                         gpu_util=None):
                 busy.add(instance_id)  # (this kernel cannot see a remote kernel: the Lab can)
             else:

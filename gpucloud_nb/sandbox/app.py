@@ -295,6 +295,10 @@ class _Management:
             "sshPort": free_port(),
             "cloudInit": user_data.as_doc(),
         }
+        if not body.get("sshKey") and isinstance(body.get("sshKeyId"), str):
+            # a key of the account's SSH-key book (sandbox/inference_instances.py), named by id
+            booked = request.app.state.endpoints.booked_key(request.state.user, body["sshKeyId"])
+            doc["sshKey"], doc["sshPublicKey"] = booked
         now = now_ms()
         refused = self.budgets.refusal(request.state.user, float(offer["hourlyPrice"] or 0), now)
         if refused:
@@ -374,6 +378,8 @@ class _Management:
                                "delete the instance first.") from None
         if not found:
             raise Problem(404, f"Volume {id_} not found.")
+        # Its data goes with it, as on the cloud; off the loop, as a big folder takes a while.
+        await asyncio.to_thread(request.app.state.ssh.remove_volume, id_)
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:
@@ -437,8 +443,18 @@ def create_app(config: SandboxConfig) -> Starlette:
                                  (config.api_key, *config.keys), config.names, user_id,
                                  management.last_seen)
     from gpucloud_nb.sandbox.inference import create_inference_app
+    from gpucloud_nb.sandbox.inference_instances import (
+        ENDPOINTS_PREFIX,
+        Endpoints,
+        endpoint_app,
+        inference_instance_routes,
+    )
 
-    routes.append(Mount("/inference", app=create_inference_app(config)))
+    endpoints = Endpoints(config, user_id)  # the appendix: inference instances and SSH keys
+    routes += inference_instance_routes(management.route, endpoints)
+    inference = create_inference_app(config)
+    routes.append(Mount(ENDPOINTS_PREFIX, app=endpoint_app(endpoints, inference)))
+    routes.append(Mount("/inference", app=inference))
     servers = InstanceServers(config, store)
 
     @contextlib.asynccontextmanager
@@ -462,6 +478,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     app.state.budgets = management.budgets
     app.state.ssh = servers
     app.state.config = config
+    app.state.endpoints = endpoints
     guarded = _guarded(app, config)  # passes .state on
     if config.faults is not None and config.faults.active:
         from gpucloud_nb.sandbox.faults import FaultInjector
