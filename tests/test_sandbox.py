@@ -442,10 +442,16 @@ def test_ssh_keys_and_cloud_init(sandbox_api: httpx.Client) -> None:
     created = sandbox_api.post("/gpu-cloud/instances", json=body).json()
     key = sandbox_api.get(f"/gpu-cloud/instances/{created['_id']}").json()["sshKey"]
     assert key["name"] == "me@laptop" and OBJECT_ID.fullmatch(key["_id"])
+    unknown = sandbox_api.post("/gpu-cloud/instances",
+                               json=instance_body(offer, region, sshKeyId="k1"))
+    check_error(unknown, 400, "SSH key k1 is not in your SSH-key book (sshKeyId).")
+    public = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBookedBookedBookedBookedBookedBookedBooke me"
+    booked = sandbox_api.post("/gpu-cloud/ssh-keys",
+                              json={"name": "laptop", "publicKey": public}).json()
     by_id = sandbox_api.post("/gpu-cloud/instances",
-                             json=instance_body(offer, region, sshKeyId="k1")).json()
+                             json=instance_body(offer, region, sshKeyId=booked["_id"])).json()
     assert sandbox_api.get(f"/gpu-cloud/instances/{by_id['_id']}").json()["sshKey"] == {
-        "_id": "k1", "name": "k1"}
+        "_id": booked["_id"], "name": "laptop"}
 
 
 def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:
