@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NoReturn
 
+from gpucloud_nb import magics_endpoints
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES
 from gpucloud_nb.durations import parse_duration
 
@@ -25,7 +26,7 @@ __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown",
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "budget", "kernel", "volumes")
+            "budget", "kernel", "volumes", "endpoints")
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -111,6 +112,7 @@ commands (each has its own --help):
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
   %gpucloud volumes get ID
   %gpucloud volumes delete ID [--yes]
+{endpoints}
   %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
   %%gpucloud run --nodes NAME1,NAME2,… [--python]   (on every node at once, ranks set)
   %gpucloud put LOCAL INSTANCE:REMOTE
@@ -118,7 +120,8 @@ commands (each has its own --help):
   %gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
-Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
+Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1""".replace(
+    "{endpoints}", magics_endpoints.SYNOPSIS)
 
 
 def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
@@ -244,6 +247,8 @@ def _parser() -> _Parser:
     p.add_argument("id", metavar="ID", help="the volume _id")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler="volumes_delete")
+
+    magics_endpoints.add_parser(commands, _sub, _Parser)
     return root
 
 
@@ -268,6 +273,10 @@ def _check_words(words: Sequence[str]) -> None:
             and words[1] not in VOLUME_COMMANDS):
         raise Stop(f"{PROG} volumes: unknown subcommand {_word(words[1])}; "
                     f"try {PROG} volumes --help")
+    if (len(words) > 1 and words[0] == "endpoints" and not words[1].startswith("-")
+            and words[1] not in magics_endpoints.COMMANDS):
+        raise Stop(f"{PROG} endpoints: unknown subcommand {_word(words[1])}; "
+                    f"try {PROG} endpoints --help")
 
 
 def _word(word: str) -> str:
@@ -303,7 +312,8 @@ def parse(line: str) -> argparse.Namespace:
     _check_words(words)
     args, extra = _parser().parse_known_args(words)
     if extra:
-        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None)) if w)
+        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None),
+                                     getattr(args, "endpoints_command", None)) if w)
         raise Stop(f"{where}: unrecognized arguments: {_masked(extra)}; try {where} --help")
     if args.command is None:
         _parser().print_help()

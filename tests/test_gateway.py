@@ -7,6 +7,7 @@ students use :class:`~gpucloud_nb.GPUCloud` (or plain httpx) with their own keys
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Callable
 
 import httpx
@@ -255,3 +256,44 @@ def test_a_create_whose_answer_is_lost_is_adopted_once(
                  timeout=30)
         assert ada.get("/gateway/me").json()["spend"] > 0
         assert [i["_id"] for i in real.get("/gpu-cloud/instances").json()] == made
+
+
+def test_a_volume_is_metered_in_its_owners_spend_and_held_against_the_budget(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> None:
+    with direct(upstream) as real:
+        offer = real.get("/gpu-cloud/volumes/offers").json()[0]
+    size = offer["minSizeInGb"]
+    per_hour = float(offer["pricePerGbPerHour"]) * size
+    assert per_hour > 0
+    gateway = gateway_factory(f"{ADA} - Ada\n{BOB} {per_hour / 2} Bob\n{TEACHER} teacher Grace\n")
+    body = {"name": "data", "cloudProvider": offer["cloudProvider"]["_id"],
+            "region": offer["regions"][0], "sizeInGb": size}
+    with as_key(gateway, ADA) as ada, as_key(gateway, BOB) as bob, direct(upstream) as real, \
+            as_key(gateway, TEACHER) as teacher:
+        refused = bob.post("/gpu-cloud/volumes", json=body)  # an hour of it is over Bob's budget
+        assert refused.status_code == 402 and "nothing was created" in refused.json()["message"]
+        assert real.get("/gpu-cloud/volumes").json() == []
+        volume = ada.post("/gpu-cloud/volumes", json=body).json()["_id"]
+        assert ada.get("/gateway/me").json()["perHour"] == pytest.approx(per_hour)
+        wait_for(lambda: ada.get("/gateway/me").json()["spend"] > 0, timeout=60)
+        row = next(r for r in teacher.get("/gateway/class").json()["accounts"] if r["name"] == "Ada")
+        assert row["perHour"] == pytest.approx(per_hour) and row["spend"] > 0
+        assert ada.delete(f"/gpu-cloud/volumes/{volume}").status_code in (200, 202, 204)
+        spent = ada.get("/gateway/me").json()
+        assert spent["perHour"] == 0 and spent["spend"] > 0  # what it cost stays counted
+        for _ in range(5):  # and no more is added
+            assert ada.get("/gateway/me").json()["spend"] == spent["spend"]
+            time.sleep(0.2)
+
+
+def test_the_upstreams_retry_after_is_passed_on(sandbox_factory: Callable[..., Sandbox]) -> None:
+    from gpucloud_nb.sandbox.faults import Faults
+
+    busy = sandbox_factory(api_key=UPSTREAM_KEY, faults=Faults(rate_limit_every=1, retry_after=7))
+    config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
+                           upstream_url=busy.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada:
+        for path in ("/gpu-cloud/instances/offers", "/gpu-cloud/instances", "/gpu-cloud/volumes"):
+            answer = ada.get(path)
+            assert answer.status_code == 429 and set(answer.json()) == SPEC_FIELDS
+            assert answer.headers["retry-after"] == "7", path

@@ -15,6 +15,10 @@ Who watches, plainly:
 
 - **Sandbox**: the sandbox service (:class:`ServiceIdleDelete`, over the sandbox-only routes of
   :mod:`gpucloud_nb.sandbox.idle`), whether or not a kernel or JupyterLab runs.
+- **Class gateway** (:mod:`gpucloud_nb.client.gateway`): the gateway (:class:`ServiceIdleDelete`
+  with ``prefix="/gateway"``), with no kernel or JupyterLab running; it reads GPU use over SSH
+  with its own key and counts the runs, copies and forwards clients report
+  (:mod:`gpucloud_nb.client.use_report`).
 - **Real cloud**: the limits go to a private file of this user's, one per cloud and account
   (:class:`~gpucloud_nb.client.idle_file.IdleLimits`, see :mod:`gpucloud_nb.client.idle_file`).
   The JupyterLab server extension watches the limits of its own account's file while JupyterLab
@@ -171,7 +175,10 @@ class IdleState:
 
 
 class ServiceIdleDelete:
-    """Idle deletes kept by the sandbox service (see the module docstring).
+    """Idle deletes kept by the sandbox service, or by a class gateway's mirror of its routes
+    under ``prefix`` ``/gateway`` (:mod:`gpucloud_nb.gateway.idle_routes`; ``where`` is then
+    ``gateway``, and the limit travels in the create itself, so :meth:`watch_created` sends
+    nothing). See the module docstring.
 
     ``send(method, path, body)`` makes one request and returns the decoded JSON, raising
     :class:`~gpucloud_nb.errors.GPUCloudError`.
@@ -179,14 +186,17 @@ class ServiceIdleDelete:
 
     where = "sandbox service"
 
-    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object]) -> None:
+    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object], *,
+                 prefix: str = "/sandbox") -> None:
         self._send = send
+        self._prefix = prefix
+        if prefix != "/sandbox":
+            self.where = "gateway"
 
-    @staticmethod
-    def _path(instance_id: str, tail: str) -> str:
+    def _path(self, instance_id: str, tail: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
             raise InvalidInputError(f"{instance_id!r} is not a valid id.")
-        return f"/sandbox/instances/{instance_id}/{tail}"
+        return f"{self._prefix}/instances/{instance_id}/{tail}"
 
     def check(self) -> None:
         """Nothing to check before a create: the service keeps the limits."""
@@ -198,8 +208,10 @@ class ServiceIdleDelete:
         return IdleState.from_json(answer)  # type: ignore[arg-type]
 
     def watch_created(self, instance_id: str, seconds: float) -> None:
-        """The limit of an instance just created, told to the service."""
-        self.watch(instance_id, seconds)
+        """The limit of an instance just created, told to the service (a gateway had it in
+        the create)."""
+        if self.where != "gateway":
+            self.watch(instance_id, seconds)
 
     def cancel(self, instance_id: str) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
@@ -216,7 +228,7 @@ class ServiceIdleDelete:
 
     def states(self) -> dict[str, IdleState]:
         """The idle clock of every watched instance of this account."""
-        listed = self._send("GET", "/sandbox/idle", None)
+        listed = self._send("GET", f"{self._prefix}/idle", None)
         return {state.instance_id: state for state in
                 (IdleState.from_json(item) for item in (listed if isinstance(listed, list) else []))}
 

@@ -154,8 +154,10 @@ class Remote:
 
     def __init__(self, sandbox: Callable[[], SandboxHandle | None] = lambda: None,
                  identity: str | os.PathLike[str] | None = None,
-                 register: Callable[[list[str]], None] = lambda publics: None) -> None:
+                 register: Callable[[list[str]], None] = lambda publics: None,
+                 on_use: Callable[[str, int], None] = lambda id, step: None) -> None:
         self._identity = identity
+        self._on_use = on_use  # told +1/-1 as a command, copy or forward opens and ends
         self._accepted: dict[str, ssh_keys.Identity] = {}
         self._sandbox_of = sandbox
         self._register = register
@@ -245,6 +247,7 @@ class Remote:
     def _using(self, id: str) -> Iterator[None]:
         with self._open_lock:
             self._open[id] = self._open.get(id, 0) + 1
+        self._on_use(id, +1)
         try:
             yield
         finally:
@@ -253,6 +256,7 @@ class Remote:
                 left = self._open.pop(id, 1) - 1
                 if left > 0:
                     self._open[id] = left
+            self._on_use(id, -1)
 
     # -- connections -------------------------------------------------------------------------
 

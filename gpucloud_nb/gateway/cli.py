@@ -5,11 +5,18 @@
     management: http://127.0.0.1:8790
     $ gpucloud-nb gateway keys new "Ada Lovelace" --budget 20/day >> class.keys
     $ gpucloud-nb gateway class            # the teacher's table (see gateway/class_table.py)
+    $ gpucloud-nb gateway status           # your personal gateways (connect() starts them)
+    $ gpucloud-nb gateway stop
+
+``--personal --home DIR --upstream URL`` is how ``connect()`` starts the user's personal gateway
+(:mod:`gpucloud_nb.gateway.personal`); ``status`` lists the personal gateways and ``stop`` stops
+them (their state stays; the next ``connect()`` starts them again).
 
 Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
 ``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
 set). ``--home DIR`` keeps the state file (default: the user data dir's ``gateway``);
-``--reserve-hours H`` is the admission window (1). The ``management:`` line comes first, flushed,
+``--reserve-hours H`` is the admission window (1). ``--jupyterhub`` serves a JupyterHub's users
+instead of a keys file (:mod:`gpucloud_nb.gateway.hub_cli`). The ``management:`` line comes first, flushed,
 so a script can read it; serving beyond loopback warns that keys then travel without TLS unless a
 TLS proxy is in front. A malformed keys file is one sentence naming the line, exit status 2, and
 nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
@@ -25,10 +32,21 @@ from typing import Any
 
 from gpucloud_nb import cli_args
 
-__all__ = ["add_parser", "run"]
+__all__ = ["TLS_WARNING", "add_parser", "run", "tls_warning"]
 
 TLS_WARNING = ("gpucloud-nb gateway: warning: serving beyond loopback without TLS; students' keys "
                "travel in clear unless a TLS proxy is in front of the gateway.")
+
+
+def tls_warning(host: str) -> str | None:
+    """The warning to print when serving on ``host``: :data:`TLS_WARNING` beyond loopback.
+
+        >>> tls_warning("127.0.0.1") is None, tls_warning("0.0.0.0") == TLS_WARNING
+        (True, True)
+    """
+    from gpucloud_nb.sandbox.config import is_loopback
+
+    return None if is_loopback(host) else TLS_WARNING
 
 
 def add_parser(commands: Any) -> None:
@@ -62,6 +80,12 @@ def add_parser(commands: Any) -> None:
                          help="with `class`: a file holding the teacher's key (default: "
                               "GPUCLOUD_API_KEY)")
     gateway.add_argument("--csv", action="store_true", help="with `class`: print CSV")
+    from gpucloud_nb.gateway.hub_cli import add_arguments as add_hub_arguments
+
+    add_hub_arguments(gateway)
+    gateway.add_argument("--personal", action="store_true",
+                         help="serve as the personal gateway of --home (what connect() starts: "
+                              "one person, the home's own key, owning the whole account)")
     gateway.set_defaults(handler=run)
 
 
@@ -76,19 +100,32 @@ def run(args: argparse.Namespace) -> int:
         from gpucloud_nb.gateway.class_table import run as class_table
 
         return class_table(args)
+    if args.words[:1] in (["stop"], ["status"]) and len(args.words) == 1:
+        return _personal_action(args.words[0])
     if args.words:
         return _new_key(args)
+    if args.personal:
+        return _serve_personal(args)
     from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
     from gpucloud_nb.gateway.keys import KeysFileError, read_keys
     from gpucloud_nb.gateway.server import serve
-    from gpucloud_nb.sandbox.config import is_loopback
 
-    if args.keys is None:
+    hub: dict[str, Any] = {}
+    if args.jupyterhub:
+        from gpucloud_nb.gateway.hub_cli import hub_options
+
+        try:
+            hub = hub_options(args, os.environ)
+        except ValueError as error:
+            return _fail(f"{error}.")
+        people = []
+    elif args.keys is None:
         return _fail("give the keys file with --keys FILE ('KEY BUDGET NAME' per line).")
-    try:
-        people = read_keys(args.keys)
-    except KeysFileError as error:
-        return _fail(str(error))
+    else:
+        try:
+            people = read_keys(args.keys)
+        except KeysFileError as error:
+            return _fail(str(error))
     key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
     if args.upstream is not None:
         if not args.upstream.startswith(("http://", "https://")):
@@ -111,18 +148,19 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         return _fail(f"cannot use the gateway home {args.home}: {error.strerror or error}.", 1)
     config = GatewayConfig(people=tuple(people), upstream_url=upstream, upstream_key=key,
-                           host=args.host, port=args.port, home=home,
+                           **{"host": args.host, "port": args.port, **hub}, home=home,
                            reserve_hours=args.reserve_hours)
 
     def ready(url: str) -> None:
         print(f"management: {url}", flush=True)
-        if not is_loopback(args.host):
-            print(TLS_WARNING, file=sys.stderr, flush=True)
+        warning = tls_warning(args.host)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
 
     try:
         serve(config, ready)
     except OSError as error:
-        return _fail(f"cannot serve on {args.host}:{args.port}: {error.strerror or error}", 1)
+        return _fail(f"cannot serve on {config.host}:{config.port}: {error.strerror or error}", 1)
     return 0
 
 
@@ -147,4 +185,67 @@ def _new_key(args: argparse.Namespace) -> int:
         print(new_line(" ".join(words[2:]), args.budget))
     except ValueError as error:
         return _fail(f"{error}.")
+    return 0
+
+
+def _serve_personal(args: argparse.Namespace) -> int:
+    """``--personal``: the personal gateway of ``--home``, its one person the home's own key."""
+    import getpass
+
+    from gpucloud_nb.errors import ConnectionFailedError
+    from gpucloud_nb.gateway import personal
+    from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
+    from gpucloud_nb.gateway.keys import Person, hash_key
+    from gpucloud_nb.gateway.server import serve_home
+    from gpucloud_nb.sandbox.home import checked_home
+
+    key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
+    if args.home is None or args.upstream is None or not key:
+        return _fail(f"--personal needs --home, --upstream and {UPSTREAM_KEY_VARIABLE}.")
+    if not args.upstream.startswith(("http://", "https://")):
+        return _fail("--upstream must be an http:// or https:// URL.")
+    try:
+        home = checked_home(args.home)
+        local = personal.local_key(home)
+    except (ConnectionFailedError, OSError) as error:
+        return _fail(str(error), 1)
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        name = "you"
+    people = (Person(hash_key(local), name, None, "", False),)
+    config = GatewayConfig(people=people, upstream_url=args.upstream.rstrip("/"),
+                           upstream_key=key, host=args.host, port=args.port, home=home,
+                           reserve_hours=args.reserve_hours, personal=True)
+    try:
+        serve_home(config, home, lambda url: print(f"management: {url}", flush=True))
+    except (ConnectionFailedError, OSError) as error:
+        return _fail(str(error), 1)
+    return 0
+
+
+def _personal_action(action: str) -> int:
+    """``status`` or ``stop`` of every personal gateway (see :mod:`gpucloud_nb.gateway.personal`)."""
+    from gpucloud_nb.errors import ConnectionFailedError
+    from gpucloud_nb.gateway import personal
+
+    found = 0
+    for home in personal.homes():
+        try:
+            if action == "stop":
+                pid = personal.stop(home)
+                if pid is not None:
+                    found += 1
+                    print(f"Stopped the personal gateway (pid {pid}) in {home}.")
+                continue
+            runtime = personal.find(home)
+        except ConnectionFailedError as error:
+            return _fail(str(error), 1)
+        if runtime is not None:
+            found += 1
+            print(f"personal gateway: running at {runtime.management_url} (pid {runtime.pid}) "
+                  f"for {runtime.upstream_url}; home {home}")
+    if not found:
+        print(f"No personal gateway is running in {personal.root()}.")
+        return 3 if action == "status" else 0
     return 0

@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="SQLite file that keeps resources across restarts (default: memory)")
     sandbox.add_argument("--launch-seconds", type=cli_args.seconds, default=3.0, metavar="F",
                          help="how long a new instance stays pending (default: %(default)s)")
+    sandbox.add_argument("--cold-start-seconds", type=cli_args.seconds, default=3.0, metavar="F",
+                         help="how long a request waits for an inference instance scaled to "
+                              "zero to start a container (default: %(default)s)")
     sandbox.add_argument("--delete-seconds", type=cli_args.seconds, default=1.0, metavar="F",
                          help="how long a deleted instance stays deleting (default: %(default)s)")
     sandbox.add_argument("--latency", type=cli_args.seconds, default=0.0, metavar="F",
@@ -286,6 +289,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             state=args.state,
             launch_seconds=args.launch_seconds,
             delete_seconds=args.delete_seconds,
+            cold_start_seconds=args.cold_start_seconds,
             latency=args.latency,
             upstream=args.upstream,
             inference_rate_limit=args.inference_rate_limit,

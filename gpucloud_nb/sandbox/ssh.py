@@ -92,6 +92,7 @@ import asyncssh
 from gpucloud_nb.idle_rule import BOOKKEEPING_ORIGIN
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
+from gpucloud_nb.sandbox.cloud_init import cloud_init_keys, run_scripts_once
 from gpucloud_nb.sandbox.gpu_use import MARKER
 from gpucloud_nb.sandbox.home import private_dir
 from gpucloud_nb.sandbox.instance_processes import (
@@ -262,15 +263,25 @@ class InstanceServers:
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
 
     def _sweep(self) -> None:
-        """Remove the home (and commands) of every instance that is no longer live: one
-        deleted while no service ran, or before deletes removed homes."""
+        """Remove the home (and commands) of every instance that is no longer live, and the
+        folder of every volume that is no longer stored: one deleted while no service ran, or
+        before deletes removed homes and volumes."""
         assert self.machines is not None
         live = {times.id for times in self.store.live_instance_times()}
-        for kind in ("instances", "bin"):
+        kept = {"volumes": self.store.volume_ids()}
+        for kind in ("instances", "bin", "volumes"):
             with contextlib.suppress(OSError):
                 for directory in (self.machines / kind).iterdir():
-                    if directory.name not in live and not directory.is_symlink():
+                    if directory.name not in kept.get(kind, live) and not directory.is_symlink():
                         shutil.rmtree(directory, ignore_errors=True)
+
+    def remove_volume(self, volume_id: str) -> None:
+        """Remove the folder of volume ``volume_id`` (deleted): its data goes with it, as on
+        the cloud, and the disk it took is given back."""
+        if self.machines is not None and _VOLUME_ID.fullmatch(volume_id):
+            folder = self.machines / "volumes" / volume_id
+            if not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
 
     def wake(self) -> None:
         """Reconcile now rather than at the next tick (an instance was just created)."""
@@ -332,6 +343,7 @@ class _InstanceServer:
         self.bin = servers.machines / "bin" / record.id
         self.model_port = free_port()
         self.groups: set[int] = set()
+        self.boot_tasks: set[asyncio.Task[int]] = set()  # cloud-init's scripts, reaped
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.port = 0
@@ -363,6 +375,7 @@ class _InstanceServer:
             private_dir(self.bin)
             self._mount_volumes()
             self._write_commands()
+            await run_scripts_once(self)
         await self._listen()
         return self
 
@@ -440,14 +453,18 @@ class _InstanceServer:
             doc = dict(self.record.doc, sshPort=self.port)
             self.servers.store.update_instance_doc(self.record.id, doc)
 
-    def accepts(self, key: asyncssh.SSHKey) -> bool:
-        """True when ``key`` may log in: the create-time key, else a registered one."""
-        given = str(self.record.doc.get("sshPublicKey") or "")
-        if given:
-            allowed = _parse_keys(given)
-        else:
-            path = self.servers.authorized_keys
-            allowed = _parse_keys(path.read_text()) if path.exists() else []
+    def accepts(self, username: str, key: asyncssh.SSHKey) -> bool:
+        """True when ``key`` may log in as ``username``: for the instance's user, the
+        create-time key (else a registered one) or its cloud-init keys; for a user cloud-init
+        made (``users: [{name: ...}]``), that user's cloud-init keys."""
+        allowed = _parse_keys("\n".join(cloud_init_keys(self.record.doc, username, self.user)))
+        if username == self.user:
+            given = str(self.record.doc.get("sshPublicKey") or "")
+            if given:
+                allowed += _parse_keys(given)
+            else:
+                path = self.servers.authorized_keys
+                allowed += _parse_keys(path.read_text()) if path.exists() else []
         wanted = key.public_data
         return any(candidate.public_data == wanted for candidate in allowed)
 
@@ -593,7 +610,7 @@ class _Auth(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        return username == self.server.user and self.server.accepts(key)
+        return self.server.accepts(username, key)
 
     def session_requested(self) -> bool:
         # Called only when shells are off (else the process and SFTP factories take sessions).

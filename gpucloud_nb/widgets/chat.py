@@ -507,6 +507,7 @@ class ChatWidget(ChatFields):
                 message = self._conversation.add_user(text, attachments)
             self._append(self._user_widget(text, attachments), generation)
             self.status.info(f"Waiting for {model or 'the model'}…")
+            await self._say_if_waking()
             stream = reply = throttle = None
             marker, failed = None, False
             try:
@@ -548,6 +549,21 @@ class ChatWidget(ChatFields):
                 elif marker:
                     self._append(notice("[stopped]"), generation)
                     self._forget_last_user(message, None)
+
+    async def _say_if_waking(self) -> None:
+        """An inference instance's client (``chat_client``) tells whether the endpoint must
+        start a container first: say so, since its first reply then waits."""
+        waking = getattr(self._client, "waking", None)
+        if not callable(waking):
+            return
+        try:
+            asleep = await asyncio.to_thread(waking)
+        except Exception:  # only a courtesy: the request itself says what is wrong
+            return
+        if asleep:
+            name = getattr(self._client, "endpoint_name", "The endpoint")
+            self.status.info(f"Waking up {name}: it had scaled to zero, so the first reply "
+                             "waits for a container to start…")
 
     def _forget_last_user(self, message: dict[str, Any], restore: str | None) -> None:
         self._conversation.forget(message)
