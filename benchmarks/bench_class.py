@@ -55,6 +55,19 @@ disturbs far less than the 40-way run; "was" is the code before the fixes, same 
   of our own for 40 rows; a student's list has one or two.
 - 40 at once wait for each other on the server's one event loop: the last of 40 launches or gets
   waits for ~40 x 0.5-1 ms of server CPU, plus whatever the machine's other work takes of it.
+
+Get p99 (28 Nov 2026, two runs each, same machine, loaded by other work at load 15-23 on 2
+cores): the server's CPU per request of the class was 1.94-2.11 ms, so one burst of 40 polls
+cost its loop 80-84 ms. Three things took CPU from it, and are gone: the idle watcher walked
+``/proc`` once a second (~14 ms of CPU, in a thread holding the GIL while the loop answered)
+although a class server runs nothing on its instances (shells are off), so it now measures
+nothing there; every request compared its key with each of the 41 keys (a dict lookup of the
+key's SHA-256 now); and uvicorn formatted and wrote an access-log line per request (a class
+server writes none). Now 1.16-1.23 ms a request, one burst of 40 46-49 ms: inside 50 ms on
+the server's own core, with no margin left for a machine whose other work takes that core
+(p99 260-390 ms at load 21-23; the rows below say how much of it the load generator's own delay
+explains). What is left per request is uvicorn's h11 parser, Starlette and asyncio (most of it),
+then the SQLite read and the JSON of the body (~0.1 ms each).
 """
 
 from __future__ import annotations

@@ -128,9 +128,10 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def serve(app: Any, host: str, port: int, ready: Callable[[str], None] | None = None, *,
-          log_level: str = "info") -> None:
+          log_level: str = "info", access_log: bool = True) -> None:
     """Serve ``app`` in the calling thread until Ctrl-C or SIGTERM (in the main thread), then
-    return; ``ready(base_url)`` once the port is bound and listening, before serving starts.
+    return; ``ready(base_url)`` once the port is bound and listening, before serving starts;
+    ``access_log`` writes a line per request.
 
     Raises :class:`OSError` when the address cannot be bound (the app's store is closed then
     too).
@@ -142,7 +143,7 @@ def serve(app: Any, host: str, port: int, ready: Callable[[str], None] | None = 
         sock = bind(host, port)
         if in_main:
             signal.signal(signal.SIGTERM, _raise_stop)
-        server = _server(app, host, sock, log_level=log_level)
+        server = _server(app, host, sock, log_level=log_level, access_log=access_log)
         if ready is not None:
             ready(f"http://{url_host(host)}:{sock.getsockname()[1]}")
         server.run(sockets=[sock])

@@ -256,3 +256,19 @@ def test_a_connection_through_a_forward_the_user_opened_is_use(
             assert took is None, "an open connection through the forward is use"
         # closed; the forward still listens: that is not use, so it idles away
         assert gone_after(sandbox_api, instance_id, LIMIT + POLL + 3) is not None
+
+
+def test_a_class_server_measures_nothing_and_still_deletes_idle_instances(
+        sandbox_factory: Any) -> None:
+    """With shells off (class mode) nothing can run on an instance, so the watcher walks no
+    /proc (its CPU competed with forty students' polls): no measure, and the idle delete holds."""
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
+            httpx.Client(base_url=sandbox.management_url,
+                         headers={"x-api-key": sandbox.api_key}) as api:
+        instance_id = launch_active(cloud, "idle").id
+        watch(api, instance_id, 3.0)
+        time.sleep(POLL * 2.5)  # measures would have come by now
+        state = api.get(f"/sandbox/instances/{instance_id}/idle-delete").json()
+        assert state["gpuUtil"] is None and state["memoryMiB"] is None, state
+        assert gone_after(api, instance_id, 3.0 + POLL + 5) is not None
