@@ -28,10 +28,14 @@ from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
+from gpucloud_nb.gateway.gpu_reader import GPUReader
 from gpucloud_nb.gateway.hub import strip_prefix
 from gpucloud_nb.gateway.hub_routes import hub_roster, hub_routes
+from gpucloud_nb.gateway.idle import IdleWatch
+from gpucloud_nb.gateway.idle_routes import idle_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.ssh_key import gateway_key, public_line
 from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
@@ -68,7 +72,11 @@ def create_app(config: GatewayConfig) -> Any:
         people = effective_people(store, config.people)
         store.set_people(people)
     keyring = Keyring(people) if roster is None else roster
-    gate = Gate(config, store, upstream, Meter(store, keyring, upstream, config.poll))
+    key = gateway_key(config.home)
+    meter = Meter(store, keyring, upstream, config.poll)
+    gate = Gate(config, store, upstream, meter, public_key=public_line(key))
+    reader = GPUReader(key)
+    meter.idle = IdleWatch(store, reader, meter.delete)
     extra = [] if roster is None else hub_routes(gate, roster)
     if roster is not None:
         gate.identify = roster.identify
@@ -82,18 +90,23 @@ def create_app(config: GatewayConfig) -> Any:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            reader.close()
             await upstream.aclose()
             if roster is not None:
                 await roster.hub.aclose()
 
     app = Starlette(routes=extra + cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
-                    + budget_routes(gate),
+                    + budget_routes(gate) + idle_routes(gate, meter.idle),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False
     app.state.store = store
     app.state.gate = gate
     app.router.routes.extend(teacher_routes(gate))
+    if config.personal and config.home is not None:
+        from gpucloud_nb.gateway.personal_routes import personal_routes
+
+        app.router.routes.extend(personal_routes(config.home))
     guarded = Guard(app, hosts=allowed_hosts(config.host) if roster is None else None,
                     limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
                     error=spec_error)

@@ -8,13 +8,22 @@ and volumes created with it: lists are filtered, and another key's id is the sam
 that does not exist. Choices where the spec is silent:
 
 - a create is admitted against the budget first (:func:`gpucloud_nb.gateway.money.admit`); a
-  refusal is **402** with one sentence naming the dollars left; more than ``creates_per_minute``
-  creates of one key within a minute is a 429 with ``Retry-After``; an offer the upstream does
-  not list is a 400;
+  refusal is **402** with one sentence naming the dollars left; while another key's create of
+  the same name is in flight, a create waits for its answer (up to :data:`SAME_NAME_WAIT`
+  seconds, then a **409** with ``Retry-After``), so a lost answer is never adopted crosswise;
+  more than ``creates_per_minute`` creates of one key within a minute is a 429 with
+  ``Retry-After``; an offer the upstream does not list is a 400;
+- an error of the upstream (a 429, a 503) is passed on with its ``Retry-After``;
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
-  student's key is fine), and so is an upstream that does not answer (for a create: "it may have
+  student's key is fine; a personal gateway's key is the user's, so there it is a 403), and so
+  is an upstream that does not answer (for a create: "it may have
   happened", and the watcher adopts it by name if it did);
-- a volume's ``user`` is the person's account id, not the upstream's owner id.
+- a volume's ``user`` is the person's account id, not the upstream's owner id; a volume create
+  is held against the budget as an instance's is (:func:`gpucloud_nb.gateway.money.check_volume`,
+  402), and what it costs counts in its owner's spend.
+- a personal gateway (``config.personal``, :mod:`gpucloud_nb.gateway.personal`) filters nothing:
+  its one person owns the whole account, and what it lists or reads that was made elsewhere is
+  adopted (recorded as theirs, metered from then on).
 
 Speed (``benchmarks/bench_gateway.py``): a get and an instance list are passed on as the
 upstream's own bytes, key masked (:meth:`Upstream.scrub_body`), never decoded into Python objects;
@@ -24,6 +33,7 @@ SQLite on every request, so a list is exactly as fresh as the upstream's.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 from collections.abc import Awaitable, Callable
@@ -35,15 +45,19 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.cloud_init import with_gateway_key
 from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
-from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.meter import Meter, parse_ms
 from gpucloud_nb.gateway.store import Store
-from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable, decode
+from gpucloud_nb.gateway.upstream import RETRY_AFTER, Upstream, UpstreamUnreachable, decode
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
 __all__ = ["Gate", "cloud_routes"]
 
+SAME_NAME_WAIT = 75.0
+"""Seconds a create waits for someone else's create of the same name to be answered."""
 PersonHandler = Callable[[Request, Person], Awaitable[Response]]
 
 
@@ -51,8 +65,10 @@ class Gate:
     """What every route of one gateway shares."""
 
     def __init__(self, config: GatewayConfig, store: Store, upstream: Upstream,
-                 meter: Meter) -> None:
+                 meter: Meter, public_key: str = "") -> None:
         self.config, self.store, self.upstream, self.meter = config, store, upstream, meter
+        #: the gateway's own SSH public key, added to the cloud-init of creates it watches idle
+        self.public_key = public_key
         self.keyring = meter.keyring
         self._creates: dict[str, collections.deque[float]] = {}
         #: Who sends a request: the keys file's person of its ``x-api-key`` by default; a hub's
@@ -86,12 +102,16 @@ class Gate:
                 return Response(status_code=status)
             return Response(self.upstream.scrub(json_text(data)).encode(), status_code=status,
                             media_type="application/json")
+        if status in (401, 403) and self.config.personal:
+            raise Problem(403, "The cloud refused your key (GPUCLOUD_API_KEY); check it.")
         if status in (401, 403):
             raise Problem(502, "The upstream cloud refused the gateway's own key; tell whoever "
                                "runs the gateway.")
         message = data.get("message") if isinstance(data, dict) else None
         text = message if isinstance(message, str) and message else f"The upstream answered {status}."
-        raise Problem(status, self.upstream.scrub(text))
+        wait = RETRY_AFTER.get()
+        raise Problem(status, self.upstream.scrub(text),
+                      headers=None if wait is None else {"Retry-After": wait})
 
     def relay_body(self, status: int, body: bytes, request: Request) -> Response:
         """:meth:`relay` of the upstream's bytes: passed on as they are when they may be."""
@@ -146,6 +166,14 @@ def mine_only(body: bytes, mine: set[str]) -> bytes | None:
                             if item.id in mine) + b"]"
 
 
+def _unknown(body: bytes, known: set[str]) -> bool:
+    """True when the JSON list ``body`` names an ``_id`` not in ``known`` (or cannot be read)."""
+    try:
+        return any(item.id not in known for item in _ITEMS.decode(body))
+    except msgspec.MsgspecError:
+        return True
+
+
 def _text_field(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value:
@@ -170,16 +198,23 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         body = await read_json_object(request)
         name = _text_field(body, "name")
         provider, offer = _text_field(body, "cloudProvider"), _text_field(body, "instanceId")
+        idle = idle_seconds_of(body)
         gate.rate_limited(person.account)
-        price = await upstream.offer_price(provider, offer)
-        if price is None:
+        listed = await upstream.offer(provider, offer)
+        price = await upstream.offer_price(provider, offer) if listed is not None else None
+        if listed is None or price is None:
             raise Problem(400, f"The upstream offers no instance {offer} of provider {provider}; "
                                "nothing was launched.")
-        try:
-            rid = money.admit(store, person, name, price, gate.config.reserve_hours, now_ms())
-        except money.BudgetRefused as refused:
-            store.audit(now_ms(), person.account, "refused", name, str(refused))
-            raise Problem(402, str(refused)) from None
+        if idle is not None:
+            if listed.get("cloudInitAvailable") is not True or not isinstance(body.get("vm"), dict):
+                raise Problem(400, f"Offer {offer} has no cloud-init (a container), so the gateway "
+                                   "cannot watch its instances for idle use; nothing was launched: "
+                                   "launch it without delete_when_idle.")
+            vm = body["vm"]
+            body["vm"] = {**vm, "base64CloudInitScript": with_gateway_key(
+                vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
+                else None, gate.public_key)}
+        rid = await admitted(person, name, price)
         gate.meter.inflight.add(rid)
         try:
             status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
@@ -187,6 +222,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 id = str(data["_id"])
                 store.add_owned(id, "instance", person.account, name,
                                 float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
+                if idle is not None:
+                    store.set_idle(id, person.account, idle)
                 store.audit(now_ms(), person.account, "created", id, "asked")
                 return gate.relay(status, data, request)
             if status < 500:  # a definite answer: nothing was made
@@ -195,10 +232,45 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         finally:
             gate.meter.inflight.discard(rid)
 
+    async def admitted(person: Person, name: str, price: float) -> int:
+        """The create admitted (its reservation), once no one else's of ``name`` is in flight."""
+        waited = time.monotonic()
+        while True:
+            try:
+                return money.admit(store, person, name, price, gate.config.reserve_hours,
+                                   now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
+            except money.NameInFlight:
+                if time.monotonic() - waited > SAME_NAME_WAIT:
+                    raise Problem(409, f"Someone else's create named {name!r} is still being "
+                                       "settled with the upstream; nothing was launched: try "
+                                       "again in a minute or choose another name.",
+                                  headers={"Retry-After": "60"}) from None
+                await asyncio.sleep(0.05)
+
+    personal = gate.config.personal
+
+    def adopt(kind: str, items: Any, person: Person) -> None:
+        """A personal gateway's one person owns the whole account: what it has not seen yet
+        (made elsewhere) becomes theirs, metered from now on."""
+        known = store.owned_ids(person.account, kind)
+        for item in items if isinstance(items, list) else [items]:
+            id = item.get("_id") if isinstance(item, dict) else None
+            if isinstance(id, str) and id and id not in known:
+                price = item.get("hourlyPrice")
+                store.add_owned(id, kind, person.account, str(item.get("name") or id),
+                                float(price) if isinstance(price, int | float) else 0.0, now_ms())
+
     async def list_instances(request: Request, person: Person) -> Response:
         status, body = await upstream.send("GET", "/gpu-cloud/instances",
                                            params=request.query_params.multi_items())
         if status != 200:
+            return gate.relay_body(status, body, request)
+        if personal:
+            if _unknown(body, store.owned_ids(person.account)):
+                adopt("instance", decode(body), person)
             return gate.relay_body(status, body, request)
         mine = store.owned_ids(person.account)
         kept = mine_only(body, mine)
@@ -210,13 +282,15 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         return gate.relay(status, data, request)
 
     def check_owner(kind: str, id: str, person: Person) -> None:
-        if store.owner(id) != person.account:
+        if store.owner(id) != person.account and not personal:
             raise Problem(404, f"{kind} {id} not found.")
 
     async def get_instance(request: Request, person: Person) -> Response:
         id = request.path_params["id"]
         check_owner("Instance", id, person)
         status, body = await upstream.send("GET", f"/gpu-cloud/instances/{id}")
+        if personal and status == 200 and store.owner(id) is None:
+            adopt("instance", decode(body), person)
         return gate.relay_body(status, body, request)
 
     async def delete_instance(request: Request, person: Person) -> Response:
@@ -236,15 +310,28 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
     async def create_volume(request: Request, person: Person) -> Response:
         body = await read_json_object(request)
         name = _text_field(body, "name")
+        provider = _text_field(body, "cloudProvider")
+        offers_status, offers = await upstream.call("GET", "/gpu-cloud/volumes/offers")
+        price = money.volume_price(offers, provider, body.get("sizeInGb")) \
+            if offers_status == 200 else None
+        if price is not None:
+            try:
+                money.check_volume(store, person, price, gate.config.reserve_hours, now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
         status, data = await upstream.call("POST", "/gpu-cloud/volumes", json=body)
         if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
-            store.add_owned(str(data["_id"]), "volume", person.account, name, 0.0, now_ms())
+            made = parse_ms(data.get("createdAt")) or now_ms()
+            store.add_owned(str(data["_id"]), "volume", person.account, name, price or 0.0, made)
             store.audit(now_ms(), person.account, "created", str(data["_id"]), "asked")
         return gate.relay(status, as_owned(data, person), request)
 
     async def list_volumes(request: Request, person: Person) -> Response:
         status, data = await upstream.call("GET", "/gpu-cloud/volumes")
-        if status == 200 and isinstance(data, list):
+        if status == 200 and isinstance(data, list) and personal:
+            adopt("volume", data, person)
+        elif status == 200 and isinstance(data, list):
             mine = {record.id for record in store.owned(person.account, "volume")}
             data = [as_owned(item, person) for item in data
                     if isinstance(item, dict) and item.get("_id") in mine]
@@ -260,8 +347,9 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         id = request.path_params["id"]
         check_owner("Volume", id, person)
         status, data = await upstream.call("DELETE", f"/gpu-cloud/volumes/{id}")
+        if status < 300 or status == 404:
+            store.end_volume(id, now_ms())
         if status < 300:
-            store.forget(id)
             store.audit(now_ms(), person.account, "deleted", id, f"asked (by {person.name})")
         return gate.relay(status, data, request)
 

@@ -45,13 +45,14 @@ WARN_SHARE = 0.8
 def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     """What the gateway knows of ``person``'s money now."""
     records = gate.store.owned(person.account)
-    spent = money.spend(records, now, person.period)
+    billed = gate.store.billed(person.account)  # volumes count in spend and $/h too
+    spent = money.spend(billed, now, person.period)
     return {
         "account": person.account, "name": person.name, "group": person.group,
         "instances": sum(1 for r in records
                          if r.deleted_ms is None and r.status not in money.BILLING_STOPPED
                          and r.delete_asked_ms is None),
-        "perHour": round(money.per_hour(records), 6),
+        "perHour": round(money.per_hour(billed), 6),
         "spend": round(spent, 6),
         "budget": person.budget,
         "left": None if person.budget is None else round(max(person.budget - spent, 0.0), 6),
