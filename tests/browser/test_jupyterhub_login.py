@@ -14,8 +14,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import UPSTREAM_KEY
 from tests.hub_helpers import PASSWORD, RealHub
-from tests.test_gateway import UPSTREAM_KEY
 
 from .lab import save_screenshot
 
