@@ -28,9 +28,12 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway, GatewayConfig
+from gpucloud_nb.gateway.hub import HubSettings
+from gpucloud_nb.gateway.hub_budgets import parse_budgets
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY
+from tests.hub_helpers import SERVICE, SERVICE_TOKEN, StandInHub
 
 FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
 
@@ -210,6 +213,40 @@ def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
         options.setdefault("poll", 0.2)
         config = GatewayConfig(people=tuple(parse_keys(keys)), upstream_url=upstream.management_url,
                                upstream_key=UPSTREAM_KEY, **options)
+        gateway = Gateway(config).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+# -- a hub's gateway (tests/hub_helpers.py's stand-in hub) --------------------------------------
+
+
+@pytest.fixture
+def hub() -> Iterator[StandInHub]:
+    """A stand-in for a JupyterHub's REST API (``/user``, ``/services/{name}``); stopped at end."""
+    stand_in = StandInHub()
+    yield stand_in
+    stand_in.stop()
+
+
+@pytest.fixture
+def hub_gateway(upstream: Sandbox, hub: StandInHub,
+                tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """``factory(budgets_toml, **config)``: a hub's gateway in front of ``upstream``."""
+    started: list[Gateway] = []
+
+    def start(budgets: str = "default = 50\n", **options: Any) -> Gateway:
+        options.setdefault("poll", 0.2)
+        options.setdefault("home", tmp_path)
+        settings = HubSettings(api_url=hub.api_url, token=SERVICE_TOKEN, service_name=SERVICE,
+                               prefix=f"/services/{SERVICE}/")
+        config = GatewayConfig(people=(), upstream_url=upstream.management_url,
+                               upstream_key=UPSTREAM_KEY, hub=settings,
+                               hub_budgets=parse_budgets(budgets), **options)
         gateway = Gateway(config).start()
         started.append(gateway)
         return gateway

@@ -1,4 +1,11 @@
-"""A real JupyterHub in a temporary folder, with the gateway as its managed service.
+"""JupyterHub for the tests: a stand-in for its ``/user`` API, and a real hub with the gateway.
+
+:class:`StandInHub` answers ``GET /hub/api/user`` (and ``/services/{name}``) as JupyterHub does,
+the same model (``kind``, ``name``, ``admin``, ``groups``, ``scopes``; 403 for a token it does not
+know), fast and stoppable at will (fixtures ``hub`` and ``hub_gateway`` in conftest.py).
+
+:class:`RealHub` is a real JupyterHub in a temporary folder, with the gateway as its managed
+service.
 
 Loopback only, ports picked free: the hub (``jupyterhub`` from PyPI, the test extra) and its
 proxy (``configurable-http-proxy`` from npm; ``scripts/test`` installs it into
@@ -12,6 +19,7 @@ in the folder, users ``ada`` (group ``physics``) and ``bob`` (group ``chemistry`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -19,7 +27,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +39,65 @@ import pytest
 
 from tests.helpers import wait_for
 
-__all__ = ["PASSWORD", "RealHub", "proxy_command"]
+__all__ = ["ADA_TOKEN", "ADMIN_TOKEN", "BOB_TOKEN", "NO_ACCESS_TOKEN", "PASSWORD", "SERVICE",
+           "SERVICE_TOKEN", "RealHub", "StandInHub", "proxy_command"]
 
 PASSWORD = "hub-test-password"
 REPO = Path(__file__).resolve().parents[1]
 SERVICE = "gpucloud"
+
+
+ACCESS = f"access:services!service={SERVICE}"
+ADA_TOKEN, BOB_TOKEN, ADMIN_TOKEN = "hub-ada-" + "a" * 24, "hub-bob-" + "b" * 24, "hub-adm-" + "c" * 24
+NO_ACCESS_TOKEN, SERVICE_TOKEN = "hub-noaccess-" + "d" * 20, "hub-service-" + "e" * 20
+
+
+class StandInHub:
+    """``GET /hub/api/user`` as JupyterHub answers it; ``stop()`` makes the hub unreachable."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, dict[str, Any]] = {
+            ADA_TOKEN: {"name": "ada", "admin": False, "groups": ["physics"],
+                        "scopes": [ACCESS, f"read:services!service={SERVICE}"]},
+            BOB_TOKEN: {"name": "bob", "admin": False, "groups": ["chemistry"],
+                        "scopes": [ACCESS]},
+            ADMIN_TOKEN: {"name": "grace", "admin": True, "groups": [], "scopes": [ACCESS]},
+            NO_ACCESS_TOKEN: {"name": "eve", "admin": False, "groups": [], "scopes": []},
+        }
+        self.services: dict[str, dict[str, Any]] = {}  # GET /hub/api/services/{name}
+        self.asked: list[str] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                token = self.headers.get("Authorization", "").removeprefix("token ")
+                hub.asked.append(self.path)
+                user = hub.users.get(token)
+                found: dict[str, Any] | None = None
+                if user and self.path == "/hub/api/user":
+                    found = {"kind": "user", **user}
+                elif user and self.path.startswith("/hub/api/services/"):
+                    name = self.path.removeprefix("/hub/api/services/")
+                    if f"read:services!service={name}" in user["scopes"]:
+                        found = hub.services.get(name)
+                body = json.dumps(found or {"status": 403, "message": "Forbidden"})
+                self.send_response(200 if found else 403)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_url = f"http://127.0.0.1:{self.server.server_address[1]}/hub/api"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def proxy_command() -> str | None:

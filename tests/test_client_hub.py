@@ -11,9 +11,7 @@ from gpucloud_nb.client.hub import HubGateway, find_hub_gateway
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import launch
-from tests.test_gateway_hub import ADA_TOKEN, BOB_TOKEN, SERVICE, StandInHub, hub, hub_gateway
-
-__all__ = ["hub", "hub_gateway"]
+from tests.hub_helpers import ADA_TOKEN, BOB_TOKEN, SERVICE, StandInHub
 
 
 def server_env(hub: StandInHub, token: str = ADA_TOKEN, **more: str) -> dict[str, str]:

@@ -1,19 +1,16 @@
 """A hub's gateway over real HTTP: people told by their hub tokens, budgets by group and user.
 
-The hub here is a small stand-in HTTP server answering ``GET /hub/api/user`` as JupyterHub does
-(the same model: ``kind``, ``name``, ``admin``, ``groups``, ``scopes``; 403 for a token it does not
-know), so these tests are fast and can stop the hub at will; ``tests/test_jupyterhub.py`` runs the
+The hub here is the stand-in of ``tests/hub_helpers.py`` (fixtures ``hub`` and ``hub_gateway``
+in conftest.py), answering ``GET /hub/api/user`` as JupyterHub does, so these tests are fast and
+can stop the hub at will; ``tests/test_jupyterhub.py`` runs the
 same gateway as a service of a real JupyterHub. The upstream is a sandbox playing the real cloud.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,96 +18,19 @@ import httpx
 import pytest
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.gateway import Gateway, GatewayConfig
-from gpucloud_nb.gateway.hub import HubSettings
+from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.gateway.hub_budgets import parse_budgets
 from gpucloud_nb.gateway.keys import KeysFileError
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-from tests.test_gateway import SPEC_FIELDS, UPSTREAM_KEY, create_body, direct
-
-SERVICE = "gpucloud"
-ACCESS = f"access:services!service={SERVICE}"
-ADA_TOKEN, BOB_TOKEN, ADMIN_TOKEN = "hub-ada-" + "a" * 24, "hub-bob-" + "b" * 24, "hub-adm-" + "c" * 24
-NO_ACCESS_TOKEN, SERVICE_TOKEN = "hub-noaccess-" + "d" * 20, "hub-service-" + "e" * 20
-
-
-class StandInHub:
-    """``GET /hub/api/user`` as JupyterHub answers it; ``stop()`` makes the hub unreachable."""
-
-    def __init__(self) -> None:
-        self.users: dict[str, dict[str, Any]] = {
-            ADA_TOKEN: {"name": "ada", "admin": False, "groups": ["physics"],
-                        "scopes": [ACCESS, f"read:services!service={SERVICE}"]},
-            BOB_TOKEN: {"name": "bob", "admin": False, "groups": ["chemistry"],
-                        "scopes": [ACCESS]},
-            ADMIN_TOKEN: {"name": "grace", "admin": True, "groups": [], "scopes": [ACCESS]},
-            NO_ACCESS_TOKEN: {"name": "eve", "admin": False, "groups": [], "scopes": []},
-        }
-        self.services: dict[str, dict[str, Any]] = {}  # GET /hub/api/services/{name}
-        self.asked: list[str] = []
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                token = self.headers.get("Authorization", "").removeprefix("token ")
-                hub.asked.append(self.path)
-                user = hub.users.get(token)
-                found: dict[str, Any] | None = None
-                if user and self.path == "/hub/api/user":
-                    found = {"kind": "user", **user}
-                elif user and self.path.startswith("/hub/api/services/"):
-                    name = self.path.removeprefix("/hub/api/services/")
-                    if f"read:services!service={name}" in user["scopes"]:
-                        found = hub.services.get(name)
-                body = json.dumps(found or {"status": 403, "message": "Forbidden"})
-                self.send_response(200 if found else 403)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.api_url = f"http://127.0.0.1:{self.server.server_address[1]}/hub/api"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def hub() -> Iterator[StandInHub]:
-    stand_in = StandInHub()
-    yield stand_in
-    stand_in.stop()
-
-
-@pytest.fixture
-def hub_gateway(upstream: Sandbox, hub: StandInHub,
-                tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
-    """``factory(budgets_toml, **config)``: a hub's gateway in front of ``upstream``."""
-    started: list[Gateway] = []
-
-    def start(budgets: str = "default = 50\n", **options: Any) -> Gateway:
-        options.setdefault("poll", 0.2)
-        options.setdefault("home", tmp_path)
-        settings = HubSettings(api_url=hub.api_url, token=SERVICE_TOKEN, service_name=SERVICE,
-                               prefix=f"/services/{SERVICE}/")
-        config = GatewayConfig(people=(), upstream_url=upstream.management_url,
-                               upstream_key=UPSTREAM_KEY, hub=settings,
-                               hub_budgets=parse_budgets(budgets), **options)
-        gateway = Gateway(config).start()
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
+from tests.helpers import SPEC_FIELDS, UPSTREAM_KEY, create_body, direct, launch, vm_offer, wait_for
+from tests.hub_helpers import (
+    ADA_TOKEN,
+    ADMIN_TOKEN,
+    BOB_TOKEN,
+    NO_ACCESS_TOKEN,
+    SERVICE,
+    StandInHub,
+)
 
 
 def as_token(gateway: Gateway, token: str, prefix: str = "") -> httpx.Client:

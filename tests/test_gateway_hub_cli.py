@@ -13,11 +13,9 @@ import httpx
 import pytest
 
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
-from tests.test_gateway_cli import UPSTREAM_KEY, run_cli, upstream
-from tests.test_gateway_hub import ADA_TOKEN, SERVICE_TOKEN, StandInHub, hub
-
-__all__ = ["hub", "upstream"]
+from tests.helpers import UPSTREAM_KEY, wait_for
+from tests.hub_helpers import ADA_TOKEN, SERVICE_TOKEN, StandInHub
+from tests.test_gateway_cli import run_cli
 
 
 def free_port() -> int:

@@ -21,16 +21,10 @@ import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import vm_offer, wait_for
+from tests.helpers import SPEC_FIELDS, UPSTREAM_KEY, create_body, vm_offer, wait_for
 from tests.hub_helpers import RealHub
-from tests.test_gateway import SPEC_FIELDS, UPSTREAM_KEY, create_body
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    return sandbox_factory(api_key=UPSTREAM_KEY)
 
 
 @pytest.fixture
