@@ -445,7 +445,9 @@ class GPUCloudMagics(Magics):
         if args.budget is not None:
             form.fill(budget=args.budget)
         if args.idle is not None:
-            form.fill(idle_minutes=args.idle)
+            form.fill(delete_when_idle=args.idle)
+        if args.delete_after is not None:
+            form.fill(delete_after=args.delete_after)
         return form
 
     def _chat(self, args: argparse.Namespace) -> Any:

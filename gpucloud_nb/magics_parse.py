@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from gpucloud_nb import magics_endpoints
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES
+from gpucloud_nb.durations import parse_duration
 
 __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown", "Stop", "parse"]
 
@@ -85,11 +86,13 @@ def _gpus(text: str) -> int:
     return value
 
 
-def _minutes(text: str) -> int:
-    # The form's field takes whole minutes: plain digits 0-9 only, at least 1.
-    if not (text.isascii() and text.removeprefix("-").isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of minutes")
-    return int(text)
+def _duration(text: str) -> str:
+    # Checked here, by the one parser; the form's field takes the text as typed.
+    try:
+        parse_duration(text, "The duration")
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
+    return text
 
 
 SYNOPSIS = """\
@@ -99,7 +102,8 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance INSTANCE                (INSTANCE: a name or an _id)
   %gpucloud delete INSTANCE [--yes]
-  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle MIN]
+  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle 30m]
+                   [--delete-after 2h]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
   %gpucloud budget                           (your budget, through a class gateway)
@@ -180,9 +184,11 @@ def _parser() -> _Parser:
                    "providers sell offers with this instanceId")
     p.add_argument("--budget", metavar="DOLLARS", type=_dollars,
                    help="delete the instance once it has cost this much (the form's budget)")
-    p.add_argument("--idle", metavar="MIN", type=_minutes,
-                   help="delete it once idle this many minutes (no SSH session, no busy kernel, "
-                   "GPU under 5 %%)")
+    p.add_argument("--idle", metavar="DURATION", type=_duration,
+                   help="delete it once idle this long, e.g. 30m or 1h30m (no SSH session, no "
+                   "busy kernel, GPU under 5 %%)")
+    p.add_argument("--delete-after", metavar="DURATION", type=_duration,
+                   help="delete it this long after the launch, e.g. 2h or 90m")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "

@@ -20,9 +20,10 @@ CHOICES = REPO / "docs" / "choices.md"
 MODULES = (
     "gpucloud_nb/client/management.py", "gpucloud_nb/client/inference.py",
     "gpucloud_nb/client/billing.py", "gpucloud_nb/models.py",
-    "gpucloud_nb/create_request.py", "gpucloud_nb/rules.py",
+    "gpucloud_nb/create_request.py", "gpucloud_nb/durations.py", "gpucloud_nb/rules.py",
     "gpucloud_nb/media/__init__.py", "gpucloud_nb/frames.py", "gpucloud_nb/sandbox/app.py",
     "gpucloud_nb/sandbox/lifecycle.py", "gpucloud_nb/sandbox/catalogue.py",
+    "gpucloud_nb/sandbox/cloud_init.py",
     "gpucloud_nb/sandbox/inference/app.py", "gpucloud_nb/kernel/provisioner.py",
     "gpucloud_nb/kernel/spec.py", "gpucloud_nb/kernel/sync.py", "gpucloud_nb/cluster/spec.py",
     "gpucloud_nb/client/multinode.py",

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import launch, launch_active, wait_for
+from helpers import connected, echo_port, launch, launch_active, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import RemoteCommandError, key_dir
@@ -105,8 +105,11 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
     box.instances.download(instance.id, "small.bin", tmp_path / "back.bin",
                            progress=lambda *_: seen["download"].append(
                                remote.open_on(instance.id)))
-    with box.instances.forward(instance.id, 8000):
-        seen["forward"].append(remote.open_on(instance.id))
+    with echo_port() as port, box.instances.forward(instance.id, port) as url:
+        assert remote.open_on(instance.id) == 0  # listening only: a connection is use
+        with connected(url):
+            seen["forward"].append(remote.open_on(instance.id))
+        wait_for(lambda: remote.open_on(instance.id) == 0)
     assert all(counts and set(counts) == {1} for counts in seen.values()), seen
     assert remote.open_on(instance.id) == 0 and remote.open_on("another") == 0
 

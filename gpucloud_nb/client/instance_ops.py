@@ -152,7 +152,8 @@ class InstanceOps(Generic[D]):
             # so that run/upload/forward can log in: by the key book's id (client/key_book.py)
             request = yield from key_book.keyed(
                 self.core, request, default_public_key(identity=self.core.ssh_identity))
-        if (request.delete_after is not None or request.budget is not None) \
+        if (request.delete_after is not None or request.budget is not None
+                or request.delete_when_idle is not None) \
                 and self.core.sandbox is None and self.core.gateway is None:
             yield from self.core.recognise_gateway()  # a gateway keeps them, not this kernel
         problems, ticket = yield from self.checked(request, keep=True)
@@ -170,7 +171,10 @@ class InstanceOps(Generic[D]):
             holds.release(ticket)
             raise
         try:
-            data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+            body = request.body()
+            if request.delete_when_idle is not None and self.core.gateway:
+                body["deleteWhenIdle"] = float(request.delete_when_idle)  # the gateway keeps it
+            data = yield from self.core.create_once("/gpu-cloud/instances", body,
                                                     "instance", "launched")
             instance = Instance.from_json(data)
         except APIError:  # the cloud answered with a refusal: nothing was made

@@ -26,7 +26,7 @@ import ipywidgets as widgets
 
 from gpucloud_nb import media
 from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
-from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient, is_speech_model
 from gpucloud_nb.conversation import THUMBNAIL_SIDE, Attachment, Conversation, make_attachment
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_client import PanelClient
@@ -45,7 +45,6 @@ _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 log = logging.getLogger("gpucloud_nb.widgets")
 
 
-_SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECASE)
 
 
 class ChatWidget(ChatFields):
@@ -329,7 +328,7 @@ class ChatWidget(ChatFields):
             self._show_error(error)
         # Only models that chat are offered: a speech model answers transcriptions, not this
         # panel (the audio upload finds it by itself).
-        ordered = [i for i in ids if not _SPEECH_MODEL.search(i)]
+        ordered = [i for i in ids if not is_speech_model(i)]
         if ids and not ordered and not wanted:
             self._show_error(f"This endpoint lists no chat model, only {', '.join(ids)}.")
         if wanted and wanted not in ordered:
