@@ -1,8 +1,9 @@
 """Run-wide isolation for every pytest run in this repository (tests/ and notebooks/ alike).
 
 The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set in
-``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it):
-the user's real sandbox home is never touched. At the end the run stops every sandbox service it
+``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it)
+and a temporary root for personal gateways (``GPUCLOUD_GATEWAY_HOME``): the user's real homes
+are never touched. At the end the run stops every sandbox service it
 started, then fails if a service it started is still running: one whose home is under the run's
 directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``.
 
@@ -41,6 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # Every process this run starts inherits the mark, so a service left anywhere is found.
         os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
     os.environ["GPUCLOUD_SANDBOX_HOME"] = str(_HOMES_ROOT / "session")
+    # Personal gateways (connect() with a key) keep their homes here too, one per cloud and key.
+    os.environ["GPUCLOUD_GATEWAY_HOME"] = str(_HOMES_ROOT / "gateways")
     # A shell starts background jobs with SIGINT ignored, and Python then never raises
     # KeyboardInterrupt: interrupt tests (and Ctrl-C of the subprocesses they start) would hang.
     # Restore the default so the suite behaves the same in the foreground and the background.
@@ -83,7 +86,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from gpucloud_nb.sandbox import service
 
     # Homes are the root's folders, and in an xdist run the workers' roots' folders.
-    for home in [*_HOMES_ROOT.glob("*/"), *_HOMES_ROOT.glob("gw*/*/")]:
+    for home in [*_HOMES_ROOT.glob("*/"), *_HOMES_ROOT.glob("gw*/*/"),
+                 *_HOMES_ROOT.glob("gateways/*/"), *_HOMES_ROOT.glob("gw*/gateways/*/")]:
         service.stop(home)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller checks, once every worker is done

@@ -1,4 +1,5 @@
-"""``connect()``: the real cloud when a key is set, otherwise the local sandbox.
+"""``connect()``: the real cloud (through the user's personal gateway) when a key is set,
+otherwise the local sandbox.
 
     >>> from gpucloud_nb import connect
     >>> cloud = connect()  # doctest: +SKIP
@@ -21,7 +22,12 @@ from gpucloud_nb.errors import GPUCloudError, NotFoundError
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.service import Runtime
 
-__all__ = ["connect", "shared_sandbox"]
+__all__ = ["DIRECT_SENTENCE", "cloud_settings", "connect", "shared_sandbox"]
+
+#: What ``connect()`` says when ``GPUCLOUD_GATEWAY=off``.
+DIRECT_SENTENCE = ("gpucloud-nb: GPUCLOUD_GATEWAY=off: talking to the cloud directly, so no "
+                   "gateway watches money: deletes by timer, budget or idle happen only while "
+                   "this kernel (or JupyterLab) runs.")
 
 _lock = threading.Lock()
 _announced: set[str] = set()  # the sandboxes whose banner this process has printed
@@ -53,6 +59,43 @@ def shared_sandbox(launch_seconds: float | None = None) -> Runtime:
                              or None)
 
 
+def cloud_settings() -> tuple[str, str, bool]:
+    """``(api_key, base_url, through_gateway)`` for the real cloud of ``GPUCLOUD_API_KEY`` and
+    ``GPUCLOUD_BASE_URL``: the user's personal gateway's, found or started in the background (see
+    :mod:`gpucloud_nb.gateway.personal`), unless ``GPUCLOUD_GATEWAY=off`` or the base URL is a
+    class gateway already (it keeps the money rules); then the given ones.
+
+    The cloud's key goes only to the gateway, through its environment; the key returned is the
+    gateway's own local key. A missing key or base URL is one sentence
+    (:class:`~gpucloud_nb.errors.InvalidInputError`).
+    """
+    from gpucloud_nb.client._auth import settings
+    from gpucloud_nb.gateway import personal  # no web stack: the gateway's process has it
+
+    key, url = settings(None, None)
+    if personal.off() or _is_gateway(key.reveal(), url):
+        return key.reveal(), url, False
+    with _lock:
+        runtime = personal.find_or_start(url, key.reveal())
+    return runtime.api_key, runtime.management_url, True
+
+
+_gateways: dict[tuple[str, str], bool] = {}  # (url, key) -> whether it is a gateway already
+
+
+def _is_gateway(key: str, url: str) -> bool:
+    """True when ``url`` is a gateway already (a class's: ``GET /gateway/me`` answers for the
+    key), which keeps the money rules itself; asked once per process. Any failure counts as the
+    cloud: the personal gateway then stands in front and reports what the cloud says."""
+    if (url, key) not in _gateways:
+        try:
+            with GPUCloud(api_key=key, base_url=url, max_retries=0, timeout=10.0) as probe:
+                _gateways[(url, key)] = probe.gateway_status() is not None
+        except GPUCloudError:
+            return False
+    return _gateways[(url, key)]
+
+
 def _differences(box: Runtime, launch_seconds: float | None) -> list[str]:
     """The settings asked for that the running service does not have."""
     if launch_seconds is None and os.environ.get("GPUCLOUD_SANDBOX_LAUNCH_SECONDS"):
@@ -75,6 +118,10 @@ def connect(
     ssh_identity: str | os.PathLike[str] | None = None,
 ) -> GPUCloud:
     """Return a client: the real cloud if ``GPUCLOUD_API_KEY`` is set, else the local sandbox.
+
+    The real cloud is reached through the user's personal gateway (see :func:`cloud_settings`),
+    which keeps timers and budgets whether or not a kernel runs; ``GPUCLOUD_GATEWAY=off`` talks
+    to the cloud directly, and then no gateway watches money (one sentence says so).
 
     The sandbox is the user's sandbox service, found or started in the background (see
     :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
@@ -111,7 +158,15 @@ def connect(
                       f"{', '.join(differing)}; `gpucloud-nb sandbox stop` first to apply yours.",
                       flush=True)
     else:
-        cloud = GPUCloud(max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
+        key, url, through_gateway = cloud_settings()
+        cloud = GPUCloud(api_key=key, base_url=url, max_hourly_cost=max_hourly_cost,
+                         ssh_identity=ssh_identity)
+        said = f"{through_gateway}:{url}"
+        if not quiet and said not in _announced:
+            _announced.add(said)
+            print(f"gpucloud-nb: the cloud through your personal gateway at {url}, which keeps "
+                  "timers and budgets while no notebook runs (`gpucloud-nb gateway stop` stops "
+                  "it)." if through_gateway else DIRECT_SENTENCE, flush=True)
     if cleanup_on_exit:
         atexit.register(_cleanup, cloud)
     return cloud

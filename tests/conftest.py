@@ -44,6 +44,17 @@ def _private_config_dir(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _personal_gateways_stopped() -> Iterator[None]:
+    """A personal gateway a test's ``connect()`` started (under the run's
+    ``GPUCLOUD_GATEWAY_HOME``) stops when the test ends, as its upstream usually does."""
+    yield
+    from gpucloud_nb.gateway import personal
+
+    for home in personal.homes():
+        personal.stop(home)
+
+
 @pytest.fixture
 def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user home without ~/.ssh keys and no agent or GPUCLOUD_SSH_KEY: the client offers

@@ -12,9 +12,8 @@ from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import launch
 from tests.test_gateway_hub import ADA_TOKEN, BOB_TOKEN, SERVICE, StandInHub, hub, hub_gateway
-from tests.test_gateway_hub import upstream as upstream
 
-__all__ = ["hub", "hub_gateway", "upstream"]
+__all__ = ["hub", "hub_gateway"]
 
 
 def server_env(hub: StandInHub, token: str = ADA_TOKEN, **more: str) -> dict[str, str]:

@@ -27,9 +27,7 @@ from gpucloud_nb.gateway.hub_budgets import parse_budgets
 from gpucloud_nb.gateway.keys import KeysFileError
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import launch, vm_offer, wait_for
-from tests.test_gateway import SPEC_FIELDS, UPSTREAM_KEY, create_body, direct, upstream
-
-__all__ = ["upstream"]
+from tests.test_gateway import SPEC_FIELDS, UPSTREAM_KEY, create_body, direct
 
 SERVICE = "gpucloud"
 ACCESS = f"access:services!service={SERVICE}"

@@ -58,3 +58,13 @@ def test_two_peoples_creates_of_one_name_are_never_admitted_together() -> None:
     store.add_owned("i-1", "instance", ada.account, "job", 1.0, HOUR, rid=first)
     store.fail_reservation(first + 1)
     assert money.admit(store, bob, "job", 1.0, 1.0, HOUR)  # Ada's are answered now
+
+
+def test_an_idle_limit_goes_with_its_reservation_to_the_instance_adopted() -> None:
+    store = Store(":memory:")
+    ada = Person("a" * 64, "Ada", None, "", False)
+    rid = money.admit(store, ada, "job", 1.0, 1.0, HOUR)
+    store.reserve_idle(rid, 900.0)
+    assert store.idle_limits() == {}
+    store.add_owned("i-9", "instance", ada.account, "job", 1.0, HOUR, rid=rid)  # as reconciled
+    assert store.idle_limits() == {"i-9": (ada.account, 900.0)} and store.idle_keyed("i-9")

@@ -27,6 +27,7 @@ from helpers import launch, launch_active
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
+from gpucloud_nb.gateway import personal
 from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.kernel.spec import installed
 from gpucloud_nb.lab.poller import Poller
@@ -92,9 +93,17 @@ def counted_sandbox() -> Iterator[tuple[Sandbox, ListCounter]]:
 @contextlib.contextmanager
 def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
     """``jupyter server`` with a token on a free loopback port, tmp HOME, cache and Jupyter dirs;
-    its URL."""
+    its URL.
+
+    The poller talks to the "real cloud" directly (``GPUCLOUD_GATEWAY=off``: what it sends is
+    counted there) unless ``GPUCLOUD_GATEWAY`` is given; a personal gateway it starts lives
+    under ``home`` and is stopped with the server.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
     env["XDG_CACHE_HOME"] = str(home / "cache")  # where the change stamps are (client/changes.py)
+    env["GPUCLOUD_GATEWAY"] = "off"
+    env["GPUCLOUD_GATEWAY_HOME"] = str(home / "gateways")
+    env["GPUCLOUD_NB_TEST_RUN"] = os.environ.get("GPUCLOUD_NB_TEST_RUN", "")
     for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         (home / name).mkdir()
         env[name] = str(home / name)
@@ -127,6 +136,8 @@ def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
         log.close()
+        for gateway_home in (home / "gateways").glob("*/"):
+            personal.stop(gateway_home)
     assert "Traceback" not in (home / "server.log").read_text(errors="replace")
 
 
@@ -640,3 +651,20 @@ def test_through_a_gateway_the_snapshot_carries_the_keys_budget(
         assert shown["sentence"].startswith("Your budget of $")
         assert shown["sentence"].endswith("UTC; deleted: spender.")
         assert ADA not in lab.get("/gpucloud/instances").text
+
+
+def test_the_sidebar_goes_through_the_personal_gateway_as_connect_does(
+        tmp_path: Path, upstream: Any) -> None:
+    from tests.test_gateway import UPSTREAM_KEY
+
+    with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as console:
+        made = launch(console, "made-elsewhere").id
+    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
+                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        snapshot = wait_for(lab, lambda s: row_of(s, made) is not None, timeout=60)
+        runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
+        assert runtime is not None and snapshot["url"] == runtime.management_url
+        assert snapshot["url"] != upstream.management_url
+        assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text

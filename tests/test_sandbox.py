@@ -442,16 +442,16 @@ def test_ssh_keys_and_cloud_init(sandbox_api: httpx.Client) -> None:
     created = sandbox_api.post("/gpu-cloud/instances", json=body).json()
     key = sandbox_api.get(f"/gpu-cloud/instances/{created['_id']}").json()["sshKey"]
     assert key["name"] == "me@laptop" and OBJECT_ID.fullmatch(key["_id"])
-    # sshKeyId names a key of the account's SSH-key book (the appendix); one not in it is a 400
     unknown = sandbox_api.post("/gpu-cloud/instances",
                                json=instance_body(offer, region, sshKeyId="k1"))
-    assert unknown.status_code == 400 and "not in your SSH-key book" in unknown.json()["message"]
-    book = sandbox_api.post("/gpu-cloud/ssh-keys", json={
-        "name": "laptop", "publicKey": "ssh-ed25519 AAAAC3Nzb you@desk"}).json()
+    check_error(unknown, 400, "SSH key k1 is not in your SSH-key book (sshKeyId).")
+    public = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBookedBookedBookedBookedBookedBookedBooke me"
+    booked = sandbox_api.post("/gpu-cloud/ssh-keys",
+                              json={"name": "laptop", "publicKey": public}).json()
     by_id = sandbox_api.post("/gpu-cloud/instances",
-                             json=instance_body(offer, region, sshKeyId=book["_id"])).json()
+                             json=instance_body(offer, region, sshKeyId=booked["_id"])).json()
     assert sandbox_api.get(f"/gpu-cloud/instances/{by_id['_id']}").json()["sshKey"] == {
-        "_id": book["_id"], "name": "laptop"}
+        "_id": booked["_id"], "name": "laptop"}
 
 
 def test_instance_validation_messages(sandbox_api: httpx.Client) -> None:

@@ -103,6 +103,10 @@ def create_app(config: GatewayConfig) -> Any:
     app.state.store = store
     app.state.gate = gate
     app.router.routes.extend(teacher_routes(gate))
+    if config.personal and config.home is not None:
+        from gpucloud_nb.gateway.personal_routes import personal_routes
+
+        app.router.routes.extend(personal_routes(config.home))
     guarded = Guard(app, hosts=allowed_hosts(config.host) if roster is None else None,
                     limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
                     error=spec_error)

@@ -5,6 +5,12 @@
     management: http://127.0.0.1:8790
     $ gpucloud-nb gateway keys new "Ada Lovelace" --budget 20/day >> class.keys
     $ gpucloud-nb gateway class            # the teacher's table (see gateway/class_table.py)
+    $ gpucloud-nb gateway status           # your personal gateways (connect() starts them)
+    $ gpucloud-nb gateway stop
+
+``--personal --home DIR --upstream URL`` is how ``connect()`` starts the user's personal gateway
+(:mod:`gpucloud_nb.gateway.personal`); ``status`` lists the personal gateways and ``stop`` stops
+them (their state stays; the next ``connect()`` starts them again).
 
 Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
 ``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
@@ -77,6 +83,9 @@ def add_parser(commands: Any) -> None:
     from gpucloud_nb.gateway.hub_cli import add_arguments as add_hub_arguments
 
     add_hub_arguments(gateway)
+    gateway.add_argument("--personal", action="store_true",
+                         help="serve as the personal gateway of --home (what connect() starts: "
+                              "one person, the home's own key, owning the whole account)")
     gateway.set_defaults(handler=run)
 
 
@@ -91,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
         from gpucloud_nb.gateway.class_table import run as class_table
 
         return class_table(args)
+    if args.words[:1] in (["stop"], ["status"]) and len(args.words) == 1:
+        return _personal_action(args.words[0])
     if args.words:
         return _new_key(args)
+    if args.personal:
+        return _serve_personal(args)
     from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
     from gpucloud_nb.gateway.keys import KeysFileError, read_keys
     from gpucloud_nb.gateway.server import serve
@@ -172,4 +185,67 @@ def _new_key(args: argparse.Namespace) -> int:
         print(new_line(" ".join(words[2:]), args.budget))
     except ValueError as error:
         return _fail(f"{error}.")
+    return 0
+
+
+def _serve_personal(args: argparse.Namespace) -> int:
+    """``--personal``: the personal gateway of ``--home``, its one person the home's own key."""
+    import getpass
+
+    from gpucloud_nb.errors import ConnectionFailedError
+    from gpucloud_nb.gateway import personal
+    from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
+    from gpucloud_nb.gateway.keys import Person, hash_key
+    from gpucloud_nb.gateway.server import serve_home
+    from gpucloud_nb.sandbox.home import checked_home
+
+    key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
+    if args.home is None or args.upstream is None or not key:
+        return _fail(f"--personal needs --home, --upstream and {UPSTREAM_KEY_VARIABLE}.")
+    if not args.upstream.startswith(("http://", "https://")):
+        return _fail("--upstream must be an http:// or https:// URL.")
+    try:
+        home = checked_home(args.home)
+        local = personal.local_key(home)
+    except (ConnectionFailedError, OSError) as error:
+        return _fail(str(error), 1)
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        name = "you"
+    people = (Person(hash_key(local), name, None, "", False),)
+    config = GatewayConfig(people=people, upstream_url=args.upstream.rstrip("/"),
+                           upstream_key=key, host=args.host, port=args.port, home=home,
+                           reserve_hours=args.reserve_hours, personal=True)
+    try:
+        serve_home(config, home, lambda url: print(f"management: {url}", flush=True))
+    except (ConnectionFailedError, OSError) as error:
+        return _fail(str(error), 1)
+    return 0
+
+
+def _personal_action(action: str) -> int:
+    """``status`` or ``stop`` of every personal gateway (see :mod:`gpucloud_nb.gateway.personal`)."""
+    from gpucloud_nb.errors import ConnectionFailedError
+    from gpucloud_nb.gateway import personal
+
+    found = 0
+    for home in personal.homes():
+        try:
+            if action == "stop":
+                pid = personal.stop(home)
+                if pid is not None:
+                    found += 1
+                    print(f"Stopped the personal gateway (pid {pid}) in {home}.")
+                continue
+            runtime = personal.find(home)
+        except ConnectionFailedError as error:
+            return _fail(str(error), 1)
+        if runtime is not None:
+            found += 1
+            print(f"personal gateway: running at {runtime.management_url} (pid {runtime.pid}) "
+                  f"for {runtime.upstream_url}; home {home}")
+    if not found:
+        print(f"No personal gateway is running in {personal.root()}.")
+        return 3 if action == "status" else 0
     return 0

@@ -15,11 +15,15 @@ that does not exist. Choices where the spec is silent:
   ``Retry-After``; an offer the upstream does not list is a 400;
 - an error of the upstream (a 429, a 503) is passed on with its ``Retry-After``;
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
-  student's key is fine), and so is an upstream that does not answer (for a create: "it may have
+  student's key is fine; a personal gateway's key is the user's, so there it is a 403), and so
+  is an upstream that does not answer (for a create: "it may have
   happened", and the watcher adopts it by name if it did);
 - a volume's ``user`` is the person's account id, not the upstream's owner id; a volume create
   is held against the budget as an instance's is (:func:`gpucloud_nb.gateway.money.check_volume`,
   402), and what it costs counts in its owner's spend.
+- a personal gateway (``config.personal``, :mod:`gpucloud_nb.gateway.personal`) filters nothing:
+  its one person owns the whole account, and what it lists or reads that was made elsewhere is
+  adopted (recorded as theirs, metered from then on).
 
 Speed (``benchmarks/bench_gateway.py``): a get and an instance list are passed on as the
 upstream's own bytes, key masked (:meth:`Upstream.scrub_body`), never decoded into Python objects;
@@ -98,6 +102,8 @@ class Gate:
                 return Response(status_code=status)
             return Response(self.upstream.scrub(json_text(data)).encode(), status_code=status,
                             media_type="application/json")
+        if status in (401, 403) and self.config.personal:
+            raise Problem(403, "The cloud refused your key (GPUCLOUD_API_KEY); check it.")
         if status in (401, 403):
             raise Problem(502, "The upstream cloud refused the gateway's own key; tell whoever "
                                "runs the gateway.")
@@ -160,6 +166,14 @@ def mine_only(body: bytes, mine: set[str]) -> bytes | None:
                             if item.id in mine) + b"]"
 
 
+def _unknown(body: bytes, known: set[str]) -> bool:
+    """True when the JSON list ``body`` names an ``_id`` not in ``known`` (or cannot be read)."""
+    try:
+        return any(item.id not in known for item in _ITEMS.decode(body))
+    except msgspec.MsgspecError:
+        return True
+
+
 def _text_field(body: dict[str, Any], name: str) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value:
@@ -201,6 +215,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
                 else None, gate.public_key)}
         rid = await admitted(person, name, price)
+        if idle is not None:
+            store.reserve_idle(rid, idle)  # kept with the reservation, adopted or answered
         gate.meter.inflight.add(rid)
         try:
             status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
@@ -208,8 +224,6 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 id = str(data["_id"])
                 store.add_owned(id, "instance", person.account, name,
                                 float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
-                if idle is not None:
-                    store.set_idle(id, person.account, idle)
                 store.audit(now_ms(), person.account, "created", id, "asked")
                 return gate.relay(status, data, request)
             if status < 500:  # a definite answer: nothing was made
@@ -236,10 +250,27 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                                   headers={"Retry-After": "60"}) from None
                 await asyncio.sleep(0.05)
 
+    personal = gate.config.personal
+
+    def adopt(kind: str, items: Any, person: Person) -> None:
+        """A personal gateway's one person owns the whole account: what it has not seen yet
+        (made elsewhere) becomes theirs, metered from now on."""
+        known = store.owned_ids(person.account, kind)
+        for item in items if isinstance(items, list) else [items]:
+            id = item.get("_id") if isinstance(item, dict) else None
+            if isinstance(id, str) and id and id not in known:
+                price = item.get("hourlyPrice")
+                store.add_owned(id, kind, person.account, str(item.get("name") or id),
+                                float(price) if isinstance(price, int | float) else 0.0, now_ms())
+
     async def list_instances(request: Request, person: Person) -> Response:
         status, body = await upstream.send("GET", "/gpu-cloud/instances",
                                            params=request.query_params.multi_items())
         if status != 200:
+            return gate.relay_body(status, body, request)
+        if personal:
+            if _unknown(body, store.owned_ids(person.account)):
+                adopt("instance", decode(body), person)
             return gate.relay_body(status, body, request)
         mine = store.owned_ids(person.account)
         kept = mine_only(body, mine)
@@ -251,13 +282,15 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         return gate.relay(status, data, request)
 
     def check_owner(kind: str, id: str, person: Person) -> None:
-        if store.owner(id) != person.account:
+        if store.owner(id) != person.account and not personal:
             raise Problem(404, f"{kind} {id} not found.")
 
     async def get_instance(request: Request, person: Person) -> Response:
         id = request.path_params["id"]
         check_owner("Instance", id, person)
         status, body = await upstream.send("GET", f"/gpu-cloud/instances/{id}")
+        if personal and status == 200 and store.owner(id) is None:
+            adopt("instance", decode(body), person)
         return gate.relay_body(status, body, request)
 
     async def delete_instance(request: Request, person: Person) -> Response:
@@ -296,7 +329,9 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
 
     async def list_volumes(request: Request, person: Person) -> Response:
         status, data = await upstream.call("GET", "/gpu-cloud/volumes")
-        if status == 200 and isinstance(data, list):
+        if status == 200 and isinstance(data, list) and personal:
+            adopt("volume", data, person)
+        elif status == 200 and isinstance(data, list):
             mine = {record.id for record in store.owned(person.account, "volume")}
             data = [as_owned(item, person) for item in data
                     if isinstance(item, dict) and item.get("_id") in mine]

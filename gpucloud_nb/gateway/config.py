@@ -9,6 +9,8 @@
 ``creates_per_minute`` how many creates one key may send in any minute (60) before 429.
 ``hub`` and ``hub_budgets``: a JupyterHub's gateway (:mod:`gpucloud_nb.gateway.hub`), whose
 people are the hub's users rather than a keys file's.
+``personal``: the user's own gateway (:mod:`~gpucloud_nb.gateway.personal`): its one person owns
+the whole upstream account, and it answers the home's challenge.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ class GatewayConfig:
     #: A JupyterHub to ask who each token is (``--jupyterhub``), instead of ``people``.
     hub: HubSettings | None = None
     hub_budgets: HubBudgets | None = None
+    personal: bool = False
 
     def __repr__(self) -> str:
         return (f"GatewayConfig(upstream_url={self.upstream_url!r}, "
                 f"upstream_key={mask(self.upstream_key)!r}, people={len(self.people)}, "
                 f"host={self.host!r}, port={self.port}, home={self.home!r}, "
-                f"reserve_hours={self.reserve_hours})")
+                f"reserve_hours={self.reserve_hours}, personal={self.personal})")

@@ -10,14 +10,18 @@ Binding, the keep-alive time and the SIGTERM handling are the sandbox's
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 
 from gpucloud_nb import serving
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.serving import url_host
 
-__all__ = ["Gateway", "serve"]
+__all__ = ["Gateway", "serve", "serve_home"]
 
 
 class Gateway:
@@ -69,3 +73,56 @@ def serve(config: GatewayConfig, ready: Callable[[str], None] | None = None) -> 
     from gpucloud_nb.gateway.app import create_app
 
     serving.serve(create_app(config), config.host, config.port, ready)
+
+
+def serve_home(config: GatewayConfig, home: Path,
+               ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``config`` in the foreground as the personal gateway of ``home`` (see
+    :mod:`gpucloud_nb.gateway.personal`), until SIGTERM or Ctrl-C.
+
+    As the sandbox's :func:`~gpucloud_nb.sandbox.server.serve_home`: holds ``service.lock`` with
+    its pid in it (a :class:`ConnectionFailedError` when another gateway has it), reuses the
+    remembered port when free, writes the runtime file once listening and removes it on the way
+    out.
+    """
+    from gpucloud_nb.errors import ConnectionFailedError
+    from gpucloud_nb.gateway import personal
+    from gpucloud_nb.sandbox import service
+
+    lock = service.service_lock(home)
+    if lock is None:
+        raise ConnectionFailedError(f"A personal gateway already runs in {home}; "
+                                    "`gpucloud-nb gateway stop` stops it.")
+    try:
+        lock.truncate(0)
+        lock.write(str(os.getpid()).encode("ascii"))
+        lock.flush()
+    except OSError:
+        lock.close()
+        raise
+    listening: list[bool] = []
+    key = personal.local_key(home)
+
+    def on_ready(url: str) -> None:
+        listening.append(True)
+        try:
+            service.remember_port(home, int(url.rsplit(":", 1)[1]))
+            personal.write_runtime(home, personal.GatewayRuntime(
+                url, os.getpid(), key, config.upstream_url, time.time(), str(home)))
+        except OSError as error:
+            raise ConnectionFailedError(f"Cannot write the runtime file in {home}: "
+                                        f"{error.strerror or error}.") from None
+        if ready is not None:
+            ready(url)
+
+    try:
+        remembered = service.remembered_port(home) if config.port == 0 else 0
+        try:
+            serve(dataclasses.replace(config, port=remembered or config.port), on_ready)
+        except OSError:
+            if listening or not remembered:
+                raise
+            serve(config, on_ready)  # the remembered port is taken: any free one
+    finally:
+        personal.remove_runtime(home, os.getpid())
+        lock.close()

@@ -11,8 +11,9 @@ name, hourly price, created/deleted times in Unix ms, whether its billing is fin
 delete the gateway asked for is confirmed), ``reservations`` (a create admitted and not yet
 answered: ``admitted``, then ``done`` or ``failed``), ``timers`` (``delete_after``),
 ``budgets`` (an instance's own budget, ``create(..., budget=)``), ``idle`` (``delete_when_idle``:
-the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is on the VM) and
-``audit``. The upstream's key is never
+the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is on the VM;
+``reserved_idle`` holds it for a create not answered yet, so an instance adopted after a restart
+keeps its limit) and ``audit``. The upstream's key is never
 stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
 (``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
 even another process on the same file.
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS budgets (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     dollars REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS idle (id TEXT PRIMARY KEY, account TEXT NOT NULL, seconds REAL);
+CREATE TABLE IF NOT EXISTS reserved_idle (rid INTEGER PRIMARY KEY, seconds REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -132,13 +134,17 @@ class Store:
 
     def add_owned(self, id: str, kind: str, account: str, name: str, price: float,
                   created_ms: int, rid: int | None = None) -> None:
-        """Record that ``account`` owns ``id``; closes reservation ``rid`` in the same write."""
+        """Record that ``account`` owns ``id``; closes reservation ``rid`` in the same write (and
+        moves its idle limit, if it had one, to ``id``)."""
         with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO owned (id, kind, account, name, price, created_ms) "
                        "VALUES (?, ?, ?, ?, ?, ?)", (id, kind, account, name, price, created_ms))
             if rid is not None:
                 db.execute("UPDATE reservations SET state='done', resource=? WHERE rid=?",
                            (id, rid))
+                db.execute("INSERT OR REPLACE INTO idle SELECT ?, ?, seconds FROM reserved_idle "
+                           "WHERE rid=?", (id, account, rid))
+                db.execute("DELETE FROM reserved_idle WHERE rid=?", (rid,))
 
     def owned(self, account: str | None = None, kind: str = "instance") -> list[Owned]:
         """What ``account`` (or everyone) owns of ``kind``, oldest first."""
@@ -248,6 +254,11 @@ class Store:
         """Delete ``id`` once idle for ``seconds`` (replaces an earlier limit)."""
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO idle VALUES (?, ?, ?)", (id, account, seconds))
+
+    def reserve_idle(self, rid: int, seconds: float) -> None:
+        """Keep ``seconds`` for the instance reservation ``rid`` will become."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO reserved_idle VALUES (?, ?)", (rid, seconds))
 
     def idle_limits(self, account: str | None = None) -> dict[str, tuple[str, float]]:
         """``{id: (account, seconds)}`` of every idle limit (of ``account``)."""

@@ -328,10 +328,12 @@ class GPUCloudProvisioner(KernelProvisionerBase):
             from gpucloud_nb._connect import connect
 
             return connect(sandbox=True, quiet=True)
+        from gpucloud_nb._connect import cloud_settings
         from gpucloud_nb.client.management import GPUCloud
 
-        try:
-            return GPUCloud()
+        try:  # through the user's personal gateway, as connect() (unless GPUCLOUD_GATEWAY=off)
+            key, url, _ = cloud_settings()
+            return GPUCloud(api_key=key, base_url=url)
         except InvalidInputError:
             raise InvalidInputError(
                 f"Instance {self._label()} is on the cloud and this Jupyter server has no "

@@ -5,8 +5,9 @@ Installed with the package (``pip install gpucloud-nb[lab]``) and enabled automa
 shows it. Its routes live under ``/gpucloud/`` (:mod:`gpucloud_nb.lab.handlers`) and read one
 shared poller (:mod:`gpucloud_nb.lab.poller`), started on the first request and stopped with
 the server. The cloud is the one a kernel's ``connect()`` finds: a JupyterHub's gateway service
-in a hub's server (:mod:`gpucloud_nb.client.hub`), the real cloud when the server's
-environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else the sandbox; the
+in a hub's server (:mod:`gpucloud_nb.client.hub`), the real cloud (through the user's personal
+gateway) when the server's environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else
+the sandbox; the
 extension reaches it with :class:`~gpucloud_nb.AsyncGPUCloud` and the poller's short timeouts.
 
     $ jupyter server extension list      # gpucloud_nb.lab enabled - OK
@@ -52,7 +53,7 @@ class GPUCloudExtension(ExtensionApp):
     def _connect(self) -> Any:
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""
         from gpucloud_nb import AsyncGPUCloud
-        from gpucloud_nb._connect import shared_sandbox
+        from gpucloud_nb._connect import cloud_settings, shared_sandbox
         from gpucloud_nb.client.hub import find_hub_gateway
         from gpucloud_nb.lab.poller import RETRIES, TIMEOUT
 
@@ -60,8 +61,10 @@ class GPUCloudExtension(ExtensionApp):
         if (hub := find_hub_gateway()) is not None:  # a JupyterHub's gateway service
             return AsyncGPUCloud(api_key=hub.token, base_url=hub.url, timeout=TIMEOUT,
                                  max_retries=RETRIES, max_hourly_cost=cap)
-        if os.environ.get("GPUCLOUD_API_KEY"):
-            return AsyncGPUCloud(timeout=TIMEOUT, max_retries=RETRIES, max_hourly_cost=cap)
+        if os.environ.get("GPUCLOUD_API_KEY"):  # through the personal gateway, as connect()
+            key, url, _ = cloud_settings()
+            return AsyncGPUCloud(api_key=key, base_url=url, timeout=TIMEOUT, max_retries=RETRIES,
+                                 max_hourly_cost=cap)
         box = shared_sandbox()
         cloud = AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url, timeout=TIMEOUT,
                               max_retries=RETRIES, max_hourly_cost=cap)

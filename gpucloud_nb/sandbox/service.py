@@ -47,10 +47,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from gpucloud_nb._secrets import mask
@@ -61,20 +61,28 @@ __all__ = [
     "LOG_FILE",
     "RUNTIME_FILE",
     "STATE_FILE",
+    "Listening",
     "Runtime",
     "challenge_proof",
     "challenge_secret",
     "credentials",
     "find",
     "find_or_start",
+    "find_or_start_locked",
+    "lock_held",
     "lock_holder",
+    "locked",
     "log_tail",
+    "open_log",
     "owned_by_us",
+    "read_json",
     "read_runtime",
     "running_pid",
     "service_lock",
+    "spawn",
     "start",
     "stop",
+    "terminate",
     "verified",
     "write_private",
 ]
@@ -133,7 +141,7 @@ def write_private(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -147,7 +155,7 @@ def credentials(home: Path) -> tuple[str, str]:
     The challenge secret (see :func:`challenge_secret`) is made at the same time, so a service
     started with these credentials can always prove itself.
     """
-    settings = _read_json(home / SETTINGS_FILE) or {}
+    settings = read_json(home / SETTINGS_FILE) or {}
     key, secret = settings.get("api_key"), settings.get("inference_secret")
     made = {}
     if not (isinstance(key, str) and key and isinstance(secret, str) and secret):
@@ -162,7 +170,7 @@ def credentials(home: Path) -> tuple[str, str]:
 
 def challenge_secret(home: Path) -> bytes | None:
     """The secret the home's service proves itself with (``None`` until a service made it)."""
-    secret = (_read_json(home / SETTINGS_FILE) or {}).get("challenge")
+    secret = (read_json(home / SETTINGS_FILE) or {}).get("challenge")
     return secret.encode("ascii", "replace") if isinstance(secret, str) and secret else None
 
 
@@ -174,20 +182,20 @@ def challenge_proof(secret: bytes, nonce: str, pid: int, port: int) -> str:
 
 def remembered_port(home: Path) -> int:
     """The port the home's service last listened on (0 when none)."""
-    port = (_read_json(home / SETTINGS_FILE) or {}).get("port")
+    port = (read_json(home / SETTINGS_FILE) or {}).get("port")
     return port if isinstance(port, int) and 0 < port < 65536 else 0
 
 
 def remember_port(home: Path, port: int) -> None:
     """Keep ``port`` as the one to reuse next time."""
-    settings = _read_json(home / SETTINGS_FILE) or {}
+    settings = read_json(home / SETTINGS_FILE) or {}
     if settings.get("port") != port:
         write_private(home / SETTINGS_FILE, settings | {"port": port})
 
 
 def read_runtime(home: Path) -> Runtime | None:
     """The runtime file of ``home`` as written, or ``None`` (missing or unreadable); not checked."""
-    data = _read_json(home / RUNTIME_FILE)
+    data = read_json(home / RUNTIME_FILE)
     if data is None:
         return None
     try:
@@ -260,11 +268,23 @@ def owned_by_us(pid: int) -> bool:
     return True
 
 
-def verified(runtime: Runtime, home: Path, timeout: float = 2.0) -> bool:
+class Listening(Protocol):
+    """What a runtime file says of any home's service: where it listens, and its pid."""
+
+    @property
+    def management_url(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+
+def verified(runtime: Listening, home: Path, timeout: float = 2.0, *,
+             path: str = "/sandbox/challenge") -> bool:
     """True when ``runtime`` is the home's running service (see the module docstring).
 
-    The only request sent is the challenge, which carries no key: a server that is not the
-    home's service learns nothing from it.
+    The only request sent is the challenge (``GET path?nonce=N``), which carries no key: a
+    server that is not the home's service learns nothing from it. A personal gateway
+    (:mod:`gpucloud_nb.gateway.personal`) is verified the same way at ``/gateway/challenge``.
     """
     if not (pid_alive(runtime.pid) and owned_by_us(runtime.pid)
             and lock_holder(home) == runtime.pid):
@@ -281,7 +301,7 @@ def verified(runtime: Runtime, home: Path, timeout: float = 2.0) -> bool:
 
     nonce = secrets.token_hex(16)
     try:
-        response = httpx.get(f"{runtime.management_url}/sandbox/challenge",
+        response = httpx.get(f"{runtime.management_url}{path}",
                              params={"nonce": nonce}, timeout=timeout, trust_env=False)
         answer = response.json().get("proof") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
@@ -326,15 +346,16 @@ def _try_lock(file: IO[bytes]) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, timeout: float) -> Iterator[None]:
+def locked(path: Path, timeout: float, what: str = "the sandbox service",
+           logs: str = "gpucloud-nb sandbox logs") -> Iterator[None]:
     """Hold the exclusive lock on ``path``, waiting up to ``timeout`` seconds for it."""
     with open(path, "a+b") as file:
         deadline = time.monotonic() + timeout
         while not _try_lock(file):
             if time.monotonic() > deadline:
                 raise ConnectionFailedError(
-                    f"Another process has been starting the sandbox service in {path.parent} for "
-                    f"over {timeout:g} s; see `gpucloud-nb sandbox logs`.")
+                    f"Another process has been starting {what} in {path.parent} for "
+                    f"over {timeout:g} s; see `{logs}`.")
             time.sleep(0.05)
         yield  # closing the file releases the lock
 
@@ -348,7 +369,7 @@ def service_lock(home: Path) -> IO[bytes] | None:
     return None
 
 
-def _lock_held(home: Path) -> bool:
+def lock_held(home: Path) -> bool:
     try:
         file = open(home / SERVICE_LOCK, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
@@ -379,7 +400,7 @@ def lock_holder(home: Path) -> int | None:
     On Linux ``/proc/locks`` names it; elsewhere (or where that table does not show the file)
     it is the pid the service wrote in the lock file when it took it.
     """
-    if not _lock_held(home):
+    if not lock_held(home):
         return None
     path = home / SERVICE_LOCK
     holder = _proc_locks_holder(path)
@@ -394,10 +415,10 @@ def lock_holder(home: Path) -> int | None:
 # -- starting and stopping -----------------------------------------------------------------------
 
 
-def log_tail(home: Path, lines: int = 20) -> list[str]:
+def log_tail(home: Path, lines: int = 20, name: str = LOG_FILE) -> list[str]:
     """The last ``lines`` lines of the service log (none if there is no log)."""
     try:
-        with open(home / LOG_FILE, "rb") as file:
+        with open(home / name, "rb") as file:
             file.seek(0, os.SEEK_END)
             size = file.tell()
             file.seek(max(size - 64_000 - 200 * lines, 0))
@@ -407,11 +428,12 @@ def log_tail(home: Path, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:] if lines > 0 else []
 
 
-def _open_log(home: Path) -> IO[bytes]:
-    log = home / LOG_FILE
+def open_log(home: Path, name: str = LOG_FILE) -> IO[bytes]:
+    """The service log of ``home`` opened for appending (0600), rotated past 5 MB."""
+    log = home / name
     with contextlib.suppress(OSError):
         if log.stat().st_size > _LOG_ROTATE_BYTES:
-            os.replace(log, home / f"{LOG_FILE}.1")
+            os.replace(log, home / f"{name}.1")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     return os.fdopen(fd, "ab")
 
@@ -440,7 +462,27 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
     command = [sys.executable, "-m", "gpucloud_nb", "sandbox", "--home", str(home), "--port", "0"]
     if launch_seconds is not None:
         command += ["--launch-seconds", repr(float(launch_seconds))]
-    with _open_log(home) as log:
+
+    def ready(pid: int) -> Runtime | None:
+        runtime = read_runtime(home)
+        return runtime if runtime is not None and runtime.pid == pid \
+            and verified(runtime, home) else None
+
+    return spawn(home, command, env, ready, timeout=timeout)
+
+
+T = TypeVar("T")
+
+
+def spawn(home: Path, command: list[str], env: dict[str, str], ready: Callable[[int], T | None],
+          *, timeout: float, what: str = "The sandbox service", log_file: str = LOG_FILE) -> T:
+    """Start ``command`` detached as the service of ``home`` (its own session, output to its
+    log, in ``home``); wait until ``ready(pid)`` gives its verified runtime, and return that.
+
+    A process that exits, or does not get ready within ``timeout`` seconds, is a
+    :class:`ConnectionFailedError` quoting the end of its log.
+    """
+    with open_log(home, log_file) as log:
         log.write(f"--- starting: {' '.join(command[1:])}\n".encode())
         log.flush()
         process = subprocess.Popen(
@@ -452,18 +494,17 @@ def start(home: Path, *, launch_seconds: float | None = None, api_key: str | Non
     threading.Thread(target=_reap, args=(process,), name="gpucloud-nb-reap", daemon=True).start()
     deadline = time.monotonic() + timeout
     while True:
-        runtime = read_runtime(home)
-        if runtime is not None and runtime.pid == process.pid and verified(runtime, home):
+        runtime = ready(process.pid)
+        if runtime is not None:
             return runtime
         if process.poll() is not None or time.monotonic() > deadline:
             if process.poll() is None:
                 process.kill()
-            tail = "\n".join(f"    {line}" for line in log_tail(home, 10))
+            tail = "\n".join(f"    {line}" for line in log_tail(home, 10, log_file))
             why = (f"exited with status {process.returncode}" if process.returncode not in (None, -9)
                    else f"did not answer within {timeout:g} s")
             raise ConnectionFailedError(
-                f"The sandbox service in {home} {why}; the end of its log ({home / LOG_FILE}):\n"
-                f"{tail}")
+                f"{what} in {home} {why}; the end of its log ({home / log_file}):\n{tail}")
         time.sleep(0.05)
 
 
@@ -489,7 +530,7 @@ def _is_our_service(pid: int, home: Path) -> bool:
     return program and "--home" in command and str(home) in command
 
 
-def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
+def terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
     """SIGTERM the service ``pid`` (SIGKILL after ``wait`` s); True once it and its lock are gone."""
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
@@ -501,7 +542,7 @@ def _terminate(pid: int, home: Path, wait: float = 10.0) -> bool:
                 os.kill(pid, how)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if not _lock_held(home) and not pid_alive(pid):
+            if not lock_held(home) and not pid_alive(pid):
                 return True
             time.sleep(0.05)
     return False
@@ -526,7 +567,7 @@ def stop(home: Path) -> int | None:
     pid = running_pid(home)
     if pid is None:
         return None
-    if not _terminate(pid, home):
+    if not terminate(pid, home):
         raise ConnectionFailedError(f"The sandbox service (pid {pid}) did not stop; kill it by hand.")
     remove_runtime(home, pid)
     return pid
@@ -546,8 +587,11 @@ def find_or_start(home: Path | None = None, *, launch_seconds: float | None = No
     if found is not None:
         return found
     try:
-        return _find_or_start_locked(home, launch_seconds=launch_seconds, api_key=api_key,
-                                     inference_secret=inference_secret, timeout=timeout)
+        return find_or_start_locked(
+            home, lambda: find(home),
+            lambda: start(home, launch_seconds=launch_seconds, api_key=api_key,
+                          inference_secret=inference_secret, timeout=timeout),
+            timeout=timeout)
     except OSError as error:  # a full disk, a read-only home: one sentence, not a traceback
         reason = error.strerror.lower() if error.strerror else str(error)
         raise ConnectionFailedError(
@@ -555,27 +599,32 @@ def find_or_start(home: Path | None = None, *, launch_seconds: float | None = No
             f"free space there or set {HOME_VARIABLE} to a writable directory.") from None
 
 
-def _find_or_start_locked(home: Path, *, launch_seconds: float | None, api_key: str | None,
-                          inference_secret: str | None, timeout: float) -> Runtime:
-    with _locked(home / START_LOCK, timeout + 15):
-        found = find(home)
+def find_or_start_locked(home: Path, find: Callable[[], T | None], start: Callable[[], T], *,
+                         timeout: float, what: str = "sandbox service",
+                         command: str = "gpucloud-nb sandbox") -> T:
+    """Under ``start.lock`` of ``home``: ``find()`` the home's service, or ``start()`` one.
+
+    A service that holds the home's lock but does not answer within 5 s is ended first (one
+    sentence when it cannot be). The sandbox service and a personal gateway share this.
+    """
+    with locked(home / START_LOCK, timeout + 15, f"the {what}", f"{command} logs"):
+        found = find()
         if found is not None:
             return found
-        if _lock_held(home):
+        if lock_held(home):
             # A service holds the home but does not answer: starting, or hung.
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
-                found = find(home)
+                found = find()
                 if found is not None:
                     return found
-                if not _lock_held(home):
+                if not lock_held(home):
                     break
                 time.sleep(0.1)
             else:
                 hung = running_pid(home)
-                if hung is None or not _terminate(hung, home):
+                if hung is None or not terminate(hung, home):
                     raise ConnectionFailedError(
-                        f"A sandbox service holds {home / SERVICE_LOCK} but does not answer; "
-                        "stop it (`gpucloud-nb sandbox stop`) or end its process.")
-        return start(home, launch_seconds=launch_seconds, api_key=api_key,
-                     inference_secret=inference_secret, timeout=timeout)
+                        f"A {what} holds {home / SERVICE_LOCK} but does not answer; "
+                        f"stop it (`{command} stop`) or end its process.")
+        return start()
