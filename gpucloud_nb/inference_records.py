@@ -19,6 +19,8 @@ Choices where the appendix gives no type or rule:
   ``gpuMemory`` and ``memory``, and requests in flight per container for ``http``. An absent
   trigger is ``None``.
 - ``cooldownPeriod`` is in seconds.
+- ``containerHours`` and ``spend`` are the sandbox's own fields (what an instance has cost so
+  far); the real cloud does not send them, so they are NaN there.
 - A stopped instance is ``DISABLED``; one being started again is ``PENDING`` until its
   containers deploy. An instance scaled to zero stays ``ACTIVE`` with no containers ready.
 """
@@ -240,6 +242,10 @@ class InferenceInstanceDetails(InferenceInstance, frozen=True):
     hardware_name: str = ""
     envs: dict[str, Any] = msgspec.field(default_factory=dict)
     model_id: str = ""
+    #: The sandbox's own fields (the real cloud shows spend in its console): container-hours
+    #: billed so far, and their price. NaN where not sent.
+    container_hours: float = NAN
+    spend: float = NAN
 
     @property
     def ready(self) -> int:

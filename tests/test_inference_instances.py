@@ -59,6 +59,7 @@ def test_a_cold_start_through_the_chat_client_succeeds(cloud: GPUCloud) -> None:
     cloud.inference_instances.create(name="sleepy", model=MODEL, min=0, max=1, cooldown=0.3)
     cloud.inference_instances.wait_until_active("sleepy", poll_interval=0.05)
     wait_for(lambda: cloud.inference_instances.get("sleepy").scaled_to_zero)
+    asleep = cloud.inference_instances.get("sleepy").container_hours
     seen: list[InferenceInstanceDetails] = []
     replies: list[str] = []
     with cloud.inference_instances.chat_client("sleepy") as chat:
@@ -70,7 +71,8 @@ def test_a_cold_start_through_the_chat_client_succeeds(cloud: GPUCloud) -> None:
         thread.join(60)
     assert any((d.total, d.ready) == (1, 0) for d in seen)  # it was waking up
     assert replies and replies[0]
-    assert cloud.inference_instances.get("sleepy").ready == 1
+    # the container it woke was billed (it may have scaled to zero again since: a loaded machine)
+    assert cloud.inference_instances.get("sleepy").container_hours > asleep
 
 
 def test_stop_refuses_bills_nothing_start_answers_again(cloud: GPUCloud) -> None:
@@ -83,7 +85,8 @@ def test_stop_refuses_bills_nothing_start_answers_again(cloud: GPUCloud) -> None
         assert "is stopped; start it" in refused.value.message
         with pytest.raises(InstanceFailedError, match="DISABLED"):
             cloud.inference_instances.wait_until_active("paused")
-        assert cloud.inference_instances.start("paused").status == "PENDING"
+        assert cloud.inference_instances.start("paused").status in ("PENDING", "DEPLOYING",
+                                                                    "ACTIVE")
         cloud.inference_instances.wait_until_active("paused", poll_interval=0.05)
         assert chat.chat("Hello").text
 

@@ -86,3 +86,9 @@ def test_an_ssh_key_matches_its_key_whatever_the_comment() -> None:
 def test_the_statuses_are_the_appendixs() -> None:
     assert INFERENCE_STATUSES == ("NEW", "DEPLOYING", "PARTIALLYDEPLOYED", "ACTIVE", "PENDING",
                                   "DISABLED", "ERROR", "FAILED", "DELETING", "DELETED")
+
+
+def test_spend_is_the_sandboxs_own_and_nan_elsewhere() -> None:
+    assert math.isnan(InferenceInstanceDetails.from_json(DETAILS).spend)
+    billed = InferenceInstanceDetails.from_json({**DETAILS, "containerHours": 0.5, "spend": 0.375})
+    assert (billed.container_hours, billed.spend) == (0.5, 0.375)

@@ -50,10 +50,6 @@ def details(api: httpx.Client, id_: str) -> dict[str, Any]:
     return body
 
 
-def ready(api: httpx.Client, id_: str) -> int:
-    return sum(c["deployStatus"]["ready"] for c in details(api, id_)["containers"])
-
-
 def chat(endpoint: httpx.Client, text: str = "Hello") -> httpx.Response:
     return endpoint.post("v1/chat/completions", json={
         "model": "sandbox-vision-1", "messages": [{"role": "user", "content": text}]})
@@ -158,7 +154,6 @@ def test_min_zero_scales_to_zero_and_a_request_wakes_it(box: Sandbox, api: httpx
     assert {"total": 1, "ready": 0} in waking, waking  # a container was starting: a cold start
     assert answers and answers[0].status_code == 200, answers
     assert answers[0].json()["choices"][0]["message"]["content"]
-    assert ready(api, made["_id"]) == 1
 
 
 def test_the_endpoint_lists_its_model_and_takes_only_its_owners_key(
