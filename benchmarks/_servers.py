@@ -15,14 +15,15 @@ log.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEY", "ServerProcess"]
+__all__ = ["KEY", "ManagementProcess", "ServerProcess", "cpu_seconds", "percentile", "serve_app",
+           "write_keys"]
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "bench-sandbox-key-0123456789"
@@ -39,13 +40,11 @@ def _serve(kind: str, *args: str) -> None:
         server.stop()
         return
 
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from gpucloud_nb.sandbox.server import _bind
 
     if kind == "offers":
         import json
@@ -60,18 +59,71 @@ def _serve(kind: str, *args: str) -> None:
     async def answer(request: Request) -> Response:
         return Response(body, media_type="application/json")
 
-    sock = _bind("127.0.0.1", 0)
-    config = uvicorn.Config(Starlette(routes=[Route(path, answer)]), lifespan="off",
-                            log_config=None, log_level="warning", access_log=False)
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not uv.started:
-        time.sleep(0.005)
-    print(f"url http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    serve_app(Starlette(routes=[Route(path, answer)]), "url ")
+
+
+def serve_app(app: Any, prefix: str) -> None:
+    """Serve ``app`` on a free loopback port, print ``prefix`` and its URL, run until stdin ends."""
+    from gpucloud_nb.serving import Served
+
+    served = Served.start(app, "127.0.0.1", 0, "benchmark server")
+    print(f"{prefix}http://127.0.0.1:{served.port}", flush=True)
     sys.stdin.read()
-    uv.should_exit = True
-    thread.join(5)
+    served.stop()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (nearest rank); NaN when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(round(q / 100 * (len(ordered) - 1)), len(ordered) - 1)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def write_keys(path: Path, keys: list[str], budget: float) -> Path:
+    """A class keys file: one student per key, each with ``budget`` dollars."""
+    path.write_text("".join(f"{key} {budget:g} student {n}\n" for n, key in enumerate(keys)),
+                    encoding="utf-8")
+    return path
+
+
+class ManagementProcess:
+    """A ``gpucloud-nb`` server subprocess that prints ``management: URL`` first (the sandbox,
+    the gateway); its other output is drained, and :meth:`close` ends it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        text=True, env=env)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("management: "):
+            self.close()
+            raise RuntimeError(f"{' '.join(argv[2:4])} did not start: {line!r}")
+        self.url = line.split(": ", 1)[1].strip()
+        # uvicorn may log a line per request: read them all, or a full pipe (~64 kB, some 600
+        # requests) blocks the server and it stops answering.
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
 
 
 class ServerProcess:

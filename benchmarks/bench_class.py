@@ -63,14 +63,14 @@ import asyncio
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks._servers import ManagementProcess, cpu_seconds, percentile, write_keys
 
 __all__ = ["QUICK", "run"]
 
@@ -82,45 +82,15 @@ PERIOD = 5.0
 LAUNCH_SECONDS = 3.0
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(round(q / 100 * (len(ordered) - 1)), len(ordered) - 1)]
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux ``/proc``; NaN elsewhere)."""
-    import os
-
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
-def _serve(folder: Path, students: int) -> tuple[subprocess.Popen[str], str, list[str]]:
+def _serve(folder: Path, students: int) -> tuple[ManagementProcess, list[str]]:
     keys = [f"bench-student-{n:02d}-key-0123456789" for n in range(students)]
-    (folder / "class.txt").write_text("".join(f"{key} 20 student {n}\n"
-                                              for n, key in enumerate(keys)), encoding="utf-8")
-    server = subprocess.Popen(  # secrets in the environment, never the command line
+    server = ManagementProcess(  # secrets in the environment, never the command line
         [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys",
-         str(folder / "class.txt"), "--state", str(folder / "class.db"),
+         str(write_keys(folder / "class.txt", keys, 20)), "--state", str(folder / "class.db"),
          "--launch-seconds", str(LAUNCH_SECONDS)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "GPUCLOUD_TEACHER_KEY": TEACHER, "GPUCLOUD_SANDBOX_API_KEY": "",
-             "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789"})
-    assert server.stdout is not None
-    line = server.stdout.readline()
-    if not line.startswith("management: "):
-        server.kill()
-        raise RuntimeError("the class sandbox did not start")
-    # uvicorn writes an access line per request to stdout: read them all, or past ~64 kB of
-    # them (some 600 requests) the server blocks on the full pipe and stops answering.
-    threading.Thread(target=server.stdout.read, name="bench-class-server-stdout",
-                     daemon=True).start()
-    return server, line.split(": ", 1)[1].strip(), keys
+        {**os.environ, "GPUCLOUD_TEACHER_KEY": TEACHER, "GPUCLOUD_SANDBOX_API_KEY": "",
+         "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789"})
+    return server, keys
 
 
 class _Recorder:
@@ -263,9 +233,9 @@ async def _load(base: str, keys: list[str], seconds: float,
             "deploymentType": "vm", "available": "true", "sort": "price"})).json()[0]
         idle = await _idle_route(client)
     alone = await _alone(base, keys[0], offer, idle)
-    server_before, ours_before = _cpu_seconds(pid), time.process_time()
+    server_before, ours_before = cpu_seconds(pid), time.process_time()
     crowd, ids = await _class(base, keys, offer, idle, seconds)
-    cpu = {"server": _cpu_seconds(pid) - server_before,
+    cpu = {"server": cpu_seconds(pid) - server_before,
            "load generator": time.process_time() - ours_before,
            "requests": float(sum(len(times) for times in crowd.times.values()))}
     await asyncio.sleep(max(LAUNCH_SECONDS - seconds, 0) + 0.5)
@@ -335,7 +305,7 @@ def _profile_parts(n: int) -> list[Row]:
         store.close()
         shutil.rmtree(folder, ignore_errors=True)
     return [(f"class: create profile, {name}, ms each (median of {n})",
-             _percentile(times, 50), float("nan"), float("nan"), "", "s")
+             percentile(times, 50), float("nan"), float("nan"), "", "s")
             for name, times in parts.items()]
 
 
@@ -370,7 +340,7 @@ def _profile_app(n: int) -> list[Row]:
         app.state.store.close()
         shutil.rmtree(folder, ignore_errors=True)
     return [(f"class: create through the app in-process, no network (median of {n})",
-             _percentile(times, 50), float("nan"), float("nan"), "", "s")]
+             percentile(times, 50), float("nan"), float("nan"), "", "s")]
 
 
 def _profile_client(base: str, key: str, n: int) -> list[Row]:
@@ -392,14 +362,14 @@ def _profile_client(base: str, key: str, n: int) -> list[Row]:
 
         creates()
     return [(f"class: create from GPUCloud alone, client checks included (median of {n})",
-             _percentile(times, 50), float("nan"), float("nan"), "", "s")]
+             percentile(times, 50), float("nan"), float("nan"), "", "s")]
 
 
 def _tail_rows(crowd: _Recorder, cpu: dict[str, float], students: int) -> list[Row]:
     """Where the get p99 comes from: the load generator's own loop delay, the machine's load, or
     the server (what is left), each a row, and one row naming the largest."""
-    get_p99 = _percentile(crowd.times.get("get", []), 99)
-    lag_p99 = _percentile(crowd.lag, 99)
+    get_p99 = percentile(crowd.times.get("get", []), 99)
+    lag_p99 = percentile(crowd.lag, 99)
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     server_ms = cpu["server"] / max(cpu["requests"], 1.0)
     shares = {"the load generator (its loop's delay)": lag_p99,
@@ -424,19 +394,14 @@ def _tail_rows(crowd: _Recorder, cpu: dict[str, float], students: int) -> list[R
 def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) -> list[Row]:
     """Per-route percentiles of ``students`` simulated students, next to one student alone."""
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-class-"))
-    server, base, keys = _serve(folder, students)
+    server, keys = _serve(folder, students)
+    base = server.url
     try:
-        alone, crowd, active, idle, cpu = asyncio.run(_load(base, keys, seconds, server.pid))
+        alone, crowd, active, idle, cpu = asyncio.run(_load(base, keys, seconds,
+                                                            server.process.pid))
         client_rows = _profile_client(base, keys[-1], max(profile_creates // 4, 3))
     finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
+        server.close()
         shutil.rmtree(folder, ignore_errors=True)
     if crowd.errors or alone.errors:
         first = (crowd.errors + alone.errors)[0]
@@ -449,7 +414,7 @@ def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) ->
         label = f"{route} (GET {idle})" if route == "idle check" else route
         how = f"{students} at once" if route == "launch" else f"{students} students"
         for q in ((50, 95, 99) if len(ours) > 1 else (50,)):
-            value, base_q = _percentile(ours, q), _percentile(mine, q)
+            value, base_q = percentile(ours, q), percentile(mine, q)
             rows.append((f"class: {label} p{q}, {how} vs 1 alone ({len(ours)} requests)", value,
                          base_q, value / base_q if mine and base_q else float("nan"),
                          targets.get(route, "") if q == 99 else "", "s"))

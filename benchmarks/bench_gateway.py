@@ -58,15 +58,21 @@ import asyncio
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._servers import KEY, ServerProcess
+from benchmarks._servers import (
+    KEY,
+    ManagementProcess,
+    ServerProcess,
+    cpu_seconds,
+    percentile,
+    serve_app,
+    write_keys,
+)
 
 __all__ = ["QUICK", "UNIT", "run"]
 
@@ -76,13 +82,6 @@ QUICK = {"students": 8, "sequential": 30, "seconds": 2.0, "rounds": 2, "creates"
 PERIOD = 1.0
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 10_000
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(round(q / 100 * (len(ordered) - 1)), len(ordered) - 1)]
 
 
 def _ratio(ours: float, base: float) -> float:
@@ -98,42 +97,14 @@ def _student_key(n: int) -> str:
     return f"bench-gw-student-{n:02d}-0123456789"
 
 
-class _Process:
-    """A server subprocess that prints ``management: URL`` first; its other output is drained."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True, env=env)
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("management: "):
-            self.close()
-            raise RuntimeError(f"{argv[3]} did not start: {line!r}")
-        self.url = line.split(": ", 1)[1].strip()
-        # uvicorn may log a line per request: read them all, or a full pipe stops the server.
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
 def _proxy(upstream: str) -> None:
     """Subprocess side: an empty pass-through proxy to ``upstream`` until stdin ends."""
     import httpx
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from gpucloud_nb.sandbox.server import _bind
 
     client = httpx.AsyncClient(base_url=upstream, trust_env=False, timeout=60)
 
@@ -145,18 +116,8 @@ def _proxy(upstream: str) -> None:
         return Response(answer.content, status_code=answer.status_code,
                         media_type=answer.headers.get("content-type"))
 
-    sock = _bind("127.0.0.1", 0)
     app = Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST", "DELETE"])])
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.005)
-    print(f"management: http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    sys.stdin.read()
-    server.should_exit = True
-    thread.join(5)
+    serve_app(app, "management: ")
 
 
 def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
@@ -173,15 +134,6 @@ async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,)) ->
         raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
                            f"{response.status_code} {response.text[:200]}")
     return response
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux ``/proc``; NaN elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
 
 
 async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, sequential: int,
@@ -208,22 +160,22 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
 
         # one at a time, interleaved: p50 of each
         seq: dict[str, list[float]] = {}
-        cpu = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
         cpu["client"] = time.process_time()
         for _ in range(sequential):
             for route, path in (("list", "/gpu-cloud/instances"),
                                 ("get", f"/gpu-cloud/instances/{owned[0]}")):
                 for where, c in (("gateway", gw[0]), ("direct", direct[0]), ("proxy", proxy)):
                     await _timed(seq.setdefault(f"{route} {where}", []), c.get(path))
-        cpu = {name: _cpu_seconds(pid) - cpu[name] for name, pid in pids.items()} | {
+        cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()} | {
             "client": time.process_time() - cpu["client"]}
         load = _load()
         per_request = {name: spent / (2 * sequential) for name, spent in cpu.items()}
         per_request["upstream"] /= 3  # it answered direct, gateway and proxy requests
         per_request["client"] /= 3
         for route in ("list", "get"):
-            ours, base = (_percentile(seq[f"{route} {w}"], 50) for w in ("gateway", "direct"))
-            floor = _percentile(seq[f"{route} proxy"], 50)
+            ours, base = (percentile(seq[f"{route} {w}"], 50) for w in ("gateway", "direct"))
+            floor = percentile(seq[f"{route} proxy"], 50)
             rows.append((f"gateway {route} p50 vs upstream direct, one at a time [{load}]",
                          ours, base, _ratio(ours, base), "<= 1.2x", UNIT))
             rows.append((f"  empty pass-through proxy (Starlette + httpx) {route} p50 vs direct [{load}]",
@@ -261,14 +213,14 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                 await asyncio.gather(*(student(c, own, crowd[where], end, rng.uniform(0, PERIOD))
                                        for c, own in zip(clients, owned, strict=True)))
         load = _load()
-        ours, base = _percentile(crowd["gateway"], 99), _percentile(crowd["direct"], 99)
+        ours, base = percentile(crowd["gateway"], 99), percentile(crowd["direct"], 99)
         rows.append((f"gateway list+get p99, {students} students, each every {PERIOD:g} s "
                      f"[{load}]", ours, base, _ratio(ours, base), "<= 50 ms", UNIT))
         for where, clients in (("direct", direct), ("gateway", gw)):
             await asyncio.gather(*(burst(c, own, crowd[f"{where} burst"])
                                    for c, own in zip(clients, owned, strict=True)))
         load = _load()
-        ours, base = (_percentile(crowd[f"{w} burst"], 99) for w in ("gateway", "direct"))
+        ours, base = (percentile(crowd[f"{w} burst"], 99) for w in ("gateway", "direct"))
         rows.append((f"  gateway list+get p99, {students} students in one burst of {rounds} "
                      f"[{load}]", ours, base, _ratio(ours, base), "", UNIT))
 
@@ -277,15 +229,15 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         spent = {"gateway": 0.0, "upstream": 0.0}
         for r in range(creates):
             for where, clients in (("direct", direct), ("gateway", gw)):
-                before = {name: _cpu_seconds(pids[name]) for name in spent}
+                before = {name: cpu_seconds(pids[name]) for name in spent}
                 await asyncio.gather(*(_timed(made_times[where], c.post(
                     "/gpu-cloud/instances", json=_create_body(offer, f"{where}-{r}-{n}")),
                     ok=(201,)) for n, c in enumerate(clients)))
                 if where == "gateway":
-                    spent = {name: spent[name] + _cpu_seconds(pids[name]) - before[name]
+                    spent = {name: spent[name] + cpu_seconds(pids[name]) - before[name]
                              for name in spent}
         load = _load()
-        ours, base = _percentile(made_times["gateway"], 99), _percentile(made_times["direct"], 99)
+        ours, base = percentile(made_times["gateway"], 99), percentile(made_times["direct"], 99)
         rows.append((f"gateway create p99, {students} at once, vs direct [{load}]",
                      ours, base, _ratio(ours, base), "<= +20 ms", UNIT))
         ours, base = (spent[name] / (creates * students) for name in ("gateway", "upstream"))
@@ -304,17 +256,16 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
     rounds of creates at once."""
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-gateway-"))
     upstream = ServerProcess("sandbox")
-    servers: list[_Process] = []
+    servers: list[ManagementProcess] = []
     try:
-        keys = folder / "class.keys"
-        keys.write_text("".join(f"{_student_key(n)} {BUDGET} student {n}\n"
-                                for n in range(students)), encoding="utf-8")
+        keys = write_keys(folder / "class.keys", [_student_key(n) for n in range(students)],
+                          BUDGET)
         env = {**os.environ, "GPUCLOUD_UPSTREAM_API_KEY": KEY,
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        servers.append(_Process([sys.executable, "-m", "gpucloud_nb", "gateway", "--keys",
+        servers.append(ManagementProcess([sys.executable, "-m", "gpucloud_nb", "gateway", "--keys",
                                  str(keys), "--upstream", upstream.url, "--port", "0",
                                  "--home", str(folder / "home")], env))
-        servers.append(_Process([sys.executable, "-m", "benchmarks.bench_gateway", "--proxy",
+        servers.append(ManagementProcess([sys.executable, "-m", "benchmarks.bench_gateway", "--proxy",
                                  upstream.url], env))
         urls = {"gateway": servers[0].url, "proxy": servers[1].url, "direct": upstream.url}
         pids = {"gateway": servers[0].process.pid, "proxy": servers[1].process.pid,

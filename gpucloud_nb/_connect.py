@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from gpucloud_nb._notebook import install_error_display
+from gpucloud_nb.client.hub import connect_hub
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, NotFoundError
 
@@ -134,6 +135,9 @@ def connect(
         >>> cloud = connect(max_hourly_cost=5, cleanup_on_exit=True)  # doctest: +SKIP
     """
     install_error_display()
+    if (hub := connect_hub(sandbox, max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity,
+                           quiet=quiet, at_exit=_cleanup if cleanup_on_exit else None)):
+        return hub  # a JupyterHub's gateway service, found from the hub's environment
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
         box = shared_sandbox(launch_seconds)

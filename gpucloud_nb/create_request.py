@@ -63,7 +63,8 @@ class CreateInstance(_Request, frozen=True):
     The spec's CreateInstance fields, plus a field for each create-time option the client
     handles itself (``delete_after``: seconds until the client, or the sandbox, deletes it;
     ``budget``: dollars it may cost before it is deleted; ``delete_when_idle``: seconds idle
-    before it is deleted); those are never sent.
+    before it is deleted); those are never sent as such (a client that talks to a class gateway
+    adds ``deleteWhenIdle`` to the body for it: :mod:`gpucloud_nb.gateway.idle_routes`).
     ``cloud.instances.create_from(request)`` sends it.
 
         >>> request = CreateInstance(name="a", cloud_provider="p1", instance_id="x", region="r",

@@ -6,14 +6,25 @@
     True
 
 An instance is *in use* at a poll when it is not active yet, or a command (a ``run``), a copy
-(SFTP, scp) or a port forward someone opened on it is open or ended since the last poll, or a
-kernel on it executes code, or its busiest GPU is at :data:`THRESHOLD` % (5) or more. An idle
-kernel is not use: its process exists but runs no code (SkyPilot's idle autostop treats an open
-kernel the same way). Bookkeeping is not use either: a watcher's GPU measure, a kernel
-provisioner's ``kill -0`` poll, the files it writes to start a kernel. A client says a command
-is bookkeeping by sending :data:`BOOKKEEPING` (``=1``) in the SSH session's environment
-(``env`` request): the sandbox reads it; a real cloud's sshd drops it (``AcceptEnv``), where the
-watchers count only what they see themselves (see :mod:`gpucloud_nb.client.idle`).
+(SFTP, scp) or a connection through a port forward the user opened (``cloud.instances.forward``,
+``%gpucloud forward``) is open or ended since the last poll, or a kernel on it executes code, or
+its busiest GPU is at :data:`THRESHOLD` % (5) or more. A forward that only listens is not use:
+a connection through it is. An idle kernel is not use: its process exists but runs no code
+(SkyPilot's idle autostop treats an open kernel the same way).
+
+Bookkeeping is not use either: a watcher's GPU measure, a kernel provisioner's ``kill -0``
+poll, the files it writes to start a kernel, the forwards the package opens for itself (a
+kernel's channels, a cluster's scheduler and dashboard). A client says a command is bookkeeping
+by sending :data:`BOOKKEEPING` (``=1``) in the SSH session's environment (``env`` request), and a
+forwarded connection by sending :data:`BOOKKEEPING_ORIGIN` as the originator address of its
+``direct-tcpip`` channel: the sandbox reads both; a real cloud's sshd drops the first
+(``AcceptEnv``) and only logs the second, where the watchers count only what they see
+themselves (see :mod:`gpucloud_nb.client.idle`).
+
+Dask: a cluster's forwards are bookkeeping, so an open Dask client with no tasks running is not
+use, and its instances idle away like any other; tasks running show as CPU (GPU use) on the
+workers, which is use. (Counting the client's connection would keep a cluster billing for as
+long as a notebook holds a ``Client``, the same trap as an idle kernel.)
 
 Who sees what: the sandbox service (:mod:`gpucloud_nb.sandbox.idle`) sees every session and
 measures every process of an instance, so a kernel executing code is CPU there; the JupyterLab
@@ -23,19 +34,21 @@ kernel's own watcher sees its client's commands, copies and forwards, and the GP
 
 from __future__ import annotations
 
-__all__ = ["BOOKKEEPING", "THRESHOLD", "in_use"]
+__all__ = ["BOOKKEEPING", "BOOKKEEPING_ORIGIN", "THRESHOLD", "in_use"]
 
 THRESHOLD = 5.0
 """GPU utilisation (%) from which an instance is in use."""
 BOOKKEEPING = "GPUCLOUD_BOOKKEEPING"
 """The SSH environment variable a client sends (``=1``) with a command that is not use."""
+BOOKKEEPING_ORIGIN = "gpucloud-bookkeeping"
+"""The originator address a client sends with a forwarded connection that is not use."""
 
 
 def in_use(*, active: bool, open_uses: int, kernel_busy: bool, gpu_util: float | None) -> bool:
     """True when an instance is in use at one poll (see the module docstring).
 
-    ``open_uses`` counts the commands, copies and forwards open now or ended since the last
-    poll, bookkeeping left out; ``gpu_util`` is the busiest GPU's utilisation, ``None`` when it
+    ``open_uses`` counts the commands, copies and forwarded connections open now or ended since
+    the last poll, bookkeeping left out; ``gpu_util`` is the busiest GPU's utilisation, ``None`` when it
     could not be read (which is idle: a watcher that cannot see use must not keep an instance
     billing for ever).
 

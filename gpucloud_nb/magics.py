@@ -147,7 +147,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from gpucloud_nb._secrets import mask_url, scrub
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import format_price
-from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError
+from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.magics_parse import PROG, HelpShown, Stop, parse
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
 
@@ -445,7 +445,9 @@ class GPUCloudMagics(Magics):
         if args.budget is not None:
             form.fill(budget=args.budget)
         if args.idle is not None:
-            form.fill(idle_minutes=args.idle)
+            form.fill(delete_when_idle=args.idle)
+        if args.delete_after is not None:
+            form.fill(delete_after=args.delete_after)
         return form
 
     def _chat(self, args: argparse.Namespace) -> Any:
@@ -460,8 +462,14 @@ class GPUCloudMagics(Magics):
             client = cloud.sandbox_inference()
         else:
             if not args.endpoint.startswith(("http://", "https://")):
-                raise Stop(f"The endpoint must be a URL starting with http:// or https://, "
-                            f"not {args.endpoint!r}.")
+                # an inference instance of this account, by name or id (its key is the secret)
+                try:
+                    endpoint = self.cloud.inference_instances.chat_client(args.endpoint)
+                except NotFoundError:
+                    raise Stop(f"The endpoint must be a URL starting with http:// or https://, "
+                               f"or the name of one of your inference instances, not "
+                               f"{args.endpoint!r}.") from None
+                return ChatWidget(endpoint, model=args.model)
             secret = _ask_secret(f"Inference secret for {args.endpoint} (hidden): ")
             if not secret:
                 raise Stop("No secret was given; the chat was not opened.")
@@ -469,6 +477,13 @@ class GPUCloudMagics(Magics):
 
             client = InferenceClient(args.endpoint, secret)
         return ChatWidget(client, model=args.model)
+
+    # ------------------------------------------------------------------ endpoints
+
+    def _endpoints(self, args: argparse.Namespace) -> Any:
+        from gpucloud_nb import magics_endpoints
+
+        return magics_endpoints.run(self.cloud, args, say=_say, confirm=_confirm, stop=Stop)
 
     # ------------------------------------------------------------------ volumes
 

@@ -18,13 +18,15 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NoReturn
 
+from gpucloud_nb import magics_endpoints
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES
+from gpucloud_nb.durations import parse_duration
 
 __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown", "Stop", "parse"]
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "budget", "kernel", "volumes")
+            "budget", "kernel", "volumes", "endpoints")
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -84,11 +86,13 @@ def _gpus(text: str) -> int:
     return value
 
 
-def _minutes(text: str) -> int:
-    # The form's field takes whole minutes: plain digits 0-9 only, at least 1.
-    if not (text.isascii() and text.removeprefix("-").isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of minutes")
-    return int(text)
+def _duration(text: str) -> str:
+    # Checked here, by the one parser; the form's field takes the text as typed.
+    try:
+        parse_duration(text, "The duration")
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
+    return text
 
 
 SYNOPSIS = """\
@@ -98,7 +102,8 @@ commands (each has its own --help):
   %gpucloud instances [--type vm|container|baremetal] [--all]
   %gpucloud instance INSTANCE                (INSTANCE: a name or an _id)
   %gpucloud delete INSTANCE [--yes]
-  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle MIN]
+  %gpucloud launch [OFFER_ID] [--provider ID] [--budget DOLLARS] [--idle 30m]
+                   [--delete-after 2h]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
   %gpucloud budget                           (your budget, through a class gateway)
@@ -107,6 +112,7 @@ commands (each has its own --help):
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
   %gpucloud volumes get ID
   %gpucloud volumes delete ID [--yes]
+{endpoints}
   %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
   %%gpucloud run --nodes NAME1,NAME2,… [--python]   (on every node at once, ranks set)
   %gpucloud put LOCAL INSTANCE:REMOTE
@@ -114,7 +120,8 @@ commands (each has its own --help):
   %gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
-Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1"""
+Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1""".replace(
+    "{endpoints}", magics_endpoints.SYNOPSIS)
 
 
 def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
@@ -177,9 +184,11 @@ def _parser() -> _Parser:
                    "providers sell offers with this instanceId")
     p.add_argument("--budget", metavar="DOLLARS", type=_dollars,
                    help="delete the instance once it has cost this much (the form's budget)")
-    p.add_argument("--idle", metavar="MIN", type=_minutes,
-                   help="delete it once idle this many minutes (no SSH session, no busy kernel, "
-                   "GPU under 5 %%)")
+    p.add_argument("--idle", metavar="DURATION", type=_duration,
+                   help="delete it once idle this long, e.g. 30m or 1h30m (no SSH session, no "
+                   "busy kernel, GPU under 5 %%)")
+    p.add_argument("--delete-after", metavar="DURATION", type=_duration,
+                   help="delete it this long after the launch, e.g. 2h or 90m")
     p.set_defaults(handler="launch")
 
     p = _sub(commands, "chat", "The chat widget for an inference endpoint (the sandbox's by "
@@ -238,6 +247,8 @@ def _parser() -> _Parser:
     p.add_argument("id", metavar="ID", help="the volume _id")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(handler="volumes_delete")
+
+    magics_endpoints.add_parser(commands, _sub, _Parser)
     return root
 
 
@@ -262,6 +273,10 @@ def _check_words(words: Sequence[str]) -> None:
             and words[1] not in VOLUME_COMMANDS):
         raise Stop(f"{PROG} volumes: unknown subcommand {_word(words[1])}; "
                     f"try {PROG} volumes --help")
+    if (len(words) > 1 and words[0] == "endpoints" and not words[1].startswith("-")
+            and words[1] not in magics_endpoints.COMMANDS):
+        raise Stop(f"{PROG} endpoints: unknown subcommand {_word(words[1])}; "
+                    f"try {PROG} endpoints --help")
 
 
 def _word(word: str) -> str:
@@ -297,7 +312,8 @@ def parse(line: str) -> argparse.Namespace:
     _check_words(words)
     args, extra = _parser().parse_known_args(words)
     if extra:
-        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None)) if w)
+        where = " ".join(w for w in (PROG, args.command, getattr(args, "volumes_command", None),
+                                     getattr(args, "endpoints_command", None)) if w)
         raise Stop(f"{where}: unrecognized arguments: {_masked(extra)}; try {where} --help")
     if args.command is None:
         _parser().print_help()

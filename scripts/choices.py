@@ -20,12 +20,16 @@ CHOICES = REPO / "docs" / "choices.md"
 MODULES = (
     "gpucloud_nb/client/management.py", "gpucloud_nb/client/inference.py",
     "gpucloud_nb/client/billing.py", "gpucloud_nb/models.py",
-    "gpucloud_nb/create_request.py", "gpucloud_nb/rules.py",
+    "gpucloud_nb/create_request.py", "gpucloud_nb/durations.py", "gpucloud_nb/rules.py",
     "gpucloud_nb/media/__init__.py", "gpucloud_nb/frames.py", "gpucloud_nb/sandbox/app.py",
     "gpucloud_nb/sandbox/lifecycle.py", "gpucloud_nb/sandbox/catalogue.py",
+    "gpucloud_nb/sandbox/cloud_init.py",
     "gpucloud_nb/sandbox/inference/app.py", "gpucloud_nb/kernel/provisioner.py",
     "gpucloud_nb/kernel/spec.py", "gpucloud_nb/kernel/sync.py", "gpucloud_nb/cluster/spec.py",
     "gpucloud_nb/client/multinode.py",
+    "gpucloud_nb/inference_records.py", "gpucloud_nb/inference_rules.py",
+    "gpucloud_nb/client/inference_instance_ops.py", "gpucloud_nb/client/inference_instances.py",
+    "gpucloud_nb/client/key_book.py", "gpucloud_nb/sandbox/inference_instances.py",
 )
 HEADER = """# Choices where the interface is silent
 

@@ -27,7 +27,10 @@ import httpx
 import pytest
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.gateway import Gateway, GatewayConfig
+from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY
 
 FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
 
@@ -189,3 +192,28 @@ def kernel_provisioner_entry_point(
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
+
+
+@pytest.fixture
+def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    """The sandbox as the real cloud: only its spec paths and its key are used."""
+    return sandbox_factory(api_key=UPSTREAM_KEY)
+
+
+@pytest.fixture
+def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
+    """``factory(keys_text, **config)``: a gateway in front of ``upstream``; stopped at teardown."""
+    started: list[Gateway] = []
+
+    def start(keys: str = f"{ADA} - Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n",
+              **options: Any) -> Gateway:
+        options.setdefault("poll", 0.2)
+        config = GatewayConfig(people=tuple(parse_keys(keys)), upstream_url=upstream.management_url,
+                               upstream_key=UPSTREAM_KEY, **options)
+        gateway = Gateway(config).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()

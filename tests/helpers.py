@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -21,9 +22,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from gpucloud_nb import GPUCloud
+
 if TYPE_CHECKING:
-    from gpucloud_nb import AsyncGPUCloud, GPUCloud
+    from gpucloud_nb import AsyncGPUCloud
+    from gpucloud_nb.gateway import Gateway
     from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
+    from gpucloud_nb.sandbox import Sandbox
 
 OTHER_UID = 65534  # nobody: the "other local user" of the two-user tests
 
@@ -223,3 +228,67 @@ def open_kernel(kernel_name: str, poll_every: float = 0.5) -> Iterator[Any]:
         client.stop_channels()
         with contextlib.suppress(Exception):
             manager.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def echo_port() -> Iterator[int]:
+    """A TCP echo server on this machine's loopback: on the sandbox, a port of the instance."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = listener.accept()
+                threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+@contextlib.contextmanager
+def connected(url: str) -> Iterator[socket.socket]:
+    """A connection through a forward, proven to reach the far end (an echo)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(b"ping")
+        assert conn.recv(4) == b"ping"
+        yield conn
+
+
+# -- the gateway's tests (fixtures `upstream`, `gateway_factory` in conftest.py) ----------------
+
+UPSTREAM_KEY = "upstream-key-0123456789-do-not-leak"
+ADA, BOB, TEACHER = "gk-ada-0000000000000001", "gk-bob-0000000000000002", "gk-teach-00000000000003"
+SPEC_FIELDS = {"statusCode", "timestamp", "path", "message"}
+
+
+def gateway_cloud(gateway: Gateway, key: str) -> GPUCloud:
+    """A client of ``gateway`` with ``key``, which retries nothing."""
+    return GPUCloud(api_key=key, base_url=gateway.url, max_retries=0, timeout=30.0)
+
+
+def direct(upstream: Sandbox) -> httpx.Client:
+    return httpx.Client(base_url=upstream.management_url, headers={"x-api-key": UPSTREAM_KEY},
+                        timeout=30.0)
+
+
+def as_key(gateway: Gateway, key: str) -> httpx.Client:
+    return httpx.Client(base_url=gateway.url, headers={"x-api-key": key}, timeout=60.0)
+
+
+def create_body(offer: Any, name: str) -> dict[str, Any]:
+    return {"name": name, "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
+            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}

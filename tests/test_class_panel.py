@@ -16,11 +16,9 @@ from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets import ClassPanel
+from tests.helpers import ADA, BOB, UPSTREAM_KEY
+from tests.helpers import TEACHER as GW_TEACHER
 from tests.helpers import launch as gateway_launch
-from tests.test_gateway import ADA, BOB, UPSTREAM_KEY, gateway_factory, upstream
-from tests.test_gateway import TEACHER as GW_TEACHER
-
-__all__ = ["gateway_factory", "upstream"]
 
 TEACHER = "teacher-key-0123456789abcdef"
 STUDENTS = ("student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789")

@@ -15,22 +15,14 @@ import pytest
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.display import format_price
+from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
-    ADA,
-    BOB,
-    TEACHER,
-    UPSTREAM_KEY,
-    as_key,
-    cloud,
-    direct,
-    gateway_factory,
-    upstream,
-)
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, as_key, direct, launch, vm_offer, wait_for
+from tests.helpers import gateway_cloud as cloud
+from tests.test_gateway_cloud_init import cloud_init_offer
+from tests.test_gateway_idle import gone, needs_ssh
 
-__all__ = ["gateway_factory", "upstream"]
 GONE = ("deleting", "deleted")
 
 
@@ -164,3 +156,31 @@ def test_an_async_client_hands_its_timer_and_budget_to_the_gateway(
     assert (timers_by, budgets_by) == ("gateway", "gateway")
     assert status is not None and status.name == "Ada" and status.budget is None
     wait_for(lambda: status_upstream(upstream, made) in GONE, timeout=60)  # client closed
+
+
+@needs_ssh
+def test_a_client_hands_delete_when_idle_to_the_gateway_and_reports_its_runs(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> None:
+    gateway = gateway_factory()
+    offer = cloud_init_offer(upstream)
+    with cloud(gateway, ADA) as ada, direct(upstream) as real:  # a class gateway, no Lab
+        made = ada.instances.create(
+            name="runner", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+            delete_when_idle=4)
+        assert ada.idle_delete.where == "gateway"
+        ada.instances.wait_until_active(made.id, timeout=60)
+        assert ada.idle_delete.states()[made.id].limit == 4
+        ran = ada.instances.run(made.id, "sleep 9 && echo done")  # no CPU, no GPU: reported
+        assert ran.exit_status == 0 and ran.stdout == "done\n"
+        assert real.get(f"/gpu-cloud/instances/{made.id}").json()["status"] == "active"
+        with pytest.raises(GPUCloudError, match="cannot watch"):
+            container = next(o for o in ada.instances.offers(deployment_type="container",
+                                                            available=True))
+            ada.instances.create(
+                name="box", cloud_provider=container.cloud.id,
+                instance_id=container.instance_id, region=container.available_regions[0],
+                docker_container={"image": "nginx:1.27"}, delete_when_idle=60)
+    with direct(upstream) as real:
+        wait_for(lambda: gone(real, made.id), timeout=60)  # no client runs now
+        assert [i["name"] for i in real.get("/gpu-cloud/instances").json()] == ["runner"]

@@ -56,7 +56,7 @@ class RecordingPolicy:
 
 
 def stats(sandbox: Sandbox) -> FaultStats:
-    app = sandbox._server.config.app  # type: ignore[union-attr]
+    app = sandbox.app
     assert isinstance(app, FaultInjector)
     return app.stats
 

@@ -7,8 +7,8 @@ students use :class:`~gpucloud_nb.GPUCloud` (or plain httpx) with their own keys
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterator
-from typing import Any
+import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -18,54 +18,20 @@ from gpucloud_nb.errors import NotFoundError
 from gpucloud_nb.gateway import Gateway, GatewayConfig
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
-
-UPSTREAM_KEY = "upstream-key-0123456789-do-not-leak"
-ADA, BOB, TEACHER = "gk-ada-0000000000000001", "gk-bob-0000000000000002", "gk-teach-00000000000003"
-SPEC_FIELDS = {"statusCode", "timestamp", "path", "message"}
-
-
-@pytest.fixture
-def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
-    """The sandbox as the real cloud: only its spec paths and its key are used."""
-    return sandbox_factory(api_key=UPSTREAM_KEY)
-
-
-@pytest.fixture
-def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
-    """``factory(keys_text, **config)``: a gateway in front of ``upstream``; stopped at teardown."""
-    started: list[Gateway] = []
-
-    def start(keys: str = f"{ADA} - Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n",
-              **options: Any) -> Gateway:
-        options.setdefault("poll", 0.2)
-        config = GatewayConfig(people=tuple(parse_keys(keys)), upstream_url=upstream.management_url,
-                               upstream_key=UPSTREAM_KEY, **options)
-        gateway = Gateway(config).start()
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
-
-
-def cloud(gateway: Gateway, key: str) -> GPUCloud:
-    return GPUCloud(api_key=key, base_url=gateway.url, max_retries=0, timeout=30.0)
-
-
-def direct(upstream: Sandbox) -> httpx.Client:
-    return httpx.Client(base_url=upstream.management_url, headers={"x-api-key": UPSTREAM_KEY},
-                        timeout=30.0)
-
-
-def as_key(gateway: Gateway, key: str) -> httpx.Client:
-    return httpx.Client(base_url=gateway.url, headers={"x-api-key": key}, timeout=60.0)
-
-
-def create_body(offer: Any, name: str) -> dict[str, Any]:
-    return {"name": name, "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
-            "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
+from tests.helpers import (
+    ADA,
+    BOB,
+    SPEC_FIELDS,
+    TEACHER,
+    UPSTREAM_KEY,
+    as_key,
+    create_body,
+    direct,
+    launch,
+    vm_offer,
+    wait_for,
+)
+from tests.helpers import gateway_cloud as cloud
 
 
 def test_a_client_works_through_the_gateway(gateway_factory: Callable[..., Gateway]) -> None:
@@ -290,3 +256,44 @@ def test_a_create_whose_answer_is_lost_is_adopted_once(
                  timeout=30)
         assert ada.get("/gateway/me").json()["spend"] > 0
         assert [i["_id"] for i in real.get("/gpu-cloud/instances").json()] == made
+
+
+def test_a_volume_is_metered_in_its_owners_spend_and_held_against_the_budget(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> None:
+    with direct(upstream) as real:
+        offer = real.get("/gpu-cloud/volumes/offers").json()[0]
+    size = offer["minSizeInGb"]
+    per_hour = float(offer["pricePerGbPerHour"]) * size
+    assert per_hour > 0
+    gateway = gateway_factory(f"{ADA} - Ada\n{BOB} {per_hour / 2} Bob\n{TEACHER} teacher Grace\n")
+    body = {"name": "data", "cloudProvider": offer["cloudProvider"]["_id"],
+            "region": offer["regions"][0], "sizeInGb": size}
+    with as_key(gateway, ADA) as ada, as_key(gateway, BOB) as bob, direct(upstream) as real, \
+            as_key(gateway, TEACHER) as teacher:
+        refused = bob.post("/gpu-cloud/volumes", json=body)  # an hour of it is over Bob's budget
+        assert refused.status_code == 402 and "nothing was created" in refused.json()["message"]
+        assert real.get("/gpu-cloud/volumes").json() == []
+        volume = ada.post("/gpu-cloud/volumes", json=body).json()["_id"]
+        assert ada.get("/gateway/me").json()["perHour"] == pytest.approx(per_hour)
+        wait_for(lambda: ada.get("/gateway/me").json()["spend"] > 0, timeout=60)
+        row = next(r for r in teacher.get("/gateway/class").json()["accounts"] if r["name"] == "Ada")
+        assert row["perHour"] == pytest.approx(per_hour) and row["spend"] > 0
+        assert ada.delete(f"/gpu-cloud/volumes/{volume}").status_code in (200, 202, 204)
+        spent = ada.get("/gateway/me").json()
+        assert spent["perHour"] == 0 and spent["spend"] > 0  # what it cost stays counted
+        for _ in range(5):  # and no more is added
+            assert ada.get("/gateway/me").json()["spend"] == spent["spend"]
+            time.sleep(0.2)
+
+
+def test_the_upstreams_retry_after_is_passed_on(sandbox_factory: Callable[..., Sandbox]) -> None:
+    from gpucloud_nb.sandbox.faults import Faults
+
+    busy = sandbox_factory(api_key=UPSTREAM_KEY, faults=Faults(rate_limit_every=1, retry_after=7))
+    config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
+                           upstream_url=busy.management_url, upstream_key=UPSTREAM_KEY)
+    with Gateway(config) as gateway, as_key(gateway, ADA) as ada:
+        for path in ("/gpu-cloud/instances/offers", "/gpu-cloud/instances", "/gpu-cloud/volumes"):
+            answer = ada.get(path)
+            assert answer.status_code == 429 and set(answer.json()) == SPEC_FIELDS
+            assert answer.headers["retry-after"] == "7", path

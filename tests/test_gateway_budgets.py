@@ -7,19 +7,7 @@ from collections.abc import Callable
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import vm_offer, wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
-    ADA,
-    BOB,
-    SPEC_FIELDS,
-    UPSTREAM_KEY,
-    as_key,
-    create_body,
-    gateway_factory,
-    upstream,
-)
-
-__all__ = ["gateway_factory", "upstream"]
+from tests.helpers import ADA, BOB, SPEC_FIELDS, UPSTREAM_KEY, as_key, create_body, vm_offer, wait_for
 
 
 def test_the_budget_routes_answer_as_the_sandboxs(upstream: Sandbox,

@@ -13,10 +13,7 @@ from pathlib import Path
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch
-from tests.test_gateway import ADA, BOB, TEACHER, gateway_factory, upstream
-
-__all__ = ["gateway_factory", "upstream"]
+from tests.helpers import ADA, BOB, TEACHER, launch
 
 
 def class_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,8 @@ def test_the_upstream_key_is_in_no_output_log_or_database(
         ada.get("/gateway/me")
     gateway.process.send_signal(signal.SIGTERM)
     assert gateway.process.wait(30) == 0
-    files = [gateway.out, gateway.err, *(tmp_path / "home").iterdir()]
+    files = [gateway.out, gateway.err,
+             *(path for path in (tmp_path / "home").rglob("*") if path.is_file())]
     assert any(path.name.startswith("gateway.sqlite3") for path in files)
     for path in files:
         data = path.read_bytes()
@@ -249,6 +251,50 @@ def test_kill_9_mid_create_then_restart_launches_once(
     real_list.close()
 
 
+def test_two_keys_same_named_creates_are_never_in_flight_together_so_never_crosswise(
+        upstream: Sandbox, gateway_process: Callable[..., Running], tmp_path: Path) -> None:
+    bob = "gk-bob-0000000000000002"
+    home = tmp_path / "home"
+    relay = SlowAnswers(upstream.port, delay=8.0)
+    keys = f"{ADA} 100 Ada\n{bob} 100 Bob\n{TEACHER} teacher T\n"
+    gateway = gateway_process(relay, home=home, keys=keys)
+    with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url, timeout=30) as real:
+        body = create_body(vm_offer(real), "job")
+    real_list = httpx.Client(base_url=upstream.management_url, timeout=60,
+                             headers={"x-api-key": UPSTREAM_KEY})
+
+    def named() -> list[str]:
+        return [item["_id"] for item in real_list.get("/gpu-cloud/instances").json()
+                if item["name"] == "job"]
+
+    def create(key: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the gateway is killed under it
+            httpx.post(f"{gateway.url}/gpu-cloud/instances", json=body,
+                       headers={"x-api-key": key}, timeout=60)
+
+    senders = [threading.Thread(target=create, args=(ADA,))]
+    senders[0].start()
+    wait_for(lambda: len(named()) == 1, timeout=60)  # Ada's made upstream, its answer held
+    senders.append(threading.Thread(target=create, args=(bob,)))
+    senders[1].start()
+    for _ in range(15):  # Bob's never reaches the upstream while Ada's is in flight
+        assert len(named()) == 1
+        time.sleep(0.2)
+    gateway.process.kill()
+    gateway.process.wait(10)
+    for sender in senders:
+        sender.join(60)
+    relay.close()
+    again = gateway_process(upstream, home=home, keys=keys)
+    with httpx.Client(base_url=again.url, headers={"x-api-key": ADA}, timeout=60) as ada, \
+            httpx.Client(base_url=again.url, headers={"x-api-key": bob}, timeout=60) as bobs:
+        wait_for(lambda: [i["_id"] for i in ada.get("/gpu-cloud/instances").json()] == named(),
+                 timeout=60)
+        assert bobs.get("/gpu-cloud/instances").json() == []
+    assert len(named()) == 1
+    real_list.close()
+
+
 def test_without_upstream_the_gateway_fronts_your_sandbox_service(tmp_path: Path) -> None:
     keys = tmp_path / "class.keys"
     keys.write_text(f"{ADA} 5 Ada\n", encoding="utf-8")
@@ -273,3 +319,15 @@ def test_without_upstream_the_gateway_fronts_your_sandbox_service(tmp_path: Path
         process.wait(30)
         subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "stop", "--home",
                         str(sandbox_home)], capture_output=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize(("host", "warns"), [
+    ("127.0.0.1", False), ("127.8.9.1", False), ("::1", False), ("[::1]", False),
+    ("localhost", False), ("LOCALHOST", False), ("0.0.0.0", True), ("::", True),
+    ("192.0.2.10", True), ("gateway.example", True), ("", True),
+])
+def test_serving_beyond_loopback_warns_that_tls_belongs_in_front(host: str, warns: bool) -> None:
+    from gpucloud_nb.gateway.cli import TLS_WARNING, tls_warning
+
+    assert tls_warning(host) == (TLS_WARNING if warns else None)
+    assert "TLS" in TLS_WARNING and "beyond loopback" in TLS_WARNING

@@ -10,8 +10,7 @@ from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.gateway.meter import UNCONFIRMED_AFTER
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.faults import FaultInjector, Faults
-from tests.helpers import vm_offer, wait_for
-from tests.test_gateway import ADA, TEACHER, UPSTREAM_KEY, as_key, create_body, direct
+from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, as_key, create_body, direct, vm_offer, wait_for
 
 KEYS = f"{ADA} - Ada\n{TEACHER} teacher Grace\n"
 
@@ -21,7 +20,7 @@ def deaf_upstream(sandbox_factory: Callable[..., Sandbox], deletes: int) -> Sand
 
 
 def deaf_count(sandbox: Sandbox) -> int:
-    app = sandbox._server.config.app  # type: ignore[union-attr]
+    app = sandbox.app
     assert isinstance(app, FaultInjector)
     return app.stats.deaf
 

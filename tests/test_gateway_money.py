@@ -45,3 +45,16 @@ def test_an_error_instance_costs_nothing() -> None:
     store.add_owned("i-1", "instance", "acc", "bad", 4.0, 0)
     store.update_owned("i-1", price=4.0, created_ms=0, status="error", deleted_ms=None, final=True)
     assert money.spend(store.owned("acc"), 10 * HOUR) == 0
+
+
+def test_two_peoples_creates_of_one_name_are_never_admitted_together() -> None:
+    store = Store(":memory:")
+    ada, bob = (Person(c * 64, name, None, "", False) for c, name in (("a", "Ada"), ("b", "Bob")))
+    first = money.admit(store, ada, "job", 1.0, 1.0, HOUR)
+    money.admit(store, ada, "job", 1.0, 1.0, HOUR)  # one person's: theirs either way
+    with pytest.raises(money.NameInFlight):
+        money.admit(store, bob, "job", 1.0, 1.0, HOUR)
+    assert money.admit(store, bob, "other", 1.0, 1.0, HOUR)
+    store.add_owned("i-1", "instance", ada.account, "job", 1.0, HOUR, rid=first)
+    store.fail_reservation(first + 1)
+    assert money.admit(store, bob, "job", 1.0, 1.0, HOUR)  # Ada's are answered now

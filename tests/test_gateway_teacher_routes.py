@@ -11,8 +11,7 @@ from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway, GatewayConfig
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import vm_offer, wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
+from tests.helpers import (
     ADA,
     BOB,
     SPEC_FIELDS,
@@ -21,11 +20,9 @@ from tests.test_gateway import (  # the fixtures and helpers of the gateway's te
     as_key,
     create_body,
     direct,
-    gateway_factory,
-    upstream,
+    vm_offer,
+    wait_for,
 )
-
-__all__ = ["gateway_factory", "upstream"]
 
 
 def test_a_changed_budget_holds_at_once_and_over_a_restart(upstream: Sandbox,

@@ -9,20 +9,7 @@ import httpx
 
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
-from tests.test_gateway import (  # the fixtures and helpers of the gateway's tests
-    ADA,
-    BOB,
-    TEACHER,
-    UPSTREAM_KEY,
-    as_key,
-    create_body,
-    direct,
-    gateway_factory,
-    upstream,
-)
-
-__all__ = ["gateway_factory", "upstream"]
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, as_key, create_body, direct, wait_for
 
 
 def at(seconds: float) -> str:

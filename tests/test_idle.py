@@ -28,7 +28,15 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import OTHER_UID, as_other_user, deaf_to, open_kernel, wait_for
+from helpers import (
+    OTHER_UID,
+    as_other_user,
+    connected,
+    deaf_to,
+    echo_port,
+    open_kernel,
+    wait_for,
+)
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.idle import THRESHOLD, IdleClocks, KernelIdleDelete, parse_use
@@ -555,3 +563,27 @@ def test_a_remote_kernel_executing_code_is_use(kernel: GPUCloud, observer: GPUCl
         assert state.gpu_util is not None and state.gpu_util >= THRESHOLD
         assert busy.get_shell_msg(timeout=60)["content"]["status"] == "ok"
         assert wait_gone(observer, instance_id, 3 + POLL_HERE + 15)
+
+
+@pytest.mark.parametrize("bookkeeping", [False, True], ids=["the user's", "bookkeeping"])
+def test_a_connection_through_a_forward_the_user_opened_is_use(
+        kernel: GPUCloud, observer: GPUCloud, bookkeeping: bool) -> None:
+    """The kernel watcher's rule is the sandbox's: a connection through a forward the user
+    opened is use while open (and at the poll after it ended); a forward that only listens,
+    or the package's own (a cluster's scheduler), is not."""
+    with echo_port() as port:
+        instance_id, _ = active(kernel, 1.5)
+        remote, _ = kernel.instances.ssh(instance_id)
+        with kernel.instances.forward(instance_id, port, bookkeeping=bookkeeping) as url:
+            before = time.monotonic()
+            with connected(url):
+                assert remote.open_on(instance_id) == (0 if bookkeeping else 1)
+                if bookkeeping:
+                    assert wait_gone(observer, instance_id, 1.5 + POLL_HERE + 10)
+                    return
+                time.sleep(1.5 + 4 * POLL_HERE)
+                assert observer.instances.get(instance_id).status == "active"
+            wait_for(lambda: remote.open_on(instance_id) == 0)  # ended: counted at the next poll
+            assert remote.open_on(instance_id, since=before) == 1
+            assert remote.open_on(instance_id, since=time.monotonic()) == 0
+            assert wait_gone(observer, instance_id, 1.5 + POLL_HERE + 10)  # listening only

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from html import escape
 from typing import Any
 
@@ -19,7 +19,6 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -177,7 +176,10 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
     assert "var(--jp-ui-font-color2)" in panel.updated.value and "#555" not in panel.updated.value
     assert panel.auto_delete_cancel not in panel.actions.children
 
-    panel.auto_delete_minutes.value = 5
+    panel.auto_delete_after.value = "5"  # a bare number: which unit? One sentence, no timer
+    panel.auto_delete_set.click()
+    assert "needs a unit" in panel.status.text and cloud.auto_delete.remaining(instance.id) is None
+    panel.auto_delete_after.value = "5m"
     panel.auto_delete_set.click()
     assert "will be deleted at" in panel.status.text
     assert 4 * 60 < cloud.auto_delete.remaining(instance.id) <= 5 * 60
@@ -186,7 +188,7 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
     assert panel.auto_delete_set.description == "Extend to this"
     assert panel.auto_delete_cancel in panel.actions.children
 
-    panel.set_auto_delete(minutes=30)
+    panel.set_auto_delete(after=timedelta(minutes=30))
     assert cloud.auto_delete.remaining(instance.id) > 29 * 60
     panel.auto_delete_cancel.click()
     assert cloud.auto_delete.remaining(instance.id) is None
@@ -201,7 +203,7 @@ def test_the_panel_says_who_keeps_each_timer(cloud, observer, panels, sandbox, k
         cloud.sandbox = observer.sandbox = sandbox  # as connect() does: the service keeps them
     instance = launch(observer, "timed")
     panel = make_panel(panels, cloud, interval=0.05)
-    message = panel.set_auto_delete(instance.id, minutes=5)
+    message = panel.set_auto_delete(instance.id, after=300)
     assert panel.frame["autoDelete"].iloc[0].endswith(f"({kept_by})")
     assert f"({kept_by})" in panel.table.value
     assert message.endswith("if this kernel is still running." if kept_by == "this kernel"
@@ -213,7 +215,7 @@ def test_the_panel_says_who_keeps_each_timer(cloud, observer, panels, sandbox, k
 def test_auto_delete_from_the_panel_deletes(cloud, observer, panels) -> None:
     instance = launch(observer, "short-lived")
     panel = make_panel(panels, cloud, interval=0.05)
-    panel.set_auto_delete(instance.id, minutes=0.005)  # 0.3 s
+    panel.set_auto_delete(instance.id, after=0.3)
     wait_for(lambda: observer.instances.get(instance.id).status in ("deleting", "deleted"))
     wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"))
 
@@ -443,7 +445,7 @@ def test_a_limit_another_process_set_says_who_watches_it(cloud, panels) -> None:
 
 
 def test_through_a_gateway_the_status_says_what_the_spent_budget_deleted(
-        upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+        upstream: Any, gateway_factory: Any) -> None:
     from tests.test_client_gateway import ADA, cloud, spent_budget
 
     gateway = spent_budget(upstream, gateway_factory)

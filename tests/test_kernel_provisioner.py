@@ -285,7 +285,7 @@ def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
     before = set(forwards.writers)  # the connections accepted on the local sockets
     assert before
 
-    server = sandbox._server.config.app.state.ssh.server(instance.id)
+    server = sandbox.app.state.ssh.server(instance.id)
     dropped = list(server.connections)
     assert dropped
     for connection in dropped:
@@ -341,7 +341,7 @@ def test_on_shutdown_delete_deletes_the_sandbox_instance(
 def stop_ssh(sandbox: Sandbox, instance_id: str) -> None:
     """Stop the instance's SSH server and drop its connections; the instance stays active, so
     every reconnect is refused (each one costs the client its ~9 s of tries)."""
-    server = sandbox._server.config.app.state.ssh.server(instance_id)
+    server = sandbox.app.state.ssh.server(instance_id)
     loop = next(iter(server.connections))._loop
 
     async def deaf() -> None:
@@ -443,7 +443,7 @@ def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pyt
 def test_an_instance_that_cannot_run_ipykernel_is_one_sentence(
         sandbox: Sandbox, box: GPUCloud, python3: str, expected: str) -> None:
     instance = launch(box, "no-python")
-    shim = sandbox._server.config.app.state.ssh.server(instance.id).bin / "python3"
+    shim = sandbox.app.state.ssh.server(instance.id).bin / "python3"
     shim.write_text(f"#!/bin/sh\n{python3}\n")
     manager = KernelManager(kernel_name=install_kernel(box, instance.id))
     with pytest.raises(KernelStartError) as raised:

@@ -33,7 +33,6 @@ from gpucloud_nb.kernel.spec import installed
 from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox import app as sandbox_app
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 API_KEY = "sk-labtest-0123456789abcdefKEYKEY"
 SECRET = "inf-labtest-fedcba9876543210SECRETS"
@@ -639,7 +638,7 @@ def test_the_poller_removes_its_own_stale_kernelspecs_only(
 
 
 def test_through_a_gateway_the_snapshot_carries_the_keys_budget(
-        tmp_path: Path, upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+        tmp_path: Path, upstream: Any, gateway_factory: Any) -> None:
     from tests.test_client_gateway import ADA, spent_budget
 
     gateway = spent_budget(upstream, gateway_factory)
@@ -655,7 +654,7 @@ def test_through_a_gateway_the_snapshot_carries_the_keys_budget(
 
 
 def test_the_sidebar_goes_through_the_personal_gateway_as_connect_does(
-        tmp_path: Path, upstream: Any) -> None:  # noqa: F811
+        tmp_path: Path, upstream: Any) -> None:
     from tests.test_gateway import UPSTREAM_KEY
 
     with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as console:

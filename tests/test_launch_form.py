@@ -6,7 +6,7 @@ import base64
 import html
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from helpers import vm_offer, wait_for
@@ -17,7 +17,6 @@ from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
 from gpucloud_nb.widgets._common import iter_widgets
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -211,12 +210,12 @@ def test_launch_from_code_returns_a_future(cloud: GPUCloud, observer: GPUCloud) 
 
 def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> None:
     offer = pick(cloud, "vm")
-    form = LaunchForm(cloud, offer).fill(name="timed", auto_delete_minutes=30)
+    form = LaunchForm(cloud, offer).fill(name="timed", delete_after="30m")
     assert "Auto-deletes after 30 min" in form.cost.value
     assert f"at most ${offer.hourly_price / 2:.2f}" in form.cost.value
     details = form.launch().result(timeout=10)
     assert 29 * 60 < cloud.auto_delete.remaining(details.id) <= 30 * 60
-    form.auto_delete.value = 0
+    form.auto_delete.value = ""
     assert "Auto-deletes" not in form.cost.value
     cloud.auto_delete.cancel_all()
 
@@ -224,12 +223,12 @@ def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> 
 def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_service(
         cloud: GPUCloud, sandbox) -> None:
     cloud.sandbox = sandbox  # as connect() does: the service watches
-    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="idle-form", idle_minutes=30)
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="idle-form", delete_when_idle="30m")
     assert "watched by the sandbox service" in form.idle_note.value
     details = form.launch().result(timeout=10)
     state = cloud.idle_delete.states()[details.id]
     assert state.limit == 30 * 60 and not state.warning
-    form.idle_delete.value = 0
+    form.idle_delete.value = ""
     assert form.idle_note.value == ""
 
 
@@ -237,7 +236,7 @@ def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_service(
 def test_the_auto_delete_preview_says_who_keeps_the_timer(cloud, observer, sandbox, kept_by) -> None:
     if kept_by == "sandbox service":
         cloud.sandbox = observer.sandbox = sandbox  # as connect() does: its service keeps them
-    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", auto_delete_minutes=30)
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", delete_after="30m")
     assert ("Auto-deletes after 30 min, if this kernel is still running: " if kept_by == "this kernel"
             else "Auto-deletes after 30 min, by the sandbox service, even if this kernel stops: "
             ) in form.cost.value
@@ -451,7 +450,7 @@ def test_launch_form_keys_offers_by_provider_and_instance_id(sandbox_factory) ->
 
 
 def test_through_a_gateway_the_spent_budget_and_its_refusal_are_one_sentence(
-        upstream, gateway_factory) -> None:  # noqa: F811
+        upstream, gateway_factory) -> None:
     from gpucloud_nb.errors import BadRequestError
     from tests.test_client_gateway import ADA, cloud, spent_budget
 
@@ -467,3 +466,22 @@ def test_through_a_gateway_the_spent_budget_and_its_refusal_are_one_sentence(
         assert "left" in form.status.text and "nothing was launched" in form.status.text
         assert "Traceback" not in form.status.value
         assert [i.name for i in ada.instances.list()] == ["spender"]
+
+
+def test_the_duration_fields_take_units_and_refuse_a_bare_number(
+        cloud: GPUCloud, observer: GPUCloud) -> None:
+    """One rule for every duration typed (gpucloud_nb.durations): "1h30m", "90s"; "30" alone
+    is refused in one sentence, and nothing is launched."""
+    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="typed", delete_after="1h30m")
+    assert "Auto-deletes after 1 h 30 min" in form.cost.value and form.problem is None
+    form.idle_delete.value = "30"
+    assert form.problem == ("Delete when idle for needs a unit: '30' could be minutes or "
+                            "seconds; write e.g. 30m or 90s.")
+    assert form.launch_button.disabled and "needs a unit" in form.reason.value
+    with pytest.raises(InvalidInputError, match="needs a unit"):
+        form.launch().result(timeout=10)
+    assert observer.instances.list() == []
+    form.fill(delete_when_idle=timedelta(minutes=45), delete_after=7200)  # as the API takes them
+    assert (form.idle_delete.value, form.auto_delete.value) == ("45m", "2h")
+    form.fill(delete_when_idle=-5)
+    assert "must be written like" in (form.problem or "")

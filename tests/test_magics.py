@@ -20,7 +20,6 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpucloud_nb.magics as magics
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume
-from tests.test_gateway import gateway_factory, upstream  # noqa: F401 (fixtures)
 
 API_KEY = "sk-magic-SECRET-0123456789"
 INFERENCE_SECRET = "sk-infer-SECRET-9876543210"
@@ -523,12 +522,16 @@ def test_launch_with_an_offer_id_prefills_the_form(magic: Magic, cloud: GPUCloud
 
 def test_launch_idle_prefills_delete_when_idle(magic: Magic, cloud: GPUCloud) -> None:
     offer = cloud.instances.offers(available=True, sort="price")[0]
-    run = magic(f"launch {offer.instance_id} --idle 30")
-    assert run.value.idle_delete.value == 30 and run.err == ""
+    run = magic(f"launch {offer.instance_id} --idle 30m --delete-after 1h30m")
+    assert run.value.idle_delete.value == "30m" and run.err == ""
+    assert run.value.auto_delete.value == "1h30m" and "Auto-deletes after 1 h 30 min" in run.value.cost.value
     assert "Delete when idle" in run.value.idle_delete.description
-    for bad in ("0", "-5", "soon", "1.5"):
-        sentence = _one_sentence(magic(f"launch --idle {bad}"))
-        assert f"{bad!r} is not a positive whole number of minutes" in sentence
+    sentence = _one_sentence(magic("launch --idle 30"))
+    assert "needs a unit: '30' could be minutes or seconds; write e.g. 30m or 90s." in sentence
+    for bad in ("0s", "soon", "1m1h"):
+        for option in ("--idle", "--delete-after"):
+            sentence = _one_sentence(magic(f"launch {option} {bad}"))
+            assert repr(bad) in sentence and ("1h30m" in sentence or "30 days" in sentence)
 
 
 def test_chat_returns_a_chat_widget(magic: Magic, cloud: GPUCloud, sandbox_box: Any,
@@ -1085,7 +1088,7 @@ def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
 
 
 def test_through_a_gateway_budget_and_instances_say_the_budget_was_spent(
-        magic: Magic, upstream: Any, gateway_factory: Any) -> None:  # noqa: F811
+        magic: Magic, upstream: Any, gateway_factory: Any) -> None:
     from tests.test_client_gateway import ADA, cloud, spent_budget
 
     gateway = spent_budget(upstream, gateway_factory)

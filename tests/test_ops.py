@@ -29,6 +29,9 @@ from gpucloud_nb.errors import (
 )
 
 KEY = "sk-test-0123456789abcdefWXYZ"
+#: The key given with each create, so that a create is its one POST (without one, a client on
+#: the real cloud first asks the account's key book: see client/key_book.py).
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 test@ops"
 OFFER = {
     "gpuName": "H100", "gpuCount": 1, "nvlink": False, "deploymentType": "vm",
     "instanceId": "h100-1x", "cloudInitAvailable": True,
@@ -123,7 +126,7 @@ def test_lost_create_response_adopts_the_instance_instead_of_launching_twice() -
 
     cloud = make_cloud(handler)
     instance = cloud.instances.create(name="job", cloud_provider="p1", instance_id="h100-1x",
-                                      region="us-east-1", vm={"os": "ubuntu-22.04"})
+                                      region="us-east-1", vm={"os": "ubuntu-22.04"}, ssh_key=PUBLIC_KEY)
     assert len(made) == 1
     assert instance.id == made[0]["_id"]
     assert cloud.created_instance_ids == (instance.id,)
@@ -144,7 +147,7 @@ def test_create_retries_when_the_lost_request_made_nothing() -> None:
 
     instance = make_cloud(handler).instances.create(
         name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
-        vm={"os": "ubuntu-22.04"})
+        vm={"os": "ubuntu-22.04"}, ssh_key=PUBLIC_KEY)
     assert instance.name == "job"
     assert len(posts) == 2
 
@@ -160,7 +163,7 @@ def test_create_gives_up_with_a_clear_sentence() -> None:
     with pytest.raises(ConnectionFailedError, match="nothing was launched"):
         make_cloud(handler).instances.create(
             name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
-            vm={"os": "ubuntu-22.04"})
+            vm={"os": "ubuntu-22.04"}, ssh_key=PUBLIC_KEY)
 
 
 def test_create_is_retried_after_429_without_lookup() -> None:
@@ -176,7 +179,7 @@ def test_create_is_retried_after_429_without_lookup() -> None:
 
     make_cloud(handler).instances.create(
         name="job", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
-        vm={"os": "ubuntu-22.04"})
+        vm={"os": "ubuntu-22.04"}, ssh_key=PUBLIC_KEY)
     assert "GET /gpu-cloud/instances" not in seen
     assert seen.count("POST /gpu-cloud/instances") == 2
 
@@ -315,7 +318,7 @@ def test_a_301_with_no_body_is_an_error_naming_the_location() -> None:
         "volumes": cloud.volumes.list,
         "create": lambda: cloud.instances.create(
             name="x", cloud_provider="p1", instance_id="h100-1x", region="us-east-1",
-            vm={"os": "ubuntu-22.04"}),
+            vm={"os": "ubuntu-22.04"}, ssh_key=PUBLIC_KEY),
     }
     for name, call in calls.items():
         with pytest.raises(RedirectError) as caught:

@@ -13,11 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import launch, launch_active, wait_for
+from helpers import connected, echo_port, launch, launch_active, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import RemoteCommandError, key_dir
 from gpucloud_nb.errors import ConnectionFailedError, InvalidInputError, NotFoundError
+from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.sandbox import Sandbox
 
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
@@ -104,8 +105,11 @@ def test_what_this_client_has_open_on_an_instance_is_counted_while_open(
     box.instances.download(instance.id, "small.bin", tmp_path / "back.bin",
                            progress=lambda *_: seen["download"].append(
                                remote.open_on(instance.id)))
-    with box.instances.forward(instance.id, 8000):
-        seen["forward"].append(remote.open_on(instance.id))
+    with echo_port() as port, box.instances.forward(instance.id, port) as url:
+        assert remote.open_on(instance.id) == 0  # listening only: a connection is use
+        with connected(url):
+            seen["forward"].append(remote.open_on(instance.id))
+        wait_for(lambda: remote.open_on(instance.id) == 0)
     assert all(counts and set(counts) == {1} for counts in seen.values()), seen
     assert remote.open_on(instance.id) == 0 and remote.open_on("another") == 0
 
@@ -239,13 +243,20 @@ def test_the_async_client_has_ssh_and_the_key_in_use_as_coroutines(sandbox: Sand
     assert after is not None and "SHA256:" in after
 
 
+def _sent_comment(cloud: GPUCloud, instance: InstanceDetails) -> str:
+    """The comment of the public key the create named: on the real cloud path the create names
+    a key of the account's key book by ``sshKeyId`` (see ``client/key_book.py``)."""
+    booked = next(k for k in cloud.ssh_keys.list() if k.id == instance.ssh_key["_id"])
+    return booked.public_key.split()[2]
+
+
 def test_the_real_cloud_path_sends_and_uses_the_clients_own_key(sandbox: Sandbox,
                                                                  own_home: Path) -> None:
     """A client that does not know the sandbox (as on the real cloud) sends its key at create."""
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     try:
         instance = launch_active(cloud)
-        assert instance.ssh_key["name"] == "gpucloud-nb"  # the generated key's comment
+        assert _sent_comment(cloud, instance) == "gpucloud-nb"  # the generated key's comment
         assert cloud.instances.run(instance.id, "echo in").stdout == "in\n"
         assert not (own_home / ".ssh").exists()
         assert (key_dir(None) / "id_ed25519").exists()
@@ -531,7 +542,7 @@ def test_the_printed_ssh_command_works_with_only_an_agent(box: GPUCloud, own_hom
     cloud = GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url)
     try:  # as on the real cloud: create sends the first key, the agent's
         instance = launch_active(cloud)
-        assert instance.ssh_key["name"] == "test-agent_only"
+        assert _sent_comment(cloud, instance) == "test-agent_only"
         command = cloud.instances.ssh_command(instance.id)
         assert " -i " not in command
         ran = _openssh(command, own_home, agent=agent)
@@ -549,7 +560,7 @@ def test_an_explicit_identity_is_used_and_a_refusal_names_the_keys_tried(
     monkeypatch.setenv("GPUCLOUD_SSH_KEY", str(chosen))
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         instance = launch_active(cloud)
-        assert instance.ssh_key["name"] == "test-course_key"
+        assert _sent_comment(cloud, instance) == "test-course_key"
         command = cloud.instances.ssh_command(instance.id)
         assert f"-i {chosen} -o IdentitiesOnly=yes" in command
         ran = _openssh(command, own_home)

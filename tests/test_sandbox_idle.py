@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from helpers import launch_active, open_kernel, wait_for
+from helpers import connected, echo_port, launch_active, open_kernel, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import default_public_key
@@ -237,3 +237,22 @@ def test_a_kernel_executing_code_keeps_its_instance(
         reply = kernel.get_shell_msg(timeout=60)  # the cell ends: now it idles away
         assert reply["content"]["status"] == "ok"
         assert gone_after(sandbox_api, instance_id, limit + POLL + 20) is not None
+
+
+@pytest.mark.parametrize("bookkeeping", [False, True], ids=["the user's", "bookkeeping"])
+def test_a_connection_through_a_forward_the_user_opened_is_use(
+        box: GPUCloud, sandbox_api: httpx.Client, bookkeeping: bool) -> None:
+    """A forward that only listens is not use; a connection through it is, while open, unless
+    the package opened the forward for its own bookkeeping (a cluster's scheduler)."""
+    instance_id = launch_active(box, "idle").id
+    with echo_port() as port, box.instances.forward(instance_id, port,
+                                                    bookkeeping=bookkeeping) as url:
+        with connected(url):
+            watch(sandbox_api, instance_id)
+            took = gone_after(sandbox_api, instance_id, LIMIT * 2 + POLL + 1)
+            if bookkeeping:
+                assert took is not None
+                return
+            assert took is None, "an open connection through the forward is use"
+        # closed; the forward still listens: that is not use, so it idles away
+        assert gone_after(sandbox_api, instance_id, LIMIT + POLL + 3) is not None

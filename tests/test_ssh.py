@@ -377,6 +377,37 @@ def test_deleting_an_instance_removes_its_home_but_not_its_volume(
     cloud.close()
 
 
+def test_deleting_a_volume_removes_its_folder_and_a_restart_removes_stale_ones(
+        sandbox_factory: Any, tmp_path: Path) -> None:
+    """A deleted volume's data goes with it, as on the cloud: its folder is removed at the
+    delete, and a folder no stored volume owns (deleted while no service ran) at the start."""
+    home, state = tmp_path / "home", tmp_path / "state.db"
+    sandbox = sandbox_factory(home=home, state=state)
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    key, public = asyncssh_key()
+    offer = volume_vm_offer(cloud)
+    volume = cloud.volumes.create(name="data", cloud_provider=offer.cloud.id,
+                                  region=offer.available_regions[0], size_in_gb=10)
+    kept = cloud.volumes.create(name="kept", cloud_provider=offer.cloud.id,
+                                region=offer.available_regions[0], size_in_gb=10)
+    instance = launch_active(cloud, "writer", offer=offer, ssh_key=public, volume_id=volume.id)
+    over_asyncssh(instance.ssh_port, key, lambda c: c.run("echo data > mnt/data/note", check=True))
+    volumes = tmp_path / "home-machines" / "volumes"
+    assert (volumes / volume.id / "note").read_text() == "data\n"
+    cloud.instances.delete(instance.id)
+    wait_for(lambda: cloud.instances.get(instance.id).status == "deleted", timeout=60)
+    cloud.volumes.delete(volume.id)
+    assert not (volumes / volume.id).exists()
+    sandbox.stop()
+    (volumes / kept.id).mkdir(parents=True, exist_ok=True)
+    stale = volumes / "65a1f00dfeedfacecafe0002"  # a volume deleted while no service ran
+    (stale / "data").mkdir(parents=True)
+    sandbox_factory(home=home, state=state)
+    wait_for(lambda: not stale.exists(), timeout=30)
+    assert (volumes / kept.id).is_dir()  # a stored volume keeps its folder across a restart
+    cloud.close()
+
+
 def test_homes_of_instances_deleted_before_are_removed_when_the_sandbox_starts(
         sandbox_factory: Any, tmp_path: Path) -> None:
     home, state = tmp_path / "home", tmp_path / "state.db"

@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
+from gpucloud_nb.client.inference_instances import AsyncInferenceInstances, InferenceInstances
 from gpucloud_nb.client.instances import AsyncInstances, Instances
+from gpucloud_nb.client.key_book import AsyncSSHKeyBook, SSHKeyBook
 from gpucloud_nb.client.management import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client.streaming import AsyncChatStream, ChatStream
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 
 PAIRS = [(GPUCloud, AsyncGPUCloud), (Instances, AsyncInstances), (Volumes, AsyncVolumes),
-         (InferenceClient, AsyncInferenceClient), (ChatStream, AsyncChatStream)]
+         (InferenceClient, AsyncInferenceClient), (ChatStream, AsyncChatStream),
+         (InferenceInstances, AsyncInferenceInstances), (SSHKeyBook, AsyncSSHKeyBook)]
 #: The sync name of each async method whose name differs.
 RENAMED = {"aclose": "close"}
 #: Methods with no twin on purpose, each with the reason.

@@ -16,13 +16,10 @@ from gpucloud_nb.client.teacher import NOT_TEACHER
 from gpucloud_nb.errors import InvalidInputError, NotFoundError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import ADA as GW_ADA
+from tests.helpers import BOB as GW_BOB
+from tests.helpers import TEACHER as GW_TEACHER
 from tests.helpers import launch as gateway_launch
-from tests.test_gateway import ADA as GW_ADA
-from tests.test_gateway import BOB as GW_BOB
-from tests.test_gateway import TEACHER as GW_TEACHER
-from tests.test_gateway import gateway_factory, upstream
-
-__all__ = ["gateway_factory", "upstream"]
 
 TEACHER = "teacher-key-0123456789abcdef"
 STUDENTS = ("student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789")

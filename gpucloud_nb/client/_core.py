@@ -34,13 +34,15 @@ from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.costcap import Reservations
-from gpucloud_nb.client.gateway import GatewayStatus, probe
+from gpucloud_nb.client.gateway import PROBE, GatewayStatus, probe
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.idle_file import account
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
+from gpucloud_nb.client.use_report import UseReports
 from gpucloud_nb.decoding import Record, decode_list, parse_datetime
 from gpucloud_nb.errors import (
+    BadRequestError,
     ConnectionFailedError,
     GPUCloudError,
     NotFoundError,
@@ -130,6 +132,20 @@ class Core(Generic[D]):
         self.budgets: UnkeptBudgets | ServiceBudgets = UnkeptBudgets()  # until a gateway
         #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
         self.gateway: bool | None = None
+        #: Runs, copies and forwards open on instances, told to a class gateway.
+        self.use_reports = UseReports(blocking.send, self.reports_use)
+
+    def reports_use(self) -> bool:
+        """Whether use is reported to the server: a class gateway (asked once, blocking)."""
+        if self.sandbox is not None:
+            return False
+        if self.gateway is None:
+            try:
+                self.blocking.send("GET", PROBE, None)
+            except (NotFoundError, BadRequestError):
+                return False
+            return True
+        return self.gateway
 
     def recognise_gateway(self) -> Op[GatewayStatus | None]:
         """The key's status if the server is a class gateway (see :mod:`~gpucloud_nb.client.gateway`),
@@ -148,9 +164,11 @@ class Core(Generic[D]):
         moves while on a sandbox."""
         if self.sandbox is not None:
             return
+        self.idle_delete.stop()
         send = self.blocking.send
         self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
         self.budgets = ServiceBudgets(send, prefix="/gateway")
+        self.idle_delete = ServiceIdleDelete(send, prefix="/gateway")
 
     def use_sandbox(self, box: SandboxHandle | None) -> None:
         """Talk to ``box`` (``None``: the real cloud). Timers, idle deletes and budgets move to
@@ -180,7 +198,8 @@ class Core(Generic[D]):
     def ssh(self) -> Remote:
         """This client's SSH to its instances (one :class:`Remote`, made at first use)."""
         if self.remote is None:
-            self.remote = Remote(lambda: self.sandbox, self.ssh_identity, self.register_keys)
+            self.remote = Remote(lambda: self.sandbox, self.ssh_identity, self.register_keys,
+                                 on_use=self.use_reports.change)
         return self.remote
 
     def register_keys(self, publics: list[str]) -> None:

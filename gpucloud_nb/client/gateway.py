@@ -10,14 +10,20 @@ A client talks to a gateway (``gpucloud-nb gateway``, see :mod:`gpucloud_nb.gate
 to the cloud. It recognises one the way it recognises the sandbox service: ``GET /gateway/me``
 answers for its key (:func:`probe`); the real cloud and the sandbox answer 404. The answer is
 cached for the client's life (``core.gateway``). Through a gateway, ``create(...,
-delete_after=)`` and ``create(..., budget=)`` are kept by the gateway's timers and budgets
-(:class:`~gpucloud_nb.client.autodelete.ServiceAutoDelete` and
-:class:`~gpucloud_nb.client.budgets.ServiceBudgets` over ``/gateway/...``), so they are enforced
-with no kernel running; no thread of this process watches them.
+delete_after=)``, ``create(..., budget=)`` and ``create(..., delete_when_idle=)`` are kept by the
+gateway's timers, budgets and idle clocks
+(:class:`~gpucloud_nb.client.autodelete.ServiceAutoDelete`,
+:class:`~gpucloud_nb.client.budgets.ServiceBudgets` and
+:class:`~gpucloud_nb.client.idle.ServiceIdleDelete` over ``/gateway/...``; the idle limit
+travels in the create's body as ``deleteWhenIdle``, so the gateway can add its SSH key to the
+VM's cloud-init), so they are enforced with no kernel running; no thread of this process watches
+them. Runs, copies and forwards this client opens are reported to the gateway while open
+(:mod:`gpucloud_nb.client.use_report`).
 
 Choices where the issue is silent:
 
-- The probe is made only where it matters: at a create with ``delete_after`` or ``budget``
+- The probe is made only where it matters: at a create with ``delete_after``, ``budget`` or
+  ``delete_when_idle``
   (before the POST: a failed probe launches nothing) and by :meth:`GPUCloud.gateway_status`;
   never when the client talks to the sandbox, and never when the client is built.
 - An answer other than 404 (or 400/405) to the probe is raised as it is (the key refused, the

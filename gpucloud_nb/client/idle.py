@@ -15,6 +15,10 @@ Who watches, plainly:
 
 - **Sandbox**: the sandbox service (:class:`ServiceIdleDelete`, over the sandbox-only routes of
   :mod:`gpucloud_nb.sandbox.idle`), whether or not a kernel or JupyterLab runs.
+- **Class gateway** (:mod:`gpucloud_nb.client.gateway`): the gateway (:class:`ServiceIdleDelete`
+  with ``prefix="/gateway"``), with no kernel or JupyterLab running; it reads GPU use over SSH
+  with its own key and counts the runs, copies and forwards clients report
+  (:mod:`gpucloud_nb.client.use_report`).
 - **Real cloud**: the limits go to a private file of this user's, one per cloud and account
   (:class:`~gpucloud_nb.client.idle_file.IdleLimits`, see :mod:`gpucloud_nb.client.idle_file`).
   The JupyterLab server extension watches the limits of its own account's file while JupyterLab
@@ -40,7 +44,8 @@ Choices where the issue is silent:
   that can tell whether its instance is in use; and two kernels never measure, nor delete, the
   same instance. An instance whose kernel has gone is watched by JupyterLab if it runs.
 - What the kernel sees: an instance is busy at a poll while it is not active yet, while a
-  command, copy (SFTP) or port forward of this client is open on it
+  command, copy (SFTP) or connection through a port forward of this client is open on it, or
+  ended since the last poll
   (:meth:`gpucloud_nb.client.remote.Remote.open_on`; its own GPU measures are bookkeeping and
   not counted), or when its busiest GPU is at ``THRESHOLD`` % or more. It cannot see a remote
   kernel (the Jupyter server runs those: its extension watches them) nor another process's
@@ -170,7 +175,10 @@ class IdleState:
 
 
 class ServiceIdleDelete:
-    """Idle deletes kept by the sandbox service (see the module docstring).
+    """Idle deletes kept by the sandbox service, or by a class gateway's mirror of its routes
+    under ``prefix`` ``/gateway`` (:mod:`gpucloud_nb.gateway.idle_routes`; ``where`` is then
+    ``gateway``, and the limit travels in the create itself, so :meth:`watch_created` sends
+    nothing). See the module docstring.
 
     ``send(method, path, body)`` makes one request and returns the decoded JSON, raising
     :class:`~gpucloud_nb.errors.GPUCloudError`.
@@ -178,14 +186,17 @@ class ServiceIdleDelete:
 
     where = "sandbox service"
 
-    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object]) -> None:
+    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object], *,
+                 prefix: str = "/sandbox") -> None:
         self._send = send
+        self._prefix = prefix
+        if prefix != "/sandbox":
+            self.where = "gateway"
 
-    @staticmethod
-    def _path(instance_id: str, tail: str) -> str:
+    def _path(self, instance_id: str, tail: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
             raise InvalidInputError(f"{instance_id!r} is not a valid id.")
-        return f"/sandbox/instances/{instance_id}/{tail}"
+        return f"{self._prefix}/instances/{instance_id}/{tail}"
 
     def check(self) -> None:
         """Nothing to check before a create: the service keeps the limits."""
@@ -197,8 +208,10 @@ class ServiceIdleDelete:
         return IdleState.from_json(answer)  # type: ignore[arg-type]
 
     def watch_created(self, instance_id: str, seconds: float) -> None:
-        """The limit of an instance just created, told to the service."""
-        self.watch(instance_id, seconds)
+        """The limit of an instance just created, told to the service (a gateway had it in
+        the create)."""
+        if self.where != "gateway":
+            self.watch(instance_id, seconds)
 
     def cancel(self, instance_id: str) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""
@@ -215,7 +228,7 @@ class ServiceIdleDelete:
 
     def states(self) -> dict[str, IdleState]:
         """The idle clock of every watched instance of this account."""
-        listed = self._send("GET", "/sandbox/idle", None)
+        listed = self._send("GET", f"{self._prefix}/idle", None)
         return {state.instance_id: state for state in
                 (IdleState.from_json(item) for item in (listed if isinstance(listed, list) else []))}
 
@@ -319,6 +332,7 @@ class KernelIdleDelete(KernelWatcher):
         self._mine: set[str] = set()
         self._unsaved: dict[str, dict[str, float]] = {}  # limits the file does not hold yet
         self._clocks = IdleClocks()
+        self._polled = time.monotonic()
         self._uses: dict[str, tuple[float, float]] = {}
         self._warned: set[str] = set()
         self._unreadable: set[str] = set()
@@ -413,6 +427,7 @@ class KernelIdleDelete(KernelWatcher):
         """One poll: write the limits not written yet; stand aside for the instances a fresh
         JupyterLab heartbeat names; measure the others this process watches, advance their
         clocks, warn, and delete those idle past their limit."""
+        polled, self._polled = self._polled, time.monotonic()  # what ended since counts
         self._save()
         with self._lock:
             mine, unsaved = set(self._mine), dict(self._unsaved)
@@ -442,7 +457,8 @@ class KernelIdleDelete(KernelWatcher):
                 self.forget(instance_id)
                 del limits[instance_id]
             elif in_use(active=details.status == "active" and bool(details.ip),
-                        open_uses=self._ssh().open_on(instance_id), kernel_busy=False,
+                        open_uses=self._ssh().open_on(instance_id, since=polled),
+                        kernel_busy=False,
                         gpu_util=None):
                 busy.add(instance_id)  # (this kernel cannot see a remote kernel: the Lab can)
             else:

@@ -92,10 +92,20 @@ __all__ = [
     "ModelInfo",
     "Transcription",
     "Usage",
+    "is_speech_model",
     "normalize_messages",
 ]
 
 _SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECASE)
+
+
+def is_speech_model(model_id: str) -> bool:
+    """Whether a model id looks like a speech model's (it transcribes; it does not chat).
+
+        >>> is_speech_model("openai/whisper-large-v3"), is_speech_model("sandbox-vision-1")
+        (True, False)
+    """
+    return _SPEECH_MODEL.search(model_id) is not None
 
 
 # operations shared by the sync and async clients -------------------------------------------
@@ -226,7 +236,7 @@ class InferenceOps:
             raise InvalidInputError(f"The endpoint at {self.shown_url} lists no model; pass model=.")
         if speech:
             for record in models:
-                if _SPEECH_MODEL.search(record.id):
+                if is_speech_model(record.id):
                     return record.id
         return models[0].id
 

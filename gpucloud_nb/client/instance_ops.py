@@ -25,10 +25,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import msgspec
-
 from gpucloud_nb import rules
-from gpucloud_nb.client import changes
+from gpucloud_nb.client import changes, key_book
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import Call, Op, Sleep
@@ -152,10 +150,11 @@ class InstanceOps(Generic[D]):
             raise InvalidInputError(
                 f"create_from takes a CreateInstance, not {type(request).__name__}.")
         if request.ssh_key is None and request.ssh_key_id is None and self.core.sandbox is None:
-            # so that run/upload/forward can log in
-            request = msgspec.structs.replace(
-                request, ssh_key=default_public_key(identity=self.core.ssh_identity))
-        if (request.delete_after is not None or request.budget is not None) \
+            # so that run/upload/forward can log in: by the key book's id (client/key_book.py)
+            request = yield from key_book.keyed(
+                self.core, request, default_public_key(identity=self.core.ssh_identity))
+        if (request.delete_after is not None or request.budget is not None
+                or request.delete_when_idle is not None) \
                 and self.core.sandbox is None and self.core.gateway is None:
             yield from self.core.recognise_gateway()  # a gateway keeps them, not this kernel
         problems, ticket = yield from self.checked(request, keep=True)
@@ -176,7 +175,10 @@ class InstanceOps(Generic[D]):
             holds.release(ticket)
             raise
         try:
-            data = yield from self.core.create_once("/gpu-cloud/instances", request.body(),
+            body = request.body()
+            if request.delete_when_idle is not None and self.core.gateway:
+                body["deleteWhenIdle"] = float(request.delete_when_idle)  # the gateway keeps it
+            data = yield from self.core.create_once("/gpu-cloud/instances", body,
                                                     "instance", "launched")
             instance = Instance.from_json(data)
         except APIError:  # the cloud answered with a refusal: nothing was made

@@ -314,14 +314,17 @@ class Instances:
         self._remote().call(self._remote().download_async(target, remote, local, progress,
                                                           overwrite=overwrite))
 
-    def forward(self, id: str, remote_port: int, *,
-                wait: float = 60.0) -> contextlib.AbstractContextManager[str]:
+    def forward(self, id: str, remote_port: int, *, wait: float = 60.0,
+                bookkeeping: bool = False) -> contextlib.AbstractContextManager[str]:
         """Forward a free local port to ``remote_port`` on the instance; yields its local URL.
 
             >>> with cloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
             ...     ChatWidget(InferenceClient(url, secret))
+
+        A connection through it is use of the instance while open (the idle rule); a
+        ``bookkeeping`` forward (the package's own, such as a cluster's scheduler) never is.
         """
-        return self._remote().forward(self._target(id, wait), remote_port)
+        return self._remote().forward(self._target(id, wait), remote_port, bookkeeping)
 
     def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
         """The client's SSH layer and the reachable details of instance ``id``, for code built
@@ -485,15 +488,16 @@ class AsyncInstances:
             self._remote().download_async(target, remote, local, progress,
                                           overwrite=overwrite)))
 
-    async def forward(self, id: str, remote_port: int, *,
-                      wait: float = 60.0) -> contextlib.AbstractAsyncContextManager[str]:
+    async def forward(self, id: str, remote_port: int, *, wait: float = 60.0,
+                      bookkeeping: bool = False) -> contextlib.AbstractAsyncContextManager[str]:
         """The coroutine twin of :meth:`Instances.forward`: the instance is read (and waited for)
         when awaited, the port forwarded inside the ``async with``.
 
             >>> async with await acloud.instances.forward(instance.id, 8000) as url:  # doctest: +SKIP
             ...     print(await AsyncInferenceClient(url, secret).models())
         """
-        return self._remote().forward_async(await self._target(id, wait), remote_port)
+        return self._remote().forward_async(await self._target(id, wait), remote_port,
+                                            bookkeeping)
 
     async def ssh(self, id: str, *, wait: float = 0.0) -> tuple[Remote, InstanceDetails]:
         """The coroutine twin of :meth:`Instances.ssh`."""

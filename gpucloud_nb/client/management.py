@@ -49,8 +49,10 @@ from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
+from gpucloud_nb.client.inference_instances import AsyncInferenceInstances, InferenceInstances
 from gpucloud_nb.client.instance_ops import DEPLOYMENT_TYPES, ProgressCallback
 from gpucloud_nb.client.instances import AsyncInstances, Instances
+from gpucloud_nb.client.key_book import AsyncSSHKeyBook, SSHKeyBook
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
@@ -297,6 +299,8 @@ class GPUCloud(_CloudBase):
                           ssh_identity=explicit_identity(ssh_identity) if ssh_identity else None)
         self.instances = Instances(self._core)
         self.volumes = Volumes(self._core)
+        self.inference_instances = InferenceInstances(self._core)
+        self.ssh_keys = SSHKeyBook(self._core)
 
     def spend(self, include_deleted: bool = False) -> pandas.DataFrame:
         """Spend so far per instance, with the total in ``.attrs["total"]``.
@@ -376,6 +380,8 @@ class AsyncGPUCloud(_CloudBase):
                           ssh_identity=explicit_identity(ssh_identity) if ssh_identity else None)
         self.instances = AsyncInstances(self._core)
         self.volumes = AsyncVolumes(self._core)
+        self.inference_instances = AsyncInferenceInstances(self._core)
+        self.ssh_keys = AsyncSSHKeyBook(self._core)
         self._timeout = timeout
         self._twin: Core[SyncDriver] | None = None
 

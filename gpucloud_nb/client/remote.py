@@ -26,7 +26,7 @@ loop per client and are cached per instance, so a second ``run`` costs one round
   and the accepted key known, then prints a command that works as printed in a terminal.
 - **Forwards** listen on ``127.0.0.1`` and, on Linux, forward only connections from this user's
   processes (see :mod:`gpucloud_nb.client.local_peer`): another user of the machine gets the
-  connection closed.
+  connection closed. A connection through one is use while open (:mod:`.forwards`).
 - **Bookkeeping.** A command run with ``bookkeeping=True`` (an idle watcher's GPU measure, a
   kernel provisioner's poll) is not use of the instance (:mod:`gpucloud_nb.idle_rule`): it is
   not counted by :meth:`Remote.open_on`, and it is sent with
@@ -46,11 +46,13 @@ import os
 import queue
 import shlex
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb.client import local_peer, ssh_keys
+from gpucloud_nb.client import ssh_keys
+from gpucloud_nb.client.forwards import Forward
 from gpucloud_nb.client.run_output import TAIL_BYTES, Lines, RunResult, Tail
 from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
     ConnectionFailedError,
@@ -152,8 +154,10 @@ class Remote:
 
     def __init__(self, sandbox: Callable[[], SandboxHandle | None] = lambda: None,
                  identity: str | os.PathLike[str] | None = None,
-                 register: Callable[[list[str]], None] = lambda publics: None) -> None:
+                 register: Callable[[list[str]], None] = lambda publics: None,
+                 on_use: Callable[[str, int], None] = lambda id, step: None) -> None:
         self._identity = identity
+        self._on_use = on_use  # told +1/-1 as a command, copy or forward opens and ends
         self._accepted: dict[str, ssh_keys.Identity] = {}
         self._sandbox_of = sandbox
         self._register = register
@@ -164,6 +168,7 @@ class Remote:
         self._targets: dict[str, InstanceDetails] = {}
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
+        self._ended: dict[str, float] = {}  # when the last one ended, per instance
         self._open_lock = threading.Lock()
 
     @property
@@ -226,27 +231,32 @@ class Remote:
 
     # -- what is open ------------------------------------------------------------------------
 
-    def open_on(self, id: str) -> int:
-        """How many commands, copies (SFTP) and port forwards of this client are open on
-        instance ``id`` now (the idle watcher counts them as use).
+    def open_on(self, id: str, since: float | None = None) -> int:
+        """How many commands, copies (SFTP) and connections through port forwards of this
+        client are open on instance ``id`` now, plus one if one ended at or after ``since`` (a
+        ``time.monotonic()``): what the idle watcher counts as use at a poll.
 
             >>> Remote().open_on("i-1")
             0
         """
         with self._open_lock:
-            return self._open.get(id, 0)
+            ended = since is not None and self._ended.get(id, -1.0) >= since
+            return self._open.get(id, 0) + int(ended)
 
     @contextlib.contextmanager
     def _using(self, id: str) -> Iterator[None]:
         with self._open_lock:
             self._open[id] = self._open.get(id, 0) + 1
+        self._on_use(id, +1)
         try:
             yield
         finally:
             with self._open_lock:
+                self._ended[id] = time.monotonic()
                 left = self._open.pop(id, 1) - 1
                 if left > 0:
                     self._open[id] = left
+            self._on_use(id, -1)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -521,37 +531,38 @@ class Remote:
             with contextlib.suppress(OSError):
                 partial.unlink()
 
-    async def open_forward(self, details: InstanceDetails, remote_port: int) -> Any:
-        """Listen on a free local port, forwarded to ``remote_port`` on the instance."""
+    async def open_forward(self, details: InstanceDetails, remote_port: int,
+                           bookkeeping: bool = False) -> Forward:
+        """Listen on a free local port, forwarded to ``remote_port`` on the instance; each
+        connection through it is use unless ``bookkeeping`` (see :mod:`.forwards`)."""
         connection = await self.connection(details)
-        return await connection.forward_local_port("127.0.0.1", 0, "localhost", remote_port,
-                                                   accept_handler=local_peer.same_user)
+        using = None if bookkeeping else (lambda: self._using(details.id))
+        return await Forward(connection, remote_port, using).start()
 
     @staticmethod
-    async def close_forward(listener: Any) -> None:
+    async def close_forward(listener: Forward) -> None:
         """Stop a forward :meth:`open_forward` started."""
-        listener.close()
-        await listener.wait_closed()
+        await listener.close()
 
     @contextlib.contextmanager
-    def forward(self, details: InstanceDetails, remote_port: int) -> Iterator[str]:
+    def forward(self, details: InstanceDetails, remote_port: int,
+                bookkeeping: bool = False) -> Iterator[str]:
         """Forward a free local port to ``remote_port`` on the instance; yield its URL."""
-        listener = self.call(self.open_forward(details, remote_port))
+        listener = self.call(self.open_forward(details, remote_port, bookkeeping))
         try:
-            with self._using(details.id):
-                yield f"http://127.0.0.1:{listener.get_port()}"
+            yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
             with contextlib.suppress(Exception):
                 self.call(self.close_forward(listener))
 
     @contextlib.asynccontextmanager
-    async def forward_async(self, details: InstanceDetails, remote_port: int
-                            ) -> AsyncIterator[str]:
+    async def forward_async(self, details: InstanceDetails, remote_port: int,
+                            bookkeeping: bool = False) -> AsyncIterator[str]:
         """The async twin of :meth:`forward`, for a caller on another event loop."""
-        listener = await asyncio.wrap_future(self.submit(self.open_forward(details, remote_port)))
+        listener = await asyncio.wrap_future(
+            self.submit(self.open_forward(details, remote_port, bookkeeping)))
         try:
-            with self._using(details.id):
-                yield f"http://127.0.0.1:{listener.get_port()}"
+            yield f"http://127.0.0.1:{listener.get_port()}"
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wrap_future(self.submit(self.close_forward(listener)))

@@ -54,6 +54,7 @@ class AccountUse:
     idle_minutes: float | None  # None from a gateway
     period: str = ""  # "", "day" or "week" (a gateway's budgets that start again)
     unconfirmed_deletes: int = 0  # deletes the cloud took and has not done (a gateway's)
+    group: str = ""  # the JupyterHub group a hub's gateway files the student under
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AccountUse:
@@ -68,7 +69,8 @@ class AccountUse:
                    per_hour=float(data["perHour"]), spend=float(data["spend"]),
                    budget=number("budget"), left=number("left"),
                    idle_minutes=number("idleMinutes"), period=str(data.get("period") or ""),
-                   unconfirmed_deletes=int(data.get("unconfirmedDeletes") or 0))
+                   unconfirmed_deletes=int(data.get("unconfirmedDeletes") or 0),
+                   group=str(data.get("group") or ""))
 
 
 class ClassView:

@@ -242,8 +242,9 @@ class SchedulerNode(ProcessInterface):
         await super().start()
 
     def _forward(self, port: int) -> str:
-        return self._forwards.enter_context(self.plan.cloud.instances.forward(self.instance_id,
-                                                                              port))
+        # bookkeeping: an open Dask client is not use; its tasks are (CPU/GPU on the workers)
+        return self._forwards.enter_context(self.plan.cloud.instances.forward(
+            self.instance_id, port, bookkeeping=True))
 
     async def close(self) -> None:
         self.status = Status.closing

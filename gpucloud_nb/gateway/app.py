@@ -4,8 +4,12 @@
 
 Behind :class:`~gpucloud_nb.sandbox.guards.Guard`: a ``Host`` that does not name the bound
 address is a 421 (DNS rebinding) and any body over 1 MB a 413, read no further. An unknown path is
-the spec's 404 body, a wrong method its 405. ``app.state.store`` is the
-:class:`~gpucloud_nb.gateway.store.Store`; whoever serves the app closes it.
+the spec's 404 body, a wrong method its 405. A JupyterHub's gateway (``config.hub``) tells
+people by their hub tokens (:mod:`gpucloud_nb.gateway.hub_people`), answers under the hub's
+service prefix as well as without it, and accepts any ``Host`` (the hub's proxy passes on the
+public name; every request carries a token, no cookie a rebinding page could ride on).
+``app.state.store`` is the :class:`~gpucloud_nb.gateway.store.Store`; whoever serves the app
+closes it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
+from gpucloud_nb.gateway.gpu_reader import GPUReader
+from gpucloud_nb.gateway.hub import strip_prefix
+from gpucloud_nb.gateway.hub_routes import hub_roster, hub_routes
+from gpucloud_nb.gateway.idle import IdleWatch
+from gpucloud_nb.gateway.idle_routes import idle_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.ssh_key import gateway_key, public_line
 from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
@@ -56,10 +66,20 @@ def create_app(config: GatewayConfig) -> Any:
     """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it."""
     path = ":memory:" if config.home is None else config.home / STATE_FILE
     store = Store(path)
-    people = effective_people(store, config.people)
-    store.set_people(people)
     upstream = Upstream(config.upstream_url, config.upstream_key)
-    gate = Gate(config, store, upstream, Meter(store, Keyring(people), upstream, config.poll))
+    roster = None if config.hub is None else hub_roster(config, store)
+    if roster is None:
+        people = effective_people(store, config.people)
+        store.set_people(people)
+    keyring = Keyring(people) if roster is None else roster
+    key = gateway_key(config.home)
+    meter = Meter(store, keyring, upstream, config.poll)
+    gate = Gate(config, store, upstream, meter, public_key=public_line(key))
+    reader = GPUReader(key)
+    meter.idle = IdleWatch(store, reader, meter.delete)
+    extra = [] if roster is None else hub_routes(gate, roster)
+    if roster is not None:
+        gate.identify = roster.identify
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,10 +90,13 @@ def create_app(config: GatewayConfig) -> Any:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            reader.close()
             await upstream.aclose()
+            if roster is not None:
+                await roster.hub.aclose()
 
-    app = Starlette(routes=cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
-                    + budget_routes(gate),
+    app = Starlette(routes=extra + cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
+                    + budget_routes(gate) + idle_routes(gate, meter.idle),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)
     app.router.redirect_slashes = False
@@ -84,7 +107,8 @@ def create_app(config: GatewayConfig) -> Any:
         from gpucloud_nb.gateway.personal_routes import personal_routes
 
         app.router.routes.extend(personal_routes(config.home))
-    return Guard(app, hosts=allowed_hosts(config.host),
-                 limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
-                 error=spec_error)
+    guarded = Guard(app, hosts=allowed_hosts(config.host) if roster is None else None,
+                    limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
+                    error=spec_error)
+    return guarded if config.hub is None else strip_prefix(guarded, config.hub.prefix)
 

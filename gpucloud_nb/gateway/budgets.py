@@ -107,7 +107,7 @@ def budget_routes(gate: Gate) -> list[BaseRoute]:
         records = {r.id: r for r in store.owned(person.account)}
         account = None
         if person.budget is not None:
-            spent = money.spend(records.values(), now, person.period)
+            spent = money.spend(store.billed(person.account), now, person.period)
             account = {"budget": person.budget, "spend": round(spent, 6),
                        "left": round(max(person.budget - spent, 0.0), 6)}
         return json_response({"account": account, "instances": [

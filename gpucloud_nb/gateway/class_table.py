@@ -34,17 +34,21 @@ def format_table(rows: list[AccountUse]) -> str:
         >>> print(format_table([AccountUse("a1", "Ada", "", 1, 0.5, 0.25, 20.0, 19.75, None, "day")]))
         student  instances  $/h now  spend  budget      left    deletes not done
         Ada      1          $0.50    $0.25  $20.00/day  $19.75
+
+    Rows of a hub's gateway (:mod:`gpucloud_nb.gateway.hub_people`) start with their hub group.
     """
     from gpucloud_nb.display import format_price
 
-    lines = [list(_HEADERS)]
+    grouped = any(row.group for row in rows)  # a hub's gateway: the hub group first
+    lines = [(["group"] if grouped else []) + list(_HEADERS)]
     for row in rows:
         budget = "" if row.budget is None else format_price(row.budget) + (
             f"/{row.period}" if row.period else "")
-        lines.append([row.name, str(row.instances), format_price(row.per_hour),
-                      format_price(row.spend), budget, format_price(row.left),
-                      str(row.unconfirmed_deletes) if row.unconfirmed_deletes else ""])
-    widths = [max(len(line[n]) for line in lines) for n in range(len(_HEADERS))]
+        lines.append(([row.group] if grouped else []) + [
+            row.name, str(row.instances), format_price(row.per_hour),
+            format_price(row.spend), budget, format_price(row.left),
+            str(row.unconfirmed_deletes) if row.unconfirmed_deletes else ""])
+    widths = [max(len(line[n]) for line in lines) for n in range(len(lines[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
                      .rstrip() for line in lines)
 

@@ -15,7 +15,8 @@ them (their state stays; the next ``connect()`` starts them again).
 Without ``--upstream`` the upstream is the user's own sandbox service, found or started as
 ``connect()`` does (its key then comes from the service unless ``GPUCLOUD_UPSTREAM_API_KEY`` is
 set). ``--home DIR`` keeps the state file (default: the user data dir's ``gateway``);
-``--reserve-hours H`` is the admission window (1). The ``management:`` line comes first, flushed,
+``--reserve-hours H`` is the admission window (1). ``--jupyterhub`` serves a JupyterHub's users
+instead of a keys file (:mod:`gpucloud_nb.gateway.hub_cli`). The ``management:`` line comes first, flushed,
 so a script can read it; serving beyond loopback warns that keys then travel without TLS unless a
 TLS proxy is in front. A malformed keys file is one sentence naming the line, exit status 2, and
 nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
@@ -24,36 +25,28 @@ nothing is served. Ctrl-C or SIGTERM stops the gateway with status 0.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "run"]
+from gpucloud_nb import cli_args
+
+__all__ = ["TLS_WARNING", "add_parser", "run", "tls_warning"]
 
 TLS_WARNING = ("gpucloud-nb gateway: warning: serving beyond loopback without TLS; students' keys "
                "travel in clear unless a TLS proxy is in front of the gateway.")
 
 
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero hours")
-    return value
+def tls_warning(host: str) -> str | None:
+    """The warning to print when serving on ``host``: :data:`TLS_WARNING` beyond loopback.
 
+        >>> tls_warning("127.0.0.1") is None, tls_warning("0.0.0.0") == TLS_WARNING
+        (True, True)
+    """
+    from gpucloud_nb.sandbox.config import is_loopback
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 65535")
-    return value
+    return None if is_loopback(host) else TLS_WARNING
 
 
 def add_parser(commands: Any) -> None:
@@ -74,11 +67,11 @@ def add_parser(commands: Any) -> None:
                          help="the upstream cloud's base URL (default: your sandbox service); "
                               "its key comes from GPUCLOUD_UPSTREAM_API_KEY")
     gateway.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    gateway.add_argument("--port", type=_port, default=8790,
+    gateway.add_argument("--port", type=cli_args.port, default=8790,
                          help="port to bind; 0 picks a free one (default: %(default)s)")
     gateway.add_argument("--home", metavar="DIR", default=None,
                          help="directory of the gateway's state (default: the user data dir)")
-    gateway.add_argument("--reserve-hours", type=_hours, default=1.0, metavar="H",
+    gateway.add_argument("--reserve-hours", type=cli_args.hours, default=1.0, metavar="H",
                          help="hours of every running instance a budget must hold at each create "
                               "(default: %(default)s)")
     gateway.add_argument("--url", default=None,
@@ -87,6 +80,9 @@ def add_parser(commands: Any) -> None:
                          help="with `class`: a file holding the teacher's key (default: "
                               "GPUCLOUD_API_KEY)")
     gateway.add_argument("--csv", action="store_true", help="with `class`: print CSV")
+    from gpucloud_nb.gateway.hub_cli import add_arguments as add_hub_arguments
+
+    add_hub_arguments(gateway)
     gateway.add_argument("--personal", action="store_true",
                          help="serve as the personal gateway of --home (what connect() starts: "
                               "one person, the home's own key, owning the whole account)")
@@ -113,14 +109,23 @@ def run(args: argparse.Namespace) -> int:
     from gpucloud_nb.gateway.config import UPSTREAM_KEY_VARIABLE, GatewayConfig
     from gpucloud_nb.gateway.keys import KeysFileError, read_keys
     from gpucloud_nb.gateway.server import serve
-    from gpucloud_nb.sandbox.config import is_loopback
 
-    if args.keys is None:
+    hub: dict[str, Any] = {}
+    if args.jupyterhub:
+        from gpucloud_nb.gateway.hub_cli import hub_options
+
+        try:
+            hub = hub_options(args, os.environ)
+        except ValueError as error:
+            return _fail(f"{error}.")
+        people = []
+    elif args.keys is None:
         return _fail("give the keys file with --keys FILE ('KEY BUDGET NAME' per line).")
-    try:
-        people = read_keys(args.keys)
-    except KeysFileError as error:
-        return _fail(str(error))
+    else:
+        try:
+            people = read_keys(args.keys)
+        except KeysFileError as error:
+            return _fail(str(error))
     key = os.environ.get(UPSTREAM_KEY_VARIABLE, "")
     if args.upstream is not None:
         if not args.upstream.startswith(("http://", "https://")):
@@ -143,18 +148,19 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         return _fail(f"cannot use the gateway home {args.home}: {error.strerror or error}.", 1)
     config = GatewayConfig(people=tuple(people), upstream_url=upstream, upstream_key=key,
-                           host=args.host, port=args.port, home=home,
+                           **{"host": args.host, "port": args.port, **hub}, home=home,
                            reserve_hours=args.reserve_hours)
 
     def ready(url: str) -> None:
         print(f"management: {url}", flush=True)
-        if not is_loopback(args.host):
-            print(TLS_WARNING, file=sys.stderr, flush=True)
+        warning = tls_warning(args.host)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
 
     try:
         serve(config, ready)
     except OSError as error:
-        return _fail(f"cannot serve on {args.host}:{args.port}: {error.strerror or error}", 1)
+        return _fail(f"cannot serve on {config.host}:{config.port}: {error.strerror or error}", 1)
     return 0
 
 

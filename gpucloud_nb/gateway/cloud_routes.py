@@ -8,14 +8,19 @@ and volumes created with it: lists are filtered, and another key's id is the sam
 that does not exist. Choices where the spec is silent:
 
 - a create is admitted against the budget first (:func:`gpucloud_nb.gateway.money.admit`); a
-  refusal is **402** with one sentence naming the dollars left; more than ``creates_per_minute``
-  creates of one key within a minute is a 429 with ``Retry-After``; an offer the upstream does
-  not list is a 400;
+  refusal is **402** with one sentence naming the dollars left; while another key's create of
+  the same name is in flight, a create waits for its answer (up to :data:`SAME_NAME_WAIT`
+  seconds, then a **409** with ``Retry-After``), so a lost answer is never adopted crosswise;
+  more than ``creates_per_minute`` creates of one key within a minute is a 429 with
+  ``Retry-After``; an offer the upstream does not list is a 400;
+- an error of the upstream (a 429, a 503) is passed on with its ``Retry-After``;
 - the upstream refusing the gateway's own key is a **502** (not the upstream's 403: the
   student's key is fine; a personal gateway's key is the user's, so there it is a 403), and so
   is an upstream that does not answer (for a create: "it may have
   happened", and the watcher adopts it by name if it did);
-- a volume's ``user`` is the person's account id, not the upstream's owner id;
+- a volume's ``user`` is the person's account id, not the upstream's owner id; a volume create
+  is held against the budget as an instance's is (:func:`gpucloud_nb.gateway.money.check_volume`,
+  402), and what it costs counts in its owner's spend.
 - a personal gateway (``config.personal``, :mod:`gpucloud_nb.gateway.personal`) filters nothing:
   its one person owns the whole account, and what it lists or reads that was made elsewhere is
   adopted (recorded as theirs, metered from then on).
@@ -28,6 +33,7 @@ SQLite on every request, so a list is exactly as fresh as the upstream's.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 from collections.abc import Awaitable, Callable
@@ -39,15 +45,19 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.cloud_init import with_gateway_key
 from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
-from gpucloud_nb.gateway.meter import Meter
+from gpucloud_nb.gateway.meter import Meter, parse_ms
 from gpucloud_nb.gateway.store import Store
-from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable, decode
+from gpucloud_nb.gateway.upstream import RETRY_AFTER, Upstream, UpstreamUnreachable, decode
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
 __all__ = ["Gate", "cloud_routes"]
 
+SAME_NAME_WAIT = 75.0
+"""Seconds a create waits for someone else's create of the same name to be answered."""
 PersonHandler = Callable[[Request, Person], Awaitable[Response]]
 
 
@@ -55,19 +65,27 @@ class Gate:
     """What every route of one gateway shares."""
 
     def __init__(self, config: GatewayConfig, store: Store, upstream: Upstream,
-                 meter: Meter) -> None:
+                 meter: Meter, public_key: str = "") -> None:
         self.config, self.store, self.upstream, self.meter = config, store, upstream, meter
+        #: the gateway's own SSH public key, added to the cloud-init of creates it watches idle
+        self.public_key = public_key
         self.keyring = meter.keyring
         self._creates: dict[str, collections.deque[float]] = {}
+        #: Who sends a request: the keys file's person of its ``x-api-key`` by default; a hub's
+        #: gateway puts :meth:`gpucloud_nb.gateway.hub_people.Roster.identify` here.
+        self.identify: Callable[[Request], Awaitable[Person]] = self._by_key
+
+    async def _by_key(self, request: Request) -> Person:
+        person = self.keyring.find(request.headers.get("x-api-key"))
+        if person is None:
+            raise Problem(403, "The API key is invalid.")
+        return person
 
     def route(self, handler: PersonHandler) -> Callable[[Request], Awaitable[Response]]:
         """``handler`` behind the key check, its :class:`Problem` answered in the spec's body."""
         async def endpoint(request: Request) -> Response:
             try:
-                person = self.keyring.find(request.headers.get("x-api-key"))
-                if person is None:
-                    raise Problem(403, "The API key is invalid.")
-                return await handler(request, person)
+                return await handler(request, await self.identify(request))
             except Problem as problem:
                 return problem.spec_response(request.url.path)
             except UpstreamUnreachable:
@@ -91,7 +109,9 @@ class Gate:
                                "runs the gateway.")
         message = data.get("message") if isinstance(data, dict) else None
         text = message if isinstance(message, str) and message else f"The upstream answered {status}."
-        raise Problem(status, self.upstream.scrub(text))
+        wait = RETRY_AFTER.get()
+        raise Problem(status, self.upstream.scrub(text),
+                      headers=None if wait is None else {"Retry-After": wait})
 
     def relay_body(self, status: int, body: bytes, request: Request) -> Response:
         """:meth:`relay` of the upstream's bytes: passed on as they are when they may be."""
@@ -178,16 +198,23 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         body = await read_json_object(request)
         name = _text_field(body, "name")
         provider, offer = _text_field(body, "cloudProvider"), _text_field(body, "instanceId")
+        idle = idle_seconds_of(body)
         gate.rate_limited(person.account)
-        price = await upstream.offer_price(provider, offer)
-        if price is None:
+        listed = await upstream.offer(provider, offer)
+        price = await upstream.offer_price(provider, offer) if listed is not None else None
+        if listed is None or price is None:
             raise Problem(400, f"The upstream offers no instance {offer} of provider {provider}; "
                                "nothing was launched.")
-        try:
-            rid = money.admit(store, person, name, price, gate.config.reserve_hours, now_ms())
-        except money.BudgetRefused as refused:
-            store.audit(now_ms(), person.account, "refused", name, str(refused))
-            raise Problem(402, str(refused)) from None
+        if idle is not None:
+            if listed.get("cloudInitAvailable") is not True or not isinstance(body.get("vm"), dict):
+                raise Problem(400, f"Offer {offer} has no cloud-init (a container), so the gateway "
+                                   "cannot watch its instances for idle use; nothing was launched: "
+                                   "launch it without delete_when_idle.")
+            vm = body["vm"]
+            body["vm"] = {**vm, "base64CloudInitScript": with_gateway_key(
+                vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
+                else None, gate.public_key)}
+        rid = await admitted(person, name, price)
         gate.meter.inflight.add(rid)
         try:
             status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
@@ -195,6 +222,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                 id = str(data["_id"])
                 store.add_owned(id, "instance", person.account, name,
                                 float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
+                if idle is not None:
+                    store.set_idle(id, person.account, idle)
                 store.audit(now_ms(), person.account, "created", id, "asked")
                 return gate.relay(status, data, request)
             if status < 500:  # a definite answer: nothing was made
@@ -202,6 +231,24 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             return gate.relay(status, data, request)
         finally:
             gate.meter.inflight.discard(rid)
+
+    async def admitted(person: Person, name: str, price: float) -> int:
+        """The create admitted (its reservation), once no one else's of ``name`` is in flight."""
+        waited = time.monotonic()
+        while True:
+            try:
+                return money.admit(store, person, name, price, gate.config.reserve_hours,
+                                   now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
+            except money.NameInFlight:
+                if time.monotonic() - waited > SAME_NAME_WAIT:
+                    raise Problem(409, f"Someone else's create named {name!r} is still being "
+                                       "settled with the upstream; nothing was launched: try "
+                                       "again in a minute or choose another name.",
+                                  headers={"Retry-After": "60"}) from None
+                await asyncio.sleep(0.05)
 
     personal = gate.config.personal
 
@@ -263,9 +310,20 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
     async def create_volume(request: Request, person: Person) -> Response:
         body = await read_json_object(request)
         name = _text_field(body, "name")
+        provider = _text_field(body, "cloudProvider")
+        offers_status, offers = await upstream.call("GET", "/gpu-cloud/volumes/offers")
+        price = money.volume_price(offers, provider, body.get("sizeInGb")) \
+            if offers_status == 200 else None
+        if price is not None:
+            try:
+                money.check_volume(store, person, price, gate.config.reserve_hours, now_ms())
+            except money.BudgetRefused as refused:
+                store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
         status, data = await upstream.call("POST", "/gpu-cloud/volumes", json=body)
         if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
-            store.add_owned(str(data["_id"]), "volume", person.account, name, 0.0, now_ms())
+            made = parse_ms(data.get("createdAt")) or now_ms()
+            store.add_owned(str(data["_id"]), "volume", person.account, name, price or 0.0, made)
             store.audit(now_ms(), person.account, "created", str(data["_id"]), "asked")
         return gate.relay(status, as_owned(data, person), request)
 
@@ -289,8 +347,9 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         id = request.path_params["id"]
         check_owner("Volume", id, person)
         status, data = await upstream.call("DELETE", f"/gpu-cloud/volumes/{id}")
+        if status < 300 or status == 404:
+            store.end_volume(id, now_ms())
         if status < 300:
-            store.forget(id)
             store.audit(now_ms(), person.account, "deleted", id, f"asked (by {person.name})")
         return gate.relay(status, data, request)
 

@@ -7,6 +7,8 @@
 ``home`` is the directory of the state file (``None``: memory, for tests that need no restart).
 ``reserve_hours`` is the admission window (1 hour), ``poll`` the metering interval in seconds (1),
 ``creates_per_minute`` how many creates one key may send in any minute (60) before 429.
+``hub`` and ``hub_budgets``: a JupyterHub's gateway (:mod:`gpucloud_nb.gateway.hub`), whose
+people are the hub's users rather than a keys file's.
 ``personal``: the user's own gateway (:mod:`~gpucloud_nb.gateway.personal`): its one person owns
 the whole upstream account, and it answers the home's challenge.
 """
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucloud_nb._secrets import mask
+from gpucloud_nb.gateway.hub import HubSettings
+from gpucloud_nb.gateway.hub_budgets import HubBudgets
 from gpucloud_nb.gateway.keys import Person
 
 __all__ = ["UPSTREAM_KEY_VARIABLE", "GatewayConfig"]
@@ -37,6 +41,9 @@ class GatewayConfig:
     reserve_hours: float = 1.0
     poll: float = 1.0
     creates_per_minute: int = 60
+    #: A JupyterHub to ask who each token is (``--jupyterhub``), instead of ``people``.
+    hub: HubSettings | None = None
+    hub_budgets: HubBudgets | None = None
     personal: bool = False
 
     def __repr__(self) -> str:

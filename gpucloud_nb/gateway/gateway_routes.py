@@ -10,11 +10,13 @@
   "name", "at"}]`` (in the current window of a ``/day`` or ``/week`` budget).
 - Teacher keys only (any other key gets the 404 of a path that does not exist):
   ``GET /gateway/class`` → ``{"accounts": [row, ...]}``, one row per student in the keys file's
-  order: ``{"account", "name", "instances", "perHour", "spend", "budget", "left", "period",
-  "unconfirmedDeletes"}``; ``GET /gateway/audit`` → ``{"entries": [{"time", "account", "name",
-  "action", "resource", "reason"}]}`` (``action`` is ``created``, ``deleted``, ``refused``,
-  ``unconfirmed`` (a delete the upstream took and did not do), ``confirmed`` (done at last) or
-  ``budget`` (a teacher changed a budget, see :mod:`gpucloud_nb.gateway.teacher_routes`));
+  order (on a hub, by hub group then name): ``{"account", "name", "group", "instances",
+  "perHour", "spend", "budget", "left", "period", "unconfirmedDeletes"}`` (``group`` is the
+  JupyterHub group, ``""`` from a keys file); ``GET /gateway/audit`` → ``{"entries": [{"time",
+  "account", "name", "action", "resource", "reason"}]}`` (``action`` is ``created``,
+  ``deleted``, ``refused``, ``unconfirmed`` (a delete the upstream took and did not do),
+  ``confirmed`` (done at last) or ``budget`` (a teacher changed a budget, see
+  :mod:`gpucloud_nb.gateway.teacher_routes`));
   ``DELETE /gateway/class/accounts/{account}/instances`` stops one student and
   ``DELETE /gateway/class/instances`` the whole class, each 200 with ``{"deleted": [ids]}``
   (deletes are confirmed with the upstream by the watcher, see :mod:`gpucloud_nb.gateway.meter`).
@@ -43,13 +45,14 @@ WARN_SHARE = 0.8
 def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     """What the gateway knows of ``person``'s money now."""
     records = gate.store.owned(person.account)
-    spent = money.spend(records, now, person.period)
+    billed = gate.store.billed(person.account)  # volumes count in spend and $/h too
+    spent = money.spend(billed, now, person.period)
     return {
-        "account": person.account, "name": person.name,
+        "account": person.account, "name": person.name, "group": person.group,
         "instances": sum(1 for r in records
                          if r.deleted_ms is None and r.status not in money.BILLING_STOPPED
                          and r.delete_asked_ms is None),
-        "perHour": round(money.per_hour(records), 6),
+        "perHour": round(money.per_hour(billed), 6),
         "spend": round(spent, 6),
         "budget": person.budget,
         "left": None if person.budget is None else round(max(person.budget - spent, 0.0), 6),

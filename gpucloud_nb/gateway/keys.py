@@ -50,7 +50,9 @@ class KeysFileError(ValueError):
 class Person:
     """One line of the keys file, without its key: the hash, a short id, the name and the budget.
 
-    ``account`` (the first 16 hex digits of the hash) names the person in the teacher's routes.
+    ``account`` (the first 16 hex digits of the hash) names the person in the teacher's routes;
+    ``group`` is the JupyterHub group the teacher's view files them under (a hub's people only,
+    see :mod:`gpucloud_nb.gateway.hub_people`).
     """
 
     key_hash: str
@@ -58,6 +60,7 @@ class Person:
     budget: float | None
     period: str  # "", "day" or "week"
     teacher: bool
+    group: str = ""
 
     @property
     def account(self) -> str:

@@ -8,6 +8,8 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **meters**: copies each owned instance's ``hourlyPrice``, ``createdAt``, ``status`` and
   ``deletedAt`` into the store; an instance deleted (or in ``error``) is final and never read
   again, so each is counted once. One missing from the list is read by id; a 404 is final too.
+- **steps the idle clocks** (:mod:`gpucloud_nb.gateway.idle`): deletes what is idle past its
+  limit (audit reason ``idle``);
 - **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
   ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
 - **deletes at 100 %**: a person whose spend reaches their budget has every instance deleted
@@ -21,9 +23,9 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **reconciles**: a create admitted but never answered (the gateway was killed, or the upstream's
   answer was lost) is looked up by name among the upstream's instances no one owns, created since
   the admission (less 5 s); found, it is adopted; not found :data:`RECONCILE_GRACE` seconds after
-  its admission, it is closed as failed. The gateway never sends that create again. (Two keys
-  whose creates of the same name were both in flight when the gateway died could be adopted the
-  other way round; the earliest instance goes to the earliest reservation.)
+  its admission, it is closed as failed. The gateway never sends that create again. Two keys'
+  creates of one name are never in flight at once (:func:`gpucloud_nb.gateway.money.admit`), so
+  one is never adopted by the other; one key's, the earliest instance to the earliest reservation.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.idle import IdleWatch
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.store import Owned, Store
 from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
@@ -71,6 +74,8 @@ class Meter:
         self.store, self.keyring, self.upstream, self.poll = store, keyring, upstream, poll
         self.inflight: set[int] = set()
         self.retries: dict[str, int] = {}
+        #: the idle clocks (:mod:`gpucloud_nb.gateway.idle`), stepped once per pass
+        self.idle: IdleWatch | None = None
 
     async def run(self) -> None:
         """Tick every ``poll`` seconds until cancelled; a failed tick is logged, not fatal."""
@@ -101,6 +106,8 @@ class Meter:
                 if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
                     await self.delete(due, "delete_after timer", "gateway")
                 self.store.drop_timer(id)
+        if self.idle is not None:
+            await self.idle.step(listed)
         by_id = {record.id: record for record in self.store.owned()}
         for id, _, dollars in self.store.budgets():
             capped = by_id.get(id)
@@ -112,7 +119,8 @@ class Meter:
             if person.budget is None:
                 continue
             records = self.store.owned(person.account)
-            if money.spend(records, now, person.period) >= person.budget:
+            if money.spend(self.store.billed(person.account), now, person.period) \
+                    >= person.budget:
                 for record in records:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
                         await self.delete(record, "budget spent", "gateway")

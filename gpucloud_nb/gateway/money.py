@@ -6,7 +6,12 @@
 Spend is the upstream's hourly price × the time from the instance's ``createdAt`` to its
 ``deletedAt`` (or now), read from the upstream's records by :mod:`gpucloud_nb.gateway.meter`.
 Choices (the spec does not say when billing starts): pending time is billed, erring high so a
-budget is never overshot; an instance in ``error`` costs nothing; volumes are not metered. With a
+budget is never overshot; an instance in ``error`` costs nothing. A volume costs its offer's
+``pricePerGbPerHour`` × its ``sizeInGb`` per hour, from its ``createdAt`` until it is deleted
+through the gateway, in its owner's spend and budget like an instance; a volume create is refused
+(402) when the budget left cannot hold it with what the person runs for ``reserve_hours``
+(:func:`check_volume`). At 100 % the gateway deletes instances, not volumes (they hold the
+student's data): a volume goes on billing until its owner deletes it. With a
 ``/day`` or ``/week`` budget only the time inside the current window (UTC days; weeks from Monday
 00:00 UTC) counts, so a budget resets without any job having to run at midnight.
 
@@ -15,6 +20,12 @@ price of everything the person already runs (instances not deleted, and creates 
 answered yet) plus the new instance, for ``reserve_hours``. Its read, check and insert are one
 ``BEGIN IMMEDIATE`` transaction, so concurrent creates of one key never overshoot. A refusal is
 :class:`BudgetRefused`, answered 402 (Payment Required) with one sentence naming the dollars left.
+
+**One name in flight.** Two people's creates of one name are never both admitted and unanswered:
+the second waits until the first is answered (:class:`NameInFlight`). A create whose answer is
+lost is found again by its name alone (:mod:`gpucloud_nb.gateway.meter`), so two of one name in
+flight at once (both sent when the gateway was killed) could be adopted crosswise; one at a time
+they cannot. Creates of one person are not held up: theirs are theirs either way.
 """
 
 from __future__ import annotations
@@ -25,8 +36,8 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.store import Owned, Store
 
-__all__ = ["BILLING_STOPPED", "BudgetRefused", "admit", "left", "per_hour", "spend",
-           "window_start"]
+__all__ = ["BILLING_STOPPED", "BudgetRefused", "NameInFlight", "admit", "check_volume", "left", "per_hour",
+           "spend", "volume_price", "window_start"]
 
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
@@ -36,6 +47,10 @@ BILLING_STOPPED = ("deleted", "error")
 
 class BudgetRefused(Exception):
     """A create the budget cannot hold; ``str()`` is the sentence for the student."""
+
+
+class NameInFlight(Exception):
+    """Another person's create of the same name is admitted and not answered yet."""
 
 
 def window_start(period: str, now: int) -> int:
@@ -79,11 +94,14 @@ def admit(store: Store, person: Person, name: str, price: float, reserve_hours: 
     """Reserve a create of ``name`` at ``price`` $/h for ``person``; the reservation's id.
 
     Raises :class:`BudgetRefused` when the budget left cannot hold what the person runs plus
-    this instance for ``reserve_hours``; nothing is written then.
+    this instance for ``reserve_hours``, and :class:`NameInFlight` while another person's
+    create of the same ``name`` is admitted and unanswered; nothing is written then.
     """
     with store.transaction():
+        if any(r.name == name and r.account != person.account for r in store.reservations()):
+            raise NameInFlight(name)
         if person.budget is not None:
-            records = store.owned(person.account)
+            records = store.billed(person.account)
             remaining = left(person, records, now) or 0.0
             pending = sum(r.price for r in store.reservations(person.account))
             needed = (per_hour(records) + pending + price) * reserve_hours
@@ -93,3 +111,40 @@ def admit(store: Store, person: Person, name: str, price: float, reserve_hours: 
                     f"you already run needs {format_price(needed)} held for {reserve_hours:g} "
                     "hour(s); nothing was launched.")
         return store.reserve(person.account, name, price, now)
+
+
+def volume_price(offers: object, provider: str, size_gb: object) -> float | None:
+    """Dollars per hour of a volume of ``size_gb`` GB from ``provider``, read from the upstream's
+    volume offers (``pricePerGbPerHour`` is a decimal number as text); ``None`` if unknown.
+
+        >>> volume_price([{"cloudProvider": {"_id": "p1"}, "pricePerGbPerHour": "0.0002"}], "p1", 50)
+        0.01
+    """
+    if not isinstance(offers, list) or isinstance(size_gb, bool) \
+            or not isinstance(size_gb, int | float):
+        return None
+    for offer in offers:
+        cloud = offer.get("cloudProvider") if isinstance(offer, dict) else None
+        if isinstance(cloud, dict) and cloud.get("_id") == provider:
+            try:
+                return round(float(offer["pricePerGbPerHour"]) * float(size_gb), 12)
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def check_volume(store: Store, person: Person, price: float, reserve_hours: float,
+                 now: int) -> None:
+    """Raise :class:`BudgetRefused` when ``person``'s budget left cannot hold a new volume of
+    ``price`` $/h with what they run, for ``reserve_hours``."""
+    if person.budget is None:
+        return
+    records = store.billed(person.account)
+    remaining = left(person, records, now) or 0.0
+    pending = sum(r.price for r in store.reservations(person.account))
+    needed = (per_hour(records) + pending + price) * reserve_hours
+    if needed > remaining + 1e-12:
+        raise BudgetRefused(
+            f"Your budget has {format_price(remaining)} left, and this volume with what you "
+            f"already run needs {format_price(needed)} held for {reserve_hours:g} hour(s); "
+            "nothing was created.")

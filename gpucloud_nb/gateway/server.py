@@ -5,43 +5,23 @@
     {'name': 'Ada', 'budget': 20.0, 'spend': 0.0, 'left': 20.0, ...}
 
 Binding, the keep-alive time and the SIGTERM handling are the sandbox's
-(:mod:`gpucloud_nb.sandbox.server`); the gateway's state file is closed after the server stops.
+(:mod:`gpucloud_nb.serving`); the gateway's state file is closed after the server stops.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
+from types import TracebackType
 
+from gpucloud_nb import serving
 from gpucloud_nb.gateway.config import GatewayConfig
-from gpucloud_nb.sandbox.server import KEEP_ALIVE_SECONDS, _bind, url_host
+from gpucloud_nb.serving import url_host
 
 __all__ = ["Gateway", "serve", "serve_home"]
-
-_START_TIMEOUT = 15.0
-
-
-def _server(config: GatewayConfig, port: int, **options: Any) -> Any:
-    import uvicorn
-
-    from gpucloud_nb.gateway.app import create_app
-
-    return uvicorn.Server(uvicorn.Config(create_app(config), host=config.host, port=port,
-                                         lifespan="on", timeout_graceful_shutdown=2,
-                                         timeout_keep_alive=KEEP_ALIVE_SECONDS, **options))
-
-
-def _close(server: Any) -> None:
-    store = getattr(getattr(server.config.app, "state", None), "store", None)
-    if store is not None:
-        store.close()
 
 
 class Gateway:
@@ -49,9 +29,8 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self._port: int | None = None
+        self._served: serving.Served | None = None
+        self._port: int | None = None  # kept after stop(): the URL it had
 
     @property
     def url(self) -> str:
@@ -62,34 +41,18 @@ class Gateway:
 
     def start(self) -> Gateway:
         """Serve in a daemon thread; return once connections are accepted."""
-        sock = _bind(self.config.host, self.config.port)
-        server = _server(self.config, sock.getsockname()[1], log_config=None,
-                         log_level="warning", access_log=False)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                                  name="gpucloud-nb-gateway", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                thread.join(5)
-                sock.close()
-                _close(server)
-                raise RuntimeError("The gateway did not start.")
-            time.sleep(0.005)
-        self._server, self._thread, self._port = server, thread, sock.getsockname()[1]
-        self._socket = sock
+        from gpucloud_nb.gateway.app import create_app
+
+        self._served = serving.Served.start(create_app(self.config), self.config.host,
+                                            self.config.port, "gateway")
+        self._port = self._served.port
         return self
 
     def stop(self) -> None:
         """Stop serving and close the state file. Safe to call twice."""
-        if self._server is None or self._thread is None:
-            return
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
-        _close(self._server)
-        self._server = self._thread = None
+        served, self._served = self._served, None
+        if served is not None:
+            served.stop()
 
     def __enter__(self) -> Gateway:
         return self.start()
@@ -102,36 +65,14 @@ class Gateway:
         return f"Gateway({self.config!r})"
 
 
-class _Stop(Exception):
-    """Raised by SIGTERM so the foreground server unwinds like on Ctrl-C."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
-
-
 def serve(config: GatewayConfig, ready: Callable[[str], None] | None = None) -> None:
     """Serve in the main thread until Ctrl-C or SIGTERM; ``ready(url)`` once listening.
 
     Raises :class:`OSError` when the address cannot be bound.
     """
-    sock = _bind(config.host, config.port)
-    url = f"http://{url_host(config.host)}:{sock.getsockname()[1]}"
-    previous = signal.getsignal(signal.SIGTERM)
-    server = None
-    try:
-        signal.signal(signal.SIGTERM, _raise_stop)
-        server = _server(config, sock.getsockname()[1], log_level="info")
-        if ready is not None:
-            ready(url)
-        server.run(sockets=[sock])
-    except (KeyboardInterrupt, _Stop):
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        sock.close()
-        if server is not None:
-            _close(server)
+    from gpucloud_nb.gateway.app import create_app
+
+    serving.serve(create_app(config), config.host, config.port, ready)
 
 
 def serve_home(config: GatewayConfig, home: Path,

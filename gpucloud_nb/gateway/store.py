@@ -10,7 +10,9 @@ at every start), ``owned`` (each instance or volume created through the gateway:
 name, hourly price, created/deleted times in Unix ms, whether its billing is final, and whether a
 delete the gateway asked for is confirmed), ``reservations`` (a create admitted and not yet
 answered: ``admitted``, then ``done`` or ``failed``), ``timers`` (``delete_after``),
-``budgets`` (an instance's own budget, ``create(..., budget=)``) and ``audit``. The upstream's key is never
+``budgets`` (an instance's own budget, ``create(..., budget=)``), ``idle`` (``delete_when_idle``:
+the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is on the VM) and
+``audit``. The upstream's key is never
 stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
 (``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
 even another process on the same file.
@@ -45,6 +47,7 @@ CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS budgets (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     dollars REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS idle (id TEXT PRIMARY KEY, account TEXT NOT NULL, seconds REAL);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -147,6 +150,10 @@ class Store:
                       created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
                       delete_asked_ms=row[9], delete_reason=row[10]) for row in rows]
 
+    def billed(self, account: str) -> list[Owned]:
+        """Everything ``account`` pays for: its instances and its volumes, oldest first."""
+        return self.owned(account) + self.owned(account, "volume")
+
     def owned_ids(self, account: str, kind: str = "instance") -> set[str]:
         """The ids of ``account``'s records of ``kind`` (what :meth:`owned` lists, ids only)."""
         rows = self.db.execute("SELECT id FROM owned WHERE account=? AND kind=?", (account, kind))
@@ -170,10 +177,11 @@ class Store:
             db.execute("UPDATE owned SET delete_asked_ms=COALESCE(delete_asked_ms, ?), "
                        "delete_reason=COALESCE(delete_reason, ?) WHERE id=?", (ms, reason, id))
 
-    def forget(self, id: str) -> None:
-        """Drop ``id`` (a volume deleted upstream)."""
+    def end_volume(self, id: str, ms: int) -> None:
+        """A volume deleted at ``ms``: it bills no more, and what it cost stays counted."""
         with self.transaction() as db:
-            db.execute("DELETE FROM owned WHERE id=?", (id,))
+            db.execute("UPDATE owned SET status='deleted', deleted_ms=?, final=1 WHERE id=?",
+                       (ms, id))
 
     # -- reservations --------------------------------------------------------------------------
 
@@ -233,6 +241,30 @@ class Store:
         """Drop the budget of ``id``; True if there was one."""
         with self.transaction() as db:
             return db.execute("DELETE FROM budgets WHERE id=?", (id,)).rowcount > 0
+
+    # -- idle limits --------------------------------------------------------------------------
+
+    def set_idle(self, id: str, account: str, seconds: float) -> None:
+        """Delete ``id`` once idle for ``seconds`` (replaces an earlier limit)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO idle VALUES (?, ?, ?)", (id, account, seconds))
+
+    def idle_limits(self, account: str | None = None) -> dict[str, tuple[str, float]]:
+        """``{id: (account, seconds)}`` of every idle limit (of ``account``)."""
+        where, args = ("", []) if account is None else ("AND account=?", [account])
+        rows = self.db.execute(f"SELECT id, account, seconds FROM idle WHERE seconds IS NOT NULL "
+                               f"{where} ORDER BY id", args).fetchall()
+        return {str(row[0]): (str(row[1]), float(row[2])) for row in rows}
+
+    def idle_keyed(self, id: str) -> bool:
+        """True when ``id`` was launched with the gateway's key (with ``delete_when_idle``)."""
+        return self.db.execute("SELECT 1 FROM idle WHERE id=?", (id,)).fetchone() is not None
+
+    def cancel_idle(self, id: str) -> bool:
+        """Drop the idle limit of ``id`` (its key stays on the VM); True if there was one."""
+        with self.transaction() as db:
+            return db.execute("UPDATE idle SET seconds=NULL WHERE id=? AND seconds IS NOT NULL",
+                              (id,)).rowcount > 0
 
     # -- audit ---------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from gpucloud_nb.gateway.keys import Person, parse_budget
 from gpucloud_nb.gateway.store import Store
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_object
 
-__all__ = ["CSV_COLUMNS", "effective_people", "teacher_routes"]
+__all__ = ["CSV_COLUMNS", "effective_people", "teacher_routes", "user_budget_changes"]
 
 CSV_COLUMNS = ("name", "account", "instances", "perHour", "spend", "budget", "left", "period",
                "unconfirmedDeletes")
@@ -57,6 +57,11 @@ def _changes(store: Store) -> dict[str, tuple[float | None, str, float | None, s
     rows = store.db.execute("SELECT account, budget, period, file_budget, file_period "
                             "FROM budget_changes").fetchall()
     return {str(row[0]): (row[1], str(row[2]), row[3], str(row[4])) for row in rows}
+
+
+def user_budget_changes(store: Store) -> dict[str, tuple[float | None, str]]:
+    """The budgets teachers changed at runtime, by account: ``(dollars or None, period)``."""
+    return {account: (change[0], change[1]) for account, change in _changes(store).items()}
 
 
 def effective_people(store: Store, people: Sequence[Person]) -> list[Person]:
@@ -118,7 +123,7 @@ def teacher_routes(gate: Gate) -> list[BaseRoute]:
         if student is None or student.teacher:
             raise Problem(404, f"Account {account} not found.")
         budget, period = _budget_of(await read_json_object(request))
-        file_person = next(p for p in gate.config.people if p.account == account)
+        file_person = next((p for p in gate.config.people if p.account == account), student)
         _changes(store)
         with store.transaction() as db:
             db.execute("INSERT OR REPLACE INTO budget_changes VALUES (?, ?, ?, ?, ?, ?)",

@@ -9,7 +9,9 @@ with it (an upstream that echoes a key in an error must not hand it to a student
 :meth:`Upstream.scrub_body` does the same to an answer's bytes, which the gateway can then pass on
 without decoding them (a body with a JSON escape is decoded first: the key could hide in one). A
 request the upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not
-JSON gives ``None`` as its data. Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
+JSON gives ``None`` as its data. The ``Retry-After`` of an answer is kept in :data:`RETRY_AFTER`
+for the request that made it, so the gateway's answer carries it too (a 429 or 503 of the
+upstream passed on with its wait). Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
 them however many creates wait), as admission needs each create's hourly price.
 
 Requests go through ``httpcore`` connection pools (keep-alive, httpx's certificate checks), not
@@ -26,6 +28,7 @@ once cost ~8 ms of the event loop per create.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -36,7 +39,12 @@ import msgspec
 
 from gpucloud_nb._secrets import mask
 
-__all__ = ["OFFERS_TTL", "POOLS", "POOL_SIZE", "Upstream", "UpstreamUnreachable"]
+__all__ = ["OFFERS_TTL", "POOLS", "POOL_SIZE", "RETRY_AFTER", "Upstream", "UpstreamUnreachable"]
+
+RETRY_AFTER: contextvars.ContextVar[str | None] = contextvars.ContextVar("retry_after",
+                                                                         default=None)
+"""The ``Retry-After`` of the upstream's last answer in this task (one request of the gateway's),
+or ``None``: the gateway passes it on with the answer it relays."""
 
 OFFERS_TTL = 30.0
 TIMEOUT = 60.0
@@ -114,6 +122,9 @@ class Upstream:
             raise UpstreamUnreachable(type(error).__name__) from None
         finally:
             self._inflight[which] -= 1
+        wait = next((value for name, value in response.headers
+                     if name.lower() == b"retry-after"), None)
+        RETRY_AFTER.set(None if wait is None else wait.decode("latin-1")[:64])
         return response.status, response.content
 
     async def call(self, method: str, path: str, *, params: Any = None,
@@ -122,8 +133,8 @@ class Upstream:
         status, body = await self.send(method, path, params=params, json=json)
         return status, decode(body)
 
-    async def offer_price(self, provider: str, offer_id: str) -> float | None:
-        """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
+    async def offer(self, provider: str, offer_id: str) -> dict[str, Any] | None:
+        """The offer ``offer_id`` of ``provider`` as the upstream lists it, or ``None``."""
         async with self._offers_lock:
             if self._offers is None or time.monotonic() - self._offers_at > OFFERS_TTL:
                 status, data = await self.call("GET", "/gpu-cloud/instances/offers")
@@ -134,8 +145,13 @@ class Upstream:
             cloud = offer.get("cloud")
             if offer.get("instanceId") == offer_id and isinstance(cloud, dict) \
                     and cloud.get("_id") == provider:
-                try:
-                    return float(offer.get("hourlyPrice"))  # type: ignore[arg-type]
-                except (TypeError, ValueError):
-                    return None
+                return offer
         return None
+
+    async def offer_price(self, provider: str, offer_id: str) -> float | None:
+        """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
+        offer = await self.offer(provider, offer_id)
+        try:
+            return None if offer is None else float(offer.get("hourlyPrice"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None

@@ -5,7 +5,8 @@ their own, mode 0700, and each is 0600: only this user can open them, where loop
 ports would let any local user read the kernel's IOPub stream (ZeroMQ messages are signed,
 not encrypted). Everything here runs on the SSH layer's loop. The listeners outlive SSH
 connections: each accepted connection asks for the current SSH connection (reopened after
-a drop) and opens a ``direct-tcpip`` channel to the kernel's port on the instance.
+a drop) and opens a ``direct-tcpip`` channel to the kernel's port on the instance, marked
+as bookkeeping (:data:`~gpucloud_nb.idle_rule.BOOKKEEPING_ORIGIN`): an open kernel is not use.
 
     >>> forwards = Forwards(provisioner.ssh_connection); await forwards.open()  # doctest: +SKIP
     >>> forwards.point([ports[name] for name in PORT_NAMES])  # doctest: +SKIP
@@ -27,6 +28,8 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from gpucloud_nb.idle_rule import BOOKKEEPING_ORIGIN
 
 if TYPE_CHECKING:
     import asyncssh
@@ -123,7 +126,8 @@ class Forwards:
             connection = await self.connect()
             if channel in REQUESTS:
                 await self._subscribed(connection)
-            ssh_reader, ssh_writer = await connection.open_connection("127.0.0.1", port)
+            ssh_reader, ssh_writer = await connection.open_connection(
+                "127.0.0.1", port, orig_host=BOOKKEEPING_ORIGIN)  # channels are not use
         except Exception:  # the instance is unreachable now; ZeroMQ will try again
             await asyncio.sleep(0.2)
             return

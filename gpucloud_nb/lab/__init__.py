@@ -4,9 +4,10 @@ Installed with the package (``pip install gpucloud-nb[lab]``) and enabled automa
 ``etc/jupyter/jupyter_server_config.d/gpucloud_nb.json``; ``jupyter server extension list``
 shows it. Its routes live under ``/gpucloud/`` (:mod:`gpucloud_nb.lab.handlers`) and read one
 shared poller (:mod:`gpucloud_nb.lab.poller`), started on the first request and stopped with
-the server. The cloud is the one a kernel's ``connect()`` finds: the real cloud (through the
-user's personal gateway) when the server's environment has ``GPUCLOUD_API_KEY`` and
-``GPUCLOUD_BASE_URL``, else the sandbox; the
+the server. The cloud is the one a kernel's ``connect()`` finds: a JupyterHub's gateway service
+in a hub's server (:mod:`gpucloud_nb.client.hub`), the real cloud (through the user's personal
+gateway) when the server's environment has ``GPUCLOUD_API_KEY`` and ``GPUCLOUD_BASE_URL``, else
+the sandbox; the
 extension reaches it with :class:`~gpucloud_nb.AsyncGPUCloud` and the poller's short timeouts.
 
     $ jupyter server extension list      # gpucloud_nb.lab enabled - OK
@@ -53,9 +54,13 @@ class GPUCloudExtension(ExtensionApp):
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""
         from gpucloud_nb import AsyncGPUCloud
         from gpucloud_nb._connect import cloud_settings, shared_sandbox
+        from gpucloud_nb.client.hub import find_hub_gateway
         from gpucloud_nb.lab.poller import RETRIES, TIMEOUT
 
         cap = self.max_hourly_cost
+        if (hub := find_hub_gateway()) is not None:  # a JupyterHub's gateway service
+            return AsyncGPUCloud(api_key=hub.token, base_url=hub.url, timeout=TIMEOUT,
+                                 max_retries=RETRIES, max_hourly_cost=cap)
         if os.environ.get("GPUCLOUD_API_KEY"):  # through the personal gateway, as connect()
             key, url, _ = cloud_settings()
             return AsyncGPUCloud(api_key=key, base_url=url, timeout=TIMEOUT, max_retries=RETRIES,

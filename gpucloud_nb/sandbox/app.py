@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
+from gpucloud_nb.sandbox import cloud_init
 from gpucloud_nb.sandbox.budgets import Budgets, budget_routes, budget_watching
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
 from gpucloud_nb.sandbox.http import (
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_BODY_BYTES", "MAX_NAME_LENGTH", "MAX_VOLUME_GB", "create_app", "user_id"]
 
+log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
 MAX_NAME_LENGTH = 255
 MAX_VOLUME_GB = 100_000
 
@@ -263,6 +266,10 @@ class _Management:
         configuration = offer["configuration"]
         container = body.get("dockerContainer")
         vm = body.get("vm")
+        user_data = cloud_init.read(vm.get("base64CloudInitScript") if vm else None)
+        for skipped in user_data.skipped:
+            log.warning("Instance %r: cloud-init skipped %s, as cloud-init on a VM would.",
+                        body["name"], skipped)
         doc = {
             "name": body["name"],
             "provider": offer["cloud"]["name"],
@@ -286,7 +293,12 @@ class _Management:
             # Not in the spec's bodies: the key text the SSH server accepts, and its port.
             "sshPublicKey": body.get("sshKey") or "",
             "sshPort": free_port(),
+            "cloudInit": user_data.as_doc(),
         }
+        if not body.get("sshKey") and isinstance(body.get("sshKeyId"), str):
+            # a key of the account's SSH-key book (sandbox/inference_instances.py), named by id
+            booked = request.app.state.endpoints.booked_key(request.state.user, body["sshKeyId"])
+            doc["sshKey"], doc["sshPublicKey"] = booked
         now = now_ms()
         refused = self.budgets.refusal(request.state.user, float(offer["hourlyPrice"] or 0), now)
         if refused:
@@ -366,6 +378,8 @@ class _Management:
                                "delete the instance first.") from None
         if not found:
             raise Problem(404, f"Volume {id_} not found.")
+        # Its data goes with it, as on the cloud; off the loop, as a big folder takes a while.
+        await asyncio.to_thread(request.app.state.ssh.remove_volume, id_)
         return Response(status_code=204)
 
     def routes(self) -> list[BaseRoute]:
@@ -429,8 +443,18 @@ def create_app(config: SandboxConfig) -> Starlette:
                                  (config.api_key, *config.keys), config.names, user_id,
                                  management.last_seen)
     from gpucloud_nb.sandbox.inference import create_inference_app
+    from gpucloud_nb.sandbox.inference_instances import (
+        ENDPOINTS_PREFIX,
+        Endpoints,
+        endpoint_app,
+        inference_instance_routes,
+    )
 
-    routes.append(Mount("/inference", app=create_inference_app(config)))
+    endpoints = Endpoints(config, user_id)  # the appendix: inference instances and SSH keys
+    routes += inference_instance_routes(management.route, endpoints)
+    inference = create_inference_app(config)
+    routes.append(Mount(ENDPOINTS_PREFIX, app=endpoint_app(endpoints, inference)))
+    routes.append(Mount("/inference", app=inference))
     servers = InstanceServers(config, store)
 
     @contextlib.asynccontextmanager
@@ -454,6 +478,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     app.state.budgets = management.budgets
     app.state.ssh = servers
     app.state.config = config
+    app.state.endpoints = endpoints
     guarded = _guarded(app, config)  # passes .state on
     if config.faults is not None and config.faults.active:
         from gpucloud_nb.sandbox.faults import FaultInjector

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpucloud_nb import cli_args
 from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 
@@ -59,33 +60,6 @@ SECRETS = (("api_key", "--api-key", "GPUCLOUD_SANDBOX_API_KEY", "API key"),
            ("inference_secret", "--inference-secret", "GPUCLOUD_SANDBOX_INFERENCE_SECRET",
             "inference secret"),
            ("teacher_key", "--teacher-key", "GPUCLOUD_TEACHER_KEY", "teacher's key"))
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be zero or more seconds")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than zero")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 65535")
-    return value
 
 
 def _count(text: str) -> int:
@@ -112,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "an ACTION, manage the background sandbox service that connect() uses.",
     )
     sandbox.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    sandbox.add_argument("--port", type=_port, default=8765,
+    sandbox.add_argument("--port", type=cli_args.port, default=8765,
                          help="port to bind; 0 picks a free one (with --home: the home's last "
                               "port if free, else any) (default: %(default)s)")
     sandbox.add_argument("--api-key-file", metavar="FILE", default=None,
@@ -126,15 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
         sandbox.add_argument(option, default=None, help=argparse.SUPPRESS)
     sandbox.add_argument("--state", metavar="FILE", default=None,
                          help="SQLite file that keeps resources across restarts (default: memory)")
-    sandbox.add_argument("--launch-seconds", type=_seconds, default=3.0, metavar="F",
+    sandbox.add_argument("--launch-seconds", type=cli_args.seconds, default=3.0, metavar="F",
                          help="how long a new instance stays pending (default: %(default)s)")
-    sandbox.add_argument("--delete-seconds", type=_seconds, default=1.0, metavar="F",
+    sandbox.add_argument("--cold-start-seconds", type=cli_args.seconds, default=3.0, metavar="F",
+                         help="how long a request waits for an inference instance scaled to "
+                              "zero to start a container (default: %(default)s)")
+    sandbox.add_argument("--delete-seconds", type=cli_args.seconds, default=1.0, metavar="F",
                          help="how long a deleted instance stays deleting (default: %(default)s)")
-    sandbox.add_argument("--latency", type=_seconds, default=0.0, metavar="F",
+    sandbox.add_argument("--latency", type=cli_args.seconds, default=0.0, metavar="F",
                          help="seconds added to every management request (default: %(default)s)")
     sandbox.add_argument("--upstream", metavar="URL", default=None,
                          help="a chat-completion server the inference endpoint forwards to")
-    sandbox.add_argument("--inference-rate-limit", type=_positive, default=None, metavar="F",
+    sandbox.add_argument("--inference-rate-limit", type=cli_args.positive, default=None, metavar="F",
                          help="inference requests per second per secret before 429")
     sandbox.add_argument("--synthetic-offers", type=_count, default=None, metavar="N",
                          help="serve N generated offers instead of the default catalogue")
@@ -160,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--teacher-key-file", metavar="FILE", default=None,
                          help="a file whose first line is the key that sees and stops every "
                               "account (GET /sandbox/class; or set GPUCLOUD_TEACHER_KEY)")
-    sandbox.add_argument("--bill-factor", type=_positive, default=1.0, metavar="F",
+    sandbox.add_argument("--bill-factor", type=cli_args.positive, default=1.0, metavar="F",
                          help="hours billed per real hour, to rehearse budgets quickly "
                               "(default: %(default)s)")
     sandbox.add_argument("--shared-shell", action="store_true",
@@ -312,6 +289,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             state=args.state,
             launch_seconds=args.launch_seconds,
             delete_seconds=args.delete_seconds,
+            cold_start_seconds=args.cold_start_seconds,
             latency=args.latency,
             upstream=args.upstream,
             inference_rate_limit=args.inference_rate_limit,

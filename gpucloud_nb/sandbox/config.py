@@ -78,6 +78,8 @@ class SandboxConfig:
     names: Mapping[str, str] = field(default_factory=dict, compare=False)
     teacher_key: str | None = None
     bill_factor: float = 1.0
+    #: How long a request to an inference instance scaled to zero waits for its container.
+    cold_start_seconds: float = 3.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key:
@@ -86,7 +88,7 @@ class SandboxConfig:
             raise ValueError("inference_secret must be a non-empty string.")
         if not 0 <= self.port <= 65535:
             raise ValueError("port must be between 0 and 65535.")
-        for name in ("launch_seconds", "delete_seconds", "latency"):
+        for name in ("launch_seconds", "delete_seconds", "latency", "cold_start_seconds"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be a number of seconds, zero or more.")
         if self.inference_rate_limit is not None and not self.inference_rate_limit > 0:

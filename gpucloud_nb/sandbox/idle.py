@@ -8,13 +8,15 @@ Every ``POLL`` seconds (1) the service measures every process of each active ins
 marker in their environment, however they were started) and hands it to the instance's
 ``nvidia-smi``. An instance with an idle limit is *in use* at a measure by the one rule of every
 idle watcher, :func:`gpucloud_nb.idle_rule.in_use`: an SSH session (a shell, a command, SFTP or
-scp) is open or opened or closed since the last measure, or its GPU utilisation is
-``THRESHOLD`` % (5) or more. A Jupyter kernel on it that executes code is CPU among its
+scp) or a forwarded connection is open or opened or closed since the last measure, or its GPU
+utilisation is ``THRESHOLD`` % (5) or more. A Jupyter kernel on it that executes code is CPU among its
 processes, so it counts; an idle kernel is not use, and neither is bookkeeping: a session whose
 client marked it so (a watcher's ``nvidia-smi`` measure, a kernel provisioner's ``kill -0``
 poll; see :mod:`gpucloud_nb.sandbox.ssh`) counts neither as a session nor, while open, as CPU.
-A port forward (a connected kernel, the model port) does not count either. Once an instance has
-been idle for its limit, the service deletes it, at most one measure late, and the log says so.
+A forwarded connection marked as bookkeeping (a kernel's channels, a cluster's scheduler and
+dashboard) does not count either; one through a forward the user opened does. Once an instance
+has been idle for its limit, the service deletes it, at most one measure late, and the log says
+so.
 
 Sandbox-only routes (each key sees its own account's instances):
 

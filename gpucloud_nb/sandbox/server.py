@@ -17,80 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from types import TracebackType
+from typing import Any
 
+from gpucloud_nb import serving
 from gpucloud_nb._secrets import mask
 from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.sandbox import service
 from gpucloud_nb.sandbox.config import SandboxConfig
+from gpucloud_nb.serving import KEEP_ALIVE_SECONDS, url_host
 
-if TYPE_CHECKING:
-    import uvicorn
-    from starlette.applications import Starlette
-
-__all__ = ["Sandbox", "SandboxConfig", "serve", "serve_home", "url_host"]
-
-_START_TIMEOUT = 15.0
-
-
-def url_host(host: str) -> str:
-    """The host part of a URL that reaches a server bound to ``host`` from this machine."""
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections (else +40 ms each).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)  # accept into the backlog at once; uvicorn serves it when it starts
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-KEEP_ALIVE_SECONDS = 75
-
-
-def _server(config: SandboxConfig, sock: socket.socket, **options: Any) -> uvicorn.Server:
-    import uvicorn
-
-    from gpucloud_nb.sandbox.app import create_app
-
-    app = create_app(config)
-    uvicorn_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=sock.getsockname()[1],
-        lifespan="on",  # the app's background tasks (timers, SSH servers) run in its lifespan
-        timeout_graceful_shutdown=2,
-        # Longer than any client keeps an idle connection (httpx: 5 s), so a sidebar polling every
-        # 5 s never sends on a connection the server is closing (uvicorn's default is 5 s).
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        **options,
-    )
-    return uvicorn.Server(uvicorn_config)
-
-
-def _close_app(server: uvicorn.Server) -> None:
-    app = server.config.app
-    store = getattr(getattr(app, "state", None), "store", None)
-    if store is not None:
-        store.close()
+__all__ = ["KEEP_ALIVE_SECONDS", "Sandbox", "SandboxConfig", "serve", "serve_home", "url_host"]
 
 
 class Sandbox:
@@ -106,10 +46,8 @@ class Sandbox:
         elif options:
             config = dataclasses.replace(config, **options)
         self.config = config
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port: int | None = None
-        self._socket: socket.socket | None = None
+        self._served: serving.Served | None = None
+        self._port: int | None = None  # kept after stop(): the URL it had
 
     @property
     def api_key(self) -> str:
@@ -151,58 +89,37 @@ class Sandbox:
         homes and volumes live beside it, never in it (see :mod:`gpucloud_nb.sandbox.ssh`). The
         package's SSH client keeps its key pair and ``known_hosts`` in ``home / "client"``.
         """
-        if self._server is None:
+        home: Path = self.app.state.ssh.home
+        return home
+
+    @property
+    def app(self) -> Any:
+        """The Starlette app being served (its ``state``: the store, the SSH servers)."""
+        if self._served is None:
             raise RuntimeError("The sandbox is not started; call start() first.")
-        app = cast("Starlette", self._server.config.app)
-        return app.state.ssh.home
+        return self._served.app
 
     @property
     def running(self) -> bool:
         """True while the server thread is serving."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._served is not None and self._served.thread.is_alive()
 
     def start(self) -> Sandbox:
         """Start serving in a daemon thread; return once connections are accepted."""
         if self.running:
             return self
-        sock = _bind(self.config.host, self.config.port)
-        try:
-            server = _server(self.config, sock, log_config=None, log_level="warning",
-                             access_log=False)
-        except BaseException:
-            sock.close()
-            raise
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                                  name="gpucloud-nb-sandbox", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                server.should_exit = True
-                thread.join(5)
-                sock.close()
-                _close_app(server)
-                raise RuntimeError("The sandbox server did not start.")
-            time.sleep(0.005)
-        self._server, self._thread = server, thread
-        self._port = sock.getsockname()[1]
-        self._socket = sock
+        from gpucloud_nb.sandbox.app import create_app
+
+        self._served = serving.Served.start(create_app(self.config), self.config.host,
+                                            self.config.port, "sandbox server")
+        self._port = self._served.port
         return self
 
     def stop(self) -> None:
         """Stop serving and close the state database. Safe to call twice."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        server.should_exit = True
-        thread.join(5)
-        if thread.is_alive():
-            server.force_exit = True
-            thread.join(5)
-        if self._socket is not None:
-            self._socket.close()
-        _close_app(server)
-        self._server = self._thread = self._socket = None
+        served, self._served = self._served, None
+        if served is not None:
+            served.stop()
 
     def __enter__(self) -> Sandbox:
         return self.start()
@@ -217,14 +134,6 @@ class Sandbox:
                 f"inference_secret={mask(self.inference_secret)!r}, running={self.running})")
 
 
-class _Stop(Exception):
-    """Raised by SIGTERM so the foreground server unwinds like on Ctrl-C."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
-
-
 def serve(config: SandboxConfig,
           ready: Callable[[str, str], None] | None = None,
           *, log_level: str = "info") -> None:
@@ -233,26 +142,13 @@ def serve(config: SandboxConfig,
     ``ready(management_url, inference_url)`` is called once the port is bound and listening,
     before serving starts. Raises :class:`OSError` when the address cannot be bound.
     """
-    sock = _bind(config.host, config.port)
-    base = f"http://{url_host(config.host)}:{sock.getsockname()[1]}"
-    previous = signal.getsignal(signal.SIGTERM)
-    in_main = threading.current_thread() is threading.main_thread()
-    server = None
-    try:
-        if in_main:
-            signal.signal(signal.SIGTERM, _raise_stop)
-        server = _server(config, sock, log_level=log_level)
+    from gpucloud_nb.sandbox.app import create_app
+
+    def on_ready(base: str) -> None:
         if ready is not None:
             ready(base, f"{base}/inference")
-        server.run(sockets=[sock])
-    except (KeyboardInterrupt, _Stop):
-        pass
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-        sock.close()
-        if server is not None:
-            _close_app(server)
+
+    serving.serve(create_app(config), config.host, config.port, on_ready, log_level=log_level)
 
 
 def serve_home(config: SandboxConfig, home: Path,

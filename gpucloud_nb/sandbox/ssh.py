@@ -51,7 +51,10 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
 - **Deleting.** When the instance's server closes (it is deleting), every process of the
   instance is killed and its home (with its files: synced notebooks, a cluster's key) removed;
   only its volumes, outside the home, remain.
-- **Ports.** Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
+- **Ports.** A forwarded connection counts as use while open, like a session, unless its
+  originator address is :data:`gpucloud_nb.idle_rule.BOOKKEEPING_ORIGIN` (a kernel's channels,
+  a cluster's scheduler and dashboard).
+  Direct TCP/IP forwarding to ``localhost:8000`` of the instance reaches a host
   port chosen when the server starts (``$GPUCLOUD_PORT_8000`` in commands); to any other port,
   that port of the host's loopback, where the instance's processes listen (a kernel started on
   the instance, see :mod:`gpucloud_nb.kernel`; a Dask scheduler of :mod:`gpucloud_nb.cluster`).
@@ -86,8 +89,10 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from gpucloud_nb.idle_rule import BOOKKEEPING_ORIGIN
 from gpucloud_nb.rules import volume_name_problem
 from gpucloud_nb.sandbox import nvidia_smi
+from gpucloud_nb.sandbox.cloud_init import cloud_init_keys, run_scripts_once
 from gpucloud_nb.sandbox.gpu_use import MARKER
 from gpucloud_nb.sandbox.home import private_dir
 from gpucloud_nb.sandbox.instance_processes import (
@@ -258,15 +263,25 @@ class InstanceServers:
         self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
 
     def _sweep(self) -> None:
-        """Remove the home (and commands) of every instance that is no longer live: one
-        deleted while no service ran, or before deletes removed homes."""
+        """Remove the home (and commands) of every instance that is no longer live, and the
+        folder of every volume that is no longer stored: one deleted while no service ran, or
+        before deletes removed homes and volumes."""
         assert self.machines is not None
         live = {times.id for times in self.store.live_instance_times()}
-        for kind in ("instances", "bin"):
+        kept = {"volumes": self.store.volume_ids()}
+        for kind in ("instances", "bin", "volumes"):
             with contextlib.suppress(OSError):
                 for directory in (self.machines / kind).iterdir():
-                    if directory.name not in live and not directory.is_symlink():
+                    if directory.name not in kept.get(kind, live) and not directory.is_symlink():
                         shutil.rmtree(directory, ignore_errors=True)
+
+    def remove_volume(self, volume_id: str) -> None:
+        """Remove the folder of volume ``volume_id`` (deleted): its data goes with it, as on
+        the cloud, and the disk it took is given back."""
+        if self.machines is not None and _VOLUME_ID.fullmatch(volume_id):
+            folder = self.machines / "volumes" / volume_id
+            if not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
 
     def wake(self) -> None:
         """Reconcile now rather than at the next tick (an instance was just created)."""
@@ -328,6 +343,7 @@ class _InstanceServer:
         self.bin = servers.machines / "bin" / record.id
         self.model_port = free_port()
         self.groups: set[int] = set()
+        self.boot_tasks: set[asyncio.Task[int]] = set()  # cloud-init's scripts, reaped
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.acceptor: asyncssh.SSHAcceptor | None = None
         self.port = 0
@@ -359,6 +375,7 @@ class _InstanceServer:
             private_dir(self.bin)
             self._mount_volumes()
             self._write_commands()
+            await run_scripts_once(self)
         await self._listen()
         return self
 
@@ -436,14 +453,18 @@ class _InstanceServer:
             doc = dict(self.record.doc, sshPort=self.port)
             self.servers.store.update_instance_doc(self.record.id, doc)
 
-    def accepts(self, key: asyncssh.SSHKey) -> bool:
-        """True when ``key`` may log in: the create-time key, else a registered one."""
-        given = str(self.record.doc.get("sshPublicKey") or "")
-        if given:
-            allowed = _parse_keys(given)
-        else:
-            path = self.servers.authorized_keys
-            allowed = _parse_keys(path.read_text()) if path.exists() else []
+    def accepts(self, username: str, key: asyncssh.SSHKey) -> bool:
+        """True when ``key`` may log in as ``username``: for the instance's user, the
+        create-time key (else a registered one) or its cloud-init keys; for a user cloud-init
+        made (``users: [{name: ...}]``), that user's cloud-init keys."""
+        allowed = _parse_keys("\n".join(cloud_init_keys(self.record.doc, username, self.user)))
+        if username == self.user:
+            given = str(self.record.doc.get("sshPublicKey") or "")
+            if given:
+                allowed += _parse_keys(given)
+            else:
+                path = self.servers.authorized_keys
+                allowed += _parse_keys(path.read_text()) if path.exists() else []
         wanted = key.public_data
         return any(candidate.public_data == wanted for candidate in allowed)
 
@@ -589,7 +610,7 @@ class _Auth(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        return username == self.server.user and self.server.accepts(key)
+        return self.server.accepts(username, key)
 
     def session_requested(self) -> bool:
         # Called only when shells are off (else the process and SFTP factories take sessions).
@@ -604,4 +625,30 @@ class _Auth(asyncssh.SSHServer):
         if dest_host not in ("localhost", "127.0.0.1", "::1") or not 0 < dest_port < 65536:
             return False
         port = self.server.model_port if dest_port == MODEL_PORT else dest_port
-        return self.connection.forward_connection("127.0.0.1", port)
+        if orig_host == BOOKKEEPING_ORIGIN:  # a kernel's channel, a cluster's scheduler
+            return self.connection.forward_connection("127.0.0.1", port)
+        return _counted_forward(self.server, port)
+
+
+async def _counted_forward(server: _InstanceServer, port: int) -> asyncssh.SSHForwarder:
+    """A forwarded connection to ``port`` of the host's loopback, counted as a session (use of
+    the instance) until its channel closes."""
+    try:
+        _, peer = await asyncio.get_running_loop().create_connection(
+            asyncssh.SSHForwarder, "127.0.0.1", port)
+    except OSError as error:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from None
+    return _CountedForwarder(peer, server)
+
+
+class _CountedForwarder(asyncssh.SSHForwarder):
+    def __init__(self, peer: asyncssh.SSHForwarder, server: _InstanceServer) -> None:
+        super().__init__(peer)
+        self._server: _InstanceServer | None = server
+        server.session(+1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._server is not None:
+            self._server.session(-1)
+            self._server = None
+        super().connection_lost(exc)

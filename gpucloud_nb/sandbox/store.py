@@ -404,6 +404,11 @@ class Store:
             ).fetchall()
         return [_volume(row) for row in rows]
 
+    def volume_ids(self) -> set[str]:
+        """The ids of every stored volume, of every account."""
+        with self._lock:
+            return {row[0] for row in self._db.execute("SELECT id FROM volumes")}
+
     def volume(self, user: str, id_: str) -> VolumeRecord | None:
         """The volume ``id_`` of ``user``, or ``None``."""
         with self._lock:

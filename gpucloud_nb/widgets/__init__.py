@@ -23,7 +23,8 @@ from gpucloud_nb.widgets.offers_browser import OffersBrowser
 
 __all__ = ["ClassPanel", "InstancesPanel", "LaunchForm", "OffersBrowser", "WaitStopped"]
 
-_LAZY = {"ChatWidget": "gpucloud_nb.widgets.chat"}
+_LAZY = {"ChatWidget": "gpucloud_nb.widgets.chat",
+         "DeployForm": "gpucloud_nb.widgets.deploy_form"}
 
 
 def __getattr__(name: str) -> Any:

@@ -85,16 +85,16 @@ class LaunchFields(widgets.VBox):
         self.ssh_key.add_class("gpucloud-launch-ssh-key")
         self.ssh_key_id = text("or saved SSH key id", "gpucloud-launch-ssh-key-id")
 
-        self.auto_delete = widgets.BoundedIntText(
-            value=0, min=0, max=7 * 24 * 60, description="Auto-delete after (min, 0 = never)",
+        self.auto_delete = widgets.Text(
+            description="Auto-delete after", placeholder="e.g. 2h or 1h30m; empty: never",
             style=STYLE, layout=widgets.Layout(width="24em"))
         self.auto_delete.add_class("gpucloud-launch-auto-delete")
         self.budget = widgets.BoundedFloatText(
             value=0, min=0, max=1_000_000, step=1, description="Budget ($, 0 = none)",
             style=STYLE, layout=widgets.Layout(width="24em"))
         self.budget.add_class("gpucloud-launch-budget")
-        self.idle_delete = widgets.BoundedIntText(
-            value=0, min=0, max=7 * 24 * 60, description="Delete when idle for (min, 0 = never)",
+        self.idle_delete = widgets.Text(
+            description="Delete when idle for", placeholder="e.g. 30m; empty: never",
             style=STYLE, layout=widgets.Layout(width="24em"))
         self.idle_delete.add_class("gpucloud-launch-idle-delete")
         self.idle_note = widgets.HTML()

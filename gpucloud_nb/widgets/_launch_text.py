@@ -3,14 +3,14 @@
 Pure functions of :mod:`gpucloud_nb.models` records and numbers, so the words and figures a
 person reads are tested without a widget; every value from the cloud is HTML-escaped.
 
-    >>> cost_html(offer, volume=None, volume_offer=None, minutes=0, cap=None,  # doctest: +SKIP
+    >>> cost_html(offer, volume=None, volume_offer=None, delete_after=None, cap=None,  # doctest: +SKIP
     ...           used_hourly=None, over_cap=False)
     '<b>Cost</b>: $2.49/h · $59.76/day'
 """
 
 from __future__ import annotations
 
-from gpucloud_nb.display import per_hour
+from gpucloud_nb.display import format_duration, per_hour
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.widgets._common import ERROR, HINT, escape, hint, join_nonempty, money, per_day
 
@@ -44,7 +44,8 @@ def volume_info_html(offer: InstanceOffer | None, region: str | None,
 
 
 def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
-              volume_offer: VolumeOffer | None, minutes: int, cap: float | None,
+              volume_offer: VolumeOffer | None, delete_after: float | None,
+              cap: float | None,
               used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel",
               budget: float = 0.0, budget_by: str = "nobody") -> str:
     """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the
@@ -53,7 +54,7 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
     ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``): "this kernel"
     deletes only while it runs; a service (the sandbox's) deletes even if the kernel stops.
     ``budget_by`` is who watches a ``budget`` in dollars (``cloud.budgets.where``); ``nobody``
-    (the real cloud without a gateway) refuses one.
+    (the real cloud without a gateway) refuses one. ``delete_after`` is in seconds.
     """
     if offer is None:
         return ""
@@ -63,11 +64,12 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
         hourly = volume.size_in_gb * volume_offer.price_per_gb_per_hour
         parts.append(f" + volume {escape(volume.name)} {escape(per_hour(hourly))} (billed "
                      "while it exists)")
-    if minutes:
+    if delete_after:
         keeper = ("if this kernel is still running" if kept_by == "this kernel"
                   else f"by the {escape(kept_by)}, even if this kernel stops")
-        parts.append(f"<br>Auto-deletes after {minutes} min, {keeper}: "
-                     f"at most {escape(money(offer.hourly_price * minutes / 60))}.")
+        lasts = format_duration(delete_after, precise=delete_after % 60 != 0)
+        parts.append(f"<br>Auto-deletes after {escape(lasts)}, {keeper}: "
+                     f"at most {escape(money(offer.hourly_price * delete_after / 3600))}.")
     if budget and budget_by == "nobody":
         parts.append("<br>" + hint("A budget needs a gateway to keep it; this cloud is not "
                                    "one, so the launch is refused.", ERROR))

@@ -26,7 +26,7 @@ import ipywidgets as widgets
 
 from gpucloud_nb import media
 from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
-from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
+from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient, is_speech_model
 from gpucloud_nb.conversation import THUMBNAIL_SIDE, Attachment, Conversation, make_attachment
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
 from gpucloud_nb.widgets._chat_client import PanelClient
@@ -45,7 +45,6 @@ _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 log = logging.getLogger("gpucloud_nb.widgets")
 
 
-_SPEECH_MODEL = re.compile(r"whisper|speech|transcri|asr|stt|audio", re.IGNORECASE)
 
 
 class ChatWidget(ChatFields):
@@ -329,7 +328,7 @@ class ChatWidget(ChatFields):
             self._show_error(error)
         # Only models that chat are offered: a speech model answers transcriptions, not this
         # panel (the audio upload finds it by itself).
-        ordered = [i for i in ids if not _SPEECH_MODEL.search(i)]
+        ordered = [i for i in ids if not is_speech_model(i)]
         if ids and not ordered and not wanted:
             self._show_error(f"This endpoint lists no chat model, only {', '.join(ids)}.")
         if wanted and wanted not in ordered:
@@ -508,6 +507,7 @@ class ChatWidget(ChatFields):
                 message = self._conversation.add_user(text, attachments)
             self._append(self._user_widget(text, attachments), generation)
             self.status.info(f"Waiting for {model or 'the model'}…")
+            await self._say_if_waking()
             stream = reply = throttle = None
             marker, failed = None, False
             try:
@@ -549,6 +549,21 @@ class ChatWidget(ChatFields):
                 elif marker:
                     self._append(notice("[stopped]"), generation)
                     self._forget_last_user(message, None)
+
+    async def _say_if_waking(self) -> None:
+        """An inference instance's client (``chat_client``) tells whether the endpoint must
+        start a container first: say so, since its first reply then waits."""
+        waking = getattr(self._client, "waking", None)
+        if not callable(waking):
+            return
+        try:
+            asleep = await asyncio.to_thread(waking)
+        except Exception:  # only a courtesy: the request itself says what is wrong
+            return
+        if asleep:
+            name = getattr(self._client, "endpoint_name", "The endpoint")
+            self.status.info(f"Waking up {name}: it had scaled to zero, so the first reply "
+                             "waits for a container to start…")
 
     def _forget_last_user(self, message: dict[str, Any], restore: str | None) -> None:
         self._conversation.forget(message)

@@ -81,7 +81,11 @@ def _table(rows: list[AccountUse]) -> str:
     head = "".join(f'<th style="{_CELL};text-align:left;border-bottom:1px solid '
                    f'var(--jp-border-color2)">{escape(name)}</th>' for name in headers)
     body = []
-    for row in rows:
+    grouped = any(row.group for row in rows)  # a hub's gateway: one heading per hub group
+    for number, row in enumerate(rows):
+        if grouped and (number == 0 or rows[number - 1].group != row.group):
+            body.append(f'<tr><th colspan="{len(headers)}" style="{_CELL};text-align:left;'
+                        f'font-style:italic">{escape(row.group or "no group")}</th></tr>')
         budget = money(row.budget) + (f"/{row.period}" if row.period and row.budget is not None
                                       else "")
         cells = [escape(row.name)] + ([escape(row.key)] if keys else []) + [

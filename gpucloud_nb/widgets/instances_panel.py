@@ -11,7 +11,7 @@ Choices, written down once:
 - Spend so far comes from ``cloud.spend()`` (see ``gpucloud_nb.client.billing``): billing runs
   while an instance is active or deleting.
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
-  ``cloud.auto_delete``); for the selected instance, "Auto-delete in N min" sets or extends it
+  ``cloud.auto_delete``); for the selected instance, "Auto-delete in" (a duration: 1h, 30m) sets or extends it
   and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
 - Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
   ``cloud.budgets``), with ⚠ from 80 %; for the selected instance "Budget ($)" sets one.
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import ipywidgets as widgets
@@ -46,6 +46,7 @@ import pandas as pd
 from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import GPUCloud
+from gpucloud_nb.durations import parse_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import (
@@ -159,9 +160,9 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
                                                 button_style="danger",
                                                 layout=widgets.Layout(width="8em")),
                                  "gpucloud-instance-delete-button")
-        self.auto_delete_minutes = css(widgets.BoundedIntText(
-            value=60, min=1, max=7 * 24 * 60, description="Auto-delete in (min)", style=STYLE,
-            layout=widgets.Layout(width="15em")), "gpucloud-auto-delete-minutes")
+        self.auto_delete_after = css(widgets.Text(
+            value="1h", description="Auto-delete in", placeholder="e.g. 1h or 30m",
+            style=STYLE, layout=widgets.Layout(width="15em")), "gpucloud-auto-delete-after")
         self.auto_delete_set = css(widgets.Button(description="Set", icon="clock-o",
                                                   layout=widgets.Layout(width="auto")),
                                    "gpucloud-auto-delete-set")
@@ -200,7 +201,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
         self.confirm_button.on_click(guarded(self.status, lambda _: self.confirm_delete()))
         self.cancel_button.on_click(guarded(self.status, lambda _: self.cancel_delete()))
         self.auto_delete_set.on_click(guarded(
-            self.status, lambda _: self.set_auto_delete(minutes=self.auto_delete_minutes.value)))
+            self.status, lambda _: self.set_auto_delete(after=self._typed_after())))
         self.auto_delete_cancel.on_click(guarded(self.status, lambda _: self.cancel_auto_delete()))
         self.budget_set.on_click(guarded(
             self.status, lambda _: self.set_budget(dollars=self.budget_dollars.value)))
@@ -211,13 +212,20 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
     def _auto_delete_text(self, instance: Instance) -> str:
         return auto_delete_text(self._cloud.auto_delete, instance)
 
-    def set_auto_delete(self, instance_id: str | None = None, *, minutes: float) -> str:
-        """Delete an instance (default: the selected one) ``minutes`` from now; replaces any
-        earlier timer. Returns the sentence shown."""
+    def _typed_after(self) -> float:
+        try:
+            return parse_duration(self.auto_delete_after.value, "Auto-delete in")
+        except ValueError as bad:
+            raise InvalidInputError(str(bad)) from None
+
+    def set_auto_delete(self, instance_id: str | None = None, *,
+                        after: float | timedelta) -> str:
+        """Delete an instance (default: the selected one) ``after`` seconds (or a ``timedelta``)
+        from now; replaces any earlier timer. Returns the sentence shown."""
         instance = self._require(instance_id, "time")
         if instance.status in ("deleting", "deleted"):
             raise InvalidInputError(f"{instance.name} is already {instance.status}.")
-        when = self._cloud.auto_delete.schedule(instance.id, minutes * 60)
+        when = self._cloud.auto_delete.schedule(instance.id, after)
         self.refresh()
         kept_by = getattr(self._cloud.auto_delete, "where", "this kernel")
         message = (f"{instance.name} will be deleted at {when.astimezone():%H:%M:%S} "
@@ -279,7 +287,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
         timed = instance is not None and live \
             and self._cloud.auto_delete.remaining(instance.id) is not None
         self.auto_delete_set.description = "Extend to this" if timed else "Set auto-delete"
-        controls = [self.auto_delete_minutes, self.auto_delete_set] if live else []
+        controls = [self.auto_delete_after, self.auto_delete_set] if live else []
         if timed:
             controls.append(self.auto_delete_cancel)
         if live:

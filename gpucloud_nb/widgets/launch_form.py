@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from datetime import timedelta
 from typing import Any
 
 import ipywidgets as widgets
@@ -44,6 +45,7 @@ import ipywidgets as widgets
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import format_duration
+from gpucloud_nb.durations import duration_text, parse_optional_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, WaitStopped
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
@@ -79,7 +81,7 @@ from gpucloud_nb.widgets._launch_thread import launch_thread
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
 _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "auto_delete_minutes", "budget", "idle_minutes")
+              "ssh_key_id", "delete_after", "budget", "delete_when_idle")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
@@ -339,7 +341,17 @@ class LaunchForm(LaunchFields):
     @property
     def problem(self) -> str | None:
         """``None`` when the form can launch, else one sentence saying what to fix."""
+        try:
+            self._durations()
+        except ValueError as bad:
+            return str(bad)
         return self.choice.problem(volumes=self._volumes, cap=self._cap(), running=self._running)
+
+    def _durations(self) -> tuple[float | None, float | None]:
+        """The auto-delete and idle fields in seconds (``None`` when empty); ValueError with one
+        sentence when one is not a duration (:mod:`gpucloud_nb.durations`)."""
+        return (parse_optional_duration(self.auto_delete.value, "Auto-delete after"),
+                parse_optional_duration(self.idle_delete.value, "Delete when idle for"))
 
     def _cap(self) -> float | None:
         return None if self._used_hourly is None else self._cloud.max_hourly_cost
@@ -373,11 +385,11 @@ class LaunchForm(LaunchFields):
                     hint("This offer does not run cloud-init scripts.", WARNING))
             self.cost.value = "" if offer is None else cost_html(
                 offer, volume=next((v for v in self._volumes if v.id == self.volume.value), None),
-                volume_offer=self._volume_offer(), minutes=self.auto_delete.value,
+                volume_offer=self._volume_offer(), delete_after=self._delete_after(),
                 kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
                 budget=self.budget.value, budget_by=self._cloud.budgets.where,
                 used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
-            self.idle_note.value = "" if not self.idle_delete.value else hint(escape(
+            self.idle_note.value = "" if not self.idle_delete.value.strip() else hint(escape(
                 f"Idle: no SSH session, no busy kernel, GPU under 5 %; watched by the "
                 f"{self._cloud.idle_delete.where}."))
             launching = self.launching
@@ -387,12 +399,19 @@ class LaunchForm(LaunchFields):
             self.reason.value = "" if problem is None or launching else (
                 hint(escape(problem), WARNING))
 
+    def _delete_after(self) -> float | None:
+        try:
+            return self._durations()[0]
+        except ValueError:  # the reason line says so
+            return None
+
     # ------------------------------------------------------------------ from code
 
     def fill(self, **values: Any) -> LaunchForm:
         """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``auto_delete_minutes``, ``budget``
-        (dollars), ``idle_minutes``; returns the form.
+        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``delete_after``, ``budget`` (dollars),
+        ``delete_when_idle``; returns the form. A duration is what the field takes (``"1h30m"``,
+        :mod:`gpucloud_nb.durations`), or seconds or a ``timedelta`` as in the API.
 
         Values the form does not offer are kept and explained by :attr:`problem`.
         """
@@ -421,12 +440,12 @@ class LaunchForm(LaunchFields):
                 self.ssh_key.value = values["ssh_key"] or ""
             if "ssh_key_id" in values:
                 self.ssh_key_id.value = values["ssh_key_id"] or ""
-            if "auto_delete_minutes" in values:
-                self.auto_delete.value = values["auto_delete_minutes"] or 0
+            if "delete_after" in values:
+                self.auto_delete.value = _typed(values["delete_after"])
             if "budget" in values:
                 self.budget.value = values["budget"] or 0
-            if "idle_minutes" in values:
-                self.idle_delete.value = values["idle_minutes"] or 0
+            if "delete_when_idle" in values:
+                self.idle_delete.value = _typed(values["delete_when_idle"])
         self._sync()
         return self
 
@@ -503,9 +522,10 @@ class LaunchForm(LaunchFields):
                 settle(future, error=InvalidInputError(problem))
                 self._future = future
                 return future
-            request = self.choice.request(delete_after=self.auto_delete.value * 60 or None,
+            delete_after, delete_when_idle = self._durations()  # checked by problem
+            request = self.choice.request(delete_after=delete_after,
                                           budget=self.budget.value or None,
-                                          delete_when_idle=self.idle_delete.value * 60 or None)
+                                          delete_when_idle=delete_when_idle)
             self._stop_event = stop = threading.Event()
             self._future = future
             self._launching = True
@@ -600,3 +620,12 @@ class LaunchForm(LaunchFields):
         what = offer.instance_id if offer is not None else "no offer"
         return f"<LaunchForm {what} problem={self.problem!r}>"
 
+
+def _typed(value: str | float | timedelta | None) -> str:
+    """A duration given to :meth:`LaunchForm.fill` as its field shows it."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds == 0:
+        return ""  # never, as 0 dollars is no budget
+    return duration_text(seconds) if seconds > 0 else f"{seconds:g}s"  # problem names it

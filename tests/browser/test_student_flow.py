@@ -228,9 +228,9 @@ def test_a_students_first_hour(flow_lab: Lab, theme: str) -> None:
         rows[0]["region"] + " ")
     assert form.locator(".gpucloud-launch-name input").get_attribute("placeholder") == "e.g. train-1"
     form.locator(".gpucloud-launch-name input").fill("flow-1")
-    minutes = form.locator(".gpucloud-launch-auto-delete input")
-    minutes.fill("30")
-    minutes.press("Tab")
+    after = form.locator(".gpucloud-launch-auto-delete input")
+    after.fill("30m")
+    after.press("Tab")
     form.locator(".gpucloud-launch-cost").filter(has_text="Auto-deletes after 30 min").wait_for()
     assert "by the sandbox service, even if this kernel stops" in form.inner_text()
     launch = form.locator("button.gpucloud-launch-button")

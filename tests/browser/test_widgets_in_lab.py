@@ -40,7 +40,7 @@ instance = cloud.instances.create(
     region=offer.available_regions[0], vm={"os": offer.configuration.os[0]})
 """
 OFFERS = "OffersBrowser(cloud)"
-FORM = "LaunchForm(cloud, offer).fill(auto_delete_minutes=30)"
+FORM = "LaunchForm(cloud, offer).fill(delete_after='30m')"
 PANEL = "panel = InstancesPanel(cloud)\npanel.select(instance.id)\npanel"
 CHAT = "chat = ChatWidget(cloud.sandbox_inference())\nchat"
 
@@ -313,7 +313,7 @@ def test_the_widgets_look_right_in_light_and_dark(widgets_lab: Lab) -> None:
         assert {"region", "available", "hourlyPrice", "gpuName"} <= shown, columns
 
         # Labels are not cut: the panel's auto-delete button, Max tokens' "0 = no limit".
-        for selector in (".gpucloud-auto-delete-set", ".gpucloud-auto-delete-minutes .widget-label",
+        for selector in (".gpucloud-auto-delete-set", ".gpucloud-auto-delete-after .widget-label",
                          ".gpucloud-chat-max-tokens .widget-label", ".gpucloud-chat-upload-image"):
             cut = page.evaluate("""(s) => { const e = document.querySelector(s);
                 return e && { text: e.textContent, scroll: e.scrollWidth, client: e.clientWidth }; }""",

@@ -171,3 +171,40 @@ def inference(chat: InferenceClient, achat: AsyncInferenceClient) -> None:
     assert_type(achat.transcribe(b"RIFF"), Coroutine[Any, Any, Transcription])
     assert_type(achat.chat("Hi"), Coroutine[Any, Any, ChatCompletion])
     assert_type(achat.chat("Hi", stream=True), Coroutine[Any, Any, AsyncChatStream])
+
+
+def endpoints(cloud: GPUCloud, acloud: AsyncGPUCloud) -> None:
+    from gpucloud_nb.models import (
+        InferenceHardware,
+        InferenceInstance,
+        InferenceInstanceDetails,
+        InferenceModel,
+        InferenceRegion,
+        SSHKey,
+    )
+
+    endpoints = cloud.inference_instances
+    assert_type(endpoints.models(), list[InferenceModel])
+    assert_type(endpoints.hardwares(), list[InferenceHardware])
+    assert_type(endpoints.regions(), list[InferenceRegion])
+    assert_type(endpoints.models_frame(), pd.DataFrame)
+    assert_type(endpoints.hardwares_frame(), pd.DataFrame)
+    assert_type(endpoints.create(name="c", model="m", min=0, max=2, cooldown=timedelta(minutes=5),
+                                 triggers={"http": 4}, envs={"A": "1"}), InferenceInstance)
+    assert_type(endpoints.list(), list[InferenceInstance])
+    assert_type(endpoints.get("c"), InferenceInstanceDetails)
+    assert_type(endpoints.update("c", max=4), InferenceInstanceDetails)
+    assert_type(endpoints.start("c"), InferenceInstanceDetails)
+    assert_type(endpoints.stop("c"), InferenceInstanceDetails)
+    assert_type(endpoints.delete("c"), None)
+    assert_type(endpoints.wait_until_active("c", on_progress=print), InferenceInstanceDetails)
+    assert_type(endpoints.chat_client("c"), InferenceClient)
+    assert_type(cloud.ssh_keys.list(), list[SSHKey])
+    assert_type(cloud.ssh_keys.add("laptop", path="~/.ssh/id_ed25519.pub"), SSHKey)
+    assert_type(cloud.ssh_keys.make_default("laptop"), SSHKey)
+    assert_type(cloud.ssh_keys.delete("laptop"), None)
+    assert_type(acloud.inference_instances.get("c"),
+                Coroutine[Any, Any, InferenceInstanceDetails])
+    assert_type(acloud.inference_instances.chat_client("c"),
+                Coroutine[Any, Any, AsyncInferenceClient])
+    assert_type(acloud.ssh_keys.list(), Coroutine[Any, Any, list[SSHKey]])

@@ -1,0 +1,99 @@
+"""Use a class gateway cannot see, told to it: runs, copies and forwards this client opened.
+
+    >>> reports = UseReports(send, is_gateway=lambda: True)  # doctest: +SKIP
+    >>> reports.change("65a1…", +1)  # a run opens: told now, then every EVERY seconds  # doctest: +SKIP
+    >>> reports.change("65a1…", -1)  # it ends: told once more  # doctest: +SKIP
+
+A gateway deletes an idle instance with no notebook open (:mod:`gpucloud_nb.gateway.idle`); it
+reads GPU use itself, but a ``run``, a copy or a port forward of this client may use no GPU at
+all. While one is open on an instance, this client says so: ``POST /gateway/instances/{id}/use``
+with ``{"seconds": 3 × EVERY}`` when it opens, every :data:`EVERY` seconds (10) while it stays
+open (one daemon thread, started at the first), and once when it ends. :class:`Remote
+<gpucloud_nb.client.remote.Remote>` calls :meth:`UseReports.change` around each of them.
+
+Choices: reports go only to a class gateway (``is_gateway()``, asked at the first report and
+remembered; the sandbox service and the real cloud are never sent one); a report that fails is
+dropped quietly (the next one, or the gateway's own GPU reading, stands in for it), and never
+holds up the run it reports. Kernels executing code on an instance are the Jupyter server's to
+report; a kernel's CPU shows in the sandbox's measured GPU use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gpucloud_nb.errors import GPUCloudError
+
+__all__ = ["EVERY", "UseReports"]
+
+EVERY = 10.0
+"""Seconds between two reports of one instance while something stays open on it."""
+
+
+class UseReports:
+    """What this client has open on each instance, told to its gateway (see the module docs).
+
+    ``send(method, path, body)`` makes one request (raising
+    :class:`~gpucloud_nb.errors.GPUCloudError`); ``is_gateway()`` says whether the server is a
+    class gateway (it may ask the server once).
+    """
+
+    def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object],
+                 is_gateway: Callable[[], bool | None], every: float = EVERY) -> None:
+        self._send = send
+        self._is_gateway = is_gateway
+        self._gateway: bool | None = None
+        self.every = every
+        self._open: dict[str, int] = {}
+        self._told: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def change(self, id: str, step: int) -> None:
+        """``step`` (+1 or -1) things opened or closed on instance ``id``."""
+        with self._lock:
+            left = self._open.get(id, 0) + step
+            if left > 0:
+                self._open[id] = left
+            else:
+                self._open.pop(id, None)
+            self._told.add(id)  # an opening, and an end: each told at once
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpucloud-nb-use",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop reporting (a closed client)."""
+        with self._lock:
+            self._open.clear()
+            self._told.clear()
+            self._gateway = False
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.every)
+            self._wake.clear()
+            with self._lock:
+                ids = set(self._open) | self._told
+                self._told.clear()
+                gateway = self._gateway
+            if not ids:
+                continue
+            if gateway is None:
+                try:
+                    gateway = self._gateway = bool(self._is_gateway())
+                except GPUCloudError:
+                    continue
+            if not gateway:
+                return
+            for id in ids:
+                with contextlib.suppress(GPUCloudError):
+                    self._send("POST", f"/gateway/instances/{id}/use",
+                               {"seconds": 3 * self.every})

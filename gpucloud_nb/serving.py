@@ -1,0 +1,156 @@
+"""Serve an ASGI app with uvicorn: in a daemon thread, or in the foreground until SIGTERM.
+
+    >>> served = Served.start(app, "127.0.0.1", 0, "the sandbox")  # doctest: +SKIP
+    >>> served.port, served.stop()  # doctest: +SKIP
+
+The one serve path of the sandbox (:mod:`gpucloud_nb.sandbox.server`) and the class gateway
+(:mod:`gpucloud_nb.gateway.server`): the socket is bound (and listening) before uvicorn starts,
+connections are kept alive :data:`KEEP_ALIVE_SECONDS`, the app's lifespan runs its background
+tasks, and the app's state store (``app.state.store``) is closed once the server stops, whether
+it served or not. Importing this module is cheap: uvicorn loads on start.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["KEEP_ALIVE_SECONDS", "Served", "bind", "close_app", "serve", "url_host"]
+
+KEEP_ALIVE_SECONDS = 75
+"""Longer than any client keeps an idle connection (httpx: 5 s), so a sidebar polling every 5 s
+never sends on a connection the server is closing (uvicorn's default is 5 s)."""
+_START_TIMEOUT = 15.0
+
+
+def url_host(host: str) -> str:
+    """The host part of a URL that reaches a server bound to ``host`` from this machine.
+
+        >>> url_host("0.0.0.0"), url_host("::1")
+        ('127.0.0.1', '[::1]')
+    """
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port); :class:`OSError` if taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections (else +40 ms each).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # accept into the backlog at once; uvicorn serves it when it starts
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def close_app(app: Any) -> None:
+    """Close the app's state store, if it has one."""
+    store = getattr(getattr(app, "state", None), "store", None)
+    if store is not None:
+        store.close()
+
+
+def _server(app: Any, host: str, sock: socket.socket, **options: Any) -> uvicorn.Server:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(
+        app, host=host, port=sock.getsockname()[1],
+        lifespan="on",  # the app's background tasks (timers, SSH servers) run in its lifespan
+        timeout_graceful_shutdown=2, timeout_keep_alive=KEEP_ALIVE_SECONDS, **options))
+
+
+class Served:
+    """An app served by uvicorn in a daemon thread (:meth:`start`), until :meth:`stop`."""
+
+    def __init__(self, app: Any, server: uvicorn.Server, thread: threading.Thread,
+                 sock: socket.socket) -> None:
+        self.app, self.server, self.thread, self.socket = app, server, thread, sock
+        self.port: int = sock.getsockname()[1]
+
+    @classmethod
+    def start(cls, app: Any, host: str, port: int, what: str) -> Served:
+        """Serve ``app`` on ``host:port`` in a thread; return once connections are accepted.
+        :class:`RuntimeError` ("``what`` did not start") if it does not within 15 s."""
+        try:
+            sock = bind(host, port)
+        except BaseException:
+            close_app(app)
+            raise
+        server = _server(app, host, sock, log_config=None, log_level="warning",
+                         access_log=False)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                                  name=f"gpucloud-nb {what}", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(5)
+                sock.close()
+                close_app(app)
+                raise RuntimeError(f"The {what} did not start.")
+            time.sleep(0.005)
+        return cls(app, server, thread, sock)
+
+    def stop(self) -> None:
+        """Stop serving (forcing it after 5 s), close the socket and the app's store."""
+        self.server.should_exit = True
+        self.thread.join(5)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(5)
+        self.socket.close()
+        close_app(self.app)
+
+
+class _Stop(Exception):
+    """Raised by SIGTERM so the foreground server unwinds like on Ctrl-C."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def serve(app: Any, host: str, port: int, ready: Callable[[str], None] | None = None, *,
+          log_level: str = "info") -> None:
+    """Serve ``app`` in the calling thread until Ctrl-C or SIGTERM (in the main thread), then
+    return; ``ready(base_url)`` once the port is bound and listening, before serving starts.
+
+    Raises :class:`OSError` when the address cannot be bound (the app's store is closed then
+    too).
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main = threading.current_thread() is threading.main_thread()
+    sock = None
+    try:
+        sock = bind(host, port)
+        if in_main:
+            signal.signal(signal.SIGTERM, _raise_stop)
+        server = _server(app, host, sock, log_level=log_level)
+        if ready is not None:
+            ready(f"http://{url_host(host)}:{sock.getsockname()[1]}")
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+        if sock is not None:
+            sock.close()
+        close_app(app)

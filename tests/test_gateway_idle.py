@@ -1,0 +1,195 @@
+"""Idle deletes kept by the gateway alone: no kernel, no JupyterLab, no client running.
+
+Over real HTTP: the gateway in front of a sandbox that plays the real cloud (its spec paths and
+key only). The gateway reads GPU use over SSH with its own key; the sandbox's instances answer
+``nvidia-smi`` from their measured use (a busy loop is GPU use there).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.gateway import Gateway
+from gpucloud_nb.gateway.ssh_key import KEY_FILE
+from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import (
+    ADA,
+    BOB,
+    SPEC_FIELDS,
+    TEACHER,
+    UPSTREAM_KEY,
+    as_key,
+    create_body,
+    direct,
+    wait_for,
+)
+from tests.test_gateway_cloud_init import active, cloud_init_offer
+from tests.test_ssh import keypair, ssh
+
+needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+BUSY_LOOP = "nohup python3 -c 'while True: pass' > /dev/null 2>&1 &"
+
+
+def gone(real: httpx.Client, id: str) -> bool:
+    return real.get(f"/gpu-cloud/instances/{id}").json()["status"] in ("deleting", "deleted")
+
+
+def launch(client: httpx.Client, offer: Any, name: str, public: str,
+           idle: float = 3600) -> dict[str, Any]:
+    body = {**create_body(offer, name), "sshKey": public, "deleteWhenIdle": idle}
+    answer = client.post("/gpu-cloud/instances", json=body)
+    assert answer.status_code == 201, answer.text
+    return active(client, answer.json()["_id"])
+
+
+def idle_state(client: httpx.Client, id: str) -> dict[str, Any]:
+    answer = client.get(f"/gateway/instances/{id}/idle-delete")
+    assert answer.status_code == 200, answer.text
+    state: dict[str, Any] = answer.json()
+    return state
+
+
+def stays_active(real: httpx.Client, ids: list[str], seconds: float) -> None:
+    """Every instance of ``ids`` stays active for ``seconds`` more (checked all along)."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for id in ids:
+            assert real.get(f"/gpu-cloud/instances/{id}").json()["status"] == "active", id
+        time.sleep(0.2)
+
+
+@contextmanager
+def reporting(client: httpx.Client, id: str) -> Iterator[None]:
+    """A client reporting use of ``id`` every 0.5 s, as ``UseReports`` does while a run is open."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            client.post(f"/gateway/instances/{id}/use", json={"seconds": 2})
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+@needs_ssh
+def test_an_idle_instance_is_deleted_with_nothing_open_and_busy_ones_are_kept(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    gateway = gateway_factory()
+    user = keypair(tmp_path, "user")
+    public = user.with_suffix(".pub").read_text().strip()
+    offer = cloud_init_offer(upstream)
+    with as_key(gateway, ADA) as ada, as_key(gateway, ADA) as reporter, direct(upstream) as real, \
+            as_key(gateway, BOB) as bob, as_key(gateway, TEACHER) as teacher:
+        idle = launch(ada, offer, "idle", public)
+        busy = launch(ada, offer, "busy", public)
+        told = launch(ada, offer, "told", public)
+        started = ssh(user, busy["sshPort"], BUSY_LOOP, tmp_path / "kh")
+        assert started.returncode == 0, started.stderr
+        assert bob.post(f"/gateway/instances/{told['_id']}/use").status_code == 404  # not Bob's
+        assert bob.put(f"/gateway/instances/{idle['_id']}/idle-delete",
+                       json={"seconds": 1}).status_code == 404
+        with reporting(reporter, told["_id"]):
+            wait_for(lambda: (idle_state(ada, busy["_id"])["gpuUtil"] or 0) >= 5, timeout=60)
+            for made in (idle, busy, told):  # the same limit, from the same moment
+                answer = ada.put(f"/gateway/instances/{made['_id']}/idle-delete",
+                                 json={"seconds": 3})
+                assert answer.status_code == 200 and answer.json()["seconds"] == 3
+            wait_for(lambda: idle_state(ada, idle["_id"])["warning"], timeout=60)  # warned first
+            assert real.get(f"/gpu-cloud/instances/{idle['_id']}").json()["status"] == "active"
+            states = {s["instanceId"]: s for s in ada.get("/gateway/idle").json()}
+            assert set(states) == {idle["_id"], busy["_id"], told["_id"]}
+            assert bob.get("/gateway/idle").json() == []
+            wait_for(lambda: gone(real, idle["_id"]), timeout=60)
+            stays_active(real, [busy["_id"], told["_id"]], 6)  # twice the limit after the delete
+        reasons = [(e["resource"], e["reason"]) for e in teacher.get("/gateway/audit").json()
+                   ["entries"] if e["action"] == "deleted"]
+        assert reasons == [(idle["_id"], "idle (by gateway)")]
+        assert idle["_id"] not in {s["instanceId"] for s in ada.get("/gateway/idle").json()}
+        wait_for(lambda: gone(real, told["_id"]), timeout=60)  # its reports ended: idle now
+        assert real.get(f"/gpu-cloud/instances/{busy['_id']}").json()["status"] == "active"
+
+
+def test_a_container_create_with_delete_when_idle_is_refused_before_anything_launches(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway]) -> None:
+    gateway = gateway_factory()
+    with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real_cloud:
+        offer = next(o for o in real_cloud.instances.offers(deployment_type="container",
+                                                            available=True))
+    body = {"name": "box", "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
+            "region": offer.available_regions[0], "dockerContainer": {"image": "nginx:1.27"},
+            "deleteWhenIdle": 600}
+    with as_key(gateway, ADA) as ada, direct(upstream) as real, \
+            as_key(gateway, TEACHER) as teacher:
+        for sent in (body, {**body, "deleteWhenIdle": "soon"}):
+            answer = ada.post("/gpu-cloud/instances", json=sent)
+            assert answer.status_code == 400 and set(answer.json()) == SPEC_FIELDS
+            message = answer.json()["message"]
+            assert message.count(". ") == 0 and message.endswith(".")
+            assert "nothing was launched" in message
+        assert "cannot watch" in ada.post("/gpu-cloud/instances", json=body).json()["message"]
+        assert real.get("/gpu-cloud/instances").json() == []
+        assert ada.get("/gateway/me").json()["spend"] == 0
+        assert [e for e in teacher.get("/gateway/audit").json()["entries"]
+                if e["action"] == "created"] == []
+        without = {k: v for k, v in body.items() if k != "deleteWhenIdle"}
+        assert ada.post("/gpu-cloud/instances", json=without).status_code == 201
+
+
+@needs_ssh
+def test_a_restart_keeps_idle_limits_and_the_key_and_the_key_is_never_shown(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    home = tmp_path / "gateway"
+    home.mkdir(mode=0o700)
+    user = keypair(tmp_path, "user")
+    public = user.with_suffix(".pub").read_text().strip()
+    offer = cloud_init_offer(upstream)
+    answers: list[str] = []
+    first = gateway_factory(home=home)
+    with as_key(first, ADA) as ada:
+        idle = launch(ada, offer, "idle", public)
+        busy = launch(ada, offer, "busy", public)
+        assert ssh(user, busy["sshPort"], BUSY_LOOP, tmp_path / "kh").returncode == 0
+        wait_for(lambda: (idle_state(ada, busy["_id"])["gpuUtil"] or 0) >= 5, timeout=60)
+        for made in (idle, busy):
+            answers.append(ada.put(f"/gateway/instances/{made['_id']}/idle-delete",
+                                   json={"seconds": 4}).text)
+    first.stop()
+    again = gateway_factory(home=home)
+    with as_key(again, ADA) as ada, direct(upstream) as real, \
+            as_key(again, TEACHER) as teacher:
+        listed = ada.get("/gateway/idle")
+        answers.append(listed.text)
+        assert {(s["instanceId"], s["seconds"]) for s in listed.json()} == {
+            (idle["_id"], 4), (busy["_id"], 4)}
+        wait_for(lambda: gone(real, idle["_id"]), timeout=60)
+        stays_active(real, [busy["_id"]], 8)  # read with the same key: unreadable would be idle
+        for path in ("/gateway/me", "/gateway/audit", "/gateway/class", "/gpu-cloud/instances",
+                     f"/gpu-cloud/instances/{busy['_id']}", f"/gateway/instances/{busy['_id']}/use"):
+            client = teacher if "class" in path or "audit" in path else ada
+            answers.append(client.request("POST" if path.endswith("/use") else "GET", path).text)
+    private = (home / "ssh" / KEY_FILE).read_text()
+    body_lines = [line for line in private.splitlines() if line and "PRIVATE KEY" not in line]
+    assert body_lines
+    shown = "\n".join(answers) + caplog.text + (home / "gateway.sqlite3").read_bytes().decode(
+        "latin-1")
+    for line in body_lines:
+        assert line not in shown

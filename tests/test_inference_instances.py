@@ -1,0 +1,171 @@
+"""``cloud.inference_instances`` and ``cloud.ssh_keys`` over real HTTP against the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.errors import (
+    GPUCloudError,
+    InstanceFailedError,
+    InvalidInputError,
+    NotFoundError,
+    ServerError,
+)
+from gpucloud_nb.models import InferenceInstanceDetails
+from gpucloud_nb.sandbox import Sandbox
+
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBmd0lVf5hW8dQ2b3xLq1vJb6yQ0H8fT2cW1m8s9zQ4d me@laptop"
+MODEL = "sandbox-vision-1"
+
+
+@pytest.fixture
+def box(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    return sandbox_factory(launch_seconds=0.5, cold_start_seconds=1.5)
+
+
+@pytest.fixture
+def cloud(box: Sandbox) -> Iterator[GPUCloud]:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as client:
+        yield client
+
+
+def test_create_wait_chat_and_delete_by_name(cloud: GPUCloud) -> None:
+    made = cloud.inference_instances.create(name="chat", model=MODEL, min=1, max=2, cooldown=60)
+    assert made.status == "NEW" and made.hourly_price == 0.75  # the A10, the model's default
+    progress: list[tuple[str, int, int]] = []
+    active = cloud.inference_instances.wait_until_active(
+        "chat", on_progress=lambda d, s: progress.append((d.status, d.ready, d.total)),
+        poll_interval=0.05)
+    assert active.status == "ACTIVE" and progress[-1] == ("ACTIVE", 1, 1)
+    assert progress[0][1] == 0  # progress began before any container was ready
+    assert active.hardware_name == "NVIDIA A10 24GB" and active.containers[0].scale.max == 2
+    with cloud.inference_instances.chat_client("chat") as chat:
+        assert chat.models() == [MODEL]
+        assert "2 + 2" in chat.chat("What is 2+2?").text
+        assert cloud.scrub("sandbox-key") not in ("sandbox-key",)  # the key is one to mask
+        assert "sandbox-key" not in repr(chat) and "sandbox-key" not in str(vars(chat))
+    cloud.inference_instances.delete("chat")
+    assert cloud.inference_instances.get(made.id).status in ("DELETING", "DELETED")
+
+
+def test_a_cold_start_through_the_chat_client_succeeds(cloud: GPUCloud) -> None:
+    cloud.inference_instances.create(name="sleepy", model=MODEL, min=0, max=1, cooldown=0.3)
+    cloud.inference_instances.wait_until_active("sleepy", poll_interval=0.05)
+    wait_for(lambda: cloud.inference_instances.get("sleepy").scaled_to_zero)
+    seen: list[InferenceInstanceDetails] = []
+    replies: list[str] = []
+    with cloud.inference_instances.chat_client("sleepy") as chat:
+        thread = threading.Thread(target=lambda: replies.append(chat.chat("Hello").text))
+        thread.start()
+        wait_for(lambda: (seen.append(cloud.inference_instances.get("sleepy"))
+                          or (seen[-1].total, seen[-1].ready) == (1, 0)) or bool(replies),
+                 timeout=60)
+        thread.join(60)
+    assert any((d.total, d.ready) == (1, 0) for d in seen)  # it was waking up
+    assert replies and replies[0]
+    assert cloud.inference_instances.get("sleepy").ready == 1
+
+
+def test_stop_refuses_bills_nothing_start_answers_again(cloud: GPUCloud) -> None:
+    cloud.inference_instances.create(name="paused", model=MODEL, min=1, max=1)
+    cloud.inference_instances.wait_until_active("paused", poll_interval=0.05)
+    assert cloud.inference_instances.stop("paused").status == "DISABLED"
+    with cloud.inference_instances.chat_client("paused") as chat:
+        with pytest.raises(ServerError) as refused:
+            chat.chat("Hello")
+        assert "is stopped; start it" in refused.value.message
+        with pytest.raises(InstanceFailedError, match="DISABLED"):
+            cloud.inference_instances.wait_until_active("paused")
+        assert cloud.inference_instances.start("paused").status == "PENDING"
+        cloud.inference_instances.wait_until_active("paused", poll_interval=0.05)
+        assert chat.chat("Hello").text
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"model": "gpt-9"}, "Unknown model 'gpt-9'"),
+    ({"hardware": "TPU"}, "Unknown hardware 'TPU'"),
+    ({"min": 3, "max": 2}, "scale.min (3) is more than scale.max (2)."),
+    ({"triggers": ["cpu"]}, "min may be 0 only with an http trigger"),
+    ({"triggers": {"disk": 3}}, "There is no trigger 'disk'"),
+    ({"hardware": "h100-80gb", "region": "eu-central-1"}, "has no capacity for NVIDIA H100"),
+])
+def test_bad_creates_are_refused_before_anything_is_sent(
+        cloud: GPUCloud, options: dict[str, object], words: str) -> None:
+    arguments: dict[str, object] = {"name": "x", "model": MODEL, **options}
+    with pytest.raises(InvalidInputError) as refused:
+        cloud.inference_instances.create(**arguments)  # type: ignore[arg-type]
+    assert words in refused.value.message
+    assert cloud.inference_instances.list() == []
+
+
+def test_the_first_region_with_capacity_is_chosen(cloud: GPUCloud) -> None:
+    cloud.inference_instances.create(name="big", model=MODEL, hardware="NVIDIA H100 80GB", min=1)
+    assert [c.region_id for c in cloud.inference_instances.get("big").containers] == ["us-east-1"]
+
+
+def test_update_changes_the_scaling_of_every_region(cloud: GPUCloud) -> None:
+    cloud.inference_instances.create(name="grow", model=MODEL, min=1, max=1,
+                                     region=["eu-central-1", "us-east-1"])
+    updated = cloud.inference_instances.update("grow", max=3, cooldown=120)
+    assert [(c.scale.min, c.scale.max, c.scale.cooldown_period) for c in updated.containers] \
+        == [(1, 3, 120), (1, 3, 120)]
+    assert updated.containers[0].scale.triggers.http == 10  # kept
+    with pytest.raises(InvalidInputError, match="http trigger"):
+        cloud.inference_instances.update("grow", min=0, triggers=["cpu"])
+    with pytest.raises(InvalidInputError, match="Nothing to change"):
+        cloud.inference_instances.update("grow")
+
+
+def test_an_unknown_name_is_one_sentence(cloud: GPUCloud) -> None:
+    with pytest.raises(NotFoundError, match="Inference instance nope not found"):
+        cloud.inference_instances.get("nope")
+
+
+def test_the_cost_cap_counts_endpoints_at_their_most_containers(box: Sandbox) -> None:
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url, max_hourly_cost=2.0) as capped:
+        capped.inference_instances.create(name="one", model=MODEL, min=1, max=2)  # $1.50/h at most
+        with pytest.raises(InvalidInputError, match="over the cap of"):
+            capped.inference_instances.create(name="two", model=MODEL, min=1, max=1)
+        assert [e.name for e in capped.inference_instances.list()] == ["one"]
+
+
+def test_frames_show_prices_per_hour(cloud: GPUCloud) -> None:
+    hardwares = cloud.inference_instances.hardwares_frame()
+    assert hardwares.hourlyPrice.is_monotonic_increasing and (hardwares.capacity > 0).any()
+    models = cloud.inference_instances.models_frame()
+    assert models.set_index("id").hourlyPrice[MODEL] == 0.75
+
+
+def test_the_async_twin(box: Sandbox) -> None:
+    async def main() -> list[str]:
+        async with AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url) as acloud:
+            await acloud.inference_instances.create(name="a", model=MODEL, min=1)
+            await acloud.inference_instances.wait_until_active("a", poll_interval=0.05)
+            async with await acloud.inference_instances.chat_client("a") as chat:
+                return await chat.models()
+
+    assert asyncio.run(main()) == [MODEL]
+
+
+def test_the_key_book_by_path_and_by_name(cloud: GPUCloud, tmp_path: Path) -> None:
+    private = tmp_path / "id_ed25519"
+    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (tmp_path / "id_ed25519.pub").write_text(ED25519 + "\n")
+    added = cloud.ssh_keys.add("laptop", path=private)  # its .pub beside it is read
+    assert added.public_key == ED25519 and added.is_default
+    other = cloud.ssh_keys.add("desk", "ssh-rsa AAAAB3NzaC1yc2E you@desk")
+    assert cloud.ssh_keys.make_default("desk").id == other.id
+    assert [k.is_default for k in cloud.ssh_keys.list()] == [False, True]
+    cloud.ssh_keys.delete("laptop")
+    assert [k.name for k in cloud.ssh_keys.list()] == ["desk"]
+    with pytest.raises(InvalidInputError, match="private key"):
+        cloud.ssh_keys.add("oops", private.read_text())
+    with pytest.raises(GPUCloudError, match="SSH key laptop not found"):
+        cloud.ssh_keys.delete("laptop")
