@@ -11,7 +11,7 @@ from gpucloud_nb._secrets import Secret
 from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
-from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.sandbox import Sandbox
 
@@ -29,14 +29,14 @@ def test_a_core_built_with_its_reach_deletes_on_time_and_confirms(sandbox: Sandb
         core = Core(SyncDriver(http), Secret(sandbox.api_key), RetryPolicy(), None, 60, reach)
         assert isinstance(core.auto_delete, AutoDelete)
         assert isinstance(core.idle_delete, KernelIdleDelete)
-        assert isinstance(core.budgets, KernelBudgets)
+        assert isinstance(core.budgets, UnkeptBudgets)  # the real cloud, no gateway: nobody
         instance = launch(observer, "timed")
         core.auto_delete.schedule(instance.id, 0.2)
         wait_for(lambda: instance.id in core.auto_delete.deleted, timeout=60)  # confirmed too
         assert core.auto_delete.failures == {}
         assert observer.instances.get(instance.id).status in ("deleting", "deleted")
 
-        kernel_idle, kernel_budgets = core.idle_delete, core.budgets
+        kernel_idle = core.idle_delete
         core.use_sandbox(sandbox)  # the same reach builds the service's kind
         assert isinstance(core.auto_delete, ServiceAutoDelete)
         assert isinstance(core.idle_delete, ServiceIdleDelete)
@@ -44,6 +44,6 @@ def test_a_core_built_with_its_reach_deletes_on_time_and_confirms(sandbox: Sandb
         core.register_keys(["ssh-ed25519 AAAA test"])
         assert sent == [("POST", "/sandbox/ssh-keys")]
         core.use_sandbox(None)
-        assert isinstance(core.budgets, KernelBudgets) and core.budgets is not kernel_budgets
+        assert isinstance(core.budgets, UnkeptBudgets)
         assert isinstance(core.idle_delete, KernelIdleDelete)
         assert core.idle_delete is not kernel_idle

@@ -1046,12 +1046,16 @@ def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_f
 
 
 def test_launch_with_a_budget_prefills_the_forms_budget_and_the_launch_keeps_it(
-        magic: Magic, cloud: GPUCloud) -> None:
+        magic: Magic, cloud: GPUCloud, sandbox_box: Any) -> None:
     offer = cloud.instances.offers(available=True, deployment_type="vm", sort="price")[0]
     form = magic(f"launch {offer.instance_id} --budget 5").value
     assert form.budget.value == 5.0
+    # The cloud itself, no gateway: nobody would keep it, so the form says the launch is refused.
+    assert "A budget needs a gateway to keep it" in form.cost.value
+    cloud.sandbox = sandbox_box  # as connect() does: the service keeps it
+    form = magic(f"launch {offer.instance_id} --budget 5").value
     assert "Deleted once it has cost $5.00" in form.cost.value
-    assert "if this kernel is still running" in form.cost.value  # no sandbox service here
+    assert "by the sandbox service, even if this kernel stops" in form.cost.value
     details = form.fill(name="budgeted").launch().result(timeout=60)
     try:
         assert cloud.budgets.states()[details.id].dollars == 5.0

@@ -32,7 +32,7 @@ from gpucloud_nb.client._ops import (
 )
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
 from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.gateway import PROBE, GatewayStatus, probe
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
@@ -129,8 +129,7 @@ class Core(Generic[D]):
         self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
         self.idle_delete: KernelIdleDelete | ServiceIdleDelete = self.kernel_idle()
         #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.
-        self.budgets: KernelBudgets | ServiceBudgets = KernelBudgets(blocking.get,
-                                                                     blocking.delete)
+        self.budgets: UnkeptBudgets | ServiceBudgets = UnkeptBudgets()  # until a gateway
         #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
         self.gateway: bool | None = None
         #: Runs, copies and forwards open on instances, told to a class gateway.
@@ -161,11 +160,10 @@ class Core(Generic[D]):
         return status
 
     def use_gateway(self) -> None:
-        """The server is a class gateway: it keeps timers and budgets (under ``/gateway``),
-        so this process's budget watcher stops. Nothing moves while on a sandbox."""
+        """The server is a gateway: it keeps timers and budgets (under ``/gateway``). Nothing
+        moves while on a sandbox."""
         if self.sandbox is not None:
             return
-        self.budgets.stop()
         self.idle_delete.stop()
         send = self.blocking.send
         self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
@@ -188,7 +186,7 @@ class Core(Generic[D]):
         else:
             self.auto_delete = AutoDelete(self.delete_from_timer)
             self.idle_delete = self.kernel_idle()
-            self.budgets = KernelBudgets(self.blocking.get, self.blocking.delete)
+            self.budgets = UnkeptBudgets()
             if self.gateway:
                 self.use_gateway()
 

@@ -4,23 +4,20 @@
     >>> cloud.budgets.states()[instance.id].warning  # doctest: +SKIP
     False
 
-Who watches, plainly:
+Who watches, plainly (issue #36: every money rule in one place, never a thread of this kernel):
 
 - **Sandbox**: the sandbox service (:class:`ServiceBudgets`, over the sandbox-only routes of
   :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs; a class account's budget
   (``KEY 20`` in the ``--keys`` file) is the service's too.
-- **A class gateway** (``gpucloud-nb gateway``): the gateway (:class:`ServiceBudgets` with
-  ``prefix="/gateway"``), whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
-- **Real cloud**: this kernel (:class:`KernelBudgets`): a background thread reads each watched
-  instance every ``poll`` seconds (30), bills it as ``cloud.spend()`` does, logs a warning at
-  80 % and deletes it at the budget (so it may overshoot by one poll's worth). A killed kernel
-  watches nothing; keep ``cloud.spend()`` in view.
+- **A gateway** (a class's ``gpucloud-nb gateway``, or the personal gateway ``connect()`` puts in
+  front of the real cloud): the gateway (:class:`ServiceBudgets` with ``prefix="/gateway"``),
+  whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
+- **The real cloud directly** (``GPUCLOUD_GATEWAY=off``, or a client built on the cloud's URL):
+  nobody (:class:`UnkeptBudgets`): a budget is refused in one sentence, before anything is sent.
 
-Deletes are confirmed: after a budget delete the instance is read until it is ``deleting`` or
-``deleted``; if that does not happen within ``CONFIRM_WITHIN`` seconds (60) the instance is in
-``failures`` with one sentence, which the panels show in red. The confirmation runs on a
-short-lived thread of its own (:class:`ConfirmedDeletes`, shared with the kernel's idle watcher),
-so the watcher reads every other instance on time meanwhile; closing the client ends it.
+The kernel's idle watcher still shares :class:`KernelWatcher` and :class:`ConfirmedDeletes`
+(deletes confirmed: read until ``deleting`` or ``deleted``, else one sentence in ``failures``
+after ``CONFIRM_WITHIN`` seconds, 60), until the gateway keeps idle deletes too.
 """
 
 from __future__ import annotations
@@ -34,14 +31,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from gpucloud_nb.client.billing import Ledger
-from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["CONFIRM_WITHIN", "WARN_SHARE", "BudgetState", "ConfirmedDeletes", "KernelBudgets",
-           "KernelWatcher",
-           "ServiceBudgets", "budget_dollars", "confirm_deleted"]
+__all__ = ["CONFIRM_WITHIN", "UNKEPT", "WARN_SHARE", "BudgetState", "ConfirmedDeletes",
+           "KernelWatcher", "ServiceBudgets", "UnkeptBudgets", "budget_dollars", "confirm_deleted"]
 
 log = logging.getLogger("gpucloud_nb.budgets")
 WARN_SHARE = 0.8
@@ -297,91 +291,41 @@ class ServiceBudgets:
         """Nothing runs in this process; the service goes on watching."""
 
 
-class KernelBudgets(KernelWatcher):
-    """Budgets watched by a thread of this kernel, for the real cloud (see the module docstring).
+UNKEPT = ("This cloud is not a gateway, so nothing would keep a budget: connect() reaches the "
+          "real cloud through your personal gateway, which keeps it (unless GPUCLOUD_GATEWAY=off)")
 
-    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. ``deleted`` maps
-    each instance the watcher deleted to when; ``failures`` an instance whose budget delete
-    failed or was not confirmed to the sentence saying why.
+
+class UnkeptBudgets:
+    """Budgets where nobody keeps them: a client of the real cloud directly, not through a
+    gateway (``GPUCLOUD_GATEWAY=off``, or ``GPUCloud`` built on the cloud's own URL). No thread
+    of this process watches money; setting a budget is one sentence saying why, and a create
+    with ``budget=`` is refused before the POST (:mod:`gpucloud_nb.client.instance_ops`).
+
+        >>> UnkeptBudgets().states()
+        {}
     """
 
-    where = "this kernel"
-    thread_name, what = "gpucloud-nb-budgets", "budget watcher"
+    where = "nobody"
 
-    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None], *,
-                 poll: float = 30.0, confirm_within: float = CONFIRM_WITHIN) -> None:
-        super().__init__(get, delete, poll=poll, confirm_within=confirm_within)
-        self._ledger = Ledger()
-        self._budgets: dict[str, float] = {}
-        self._states: dict[str, BudgetState] = {}
+    def __init__(self) -> None:
+        self.deleted: dict[str, datetime] = {}
+        self.failures: dict[str, str] = {}
 
     def set(self, instance_id: str, dollars: float) -> BudgetState:
-        """Delete ``instance_id`` once it has cost ``dollars``; replaces an earlier budget."""
-        dollars = budget_dollars(dollars)
-        state = self._check(instance_id, dollars)
-        if state.status in GONE:
-            raise InvalidInputError(f"Instance {instance_id} is already {state.status}.")
-        with self._lock:
-            self._budgets[instance_id] = dollars
-            self._states[instance_id] = state
-            self._start()
-        return state
+        """Refused: nothing would keep it (:data:`UNKEPT`)."""
+        budget_dollars(dollars)
+        raise InvalidInputError(f"{UNKEPT}.")
 
     def cancel(self, instance_id: str) -> bool:
-        """Stop watching ``instance_id``; it keeps running. True if it was watched."""
-        with self._lock:
-            self._states.pop(instance_id, None)
-            return self._budgets.pop(instance_id, None) is not None
+        """Nothing to cancel."""
+        return False
 
     def forget(self, instance_id: str) -> None:
-        """Drop the budget of a deleted instance."""
-        self.cancel(instance_id)
+        """Nothing is kept."""
 
     def states(self) -> dict[str, BudgetState]:
-        """The last reading of every watched instance."""
-        with self._lock:
-            return dict(self._states)
+        """No budget is kept here."""
+        return {}
 
-    def _check(self, instance_id: str, dollars: float) -> BudgetState:
-        instance = self._get(instance_id)
-        bill = self._ledger.bill(instance, datetime.now(timezone.utc))
-        state = BudgetState(instance_id, dollars, bill.spend, bill.spend >= WARN_SHARE * dollars,
-                            instance.status)
-        with self._lock:
-            if instance_id in self._budgets:
-                self._states[instance_id] = state
-        return state
-
-    def step(self) -> None:
-        """Read every watched instance once: warn at 80 %, delete at the budget."""
-        with self._lock:
-            watched = dict(self._budgets)
-        for instance_id, dollars in watched.items():
-            try:
-                before = self._states.get(instance_id)
-                state = self._check(instance_id, dollars)
-            except NotFoundError:
-                self.cancel(instance_id)
-                continue
-            except GPUCloudError as error:
-                log.warning("The budget of instance %s could not be checked: %s", instance_id,
-                            error)
-                continue
-            if state.status in GONE:
-                self.cancel(instance_id)
-            elif state.spend >= dollars:
-                self._delete_at_budget(instance_id, state)
-            elif state.warning and not (before and before.warning):
-                log.warning("Instance %s has cost %s, %d %% of its budget of %s.", instance_id,
-                            format_price(state.spend), round(100 * state.spend / dollars),
-                            format_price(dollars))
-
-    def _delete_at_budget(self, instance_id: str, state: BudgetState) -> None:
-        self._deletes.delete(
-            instance_id, self.confirm_within, f"reached its budget of {format_price(state.dollars)}",
-            "reached its budget", forget=self.cancel,
-            said=("Deleted instance %s: it has cost %s, its budget.", instance_id,
-                  format_price(state.spend)))
-
-    def _watching(self) -> bool:
-        return bool(self._budgets)
+    def stop(self) -> None:
+        """Nothing runs in this process."""

@@ -30,6 +30,7 @@ from gpucloud_nb.client import changes, key_book
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import Call, Op, Sleep
+from gpucloud_nb.client.budgets import UNKEPT, UnkeptBudgets
 from gpucloud_nb.client.remote import default_public_key
 from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.errors import (
@@ -159,6 +160,9 @@ class InstanceOps(Generic[D]):
         problems, ticket = yield from self.checked(request, keep=True)
         if problems:
             raise InvalidInputError(problems[0])
+        if request.budget is not None and isinstance(self.core.budgets, UnkeptBudgets):
+            self.core.reservations.release(ticket)  # nobody would keep it: refused unsent
+            raise InvalidInputError(f"{UNKEPT}; nothing was launched.")
         holds = self.core.reservations
         try:
             if request.delete_when_idle is not None:

@@ -45,7 +45,7 @@ from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
-from gpucloud_nb.client.budgets import KernelBudgets, ServiceBudgets
+from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
@@ -222,9 +222,10 @@ class _CloudBase(abc.ABC):
         return self._core.auto_delete
 
     @property
-    def budgets(self) -> KernelBudgets | ServiceBudgets:
+    def budgets(self) -> UnkeptBudgets | ServiceBudgets:
         """Spend budgets: ``set(id, dollars)``, ``cancel(id)``, ``states()``; ``where`` says who
-        watches (the sandbox service, or this kernel; see :mod:`gpucloud_nb.client.budgets`).
+        watches (the sandbox service, a gateway, or ``nobody`` on the real cloud without a
+        gateway; see :mod:`gpucloud_nb.client.budgets`).
 
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
         """

@@ -47,14 +47,14 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
               volume_offer: VolumeOffer | None, delete_after: float | None,
               cap: float | None,
               used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel",
-              budget: float = 0.0, budget_by: str = "this kernel") -> str:
+              budget: float = 0.0, budget_by: str = "nobody") -> str:
     """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the
     budget, the cap.
 
     ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``): "this kernel"
     deletes only while it runs; a service (the sandbox's) deletes even if the kernel stops.
-    ``budget_by`` is who watches a ``budget`` in dollars (``cloud.budgets.where``);
-    ``delete_after`` is in seconds.
+    ``budget_by`` is who watches a ``budget`` in dollars (``cloud.budgets.where``); ``nobody``
+    (the real cloud without a gateway) refuses one. ``delete_after`` is in seconds.
     """
     if offer is None:
         return ""
@@ -70,9 +70,11 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
         lasts = format_duration(delete_after, precise=delete_after % 60 != 0)
         parts.append(f"<br>Auto-deletes after {escape(lasts)}, {keeper}: "
                      f"at most {escape(money(offer.hourly_price * delete_after / 3600))}.")
-    if budget:
-        keeper = ("if this kernel is still running" if budget_by == "this kernel"
-                  else f"by the {escape(budget_by)}, even if this kernel stops")
+    if budget and budget_by == "nobody":
+        parts.append("<br>" + hint("A budget needs a gateway to keep it; this cloud is not "
+                                   "one, so the launch is refused.", ERROR))
+    elif budget:
+        keeper = f"by the {escape(budget_by)}, even if this kernel stops"
         hours = budget / offer.hourly_price if offer.hourly_price > 0 else float("inf")
         about = "" if hours == float("inf") else f" (about {hours:.3g} h at this price)"
         parts.append(f"<br>Deleted once it has cost {escape(money(budget))}{about}, {keeper}; "

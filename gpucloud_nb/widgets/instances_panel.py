@@ -257,10 +257,8 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             raise InvalidInputError(f"{instance.name} is already {instance.status}.")
         self._cloud.budgets.set(instance.id, dollars)
         self.refresh()
-        watcher = self._cloud.budgets.where
         message = (f"{instance.name} will be deleted once it has cost {money(dollars)}, "
-                   + ("if this kernel is still running." if watcher == "this kernel"
-                      else f"by the {watcher}, even if this kernel stops."))
+                   f"by the {self._cloud.budgets.where}, even if this kernel stops.")
         self.status.success(message)
         return message
 
