@@ -422,7 +422,9 @@ def test_starting_a_kernel_whose_instance_is_gone_says_so(box: GPUCloud) -> None
 
 def test_a_pending_instance_is_waited_for(sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch,
                                           kernels: Any, caplog: pytest.LogCaptureFixture) -> None:
-    sandbox = sandbox_factory(launch_seconds=2)
+    # Long enough to be still pending when the kernel starts on a busy machine: the kernel's
+    # client first finds or starts the personal gateway (a process of its own).
+    sandbox = sandbox_factory(launch_seconds=15)
     monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
     monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
     with GPUCloud() as cloud:
