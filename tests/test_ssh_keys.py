@@ -69,3 +69,30 @@ def test_the_key_pair_is_not_in_the_repr(own_home: Path, tmp_path: Path) -> None
     identity = ssh_keys.identities_sync(None, tmp_path)[0]
     assert "pair=" not in repr(identity) and "KeyPair" not in repr(identity)
     assert identity.public in repr(identity)
+
+
+def test_the_own_key_made_from_many_threads_at_once_is_one_whole_key(tmp_path: Path) -> None:
+    """Six creates at once on a fresh machine each asked for the client's key: some read it
+    half-written and found no identity (an IndexError in create). It is made whole, then
+    linked into place, so every caller reads the same complete key."""
+    import threading
+
+    own = tmp_path / "own"
+    own.mkdir()
+    start = threading.Barrier(8)
+    found: list[str | None] = []
+
+    def one() -> None:
+        start.wait()
+        identity = ssh_keys._from_file(ssh_keys.own_key(own), False)
+        found.append(None if identity is None else identity.public)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(found) == 8 and None not in found and len(set(found)) == 1
+    assert oct((own / "id_ed25519").stat().st_mode & 0o777) == "0o600"
+    assert (own / "id_ed25519.pub").read_text().split()[1] == found[0].split()[1]
+    assert sorted(p.name for p in own.iterdir()) == ["id_ed25519", "id_ed25519.pub"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import shlex
 import threading
@@ -84,11 +85,25 @@ def own_key(directory: Path) -> Path:
     import asyncssh
 
     path = directory / "id_ed25519"
-    if not path.exists():
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
-        key.write_private_key(str(path))
-        path.chmod(0o600)
+    if path.exists():
+        return path
+    # Made whole under a name of its own (0600 from the start), then linked into place, which
+    # fails if another thread or process got there first: creates from six threads at once
+    # read a half-written key otherwise (and found no identity at all).
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="gpucloud-nb")
+    draft = directory / f".id_ed25519.{os.getpid()}.{threading.get_ident()}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(key.export_private_key())
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            return path  # theirs is whole: it was linked, never written in place
         key.write_public_key(str(path.with_suffix(".pub")))
+    finally:
+        with contextlib.suppress(OSError):
+            draft.unlink()
     return path
 
 

@@ -22,6 +22,7 @@ from gpucloud_nb import (
 )
 from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
+from gpucloud_nb.client.inference_instances import EndpointClient
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import Remote, RunResult
@@ -198,7 +199,7 @@ def endpoints(cloud: GPUCloud, acloud: AsyncGPUCloud) -> None:
     assert_type(endpoints.stop("c"), InferenceInstanceDetails)
     assert_type(endpoints.delete("c"), None)
     assert_type(endpoints.wait_until_active("c", on_progress=print), InferenceInstanceDetails)
-    assert_type(endpoints.chat_client("c"), InferenceClient)
+    assert_type(endpoints.chat_client("c"), EndpointClient)  # an InferenceClient that wakes
     assert_type(cloud.ssh_keys.list(), list[SSHKey])
     assert_type(cloud.ssh_keys.add("laptop", path="~/.ssh/id_ed25519.pub"), SSHKey)
     assert_type(cloud.ssh_keys.make_default("laptop"), SSHKey)
