@@ -1,7 +1,7 @@
 """The gateway reads an instance's GPU use itself, over SSH with its own key.
 
     >>> reader = GPUReader(gateway_key(home))  # doctest: +SKIP
-    >>> await reader.read("65a1…", "203.0.113.7", 22, "ubuntu")  # busiest GPU, %  # doctest: +SKIP
+    >>> await reader.read(vm.id, vm.ip, vm.ssh_port, vm.ssh_user)  # busiest GPU, %  # doctest: +SKIP
     57.0
 
 One command per instance per read, :data:`QUERY` (``nvidia-smi --query-gpu=utilization.gpu
