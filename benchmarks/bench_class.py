@@ -1,17 +1,19 @@
-"""Benchmark: a class of 40 on one class sandbox, simulated from one load-generator process.
+"""Benchmark: a class of 40 through a class gateway in front of a sandbox, from one process.
 
 ``bench_service`` runs 40 client Python processes on the machine that serves them, so on two
 cores their own CPU dominates its p99. Here one process (asyncio + httpx, one connection pool
 per student, as separate kernels would have) behaves as the 40 students' sidebars and kernels
-against a class sandbox served as ``GPUCLOUD_TEACHER_KEY=K gpucloud-nb sandbox --keys FILE`` (each
-student its own account with a class budget of $20, state in a SQLite file):
+against a class gateway as a teacher serves it, ``gpucloud-nb gateway --keys FILE --upstream URL``
+in front of a sandbox (``gpucloud-nb sandbox``, state in a SQLite file; the class sandbox of
+``sandbox --keys`` gave way to the gateway): each student a key of the keys file with a budget of
+$20, and a teacher key:
 
 - the 40 kernels launch one instance each at the same moment, then each reads its instance
   every second until it is active (``wait_until_active``) and every 5 s after;
-- the 40 sidebars list every 5 s and read the idle/budget state (``GET /sandbox/idle`` where
-  the idle watcher serves it, else ``GET /sandbox/budgets``) every 5 s, each student starting at
+- the 40 sidebars list every 5 s and read the idle/budget state (``GET /gateway/idle`` where
+  the gateway serves it, else ``GET /gateway/budgets``) every 5 s, each student starting at
   its own moment within the first 5 s;
-- the teacher's panel reads ``GET /sandbox/class`` every 5 s.
+- the teacher's panel reads ``GET /gateway/class`` every 5 s.
 
 Baseline: one student alone, in the same run, against the same server (20 lists, gets and idle
 checks, 5 launches). Rows: p50/p95/p99 per route, class vs alone; errors; launches active; and
@@ -26,6 +28,9 @@ Then the create path is profiled, in this process, away from the network: its pa
 (the JSON rules, the free SSH port, the SQLite insert in a WAL file, the host key, the SSH
 server's listen) and 40 creates through the app, each a row of the table (nothing goes to stderr).
 Run standalone with ``python -m benchmarks.bench_class`` (``--quick``: 6 students for 4 s).
+
+The figures below were measured against the class sandbox, before it gave way to the gateway
+(28 Nov 2026); the rows now measure the gateway and its upstream together.
 
 Where a create's time went (25 Nov 2026; medians in one process, which a shared machine
 disturbs far less than the 40-way run; "was" is the code before the fixes, same machine):
@@ -91,19 +96,32 @@ Row = tuple[str, float, float, float, str, str]
 QUICK = {"students": 6, "seconds": 4.0, "profile_creates": 10}
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = "bench-teacher-key-0123456789"
+UPSTREAM_KEY = "bench-upstream-key-0123456789"
 PERIOD = 5.0
 LAUNCH_SECONDS = 3.0
 
 
-def _serve(folder: Path, students: int) -> tuple[ManagementProcess, list[str]]:
+def _serve(folder: Path, students: int) -> tuple[list[ManagementProcess], list[str]]:
+    """The upstream sandbox and the class gateway in front of it (keys in the environment and a
+    file, never on the command line); the gateway serves the class, so it comes last."""
     keys = [f"bench-student-{n:02d}-key-0123456789" for n in range(students)]
-    server = ManagementProcess(  # secrets in the environment, never the command line
-        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys",
-         str(write_keys(folder / "class.txt", keys, 20)), "--state", str(folder / "class.db"),
-         "--launch-seconds", str(LAUNCH_SECONDS)],
-        {**os.environ, "GPUCLOUD_TEACHER_KEY": TEACHER, "GPUCLOUD_SANDBOX_API_KEY": "",
-         "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789"})
-    return server, keys
+    keys_file = write_keys(folder / "class.txt", keys, 20)
+    with keys_file.open("a", encoding="utf-8") as file:
+        file.write(f"{TEACHER} teacher the teacher\n")
+    env = {**os.environ, "GPUCLOUD_SANDBOX_API_KEY": UPSTREAM_KEY,
+           "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "bench-secret-0123456789",
+           "GPUCLOUD_UPSTREAM_API_KEY": UPSTREAM_KEY}
+    upstream = ManagementProcess(
+        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--state",
+         str(folder / "class.db"), "--launch-seconds", str(LAUNCH_SECONDS)], env)
+    try:
+        gateway = ManagementProcess(
+            [sys.executable, "-m", "gpucloud_nb", "gateway", "--keys", str(keys_file),
+             "--upstream", upstream.url, "--port", "0", "--home", str(folder / "gateway")], env)
+    except BaseException:
+        upstream.close()
+        raise
+    return [upstream, gateway], keys
 
 
 class _Recorder:
@@ -137,8 +155,8 @@ def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 async def _idle_route(client: Any) -> str:
-    answer = await client.get("/sandbox/idle")
-    return "/sandbox/idle" if answer.status_code == 200 else "/sandbox/budgets"
+    answer = await client.get("/gateway/idle")
+    return "/gateway/idle" if answer.status_code == 200 else "/gateway/budgets"
 
 
 async def _alone(base: str, key: str, offer: dict[str, Any], idle: str) -> _Recorder:
@@ -201,7 +219,7 @@ async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
     async def teacher_panel(end: float) -> None:
         await go.wait()
         while time.monotonic() < end:
-            await rec.timed("teacher view", lambda: teacher.get("/sandbox/class"))
+            await rec.timed("teacher view", lambda: teacher.get("/gateway/class"))
             await asyncio.sleep(PERIOD)
 
     async def lag_probe(end: float) -> None:
@@ -213,7 +231,7 @@ async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
 
     try:
         for client in clients:  # connected before the go, as open kernels and sidebars are
-            await client.get("/sandbox/service")
+            await client.get("/gateway/me")
         end = time.monotonic() + seconds
         rng = random.Random(29)
         tasks = [asyncio.create_task(kernel(n, client, end)) for n, client in enumerate(clients)]
@@ -233,7 +251,7 @@ async def _class(base: str, keys: list[str], offer: dict[str, Any], idle: str,
 
 async def rec_stop(rec: _Recorder, teacher: Any) -> None:
     """The teacher stops the whole class (one request, its time recorded)."""
-    await rec.timed("stop the class", lambda: teacher.delete("/sandbox/class/instances"))
+    await rec.timed("stop the class", lambda: teacher.delete("/gateway/class/instances"))
 
 
 async def _load(base: str, keys: list[str], seconds: float,
@@ -407,14 +425,15 @@ def _tail_rows(crowd: _Recorder, cpu: dict[str, float], students: int) -> list[R
 def run(students: int = 40, seconds: float = 20.0, profile_creates: int = 40) -> list[Row]:
     """Per-route percentiles of ``students`` simulated students, next to one student alone."""
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-class-"))
-    server, keys = _serve(folder, students)
-    base = server.url
+    servers, keys = _serve(folder, students)
+    base = servers[-1].url
     try:
         alone, crowd, active, idle, cpu = asyncio.run(_load(base, keys, seconds,
-                                                            server.process.pid))
+                                                            servers[-1].process.pid))
         client_rows = _profile_client(base, keys[-1], max(profile_creates // 4, 3))
     finally:
-        server.close()
+        for server in reversed(servers):
+            server.close()
         shutil.rmtree(folder, ignore_errors=True)
     if crowd.errors or alone.errors:
         first = (crowd.errors + alone.errors)[0]

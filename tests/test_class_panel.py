@@ -1,4 +1,4 @@
-"""``ClassPanel`` against a class sandbox and a class gateway: the view, stopping, CSV."""
+"""``ClassPanel`` against a class gateway in front of a sandbox: the view, stopping, budgets, CSV."""
 
 from __future__ import annotations
 
@@ -8,30 +8,25 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from samples import one_offer
-from test_budgets import launch
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets import ClassPanel
-from tests.helpers import ADA, BOB, UPSTREAM_KEY
-from tests.helpers import TEACHER as GW_TEACHER
-from tests.helpers import launch as gateway_launch
+from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, launch
 
-TEACHER = "teacher-key-0123456789abcdef"
-STUDENTS = ("student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789")
+GRACE = "gk-grace-000000000000004"
+STUDENTS = (ADA, BOB, GRACE)
 
 
 @pytest.fixture
-def classroom(sandbox_factory: Callable[..., Sandbox]) -> Iterator[tuple[GPUCloud, list[GPUCloud]]]:
-    box = sandbox_factory(api_key=STUDENTS[0], keys=STUDENTS[1:], teacher_key=TEACHER,
-                          budgets={STUDENTS[0]: 20.0, STUDENTS[1]: 0.0},
-                          names={STUDENTS[0]: "Ada", STUDENTS[1]: "Alan", STUDENTS[2]: "Grace"},
-                          offers=one_offer(0.5))
-    students = [GPUCloud(api_key=key, base_url=box.management_url) for key in STUDENTS]
-    teacher = GPUCloud(api_key=TEACHER, base_url=box.management_url)
+def classroom(gateway_factory: Callable[..., Gateway]) -> Iterator[tuple[GPUCloud, list[GPUCloud]]]:
+    """Ada with $20, Alan with nothing, Grace without a budget, and the teacher."""
+    gateway = gateway_factory(f"{ADA} 20 Ada\n{BOB} 0 Alan\n{GRACE} - Grace\n"
+                              f"{TEACHER} teacher T\n")
+    students = [GPUCloud(api_key=key, base_url=gateway.url, max_retries=0) for key in STUDENTS]
+    teacher = GPUCloud(api_key=TEACHER, base_url=gateway.url)
     yield teacher, students
     for cloud in (*students, teacher):
         cloud.close()
@@ -40,7 +35,7 @@ def classroom(sandbox_factory: Callable[..., Sandbox]) -> Iterator[tuple[GPUClou
 def test_stop_the_whole_class_asks_first_then_deletes_every_accounts_instances(
         classroom: tuple[GPUCloud, list[GPUCloud]], tmp_path: Path) -> None:
     teacher, (ada, _, grace) = classroom
-    ids = {"ada": [launch(ada).id, launch(ada).id], "grace": [launch(grace).id]}
+    ids = {"ada": [launch(ada, "a1").id, launch(ada, "a2").id], "grace": [launch(grace).id]}
     panel = ClassPanel(teacher)
     try:
         assert [(r.name, r.instances) for r in panel.rows] == [("Ada", 2), ("Alan", 0),
@@ -100,18 +95,18 @@ def test_a_student_key_shows_one_sentence(classroom: tuple[GPUCloud, list[GPUClo
     try:
         assert panel.status.is_error and panel.rows == []
         assert "no teacher's view for this key" in panel.status.text
-        assert STUDENTS[0] not in panel.status.value
+        assert ADA not in panel.status.value
     finally:
         panel.close()
 
 
-def test_the_panel_works_against_a_class_gateway(
+def test_a_budget_changed_from_the_panel_holds_and_stop_all_reaches_the_cloud(
         upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
-    gateway = gateway_factory(f"{ADA} 20/day Ada\n{BOB} - Bob\n{GW_TEACHER} teacher Grace\n")
+    gateway = gateway_factory(f"{ADA} 20/day Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n")
     with GPUCloud(api_key=ADA, base_url=gateway.url) as ada, \
-            GPUCloud(api_key=GW_TEACHER, base_url=gateway.url) as teacher, \
+            GPUCloud(api_key=TEACHER, base_url=gateway.url) as teacher, \
             GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real:
-        mine = gateway_launch(ada, "adas").id
+        mine = launch(ada, "adas").id
         panel = ClassPanel(teacher)
         try:
             assert [(r.name, r.instances, r.budget, r.period) for r in panel.rows] == [

@@ -20,7 +20,7 @@ import pytest
 from helpers import FakeService
 
 from gpucloud_nb.sandbox import service
-from gpucloud_nb.sandbox.cli import build_parser, main
+from gpucloud_nb.sandbox.cli import KEYS_MOVED, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-live-cli-key-0123456789abcdef"
@@ -155,13 +155,11 @@ def test_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 REFUSED = {"--api-key": ("GPUCLOUD_SANDBOX_API_KEY", "API key"),
-           "--inference-secret": ("GPUCLOUD_SANDBOX_INFERENCE_SECRET", "inference secret"),
-           "--teacher-key": ("GPUCLOUD_TEACHER_KEY", "teacher's key")}
+           "--inference-secret": ("GPUCLOUD_SANDBOX_INFERENCE_SECRET", "inference secret")}
 
 
 @pytest.mark.parametrize("given", [["--api-key", KEY], [f"--api-key={KEY}"],
-                                   ["--inference-secret", SECRET], ["--teacher-key", KEY],
-                                   ["class", "--teacher-key", KEY]])
+                                   ["--inference-secret", SECRET]])
 def test_a_secret_on_the_command_line_is_refused_in_one_sentence(given: list[str]) -> None:
     """Any local user reads a process's arguments (/proc/PID/cmdline): secrets never go there."""
     captured = subprocess.run([sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0",
@@ -174,26 +172,21 @@ def test_a_secret_on_the_command_line_is_refused_in_one_sentence(given: list[str
         f"machine (in the process list); set {variable} or give {option}-file FILE instead.\n")
 
 
-def test_secrets_from_files_with_a_byte_order_mark_and_a_keys_file_with_one(
-        launch, tmp_path: Path) -> None:
-    """Windows editors save UTF-8 with a BOM: the first key of the file still works."""
-    students = ["student-a-key-0123456789", "student-b-key-0123456789"]
-    keys, secret = tmp_path / "class.txt", tmp_path / "secret.txt"
-    keys.write_text(f"{students[0]} 20 Ada\n{students[1]}\n", encoding="utf-8-sig")
+def test_secrets_from_files_with_a_byte_order_mark(launch, tmp_path: Path) -> None:
+    """Windows editors save UTF-8 with a BOM: the key of the file still works."""
+    key, secret = tmp_path / "key.txt", tmp_path / "secret.txt"
+    key.write_text(f"{KEY}\n", encoding="utf-8-sig")
     secret.write_text(f"{SECRET}\n", encoding="utf-8-sig")
-    assert keys.read_bytes().startswith(b"\xef\xbb\xbf")
-    process = launch("--port", "0", "--keys", str(keys), "--inference-secret-file", str(secret),
-                     env={"GPUCLOUD_SANDBOX_API_KEY": ""})
+    assert key.read_bytes().startswith(b"\xef\xbb\xbf")
+    process = launch("--port", "0", "--api-key-file", str(key), "--inference-secret-file",
+                     str(secret), env={"GPUCLOUD_SANDBOX_API_KEY": ""})
     lines = Lines(process)
     base = lines.next().split(": ", 1)[1].strip()
     lines.next()
-    for student in students:
-        answer = httpx.get(f"{base}/gpu-cloud/volumes", headers={"x-api-key": student})
-        assert answer.status_code == 200, (student[:9], answer.text)
-    mine = httpx.get(f"{base}/sandbox/inference", headers={"x-api-key": students[0]}).json()
-    assert mine  # each account has its own secret, read from the sandbox
+    answer = httpx.get(f"{base}/gpu-cloud/volumes", headers={"x-api-key": KEY})
+    assert answer.status_code == 200, answer.text
     out, err = _stop(process, lines, signal.SIGTERM)
-    assert SECRET not in out + err and not any(key in out + err for key in students)
+    assert SECRET not in out + err and KEY not in out + err
 
 
 def test_an_empty_or_missing_secret_file_is_one_sentence(
@@ -204,8 +197,8 @@ def test_an_empty_or_missing_secret_file_is_one_sentence(
     assert capsys.readouterr().err == (
         f"gpucloud-nb sandbox: error: --api-key-file: the file {empty} holds no API key.\n")
     missing = tmp_path / "missing.txt"
-    assert main(["sandbox", "--teacher-key-file", str(missing)]) == 2
-    assert capsys.readouterr().err == (f"gpucloud-nb sandbox: error: --teacher-key-file: No such "
+    assert main(["sandbox", "--inference-secret-file", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"gpucloud-nb sandbox: error: --inference-secret-file: No such "
                                        f"file or directory: {missing}.\n")
 
 
@@ -318,58 +311,21 @@ def test_a_home_the_service_cannot_write_its_settings_in_is_one_line(sandbox_hom
                              f"{sandbox_home}: Is a directory.\n")
 
 
-def test_a_class_keys_file_with_budgets_and_the_teachers_table(
-        launch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    teacher = "teacher-key-0123456789abcdef"
-    students = ["student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789"]
+def test_a_class_is_sent_to_the_gateway_in_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sandbox is only the cloud: a class (keys, budgets, the teacher) is a gateway's."""
     keys = tmp_path / "class.txt"
-    keys.write_text(f"# the class\n{students[0]} 20 Ada Lovelace\n{students[1]} 5\n\n"
-                    f"{students[2]}\n", encoding="utf-8")
-    teacher_file = tmp_path / "teacher.txt"
-    teacher_file.write_text(teacher + "\n")
-    process = launch("--port", "0", "--keys", str(keys), "--teacher-key-file", str(teacher_file),
-                     "--launch-seconds", "0",
-                     env={"GPUCLOUD_SANDBOX_INFERENCE_SECRET": SECRET})
-    lines = Lines(process)
-    base = lines.next().split(": ", 1)[1].strip()
-    lines.next()
-    headers = {"x-api-key": students[0]}
-    offer = httpx.get(f"{base}/gpu-cloud/instances/offers", headers=headers,
-                      params={"available": "true", "deploymentType": "vm"}).json()[0]
-    created = httpx.post(f"{base}/gpu-cloud/instances", headers=headers, json={
-        "name": "job", "cloudProvider": offer["cloud"]["_id"], "instanceId": offer["instanceId"],
-        "region": next(a["region"] for a in offer["availability"] if a["available"]),
-        "vm": {"os": offer["configuration"]["os"][0]}})
-    assert created.status_code == 201
-    port = base.rsplit(":", 1)[1]
-    assert main(["sandbox", "class", "--port", port, "--teacher-key-file",
-                 str(teacher_file)]) == 0
-    table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["account", "key", "instances", "$/h", "now", "spend", "budget",
-                                "left", "idle", "min"]
-    assert table[1].startswith("Ada Lovelace  stu…6789          1  ")
-    assert "$20.00" in table[1] and "$5.00" in table[2] and table[3].startswith("account 3 ")
-    assert table[4].startswith("total") and len(table) == 5
-    teacher_file.write_text(students[1])
-    assert main(["sandbox", "class", "--port", port, "--teacher-key-file",
-                 str(teacher_file)]) == 1
-    assert capsys.readouterr().err == (
-        "gpucloud-nb sandbox: error: This cloud has no teacher's view for this key: it needs a "
-        "class gateway and a teacher key of its keys file (or a class sandbox served with a "
-        "teacher's key, GPUCLOUD_TEACHER_KEY, and that key).\n")
-    out, err = _stop(process, lines, signal.SIGTERM)
-    assert teacher not in out + err and not any(key in out + err for key in students)
-
-
-def test_a_bad_class_keys_file_or_no_teacher_key_is_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = tmp_path / "class.txt"
-    keys.write_text("student-a-key-0123456789 twenty\n", encoding="utf-8")
+    keys.write_text("student-a-key-0123456789 20 Ada\n", encoding="utf-8")
     assert main(["sandbox", "--keys", str(keys)]) == 2
-    assert capsys.readouterr().err == (
-        "gpucloud-nb sandbox: error: --keys: line 1: 'twenty' is not a budget in dollars "
-        "(lines are KEY [DOLLARS [NAME]]).\n")
-    monkeypatch.delenv("GPUCLOUD_TEACHER_KEY", raising=False)
-    assert main(["sandbox", "class"]) == 2
-    assert "`class` needs the teacher's key" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"gpucloud-nb sandbox: error: --keys: {KEYS_MOVED}\n"
+    assert "use `gpucloud-nb gateway --keys FILE`" in err and err.count("\n") == 1
+    assert "student-a-key" not in err
+    with pytest.raises(SystemExit):  # no sandbox `class` action: `gpucloud-nb gateway class`
+        main(["sandbox", "class"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["sandbox", "--help"])
+    shown = capsys.readouterr().out
+    assert not any(gone in shown for gone in ("--keys", "--teacher-key", "--shared-shell",
+                                              "`class`"))

@@ -27,8 +27,9 @@ from gpucloud_nb.cluster import GPUCloudCluster
 from gpucloud_nb.cluster.nodes import worker_command
 from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
+from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import launch, vm_offer, wait_for
+from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, launch, vm_offer, wait_for
 from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
@@ -400,16 +401,19 @@ def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud
     wait_for(lambda: not dask_processes(), timeout=10)
 
 
-STUDENT = "student-with-a-budget-0123"
+@pytest.fixture
+def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    """The cloud behind the class gateway of ``class_box``: one $1/h offer, quick to launch."""
+    return sandbox_factory(api_key=UPSTREAM_KEY, offers=one_offer(1.0), launch_seconds=0.3,
+                           delete_seconds=0.2)
 
 
 @pytest.fixture
-def class_box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
-    """An account whose class budget ($2.50) pays one hour of two $1/h instances, not three."""
-    sandbox = sandbox_factory(api_key=STUDENT, budgets={STUDENT: 2.5}, offers=one_offer(1.0),
-                              launch_seconds=0.3, delete_seconds=0.2)
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
+def class_box(gateway_factory: Callable[..., Gateway]) -> Iterator[GPUCloud]:
+    """A student of a class gateway whose budget ($2.50) pays one hour of two $1/h instances,
+    not three."""
+    gateway = gateway_factory(f"{ADA} 2.5 Ada\n{TEACHER} teacher T\n")
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
     yield cloud
     cloud.close()
 
@@ -437,7 +441,7 @@ def test_a_class_budget_refuses_a_cluster_and_a_scale_up_it_cannot_pay_before_an
 
 def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
         class_box: GPUCloud, caplog: pytest.LogCaptureFixture) -> None:
-    """Under adapt the cloud refuses the creates the class budget cannot pay: those workers
+    """Under adapt the gateway refuses the creates the class budget cannot pay: those workers
     are dropped and named once, with no traceback."""
     with GPUCloudCluster(class_box, 1, name="eager") as cluster:
         cluster.adapt(minimum=4, maximum=4, interval="300ms")
@@ -445,7 +449,7 @@ def test_adapt_beyond_a_class_budget_runs_what_it_pays_for_and_says_so(
         assert len(live_ids(class_box)) == 2
         notice = cluster.notices[0]
         assert notice.startswith("Cluster 'eager' has 2 workers, not the 4 asked for: "), notice
-        assert "class budget" in notice and "\n" not in notice
+        assert "Your budget has $" in notice and "\n" not in notice
         wait_for(lambda: workers_of(cluster) == 2, timeout=60)
     assert not [r for r in caplog.records if r.exc_info]
     assert not live_ids(class_box)

@@ -6,7 +6,6 @@ teardown; the run's session hook checks that no service outlives the suite.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -16,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,7 +25,7 @@ from helpers import FakeService, as_other_user, launch, wait_for
 
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.errors import ConnectionFailedError
-from gpucloud_nb.sandbox import SandboxConfig, service
+from gpucloud_nb.sandbox import Sandbox, SandboxConfig, service
 from gpucloud_nb.sandbox.cli import main
 
 pytestmark = pytest.mark.timeout(120)
@@ -213,19 +213,13 @@ def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
     assert cli("stop", "--home", home).stdout.startswith("No sandbox service is running")
 
 
-def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) -> None:
-    keys = tmp_path / "keys.txt"
-    keys.write_text("# the class\nstudent-a-key-0123456789\n\nstudent-b-key-0123456789\n")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--keys", str(keys),
-         "--launch-seconds", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "GPUCLOUD_SANDBOX_INFERENCE_SECRET": "class-secret-0123456789",
-             "GPUCLOUD_SANDBOX_API_KEY": ""})
-    try:
-        assert process.stdout is not None
-        base = process.stdout.readline().split(": ", 1)[1].strip()
-        a = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
-        b = GPUCloud(api_key="student-b-key-0123456789", base_url=base)
+def test_two_keys_on_one_server_never_see_each_others_resources(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """Two accounts of one cloud (a class's isolation is its gateway's, test_gateway.py)."""
+    box = sandbox_factory(api_key="student-a-key-0123456789", keys=("student-b-key-0123456789",),
+                          launch_seconds=0.1)
+    with GPUCloud(api_key="student-a-key-0123456789", base_url=box.management_url) as a, \
+            GPUCloud(api_key="student-b-key-0123456789", base_url=box.management_url) as b:
         instance = launch(a, "mine")
         volume = create_volume(a)
         a.sandbox = b.sandbox = object()  # service-kept timers, as connect() does
@@ -239,59 +233,9 @@ def test_two_keys_on_one_server_never_see_each_others_resources(tmp_path: Path) 
         assert not b.auto_delete.cancel(instance.id)
         assert [i.id for i in a.instances.list()] == [instance.id]
         assert a.auto_delete.remaining(instance.id) > 3500
-        other = httpx.get(f"{base}/gpu-cloud/instances", headers={"x-api-key": "sandbox-key"})
-        assert other.status_code == 403  # the public default key is not one of the class's
-    finally:
-        process.terminate()
-        _, err = process.communicate(timeout=10)
-    assert "student-a-key" not in err and "student-b-key" not in err  # a --keys key is secret
-
-
-def test_class_mode_shells_are_off_unless_shared_shell_which_warns(tmp_path: Path) -> None:
-    import asyncssh
-
-    from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL, SHARED_SHELL_WARNING
-
-    keys, home = tmp_path / "keys.txt", tmp_path / "class"
-    keys.write_text("student-a-key-0123456789\nstudent-b-key-0123456789\n")
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    # What a student's shell tries: the service's files by relative paths, then a harmless echo.
-    snoop = "cat ../../service.json ../../../service.json ../../runtime.json 2>&1; echo done"
-    errors: list[str] = []  # what each server printed on stderr
-
-    def serve_and_snoop(*extra: str) -> str:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpucloud_nb", "sandbox", "--port", "0", "--home", str(home),
-             "--keys", str(keys), "--launch-seconds", "0.1", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            assert process.stdout is not None
-            base = process.stdout.readline().split(": ", 1)[1].strip()
-            cloud = GPUCloud(api_key="student-a-key-0123456789", base_url=base)
-            instance = launch(cloud, "mine", ssh_key=key.export_public_key().decode())
-            details = cloud.instances.wait_until_active(instance.id, timeout=30)
-
-            async def attempt() -> str:
-                async with asyncssh.connect(
-                        "127.0.0.1", details.ssh_port, username="ubuntu", client_keys=[key],
-                        known_hosts=None, agent_path=None, config=[]) as connection:
-                    try:
-                        return str((await connection.run(snoop)).stdout)
-                    except asyncssh.ChannelOpenError as refused:
-                        return f"refused: {refused.reason}"
-
-            return asyncio.run(attempt())
-        finally:
-            process.terminate()
-            errors.append(process.communicate(timeout=20)[1])
-
-    assert serve_and_snoop() == f"refused: {SHARED_SHELL_REFUSAL}"
-    assert SHARED_SHELL_WARNING not in errors[-1]
-    shared = serve_and_snoop("--shared-shell")
-    assert SHARED_SHELL_WARNING in errors[-1].splitlines()
-    assert shared.endswith("done\n") and shared.count("No such file or directory") == 3
-    assert "sandbox-" not in shared  # no key or secret of the home's reached the shell
-    assert (home / "service.json").exists()
+        other = httpx.get(f"{box.management_url}/gpu-cloud/instances",
+                          headers={"x-api-key": "sandbox-key"})
+        assert other.status_code == 403  # the public default key is no account here
 
 
 @pytest.mark.parametrize("options", [{}, {"GPUCLOUD_SANDBOX_API_KEY": "teacher-key-0123"},

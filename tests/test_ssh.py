@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import subprocess
 import time
@@ -15,7 +16,7 @@ from helpers import launch, launch_active, vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceOffer
-from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL
+from gpucloud_nb.sandbox.ssh import SHARED_SHELL_REFUSAL, SHARED_SHELL_WARNING
 from gpucloud_nb.sandbox.store import Store
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
@@ -156,7 +157,7 @@ def test_an_instance_the_api_calls_active_is_already_listening(sandbox_factory: 
     cloud.close()
 
 
-def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
+def test_several_accounts_refuse_every_session_and_forward_with_one_sentence(
         sandbox_factory: Any, tmp_path: Path) -> None:
     import asyncssh
 
@@ -180,7 +181,7 @@ def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
         return reasons
 
     assert over_asyncssh(details.ssh_port, key, refusals) == [SHARED_SHELL_REFUSAL] * 4
-    assert SHARED_SHELL_REFUSAL.count(". ") == 0 and "--shared-shell" in SHARED_SHELL_REFUSAL
+    assert SHARED_SHELL_REFUSAL.count(". ") == 0 and "shared_shell=True" in SHARED_SHELL_REFUSAL
     openssh = keypair(tmp_path, "id")
     other = launch_active(cloud, "openssh",
                    ssh_key=openssh.with_suffix(".pub").read_text())
@@ -189,7 +190,7 @@ def test_class_mode_refuses_every_session_and_forward_with_one_sentence(
     assert refused.stdout == ""
 
 
-def test_the_client_says_class_mode_refused_in_one_sentence(sandbox_factory: Any,
+def test_the_client_says_several_accounts_refused_in_one_sentence(sandbox_factory: Any,
                                                              tmp_path: Path) -> None:
     from gpucloud_nb.client.remote import RemoteCommandError
 
@@ -212,8 +213,11 @@ def test_the_client_says_class_mode_refused_in_one_sentence(sandbox_factory: Any
     cloud.close()
 
 
-def test_shared_shell_lets_class_mode_use_ssh(sandbox_factory: Any) -> None:
-    sandbox = sandbox_factory(keys=("student-b-key-0123456789",), shared_shell=True)
+def test_shared_shell_lets_several_accounts_use_ssh(sandbox_factory: Any,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="gpucloud_nb.sandbox.ssh"):
+        sandbox = sandbox_factory(keys=("student-b-key-0123456789",), shared_shell=True)
+        wait_for(lambda: SHARED_SHELL_WARNING in caplog.messages, timeout=30)
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     key, public = asyncssh_key()
     details = launch_active(cloud, "ssh-test", ssh_key=public)

@@ -7,11 +7,11 @@
 Who watches, plainly (issue #36: every money rule in one place, never a thread of this kernel):
 
 - **Sandbox**: the sandbox service (:class:`ServiceBudgets`, over the sandbox-only routes of
-  :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs; a class account's budget
-  (``KEY 20`` in the ``--keys`` file) is the service's too.
-- **A gateway** (a class's ``gpucloud-nb gateway``, or the personal gateway ``connect()`` puts in
-  front of the real cloud): the gateway (:class:`ServiceBudgets` with ``prefix="/gateway"``),
-  whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
+  :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs.
+- **A gateway** (a class's ``gpucloud-nb gateway``, which also keeps each key's own budget,
+  ``KEY 20`` in its keys file, :meth:`ServiceBudgets.account_left`; or the personal gateway
+  ``connect()`` puts in front of the real cloud): the gateway (:class:`ServiceBudgets` with
+  ``prefix="/gateway"``), whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
 - **The real cloud directly** (``GPUCLOUD_GATEWAY=off``, or a client built on the cloud's URL):
   nobody (:class:`UnkeptBudgets`): a budget is refused in one sentence, before anything is sent.
 
@@ -280,7 +280,8 @@ class ServiceBudgets:
                 (BudgetState.from_json(item) for item in answer.get("instances", []))}
 
     def account_left(self) -> float | None:
-        """Dollars left of this account's class budget, or ``None`` without one."""
+        """Dollars left of this key's budget on a class gateway, or ``None`` without one (and
+        always on the sandbox, which keeps no class)."""
         account = self._send("GET", f"{self._prefix}/budgets", None).get("account")
         return None if account is None else float(account["left"])
 

@@ -234,10 +234,10 @@ class _CloudBase(abc.ABC):
 
     @property
     def class_view(self) -> ClassView:
-        """The teacher's view of a class gateway (or of a class sandbox with ``a teacher key``).
+        """The teacher's view of a class gateway (``gpucloud-nb gateway --keys FILE``).
 
             >>> [row.name for row in teacher.class_view.accounts()]  # doctest: +SKIP
-            ['Ada', 'account 2']
+            ['Ada', 'Bob']
         """
         def fetch(path: str) -> bytes:
             core = self._blocking_core()

@@ -5,14 +5,11 @@
     [('Ada', 0.42), ('Alan', 0.0)]
     >>> teacher.class_view.stop_class()   # every student's instances  # doctest: +SKIP
 
-One view for two servers. A class gateway (``gpucloud-nb gateway``, see
-:mod:`gpucloud_nb.gateway.gateway_routes`) answers ``/gateway/class`` to a teacher key; a class
-sandbox served with a teacher's key (``GPUCLOUD_TEACHER_KEY``) answers ``/sandbox/class`` (to
-be removed). The view asks the gateway's path first and, when the server has no such endpoint,
-the sandbox's, then keeps to the one that answered. Rows take the gateway's shape; ``key`` (a masked key) and
-``idle_minutes`` come only from the sandbox, ``period`` and ``unconfirmed_deletes`` only from
-the gateway. Budget changes, the audit and the server's CSV exist only on a gateway. Any other
-key, and the real cloud, get one sentence saying so (:class:`~gpucloud_nb.errors.NotFoundError`).
+A class gateway (``gpucloud-nb gateway --keys FILE``, in front of the real cloud or the
+sandbox; see :mod:`gpucloud_nb.gateway.gateway_routes`) answers ``/gateway/class`` to a teacher
+key of its keys file, and keeps budget changes, the audit and the CSV export. Any other key, and
+a cloud that is not a gateway, get one sentence saying so
+(:class:`~gpucloud_nb.errors.NotFoundError`).
 """
 
 from __future__ import annotations
@@ -32,11 +29,9 @@ __all__ = ["AccountUse", "ClassView"]
 
 Send = Callable[[str, str, "dict[str, Any] | None"], Any]
 Fetch = Callable[[str], bytes]
-NOT_TEACHER = ("This cloud has no teacher's view for this key: it needs a class gateway and a "
-               "teacher key of its keys file (or a class sandbox served with a teacher's key, "
-               "GPUCLOUD_TEACHER_KEY, and that key).")
-NOT_GATEWAY = "Only a class gateway keeps budgets changed at runtime, an audit and a CSV export."
-_GATEWAY, _SANDBOX = "/gateway/class", "/sandbox/class"
+NOT_TEACHER = ("This cloud has no teacher's view for this key: it needs a class gateway "
+               "(gpucloud-nb gateway --keys FILE) and a teacher key of its keys file.")
+_CLASS = "/gateway/class"
 
 
 @dataclass(frozen=True)
@@ -45,27 +40,26 @@ class AccountUse:
 
     account: str
     name: str
-    key: str  # masked; "" from a gateway
     instances: int
     per_hour: float
     spend: float
     budget: float | None
     left: float | None
-    idle_minutes: float | None  # None from a gateway
+    idle_minutes: float | None  # minutes since the student's instances were last in use
     period: str = ""  # "", "day" or "week" (a gateway's budgets that start again)
     unconfirmed_deletes: int = 0  # deletes the cloud took and has not done (a gateway's)
     group: str = ""  # the JupyterHub group a hub's gateway files the student under
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AccountUse:
-        """A row of ``GET /gateway/class`` or of ``GET /sandbox/class``."""
+        """A row of ``GET /gateway/class``."""
 
         def number(name: str) -> float | None:
             value = data.get(name)
             return None if value is None else float(value)
 
         return cls(account=str(data["account"]), name=str(data["name"]),
-                   key=str(data.get("key") or ""), instances=int(data["instances"]),
+                   instances=int(data["instances"]),
                    per_hour=float(data["perHour"]), spend=float(data["spend"]),
                    budget=number("budget"), left=number("left"),
                    idle_minutes=number("idleMinutes"), period=str(data.get("period") or ""),
@@ -80,7 +74,6 @@ class ClassView:
     def __init__(self, send: Send, fetch: Fetch | None = None) -> None:
         self._send = send
         self._fetch = fetch
-        self._base: str | None = None  # the path that answered: a gateway's or a sandbox's
 
     def _ask(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
@@ -91,29 +84,9 @@ class ClassView:
                                     body=error.body, request=error.request) from None
             raise
 
-    def _class_path(self) -> str:
-        if self._base is None:
-            self.accounts()
-        assert self._base is not None
-        return self._base
-
-    @property
-    def on_gateway(self) -> bool:
-        """True when the class is a gateway's (asks the server once if not known yet)."""
-        return self._class_path() == _GATEWAY
-
     def accounts(self) -> list[AccountUse]:
         """Every student's account, in the order of the keys file."""
-        for base in ((self._base,) if self._base else (_GATEWAY, _SANDBOX)):
-            try:
-                answer = self._ask("GET", base)
-            except NotFoundError as error:
-                if str(error) == NOT_TEACHER and base == _GATEWAY and self._base is None:
-                    continue
-                raise
-            self._base = base
-            return [AccountUse.from_json(row) for row in answer.get("accounts", [])]
-        raise AssertionError("unreachable")  # the sandbox's path answers or raises
+        return [AccountUse.from_json(row) for row in self._ask("GET", _CLASS).get("accounts", [])]
 
     @staticmethod
     def _account(account: str) -> str:
@@ -125,16 +98,11 @@ class ClassView:
     def stop_student(self, account: str) -> list[str]:
         """Delete every instance of ``account`` (an :attr:`AccountUse.account`); the ids."""
         account = self._account(account)
-        return list(self._ask("DELETE", f"{self._class_path()}/accounts/{account}/instances")[
-            "deleted"])
+        return list(self._ask("DELETE", f"{_CLASS}/accounts/{account}/instances")["deleted"])
 
     def stop_class(self) -> list[str]:
         """Delete every instance of every student; the ids."""
-        return list(self._ask("DELETE", f"{self._class_path()}/instances")["deleted"])
-
-    def _gateway_only(self) -> None:
-        if not self.on_gateway:
-            raise InvalidInputError(NOT_GATEWAY)
+        return list(self._ask("DELETE", f"{_CLASS}/instances")["deleted"])
 
     def set_budget(self, account: str, budget: float | str | None) -> AccountUse:
         """Change ``account``'s budget now: dollars, ``None`` for none, or ``"20/day"``,
@@ -143,22 +111,19 @@ class ClassView:
         if isinstance(budget, bool) or not isinstance(budget, int | float | str | None):
             raise InvalidInputError(f"{budget!r} is not a budget: give dollars, None, or "
                                     "'20/day'.")
-        self._gateway_only()
-        row = self._ask("PUT", f"{_GATEWAY}/accounts/{account}/budget", {"budget": budget})
+        row = self._ask("PUT", f"{_CLASS}/accounts/{account}/budget", {"budget": budget})
         return AccountUse.from_json(row)
 
     def audit(self) -> list[dict[str, Any]]:
         """Who created, deleted or was refused what, when and why, oldest first (a gateway's)."""
-        self._gateway_only()
         return list(self._ask("GET", "/gateway/audit").get("entries", []))
 
     def export_csv(self) -> str:
         """The class as CSV text, as the gateway writes it (``GET /gateway/class.csv``)."""
-        self._gateway_only()
         if self._fetch is None:
             raise InvalidInputError("This client cannot read text answers; use csv().")
         try:
-            return self._fetch(f"{_GATEWAY}.csv").decode("utf-8")
+            return self._fetch(f"{_CLASS}.csv").decode("utf-8")
         except NotFoundError as error:
             raise NotFoundError(NOT_TEACHER, status_code=404, path=error.path, body=error.body,
                                 request=error.request) from None

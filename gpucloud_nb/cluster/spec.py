@@ -47,9 +47,9 @@ Choices where nothing says otherwise:
   sidebar's Delete all), the cluster cannot work: it says so once in ``cluster.notices``, closes
   itself (status ``closed``) and deletes its other instances, without waiting on the scheduler
   that is gone; a ``close()`` before the 2 s check noticed does the same at once.
-- **Budgets.** Before any launch, on a sandbox whose account has a class budget
+- **Budgets.** Before any launch, through a class gateway whose keys file gives the key a budget
   (``cloud.budgets.account_left()``), the budget left must pay one hour of the ``n`` instances
-  and of what the account already runs, as the sandbox asks of every create; otherwise one
+  and of what the key already runs, as the gateway asks of every create; otherwise one
   sentence names what is left and what the cluster needs, and nothing is launched. ``scale``
   asks the same for the instances it adds. ``budget=`` dollars watches the cluster's spend as
   one: every instance it rented, those already deleted by a scale-down too, billed as

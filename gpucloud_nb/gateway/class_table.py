@@ -10,8 +10,7 @@
 The teacher's key comes from ``GPUCLOUD_API_KEY``, or with ``--key-file FILE`` from the first
 word of that file's first line that is not blank or a ``#`` comment; never from an argument (it
 would be in the shell's history and in ``ps``). The gateway is ``--url URL``, else
-``GPUCLOUD_BASE_URL``. A class sandbox's ``/sandbox/class`` answers too (through
-:class:`~gpucloud_nb.client.teacher.ClassView`). A student's key, a missing key or URL, or a
+``GPUCLOUD_BASE_URL``. A student's key, a missing key or URL, or a
 server that does not answer is one sentence on stderr and exit status 1 (2 for a usage error).
 """
 
@@ -31,7 +30,7 @@ _HEADERS = ("student", "instances", "$/h now", "spend", "budget", "left", "delet
 def format_table(rows: list[AccountUse]) -> str:
     """``rows`` as aligned text columns with a header (dollars formatted, no keys).
 
-        >>> print(format_table([AccountUse("a1", "Ada", "", 1, 0.5, 0.25, 20.0, 19.75, None, "day")]))
+        >>> print(format_table([AccountUse("a1", "Ada", 1, 0.5, 0.25, 20.0, 19.75, None, "day")]))
         student  instances  $/h now  spend  budget      left    deletes not done
         Ada      1          $0.50    $0.25  $20.00/day  $19.75
 
@@ -95,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with GPUCloud(api_key=key, base_url=url, max_retries=1, timeout=30.0) as teacher:
             view = teacher.class_view
-            text = view.export_csv() if args.csv and view.on_gateway else (
-                view.csv() if args.csv else format_table(view.accounts()))
+            text = view.export_csv() if args.csv else format_table(view.accounts())
     except GPUCloudError as error:
         return fail(str(error))
     print(text.rstrip("\n"))

@@ -70,7 +70,6 @@ from gpucloud_nb.sandbox.lifecycle import FAIL_SUFFIX, details_json, instance_js
 from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
 from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
-from gpucloud_nb.sandbox.teacher import teacher_routes
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.config import SandboxConfig
@@ -202,11 +201,8 @@ class _Management:
         # ... and has its own inference secret (GET /sandbox/inference tells it).
         self.inference_secrets = {user_id(key): config.inference_secret_for(key)
                                   for key in config.account_keys}
-        # Class budgets, and when each account last called (the teacher's "idle minutes").
-        self.budgets = Budgets(store, {user_id(key): dollars
-                                       for key, dollars in config.budgets.items()},
-                               factor=config.bill_factor, delete_seconds=config.delete_seconds)
-        self.last_seen: dict[str, int] = {}
+        self.budgets = Budgets(store, factor=config.bill_factor,
+                               delete_seconds=config.delete_seconds)
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
@@ -234,7 +230,6 @@ class _Management:
         if user is None:
             raise Problem(403, "The API key is invalid.")
         request.state.user = user
-        self.last_seen[user] = now_ms()
 
     # instances
 
@@ -300,9 +295,6 @@ class _Management:
             booked = request.app.state.endpoints.booked_key(request.state.user, body["sshKeyId"])
             doc["sshKey"], doc["sshPublicKey"] = booked
         now = now_ms()
-        refused = self.budgets.refusal(request.state.user, float(offer["hourlyPrice"] or 0), now)
-        if refused:
-            raise Problem(400, refused)
         try:
             record = self.store.insert_instance(
                 user=request.state.user, deployment_type=offer["deploymentType"],
@@ -438,10 +430,6 @@ def create_app(config: SandboxConfig) -> Starlette:
         bill_factor=config.bill_factor)
     routes += budget_routes(management.route, management.budgets)
     routes += idle_routes(management.route, store)
-    if config.teacher_key is not None:
-        routes += teacher_routes(config.teacher_key, management.budgets,
-                                 (config.api_key, *config.keys), config.names, user_id,
-                                 management.last_seen)
     from gpucloud_nb.sandbox.inference import create_inference_app
     from gpucloud_nb.sandbox.inference_instances import (
         ENDPOINTS_PREFIX,

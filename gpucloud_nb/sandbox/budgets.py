@@ -1,36 +1,27 @@
-"""Spend budgets for sandbox instances and class accounts: the service deletes at the budget.
+"""An instance's spend budget in the sandbox: the service deletes it at the budget.
 
     $ curl -H "x-api-key: $KEY" -X PUT $BASE/sandbox/instances/$ID/budget -d '{"dollars": 5}'
     $ curl -H "x-api-key: $KEY" $BASE/sandbox/budgets
 
 Spend is hourly price × hours ``active`` or ``deleting`` (pending and a failed launch cost
 nothing), times the sandbox's ``bill_factor`` (1; more bills faster, to rehearse a budget in
-seconds). Every ``POLL`` seconds (1) the service looks at every budget:
+seconds). Every ``POLL`` seconds (1) the service looks at every budget (``budget=`` at create):
+once an instance's spend reaches it, the instance is deleted (so its final spend is the budget,
+plus at most one poll and its ``deleting`` time); at ``WARN_SHARE`` (80 %) its state says
+``warning`` and the log says so, once. A class's budgets per person, held at launch, and the
+teacher's view are the gateway's (``gpucloud-nb gateway --keys FILE`` in front of the sandbox,
+see :mod:`gpucloud_nb.gateway.money`), as they would be in front of the real cloud.
 
-- **An instance's budget** (``budget=`` at create): once its spend reaches the budget it is
-  deleted (so its final spend is the budget, plus at most one poll and its ``deleting`` time);
-  at ``WARN_SHARE`` (80 %) its state says ``warning`` and the log says so, once.
-- **A class account's budget** (``KEY 20`` in the ``--keys`` file): a create is refused with
-  400 and one sentence naming what is left when the account's remaining budget cannot pay one
-  more hour of what it runs now plus the new instance; once the account's spend (deleted
-  instances included) reaches its budget, every instance of the account is deleted.
-
-Sandbox-only routes (each key sees its own account):
+Sandbox-only routes (each key sees its own instances):
 
 - ``PUT /sandbox/instances/{id}/budget`` with ``{"dollars": D}``: 200 with its state; 404 for
   an unknown instance, 400 for one deleting or deleted, a bad ``dollars``, or a budget it has
   already spent. ``GET`` reads the state (404 without a budget), ``DELETE`` drops it (204/404).
-- ``GET /sandbox/budgets``: ``{"account": {"budget", "spend", "left"} or null, "instances":
-  [state, ...]}``.
+- ``GET /sandbox/budgets``: ``{"instances": [state, ...]}``.
 
 A state is ``{"instanceId", "dollars", "spend", "left", "warning", "status"}``. Choices: the
 budgets live in the SQLite state and the spend is derived from stored times, so both outlive a
-restart of the service (a budget that ran out while it was down deletes at the restart). The
-watcher reads every instance once, at its first poll; from then on only those that can still
-bill and those whose deletion ended lately (``SETTLE_MARGIN`` seconds, 60, before its last poll),
-keeping each account's final spend of the instances whose deletion has ended, so a class day's
-deleted instances are not reread every second. On the real cloud nothing deletes on spend: the
-kernel watches (see :mod:`gpucloud_nb.client.budgets`).
+restart of the service (a budget that ran out while it was down deletes at the restart).
 """
 
 from __future__ import annotations
@@ -54,13 +45,12 @@ from gpucloud_nb.sandbox.store import InstanceRecord, Store
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["POLL", "SETTLE_MARGIN", "WARN_SHARE", "Budgets", "budget_routes", "budget_watching",
+__all__ = ["POLL", "WARN_SHARE", "Budgets", "budget_routes", "budget_watching",
            "spend"]
 
 log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
 POLL = 1.0
 WARN_SHARE = 0.8
-SETTLE_MARGIN = 60.0
 
 
 def spend(record: InstanceRecord, now: int, factor: float = 1.0) -> float:
@@ -82,51 +72,13 @@ def spend(record: InstanceRecord, now: int, factor: float = 1.0) -> float:
     return max(end - start, 0) / 3_600_000 * float(record.doc.get("hourlyPrice") or 0.0) * factor
 
 
-def _price(record: InstanceRecord) -> float:
-    return float(record.doc.get("hourlyPrice") or 0.0)
-
-
 class Budgets:
-    """The budgets of one sandbox: what is left, what a create may cost, and the deletes.
+    """The instance budgets of one sandbox: their states and the deletes at the budget."""
 
-    ``accounts`` maps each class account (user id) to its budget in dollars.
-    """
-
-    def __init__(self, store: Store, accounts: Mapping[str, float], *, factor: float = 1.0,
-                 delete_seconds: float = 1.0) -> None:
+    def __init__(self, store: Store, *, factor: float = 1.0, delete_seconds: float = 1.0) -> None:
         self.store = store
-        self.accounts = dict(accounts)
         self.factor = factor
         self.delete_ms = round(delete_seconds * 1000)
-        self._warned_accounts: set[str] = set()
-        self._settled: dict[str, float] = {}  # user → final spend of instances gone
-        self._settled_ids: dict[str, int] = {}  # those read lately → when they went
-        self._read_until: int | None = None
-
-    def account_spend(self, user: str, now: int) -> float:
-        """Dollars every instance of ``user`` has cost, deleted ones included."""
-        return sum(spend(record, now, self.factor) for record in self.store.instances(user))
-
-    def left(self, user: str, now: int) -> float | None:
-        """Dollars left of ``user``'s class budget, or ``None`` for an account without one."""
-        budget = self.accounts.get(user)
-        return None if budget is None else max(budget - self.account_spend(user, now), 0.0)
-
-    def refusal(self, user: str, price: float, now: int) -> str | None:
-        """Why ``user`` may not launch an instance at ``price`` $/h now, or ``None``."""
-        budget = self.accounts.get(user)
-        if budget is None:
-            return None
-        records = self.store.instances(user)  # read once, for the spend and what runs now
-        left = max(budget - sum(spend(record, now, self.factor) for record in records), 0.0)
-        running = sum(_price(record) for record in records
-                      if record.delete_ms is None and not record.fails)
-        if left >= running + price:  # one billed hour of all of it
-            return None
-        also = f" with {format_price(running)}/h already running" if running else ""
-        return (f"Your class budget has {format_price(left)} left, less than one hour of this "
-                f"instance at {format_price(price)}/h{also}; delete an instance or ask your "
-                "teacher for more.")
 
     def state(self, id_: str, user: str, dollars: float, now: int) -> dict[str, Any]:
         """What the routes answer for the budget of instance ``id_``."""
@@ -136,48 +88,20 @@ class Budgets:
                 "left": round(max(dollars - spent, 0.0), 6), "warning": spent >= WARN_SHARE * dollars,
                 "status": "deleted" if record is None else status_of(record, now).name}
 
-    def _delete(self, record: InstanceRecord, now: int) -> bool:
-        return self.store.delete_instance(record.user, record.id, delete_ms=now,
-                                          gone_ms=now + self.delete_ms) is not None
-
-    def _billing(self, now: int) -> list[InstanceRecord]:
-        """The instances whose deletion has not ended at ``now``; the final spend of each one
-        whose deletion has is added to its account's, once."""
-        after = -1 if self._read_until is None else self._read_until - round(SETTLE_MARGIN * 1000)
-        self._read_until = now if self._read_until is None else max(self._read_until, now)
-        for id_ in [i for i, gone in self._settled_ids.items() if gone <= after]:
-            del self._settled_ids[id_]  # never read again
-        billing = []
-        for record in self.store.instances_gone_after(after):
-            if record.gone_ms is None or record.gone_ms > now:
-                billing.append(record)
-            elif record.id not in self._settled_ids:
-                self._settled_ids[record.id] = record.gone_ms
-                self._settled[record.user] = (self._settled.get(record.user, 0.0)
-                                              + spend(record, now, self.factor))
-        return billing
-
     def step(self, now: int) -> list[str]:
         """Delete what has spent its budget and warn at 80 %; the ids deleted.
 
-        One read of the instances that can still bill per step, and none while no budget is set.
+        One read of each instance that has a budget and is not being deleted, per step.
         """
-        budgets = self.store.budgets()
-        if not budgets and not self.accounts:
-            return []
-        by_user: dict[str, list[InstanceRecord]] = {}
-        by_id: dict[str, InstanceRecord] = {}
-        for each in self._billing(now):
-            by_user.setdefault(each.user, []).append(each)
-            by_id[each.id] = each
         deleted: list[str] = []
-        for id_, (_, dollars, warned) in budgets.items():
-            record = by_id.get(id_)
+        for id_, (user, dollars, warned) in self.store.budgets().items():
+            record = self.store.instance(user, id_)
             if record is None or record.delete_ms is not None:
                 continue
             spent = spend(record, now, self.factor)
             if spent >= dollars:
-                if self._delete(record, now):
+                if self.store.delete_instance(user, id_, delete_ms=now,
+                                              gone_ms=now + self.delete_ms) is not None:
                     deleted.append(id_)
                     log.info("Deleted instance %s: it has cost %s, its budget.", id_,
                              format_price(spent))
@@ -185,22 +109,6 @@ class Budgets:
                 self.store.mark_budget_warned(id_)
                 log.warning("Instance %s has cost %s, %d %% of its budget of %s.", id_,
                             format_price(spent), round(100 * spent / dollars), format_price(dollars))
-        for user, budget in self.accounts.items():
-            records = by_user.get(user, [])
-            spent = self._settled.get(user, 0.0) + sum(spend(record, now, self.factor)
-                                                       for record in records)
-            live = [record for record in records
-                    if record.delete_ms is None and record.id not in deleted]
-            if spent >= budget:
-                for record in live:
-                    if self._delete(record, now):
-                        deleted.append(record.id)
-                        log.info("Deleted instance %s: its class account has spent its budget "
-                                 "of %s.", record.id, format_price(budget))
-            elif spent >= WARN_SHARE * budget and user not in self._warned_accounts and live:
-                self._warned_accounts.add(user)
-                log.warning("A class account has spent %s, %d %% of its budget of %s.",
-                            format_price(spent), round(100 * spent / budget), format_price(budget))
         return deleted
 
 
@@ -270,15 +178,8 @@ def budget_routes(route: Callable[[str, Mapping[str, Handler]], BaseRoute],
 
     async def listing(request: Request) -> Response:
         user, now = request.state.user, now_ms()
-        budget = budgets.accounts.get(user)
-        account = None
-        if budget is not None:
-            spent = budgets.account_spend(user, now)
-            account = {"budget": budget, "spend": round(spent, 6),
-                       "left": round(max(budget - spent, 0.0), 6)}
-        states = [budgets.state(id_, user, dollars, now)
-                  for id_, (_, dollars, _) in store.budgets(user).items()]
-        return json_response({"account": account, "instances": states})
+        return json_response({"instances": [budgets.state(id_, user, dollars, now)
+                                            for id_, (_, dollars, _) in store.budgets(user).items()]})
 
     return [
         route("/sandbox/budgets", {"GET": listing}),

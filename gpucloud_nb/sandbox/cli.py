@@ -9,25 +9,18 @@ The actions act on the background service of the sandbox home (``--home DIR``, e
 ``GPUCLOUD_SANDBOX_HOME``, else the user data dir; see :mod:`gpucloud_nb.sandbox.service`), the one
 ``connect()`` uses. ``status`` exits with 3 when no service runs; ``reset`` without ``--yes`` is
 refused. Serving with ``--home`` makes the foreground server that home's service (its state, its
-own key and secret, its runtime file). ``--keys FILE`` gives one account per key (each with its
-own inference secret, read at ``GET /sandbox/inference``); their instances refuse SSH unless
-``--shared-shell`` is given, which warns that all accounts share one OS user. Serving beyond
-loopback is refused without a custom key (``GPUCLOUD_SANDBOX_API_KEY`` or ``--keys``) and
-inference secret. A keys file line may carry a class budget and a name, ``KEY 20 Ada`` (see
-:mod:`gpucloud_nb.sandbox.budgets`); the teacher's key (``GPUCLOUD_TEACHER_KEY``) is the account
-that sees and stops every other (:mod:`gpucloud_nb.sandbox.teacher`), and ``gpucloud-nb sandbox
-class --port N`` prints its view as a table. ``--bill-factor F`` bills F hours per real hour.
+own key and secret, its runtime file). Serving beyond loopback is refused without a custom key
+(``GPUCLOUD_SANDBOX_API_KEY``) and inference secret. ``--bill-factor F`` bills F hours per real
+hour. A class (a key per student, budgets held at launch, the teacher's view) is a gateway in
+front of the sandbox, as in front of the real cloud: ``gpucloud-nb gateway --keys FILE``
+(:mod:`gpucloud_nb.gateway.cli`); ``sandbox --keys`` says so in one sentence.
 
 **Secrets never go on the command line**, where every local user reads them
-(``/proc/PID/cmdline``, ``ps``): the API key, the inference secret and the teacher's key come
-from ``GPUCLOUD_SANDBOX_API_KEY``, ``GPUCLOUD_SANDBOX_INFERENCE_SECRET`` and
-``GPUCLOUD_TEACHER_KEY``, or from a file (``--api-key-file``, ``--inference-secret-file``,
-``--teacher-key-file``: its first line; a file option wins over the variable). ``--api-key K``,
-``--inference-secret S`` and ``--teacher-key K`` are refused with one sentence saying so. Files
-(these and ``--keys``) are read as UTF-8 with or without a byte-order mark.
-
-    $ GPUCLOUD_TEACHER_KEY="$(cat teacher.txt)" gpucloud-nb sandbox --keys class.txt \
-          --inference-secret-file secret.txt --host 0.0.0.0
+(``/proc/PID/cmdline``, ``ps``): the API key and the inference secret come from
+``GPUCLOUD_SANDBOX_API_KEY`` and ``GPUCLOUD_SANDBOX_INFERENCE_SECRET``, or from a file
+(``--api-key-file``, ``--inference-secret-file``: its first line; a file option wins over the
+variable). ``--api-key K`` and ``--inference-secret S`` are refused with one sentence saying so.
+Files are read as UTF-8 with or without a byte-order mark.
 
 The two lines come first, each flushed, so a script can read them; then uvicorn logs to stderr.
 ``--port 0`` picks a free port. Without a key the sandbox uses the public default key
@@ -35,7 +28,7 @@ The two lines come first, each flushed, so a script can read them; then uvicorn 
 its header (``x-api-key``); a custom key or secret is never printed (the line then reads
 ``$GPUCLOUD_API_KEY``).
 Ctrl-C or SIGTERM stops the server and exits with status 0. ``gpucloud-nb gateway`` is the
-class gateway's command (:mod:`gpucloud_nb.gateway.cli`).
+gateway's command.
 """
 
 from __future__ import annotations
@@ -46,20 +39,20 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from gpucloud_nb import cli_args
 from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError
 
-__all__ = ["build_parser", "class_table", "main"]
+__all__ = ["KEYS_MOVED", "build_parser", "main"]
 
-SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs", "class")
+SERVICE_ACTIONS = ("start", "status", "stop", "reset", "logs")
 #: Each secret: its attribute, the option refused, its environment variable, what it is called.
 SECRETS = (("api_key", "--api-key", "GPUCLOUD_SANDBOX_API_KEY", "API key"),
            ("inference_secret", "--inference-secret", "GPUCLOUD_SANDBOX_INFERENCE_SECRET",
-            "inference secret"),
-           ("teacher_key", "--teacher-key", "GPUCLOUD_TEACHER_KEY", "teacher's key"))
+            "inference secret"))
+KEYS_MOVED = ("a class runs through a gateway in front of the sandbox: use `gpucloud-nb gateway "
+              "--keys FILE` (KEY BUDGET NAME per line; without --upstream it fronts your sandbox).")
 
 
 def _count(text: str) -> int:
@@ -124,25 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                               "(public addresses only; default: refuse them)")
     sandbox.add_argument("action", nargs="?", choices=SERVICE_ACTIONS, metavar="ACTION",
                          help="act on the background service of the sandbox home instead of "
-                              "serving: start, status, stop, reset (with --yes) or logs; or "
-                              "`class`: print the teacher's view of the class sandbox at "
-                              "--host/--port (with the teacher's key)")
+                              "serving: start, status, stop, reset (with --yes) or logs")
     sandbox.add_argument("--home", metavar="DIR", default=None,
                          help="the sandbox home (default: GPUCLOUD_SANDBOX_HOME or the user data "
                               "dir); serving with --home makes this the home's service")
-    sandbox.add_argument("--keys", metavar="FILE", default=None,
-                         help="management keys, one per line, each its own account: "
-                              "KEY [DOLLARS [NAME]], with a class budget in dollars and a name "
-                              "the teacher sees (blank lines and # comments ignored)")
-    sandbox.add_argument("--teacher-key-file", metavar="FILE", default=None,
-                         help="a file whose first line is the key that sees and stops every "
-                              "account (GET /sandbox/class; or set GPUCLOUD_TEACHER_KEY)")
+    sandbox.add_argument("--keys", default=None, help=argparse.SUPPRESS)  # see KEYS_MOVED
     sandbox.add_argument("--bill-factor", type=cli_args.positive, default=1.0, metavar="F",
                          help="hours billed per real hour, to rehearse budgets quickly "
                               "(default: %(default)s)")
-    sandbox.add_argument("--shared-shell", action="store_true",
-                         help="with --keys: allow SSH to instances although every account's shells "
-                              "run as this one OS user and can read each other's files")
     sandbox.add_argument("--yes", action="store_true", help="confirm `reset`")
     sandbox.add_argument("-n", "--lines", type=_count, default=20, metavar="N",
                          help="how many lines `logs` shows (default: %(default)s)")
@@ -170,7 +152,7 @@ def _read_secret(path: str, option: str, what: str) -> str:
 
 
 def _secrets(args: argparse.Namespace) -> str | None:
-    """Fill ``args.api_key``, ``inference_secret`` and ``teacher_key`` from their files or
+    """Fill ``args.api_key`` and ``inference_secret`` from their files or
     environment variables; the sentence to print when one was given on the command line or
     its file cannot be read, else ``None``."""
     for attribute, option, variable, what in SECRETS:
@@ -187,43 +169,11 @@ def _secrets(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _read_keys(path: str) -> tuple[tuple[str, ...], dict[str, float], dict[str, str]]:
-    """The keys, class budgets and names of a ``--keys`` file (UTF-8, a byte-order mark or not).
-
-    One account per line, ``KEY [DOLLARS [NAME]]``; blank lines and ``#`` comments ignored.
-    """
-    keys: list[str] = []
-    budgets: dict[str, float] = {}
-    names: dict[str, str] = {}
-    with open(path, encoding="utf-8-sig") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            key, *rest = line.split(maxsplit=2)
-            if key in keys:
-                raise ValueError(f"line {number} repeats a key of an earlier line")
-            keys.append(key)
-            if rest:
-                try:
-                    dollars = float(rest[0])
-                except ValueError:
-                    dollars = -1.0
-                if not 0 <= dollars < float("inf"):
-                    raise ValueError(f"line {number}: {rest[0]!r} is not a budget in dollars "
-                                     "(lines are KEY [DOLLARS [NAME]])")
-                budgets[key] = dollars
-            if len(rest) > 1:
-                names[key] = rest[1].strip()
-    if not keys:
-        raise ValueError(f"the file {path} holds no key")
-    return tuple(keys), budgets, names
-
-
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpucloud_nb.sandbox import DEFAULT_API_KEY, DEFAULT_INFERENCE_SECRET, SandboxConfig
     from gpucloud_nb.sandbox.server import serve
 
-    refused = _secrets(args)
+    refused = f"--keys: {KEYS_MOVED}" if args.keys is not None else _secrets(args)
     if refused is not None:
         print(f"gpucloud-nb sandbox: error: {refused}", file=sys.stderr)
         return 2
@@ -232,16 +182,6 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     if args.yes:
         print("gpucloud-nb sandbox: error: --yes goes with `reset` only.", file=sys.stderr)
         return 2
-    keys: tuple[str, ...] = ()
-    budgets: dict[str, float] = {}
-    names: dict[str, str] = {}
-    if args.keys is not None:
-        try:
-            keys, budgets, names = _read_keys(args.keys)
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            print(f"gpucloud-nb sandbox: error: --keys: {reason}.", file=sys.stderr)
-            return 2
     home = None
     if args.home is not None:
         from gpucloud_nb.sandbox.home import checked_home
@@ -280,9 +220,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         config = SandboxConfig(
             host=args.host,
             port=port,
-            api_key=(args.api_key if args.api_key is not None
-                     else keys[0] if keys else DEFAULT_API_KEY),
-            keys=keys[1:] if keys and args.api_key is None else keys,
+            api_key=args.api_key if args.api_key is not None else DEFAULT_API_KEY,
             home=home,
             inference_secret=(args.inference_secret if args.inference_secret is not None
                               else DEFAULT_INFERENCE_SECRET),
@@ -296,10 +234,6 @@ def _run_sandbox(args: argparse.Namespace) -> int:
             offers=offers,
             faults=faults,
             allow_url_fetch=args.allow_url_fetch,
-            shared_shell=args.shared_shell,
-            budgets=budgets,
-            names=names,
-            teacher_key=args.teacher_key,
             bill_factor=args.bill_factor,
         )
     except ValueError as error:
@@ -309,11 +243,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     def ready(management: str, inference: str) -> None:
         print(f"management: {management}", flush=True)
         print(f"inference: {inference}", flush=True)
-        if config.keys and config.shared_shell:
-            from gpucloud_nb.sandbox.ssh import SHARED_SHELL_WARNING
-
-            print(SHARED_SHELL_WARNING, file=sys.stderr, flush=True)
-        defaults = [name for name, given in (("API key", args.api_key or args.keys),
+        defaults = [name for name, given in (("API key", args.api_key),
                                              ("inference secret", args.inference_secret))
                     if given is None]
         if defaults:
@@ -355,8 +285,6 @@ def _service_action(args: argparse.Namespace) -> int:
         print(f"gpucloud-nb sandbox: reset deletes every instance, volume and timer in {home}; "
               "run `gpucloud-nb sandbox reset --yes` to do it.", file=sys.stderr)
         return 2
-    if args.action == "class":
-        return _class_view(args)
     if args.action == "logs":
         lines = service.log_tail(home, args.lines)
         print("\n".join(lines) if lines else f"No sandbox log in {home} yet.")
@@ -404,54 +332,6 @@ def _act(action: str, home: Path, launch_seconds: float) -> int:
     print(f"Emptied the sandbox state in {home}; the service runs again at "
           f"{again.management_url}.")
     return 0
-
-
-def _class_view(args: argparse.Namespace) -> int:
-    """``class``: the teacher's view of the class sandbox at ``--host``/``--port``, as a table."""
-    from gpucloud_nb.client.management import GPUCloud
-
-    if not args.teacher_key:
-        print("gpucloud-nb sandbox: error: `class` needs the teacher's key: set "
-              "GPUCLOUD_TEACHER_KEY or give --teacher-key-file FILE.", file=sys.stderr)
-        return 2
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    try:
-        with GPUCloud(api_key=args.teacher_key, base_url=f"http://{host}:{args.port}",
-                      max_retries=0, timeout=10.0) as teacher:
-            rows = teacher.class_view.accounts()
-    except GPUCloudError as error:
-        print(f"gpucloud-nb sandbox: error: {error}", file=sys.stderr)
-        return 1
-    print(class_table(rows))
-    return 0
-
-
-def class_table(rows: Sequence[Any]) -> str:
-    """The teacher's view (:class:`~gpucloud_nb.client.teacher.AccountUse` rows) as a text table.
-
-        >>> from gpucloud_nb.client.teacher import AccountUse
-        >>> print(class_table([AccountUse("a1", "Ada", "stu…6789", 2, 4.0, 1.25, 20.0, 18.75, 3.5)]))
-        account  key       instances  $/h now  spend  budget  left    idle min
-        Ada      stu…6789          2    $4.00  $1.25  $20.00  $18.75       3.5
-        total                      2    $4.00  $1.25
-    """
-    def money(value: float | None) -> str:
-        return "" if value is None else format_price(value)
-
-    table = [["account", "key", "instances", "$/h now", "spend", "budget", "left", "idle min"]]
-    for row in rows:
-        table.append([row.name, row.key, str(row.instances), money(row.per_hour),
-                      money(row.spend), money(row.budget), money(row.left),
-                      "" if row.idle_minutes is None else f"{row.idle_minutes:g}"])
-    table.append(["total", "", str(sum(row.instances for row in rows)),
-                  money(sum(row.per_hour for row in rows)), money(sum(row.spend for row in rows)),
-                  "", "", ""])
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    right = {2, 3, 4, 7}
-    return "\n".join(
-        "  ".join(cell.rjust(width) if i in right else cell.ljust(width)
-                  for i, (cell, width) in enumerate(zip(line, widths, strict=True))).rstrip()
-        for line in table)
 
 
 def _status(home: Path) -> int:

@@ -45,14 +45,13 @@ class SandboxConfig:
     see :mod:`gpucloud_nb.sandbox.home`); ``None`` means none is kept. ``allow_url_fetch`` lets
     the inference endpoint download ``http(s)`` image URLs (public addresses only); off, they are
     refused with a sentence saying to send a ``data:`` URL. ``keys`` are more management keys,
-    each its own account (``--keys FILE``) with its own inference secret
-    (:meth:`inference_secret_for`) and rate-limit bucket. With ``keys``, instances refuse SSH
-    unless ``shared_shell`` (``--shared-shell``) accepts that every account's shells run as this
-    one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). ``budgets`` gives some accounts (by key) a
-    class budget in dollars and ``names`` a name the teacher sees; ``teacher_key`` is one more
-    account, the only one that may read and stop every account (see
-    :mod:`gpucloud_nb.sandbox.teacher`). ``bill_factor`` is how many hours are billed per real
-    hour (1; more rehearses budgets quickly). A ``host`` beyond loopback is refused with the
+    each its own account, as the real cloud has several customers (tests of isolation use them),
+    with its own inference secret (:meth:`inference_secret_for`) and rate-limit bucket. With
+    ``keys``, instances refuse SSH unless ``shared_shell`` accepts that every account's shells run
+    as this one OS user (see :mod:`gpucloud_nb.sandbox.ssh`). A class (a key per student, budgets,
+    the teacher's view) is a gateway in front of the sandbox (``gpucloud-nb gateway --keys
+    FILE``), not the sandbox's. ``bill_factor`` is how many hours are billed per real hour (1;
+    more rehearses budgets quickly). A ``host`` beyond loopback is refused with the
     public default key or secret.
     """
 
@@ -74,9 +73,6 @@ class SandboxConfig:
     allow_url_fetch: bool = False
     keys: tuple[str, ...] = ()
     shared_shell: bool = False
-    budgets: Mapping[str, float] = field(default_factory=dict, compare=False)
-    names: Mapping[str, str] = field(default_factory=dict, compare=False)
-    teacher_key: str | None = None
     bill_factor: float = 1.0
     #: How long a request to an inference instance scaled to zero waits for its container.
     cold_start_seconds: float = 3.0
@@ -97,20 +93,10 @@ class SandboxConfig:
             raise ValueError("stream_tokens_per_second must be positive.")
         if not all(isinstance(key, str) and key for key in self.keys):
             raise ValueError("keys must be non-empty strings.")
-        accounts = (self.api_key, *self.keys)
-        for key, dollars in self.budgets.items():
-            if key not in accounts:
-                raise ValueError("budgets must be given for keys of the sandbox's accounts.")
-            if isinstance(dollars, bool) or not isinstance(dollars, int | float) \
-                    or not 0 <= dollars < float("inf"):
-                raise ValueError("A class budget must be a number of dollars, zero or more.")
-        if self.teacher_key is not None and (not isinstance(self.teacher_key, str)
-                                             or not self.teacher_key or self.teacher_key in accounts):
-            raise ValueError("teacher_key must be a non-empty string that is no account's key.")
         if not self.bill_factor > 0 or self.bill_factor == float("inf"):
             raise ValueError("bill_factor must be a positive number of billed hours per hour.")
         if not is_loopback(self.host) and (
-                DEFAULT_API_KEY in (self.api_key, *self.keys, self.teacher_key)
+                DEFAULT_API_KEY in self.account_keys
                 or self.inference_secret == DEFAULT_INFERENCE_SECRET):
             raise ValueError(
                 f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
@@ -123,9 +109,8 @@ class SandboxConfig:
 
     @property
     def account_keys(self) -> tuple[str, ...]:
-        """Every key that is an account: ``api_key``, ``keys``, then ``teacher_key`` if given."""
-        teacher = () if self.teacher_key is None else (self.teacher_key,)
-        return (self.api_key, *self.keys, *teacher)
+        """Every key that is an account: ``api_key``, then ``keys``."""
+        return (self.api_key, *self.keys)
 
     def inference_secret_for(self, api_key: str) -> str:
         """The inference secret of the account of ``api_key``.

@@ -26,12 +26,12 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   stumbling on them by relative paths, not more: a shell runs as the service's OS user and can
   read whatever that user can, by absolute path. (If ``<home>-machines`` cannot be made, or is
   not a directory of this user's, ``<home>/machines`` is used and the log says so.)
-- **Class mode.** A sandbox with several accounts (``--keys``) runs every account's shells as its
-  one OS user, so any of them could read every other account's files, volumes and the server's
-  keys. There, every session (shell, command, SFTP, scp) and every port forward is refused with
-  :data:`SHARED_SHELL_REFUSAL` after the key is checked, and no instance directory is made, unless
-  the server runs with ``shared_shell`` (``--shared-shell``), which accepts that risk and warns
-  (:data:`SHARED_SHELL_WARNING`) when it starts.
+- **Several accounts.** A sandbox with several accounts (``SandboxConfig.keys``) runs every
+  account's shells as its one OS user, so any of them could read every other account's files,
+  volumes and the server's keys. There, every session (shell, command, SFTP, scp) and every port
+  forward is refused with :data:`SHARED_SHELL_REFUSAL` after the key is checked, and no instance
+  directory is made, unless the server runs with ``shared_shell``, which accepts that risk and
+  warns (:data:`SHARED_SHELL_WARNING`) when it starts.
 - **Commands** run with ``/bin/sh -c`` in the instance's home ``<machines>/instances/<id>`` (HOME
   and cwd); ``PATH`` starts with a directory holding ``nvidia-smi`` (the offer's GPUs in
   nvidia-smi's table layout) and, for images whose os names vllm, ``vllm`` (``vllm serve MODEL
@@ -129,13 +129,13 @@ MODEL_PORT = 8000
 _VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 SHARED_SHELL_REFUSAL = (
-    "SSH to instances is off on this sandbox: it serves several accounts (--keys) as one OS user, "
-    "so a shell, a command, a file copy or a forwarded port could read every other account's "
-    "files; the teacher can turn it on with --shared-shell."
+    "SSH to instances is off on this sandbox: it serves several accounts as one OS user, so a "
+    "shell, a command, a file copy or a forwarded port could read every other account's files; "
+    "whoever starts it can turn it on with shared_shell=True."
 )
 SHARED_SHELL_WARNING = (
-    "gpucloud-nb sandbox: warning: --shared-shell: the instance shells of every account run as "
-    "this one OS user, so any student can read every other student's files and volumes, and "
+    "gpucloud-nb sandbox: warning: shared_shell: the instance shells of every account run as "
+    "this one OS user, so any account can read every other account's files and volumes, and "
     "this server's keys; use it only with people you trust."
 )
 

@@ -341,16 +341,6 @@ class Store:
         return [InstanceTimes(id_, created, ready, bool(fails), delete, gone)
                 for id_, created, ready, fails, delete, gone in rows]
 
-    def instances_gone_after(self, after_ms: int) -> list[InstanceRecord]:
-        """Every user's instances whose deletion ends after ``after_ms`` (Unix ms) or has not
-        begun, in creation order: what can still bill, and what stopped lately (the budget
-        watcher's read, once a second; it never rereads what stopped long ago)."""
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_INSTANCE_COLUMNS} FROM instances"
-                " WHERE gone_ms IS NULL OR gone_ms > ? ORDER BY seq", (after_ms,)).fetchall()
-        return [_instance(row) for row in rows]
-
     def instance_by_id(self, id_: str) -> InstanceRecord | None:
         """The instance ``id_`` of any user, or ``None`` (for the sandbox's own use)."""
         with self._lock:
@@ -438,13 +428,6 @@ class Store:
                 raise VolumeInUseError(id_, holder[0])
             db.execute("DELETE FROM volumes WHERE id = ? AND user = ?", (id_, user))
         return True
-
-    def every_instance(self) -> list[InstanceRecord]:
-        """Every user's instances in creation order, deleted ones included (the teacher's view)."""
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_INSTANCE_COLUMNS} FROM instances ORDER BY seq").fetchall()
-        return [_instance(row) for row in rows]
 
     # -- spend budgets (sandbox-only; the spend itself is derived from the instances' times) ----
 

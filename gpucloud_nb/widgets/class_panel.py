@@ -1,4 +1,4 @@
-"""``ClassPanel``: the teacher's view of a class gateway (or class sandbox), stopping a student or all.
+"""``ClassPanel``: the teacher's view of a class gateway, stopping a student or all.
 
     >>> teacher = GPUCloud(api_key=TEACHER_KEY, base_url="http://127.0.0.1:8790")  # doctest: +SKIP
     >>> panel = ClassPanel(teacher)  # doctest: +SKIP
@@ -10,18 +10,17 @@ Choices, written down once:
 
 - One row per student account (the order of the keys file): instances not yet deleted, dollars
   per hour billing now, spend so far, budget (``/day``, ``/week`` when it starts again) and what
-  is left; from a class sandbox also the masked key and minutes since the account last called
-  the cloud, from a gateway a "deletes not done" column while the cloud has taken a delete and
-  not done it (the gateway retries). Both come through
+  is left; minutes idle when the gateway reports them; a "deletes not done" column while the
+  cloud has taken a delete and not done it (the gateway retries). All of it comes through
   :class:`~gpucloud_nb.client.teacher.ClassView`. A budget under 20 % left shows in the theme's
   warning colour, a spent one in its error colour; every colour is a JupyterLab theme variable.
 - Stopping asks first, for one student as for the whole class; only :meth:`ClassPanel.confirm_stop`
   (or its button) deletes. "Set budget" changes the chosen student's budget at once (a class
-  gateway keeps it; a class sandbox says in one sentence that it cannot).
+  gateway keeps it over restarts).
 - The view refreshes every ``interval`` seconds (10) in a daemon thread while any student has an
   instance, and stops after three failed refreshes in a row; ``refresh()`` works at any time.
 - "Export CSV" writes ``class-<date>-<time>.csv`` in the working directory (``csv()`` returns
-  the text); keys are masked in it as on screen.
+  the text); it holds no key.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ from gpucloud_nb.widgets._common import (
 __all__ = ["ClassPanel"]
 
 _LOW = 0.2
-_HEADERS = ("student", "key", "instances", "$/h now", "spend", "budget", "left", "idle min")
+_HEADERS = ("student", "instances", "$/h now", "spend", "budget", "left", "idle min")
 _CELL = "padding:2px 8px;line-height:1.4;white-space:nowrap"
 
 
@@ -72,10 +71,9 @@ def _left_html(row: AccountUse) -> str:
 
 
 def _table(rows: list[AccountUse]) -> str:
-    keys = any(row.key for row in rows)  # a sandbox's rows; a gateway shows no key
     idle = any(row.idle_minutes is not None for row in rows)
     stuck = any(row.unconfirmed_deletes for row in rows)
-    headers = [name for name in _HEADERS if (name != "key" or keys) and (name != "idle min" or idle)]
+    headers = [name for name in _HEADERS if name != "idle min" or idle]
     if stuck:
         headers.append("deletes not done")
     head = "".join(f'<th style="{_CELL};text-align:left;border-bottom:1px solid '
@@ -88,9 +86,8 @@ def _table(rows: list[AccountUse]) -> str:
                         f'font-style:italic">{escape(row.group or "no group")}</th></tr>')
         budget = money(row.budget) + (f"/{row.period}" if row.period and row.budget is not None
                                       else "")
-        cells = [escape(row.name)] + ([escape(row.key)] if keys else []) + [
-            str(row.instances), escape(money(row.per_hour)), escape(money(row.spend)),
-            escape(budget), _left_html(row)]
+        cells = [escape(row.name), str(row.instances), escape(money(row.per_hour)),
+                 escape(money(row.spend)), escape(budget), _left_html(row)]
         if idle:
             cells.append("" if row.idle_minutes is None else f"{row.idle_minutes:g}")
         if stuck:
@@ -98,9 +95,9 @@ def _table(rows: list[AccountUse]) -> str:
                          if row.unconfirmed_deletes else "")
         body.append("<tr>" + "".join(f'<td style="{_CELL}">{cell}</td>' for cell in cells)
                     + "</tr>")
-    total = ["total"] + ([""] if keys else []) + [
-        str(sum(r.instances for r in rows)), escape(money(sum(r.per_hour for r in rows))),
-        escape(money(sum(r.spend for r in rows)))] + [""] * (len(headers) - 4 - keys)
+    total = ["total", str(sum(r.instances for r in rows)),
+             escape(money(sum(r.per_hour for r in rows))),
+             escape(money(sum(r.spend for r in rows)))] + [""] * (len(headers) - 4)
     foot = "".join(f'<td style="{_CELL};font-weight:bold;border-top:1px solid '
                    f'var(--jp-border-color2)">{text}</td>' for text in total)
     return (f'<table class="gpucloud-table gpucloud-class-table" style="border-collapse:collapse;'
@@ -109,7 +106,7 @@ def _table(rows: list[AccountUse]) -> str:
 
 
 class ClassPanel(RefreshTicks, widgets.VBox):
-    """Every student's use of a class gateway or sandbox, with stop buttons that ask first.
+    """Every student's use of a class gateway, with stop buttons that ask first.
 
     ``ClassPanel(cloud, *, interval=10.0)``, ``cloud`` holding the teacher's key.
 

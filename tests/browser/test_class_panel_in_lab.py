@@ -1,10 +1,10 @@
 """ClassPanel as a teacher sees it in JupyterLab: three students, stop the whole class, both themes.
 
-The kernel serves a class sandbox of its own (three student keys, a teacher key, budgets) and
-launches instances for two students; the panel is clicked through the page: "Stop the whole
-class…" asks, "Confirm stop" stops every instance. Screenshots go to
-``test-artifacts/screenshots/class-panel-*.png``; every visible text passes WCAG AA in both
-themes. Lab's kernels get this checkout on ``PYTHONPATH``.
+The kernel serves a sandbox of its own with a class gateway in front of it (three student keys,
+a teacher key, budgets) and launches instances for two students through the gateway; the panel
+is clicked through the page: "Stop the whole class…" asks, "Confirm stop" stops every instance.
+Screenshots go to ``test-artifacts/screenshots/class-panel-*.png``; every visible text passes
+WCAG AA in both themes. Lab's kernels get this checkout on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -25,24 +25,28 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 SETUP = """\
 from gpucloud_nb import GPUCloud
+from gpucloud_nb.gateway import Gateway, GatewayConfig
+from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets import ClassPanel
 
+box = Sandbox(api_key="upstream-key-0123456789", launch_seconds=0.2).start()
 students = ["student-a-key-0123456789", "student-b-key-0123456789", "student-c-key-0123456789"]
-box = Sandbox(api_key=students[0], keys=tuple(students[1:]), teacher_key="teacher-key-0123456789ab",
-              budgets={students[0]: 20.0, students[1]: 0.0}, launch_seconds=0.2,
-              names={students[0]: "Ada", students[1]: "Alan", students[2]: "Grace"}).start()
-clouds = [GPUCloud(api_key=key, base_url=box.management_url) for key in students]
+people = parse_keys(f"{students[0]} 20 Ada\\n{students[1]} 0 Alan\\n{students[2]} - Grace\\n"
+                    "teacher-key-0123456789ab teacher T\\n")
+gateway = Gateway(GatewayConfig(people=tuple(people), upstream_url=box.management_url,
+                                upstream_key="upstream-key-0123456789")).start()
+clouds = [GPUCloud(api_key=key, base_url=gateway.url) for key in students]
 offer = clouds[0].instances.offers(deployment_type="vm", available=True, sort="price")[0]
 for cloud, count in ((clouds[0], 2), (clouds[2], 1)):
     for n in range(count):
         cloud.instances.create(name=f"lab-{n}", cloud_provider=offer.cloud.id,
                                instance_id=offer.instance_id, region=offer.available_regions[0],
                                vm={"os": offer.configuration.os[0]})
-teacher = GPUCloud(api_key="teacher-key-0123456789ab", base_url=box.management_url)
+teacher = GPUCloud(api_key="teacher-key-0123456789ab", base_url=gateway.url)
 """
 PANEL = "panel = ClassPanel(teacher)\npanel"
-STOP = "box.stop()"
+STOP = "gateway.stop()\nbox.stop()"
 
 
 @pytest.fixture
@@ -97,7 +101,7 @@ def test_the_class_panel_with_three_students_stops_the_class(class_lab: Lab) -> 
     page.wait_for_function("""() => (document.querySelector('.gpucloud-class-status') || {})
         .textContent?.includes('Stopping 3 instances of the whole class.')""", timeout=30_000)
     page.wait_for_function("""() => Array.from(document.querySelectorAll(
-        '.gpucloud-class-table tbody tr td:nth-child(3)')).every(td => td.textContent === '0')""",
+        '.gpucloud-class-table tbody tr td:nth-child(2)')).every(td => td.textContent === '0')""",
                            timeout=30_000)
     shot(page, "class-panel-stopped", panel)
     run_cell(page, 2)
