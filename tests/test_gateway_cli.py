@@ -112,6 +112,23 @@ def test_a_bom_and_comments_are_tolerated() -> None:
         ("T", True, None, ""), ("Ada Lovelace", False, 20.0, "week")]
 
 
+def test_a_keys_or_budgets_file_that_cannot_be_read_is_one_sentence(tmp_path: Path) -> None:
+    """The keys file and a hub's budgets file are read by one function, with one sentence each."""
+    from gpucloud_nb.gateway.hub_budgets import read_budgets
+    from gpucloud_nb.gateway.keys import KeysFileError, read_keys
+
+    binary, missing = tmp_path / "latin1.txt", tmp_path / "missing.txt"
+    binary.write_bytes("gk-ada-0000000000000001 20 Zoë\n".encode("latin-1"))
+    for read, what in ((read_keys, "keys file"), (read_budgets, "budgets file")):
+        with pytest.raises(KeysFileError) as refused:
+            read(str(binary))
+        assert str(refused.value) == f"The {what} {binary} is not UTF-8 text."
+        with pytest.raises(KeysFileError) as refused:
+            read(str(missing))
+        assert str(refused.value) == (f"Cannot read the {what} {missing}: No such file or "
+                                      "directory.")
+
+
 def test_the_upstream_key_comes_only_from_the_environment(tmp_path: Path) -> None:
     keys = tmp_path / "class.keys"
     keys.write_text(f"{ADA} - Ada\n", encoding="utf-8")

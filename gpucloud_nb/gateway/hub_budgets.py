@@ -40,7 +40,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from gpucloud_nb.gateway.keys import KeysFileError, parse_budget
+from gpucloud_nb.gateway.keys import KeysFileError, parse_budget, read_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -131,12 +131,5 @@ def read_budgets(path: str | None, *, default: str | None = None,
     """The budgets file at ``path`` (``None``: only the command line's); one sentence if bad."""
     if path is None:
         return parse_budgets("", default=default, teacher_group=teacher_group)
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except UnicodeDecodeError:
-        raise KeysFileError(f"The budgets file {path} is not UTF-8 text.") from None
-    except OSError as error:
-        raise KeysFileError(f"Cannot read the budgets file {path}: "
-                            f"{error.strerror or error}.") from None
-    return parse_budgets(text, default=default, teacher_group=teacher_group)
+    return parse_budgets(read_text(path, "budgets file"), default=default,
+                         teacher_group=teacher_group)

@@ -34,8 +34,9 @@ from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.gateway.hub import HubAuth
 from gpucloud_nb.gateway.hub_budgets import Budget, HubBudgets
 from gpucloud_nb.gateway.hub_people import Roster
-from gpucloud_nb.gateway.keys import Person, parse_budget
+from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.store import Store
+from gpucloud_nb.gateway.teacher_routes import budget_of
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_object
 
 __all__ = ["hub_roster", "hub_routes"]
@@ -49,20 +50,6 @@ def hub_roster(config: GatewayConfig, store: Store) -> Roster:
 
 def _budget_json(budget: Budget) -> dict[str, Any]:
     return {"budget": budget[0], "period": budget[1]}
-
-
-def _budget_of(body: dict[str, Any]) -> Budget:
-    if "budget" not in body:
-        raise Problem(400, "The field budget is required: dollars, null for none, or '20/day'.")
-    value = body["budget"]
-    if value is None:
-        return None, ""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise Problem(400, "The field budget must be dollars, null, or a text like '20/day'.")
-    try:
-        return parse_budget(str(value).strip())
-    except ValueError as error:
-        raise Problem(400, f"The field budget: {error}.") from None
 
 
 def hub_routes(gate: Gate, roster: Roster) -> list[BaseRoute]:
@@ -89,7 +76,7 @@ def hub_routes(gate: Gate, roster: Roster) -> list[BaseRoute]:
     async def set_group(request: Request, person: Person) -> Response:
         teacher(person, request)
         group = str(request.path_params["group"])
-        budget = _budget_of(await read_json_object(request))
+        budget = budget_of(await read_json_object(request))
         roster.set_group_budget(group, budget)
         text = "no budget" if budget[0] is None else f"${budget[0]:g}" + (
             f"/{budget[1]}" if budget[1] else "")

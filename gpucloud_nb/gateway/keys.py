@@ -36,6 +36,7 @@ __all__ = [
     "parse_budget",
     "parse_keys",
     "read_keys",
+    "read_text",
 ]
 
 MIN_KEY_LENGTH = 16
@@ -131,17 +132,21 @@ def parse_keys(text: str) -> list[Person]:
     return people
 
 
-def read_keys(path: str) -> list[Person]:
-    """The people of the keys file at ``path``; :class:`KeysFileError` for any problem."""
+def read_text(path: str, what: str = "keys file") -> str:
+    """The UTF-8 text of the file at ``path`` (the ``what``: "keys file", "budgets file");
+    :class:`KeysFileError` with one sentence when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as file:
-            text = file.read()
+            return file.read()
     except UnicodeDecodeError:
-        raise KeysFileError(f"The keys file {path} is not UTF-8 text.") from None
+        raise KeysFileError(f"The {what} {path} is not UTF-8 text.") from None
     except OSError as error:
-        raise KeysFileError(f"Cannot read the keys file {path}: "
-                            f"{error.strerror or error}.") from None
-    return parse_keys(text)
+        raise KeysFileError(f"Cannot read the {what} {path}: {error.strerror or error}.") from None
+
+
+def read_keys(path: str) -> list[Person]:
+    """The people of the keys file at ``path``; :class:`KeysFileError` for any problem."""
+    return parse_keys(read_text(path))
 
 
 def new_line(name: str, budget: str = "-") -> str:

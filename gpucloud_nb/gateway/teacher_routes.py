@@ -41,7 +41,8 @@ from gpucloud_nb.gateway.keys import Person, parse_budget
 from gpucloud_nb.gateway.store import Store
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_object
 
-__all__ = ["CSV_COLUMNS", "effective_people", "teacher_routes", "user_budget_changes"]
+__all__ = ["CSV_COLUMNS", "budget_of", "effective_people", "teacher_routes",
+           "user_budget_changes"]
 
 CSV_COLUMNS = ("name", "account", "instances", "perHour", "spend", "budget", "left", "period",
                "unconfirmedDeletes")
@@ -88,7 +89,8 @@ def effective_people(store: Store, people: Sequence[Person]) -> list[Person]:
     return out
 
 
-def _budget_of(body: dict[str, Any]) -> tuple[float | None, str]:
+def budget_of(body: dict[str, Any]) -> tuple[float | None, str]:
+    """The ``budget`` of a teacher's request body (dollars, ``null``, ``"20/day"``), or a 400."""
     if "budget" not in body:
         raise Problem(400, "The field budget is required: dollars, null for none, or '20/day'.")
     value = body["budget"]
@@ -122,7 +124,7 @@ def teacher_routes(gate: Gate) -> list[BaseRoute]:
         student = keyring.by_account(account)
         if student is None or student.teacher:
             raise Problem(404, f"Account {account} not found.")
-        budget, period = _budget_of(await read_json_object(request))
+        budget, period = budget_of(await read_json_object(request))
         file_person = next((p for p in gate.config.people if p.account == account), student)
         _changes(store)
         with store.transaction() as db:
