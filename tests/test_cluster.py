@@ -369,7 +369,7 @@ def test_run_all_refuses_bad_input_in_one_sentence(box: GPUCloud) -> None:
 
 def test_a_cluster_that_cannot_start_deletes_every_instance_it_rented(
         sandbox_factory: Callable[..., Sandbox]) -> None:
-    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))  # class mode: no shells
+    sandbox = sandbox_factory(keys=("student-b-key-0123456789",))  # several accounts: no shells
     with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
         with pytest.raises(GPUCloudError) as failed:
             GPUCloudCluster(cloud, 2, name="doomed")

@@ -118,7 +118,7 @@ def test_ports_are_stable_and_rebound_after_a_restart(sandbox_factory: Any, tmp_
     assert ssh(key, port, "nvidia-smi", tmp_path / "kh").returncode == 0  # same host key too
 
 
-# class mode: several accounts under one OS user -----------------------------------------------
+# several accounts under one OS user ----------------------------------------------------------
 
 
 def asyncssh_key() -> tuple[Any, str]:

@@ -140,9 +140,7 @@ def serve(config: SandboxConfig,
     """Serve in the calling (main) thread until Ctrl-C or SIGTERM, then return.
 
     ``ready(management_url, inference_url)`` is called once the port is bound and listening,
-    before serving starts. Raises :class:`OSError` when the address cannot be bound. A class
-    server (``config.keys``) writes no access log: forty students' polls would be most of its
-    log and of its CPU (formatting a line costs about what answering a get does).
+    before serving starts. Raises :class:`OSError` when the address cannot be bound.
     """
     from gpucloud_nb.sandbox.app import create_app
 
@@ -150,8 +148,7 @@ def serve(config: SandboxConfig,
         if ready is not None:
             ready(base, f"{base}/inference")
 
-    serving.serve(create_app(config), config.host, config.port, on_ready, log_level=log_level,
-                  access_log=not config.keys)
+    serving.serve(create_app(config), config.host, config.port, on_ready, log_level=log_level)
 
 
 def serve_home(config: SandboxConfig, home: Path,
