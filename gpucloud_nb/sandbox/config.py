@@ -100,7 +100,7 @@ class SandboxConfig:
                 or self.inference_secret == DEFAULT_INFERENCE_SECRET):
             raise ValueError(
                 f"Refusing to serve on {self.host}, beyond loopback, with the public default key "
-                "or secret: set GPUCLOUD_SANDBOX_API_KEY (or --api-key-file, or --keys) and "
+                "or secret: set GPUCLOUD_SANDBOX_API_KEY (or --api-key-file) and "
                 "GPUCLOUD_SANDBOX_INFERENCE_SECRET (or --inference-secret-file).")
         if self.upstream is not None:
             from gpucloud_nb.sandbox.inference.upstream import upstream_base
