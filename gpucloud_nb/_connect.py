@@ -26,8 +26,8 @@ __all__ = ["DIRECT_SENTENCE", "cloud_settings", "connect", "shared_sandbox"]
 
 #: What ``connect()`` says when ``GPUCLOUD_GATEWAY=off``.
 DIRECT_SENTENCE = ("gpucloud-nb: GPUCLOUD_GATEWAY=off: talking to the cloud directly, so no "
-                   "gateway watches money: deletes by timer, budget or idle happen only while "
-                   "this kernel (or JupyterLab) runs.")
+                   "gateway watches money: a create with delete_after, budget or "
+                   "delete_when_idle is refused, and nothing deletes for you.")
 
 _lock = threading.Lock()
 _announced: set[str] = set()  # the sandboxes whose banner this process has printed

@@ -222,6 +222,14 @@ def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
         gateway.stop()
 
 
+@pytest.fixture
+def through_gateway(gateway_factory: Callable[..., Gateway]) -> Iterator[GPUCloud]:
+    """A client of a gateway in front of ``upstream``, as ``connect()`` makes one for a key: the
+    gateway keeps its timers, budgets and idle deletes (nothing in this process does)."""
+    with GPUCloud(api_key=ADA, base_url=gateway_factory().url) as client:
+        yield client
+
+
 # -- a hub's gateway (tests/hub_helpers.py's stand-in hub) --------------------------------------
 
 

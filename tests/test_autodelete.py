@@ -1,9 +1,10 @@
-"""Auto-delete timers against the sandbox, with times in fractions of a second."""
+"""Auto-delete timers, kept by a gateway (or the sandbox service), never by this process."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -12,7 +13,13 @@ import pytest
 from helpers import alaunch, launch, wait_for
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.gateway import Gateway
+from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import ADA
+
+GONE = ("deleting", "deleted")
 
 
 def status_after(cloud: GPUCloud, instance_id: str, seconds: float) -> str:
@@ -20,27 +27,30 @@ def status_after(cloud: GPUCloud, instance_id: str, seconds: float) -> str:
     return cloud.instances.get(instance_id).status
 
 
-def test_auto_delete_fires(cloud: GPUCloud) -> None:
+def test_auto_delete_fires(through_gateway: GPUCloud) -> None:
+    cloud = through_gateway
     instance = launch(cloud, "timed", delete_after=1.0)
+    assert cloud.auto_delete.where == "gateway"
     left = cloud.auto_delete.remaining(instance.id)
     assert left is not None and 0 < left <= 1.0
     due = time.monotonic() + left
     status = cloud.instances.get(instance.id).status
     if time.monotonic() < due:  # read before the timer was due (a busy machine may be later)
-        assert status != "deleting"
-    wait_for(lambda: instance.id in cloud.auto_delete.deleted, timeout=60)  # and confirmed
-    assert cloud.instances.get(instance.id).status in ("deleting", "deleted")
-    assert cloud.auto_delete.remaining(instance.id) is None
+        assert status not in GONE
+    wait_for(lambda: cloud.instances.get(instance.id).status in GONE, timeout=60)
+    wait_for(lambda: cloud.auto_delete.remaining(instance.id) is None, timeout=30)
 
 
-def test_auto_delete_cancelled_keeps_the_instance(cloud: GPUCloud) -> None:
+def test_auto_delete_cancelled_keeps_the_instance(through_gateway: GPUCloud) -> None:
+    cloud = through_gateway
     instance = launch(cloud, "kept", delete_after=timedelta(seconds=2))
     assert cloud.auto_delete.cancel(instance.id)  # long before it is due, even on a busy machine
     assert status_after(cloud, instance.id, 2.5) == "active"
     assert not cloud.auto_delete.cancel(instance.id)
 
 
-def test_auto_delete_extended(cloud: GPUCloud) -> None:
+def test_auto_delete_extended(through_gateway: GPUCloud) -> None:
+    cloud = through_gateway
     instance = launch(cloud, "extended", delete_after=1.0)
     cloud.auto_delete.extend(instance.id, 1.0)
     left = cloud.auto_delete.remaining(instance.id)
@@ -49,42 +59,62 @@ def test_auto_delete_extended(cloud: GPUCloud) -> None:
     status = status_after(cloud, instance.id, 1.2)  # past the first time
     if time.monotonic() < due:  # read before the extended time (a busy machine may not)
         assert status == "active"
-    wait_for(lambda: cloud.instances.get(instance.id).status in ("deleting", "deleted"),
-             timeout=60)
+    wait_for(lambda: cloud.instances.get(instance.id).status in GONE, timeout=60)
 
 
-def test_manual_delete_cancels_the_timer(cloud: GPUCloud) -> None:
+def test_manual_delete_cancels_the_timer(through_gateway: GPUCloud) -> None:
+    cloud = through_gateway
     instance = launch(cloud, "manual", delete_after=30)
     cloud.instances.delete(instance.id)
-    assert cloud.auto_delete.remaining(instance.id) is None
+    wait_for(lambda: cloud.auto_delete.remaining(instance.id) is None, timeout=30)
     assert cloud.spend().set_index("_id").loc[instance.id, "autoDeleteAt"] is None
 
 
 @pytest.mark.parametrize("bad", [-1, 0, "soon", True])
-def test_bad_delete_after_is_refused_before_sending(cloud: GPUCloud, bad: object) -> None:
+def test_bad_delete_after_is_refused_before_sending(through_gateway: GPUCloud, bad: object) -> None:
     with pytest.raises(InvalidInputError, match="delete_after must be a positive number"):
-        launch(cloud, "bad", delete_after=bad)
-    assert cloud.instances.list() == []
+        launch(through_gateway, "bad", delete_after=bad)
+    assert through_gateway.instances.list() == []
 
 
-def test_spend_shows_the_deadline(cloud: GPUCloud) -> None:
-    instance = launch(cloud, "deadline", delete_after=60)
-    deadline = cloud.spend().set_index("_id").loc[instance.id, "autoDeleteAt"]
+def test_spend_shows_the_deadline(through_gateway: GPUCloud) -> None:
+    instance = launch(through_gateway, "deadline", delete_after=60)
+    deadline = through_gateway.spend().set_index("_id").loc[instance.id, "autoDeleteAt"]
     assert deadline is not None
-    cloud.auto_delete.cancel_all()
+    through_gateway.auto_delete.cancel_all()
 
 
-def test_async_client_auto_delete(sandbox) -> None:
+def test_async_client_auto_delete(gateway_factory) -> None:
+    gateway = gateway_factory()
+
     async def main() -> str:
-        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        async with AsyncGPUCloud(api_key=ADA, base_url=gateway.url) as cloud:
             instance = await alaunch(cloud, "async-timed", delete_after=0.3)
             deadline = asyncio.get_running_loop().time() + 60  # a condition, not a clock
-            while (status := (await cloud.instances.get(instance.id)).status) not in (
-                    "deleting", "deleted") and asyncio.get_running_loop().time() < deadline:
+            while (status := (await cloud.instances.get(instance.id)).status) not in GONE \
+                    and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.2)
             return status
 
-    assert asyncio.run(main()) in ("deleting", "deleted")
+    assert asyncio.run(main()) in GONE
+
+
+def test_the_cloud_directly_refuses_delete_after_before_the_post_and_starts_no_thread(
+        cloud: GPUCloud) -> None:
+    threads = set(threading.enumerate())
+    assert cloud.auto_delete.where == "nobody"
+    with pytest.raises(InvalidInputError) as refused:
+        launch(cloud, "unkept", delete_after=60)
+    assert str(refused.value) == unkept("delete_after", at_create=True)
+    assert "\n" not in str(refused.value) and str(refused.value).count(". ") == 0
+    assert cloud.instances.list() == []  # nothing was sent
+    instance = launch(cloud, "plain")
+    with pytest.raises(InvalidInputError, match="Nothing watches money without a gateway"):
+        cloud.auto_delete.schedule(instance.id, 60)
+    assert cloud.auto_delete.remaining(instance.id) is None and cloud.auto_delete.deadlines() == {}
+    assert not cloud.auto_delete.cancel(instance.id)
+    started = {t.name for t in set(threading.enumerate()) - threads}
+    assert not [name for name in started if "timer" in name.lower() or "idle" in name]
 
 
 def test_sandbox_timers_are_kept_by_the_service_and_outlive_the_client(sandbox, observer) -> None:
@@ -133,37 +163,14 @@ def test_a_service_timer_outlives_a_restart_of_the_service(sandbox_factory, tmp_
     wait_for(lambda: again.instances.get(instance.id).status in ("deleting", "deleted"),
              timeout=60)
 
-def test_a_timer_still_deletes_after_the_client_is_closed(sandbox, observer: GPUCloud) -> None:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+def test_a_timer_still_deletes_after_the_client_is_closed(
+        gateway_factory, upstream: Sandbox) -> None:
+    gateway: Gateway = gateway_factory()
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
     instance = launch(cloud, "outlives-close", delete_after=0.4)
     cloud.close()
-    wait_for(lambda: instance.id in cloud.auto_delete.deleted, timeout=60)  # and confirmed
-    assert observer.instances.get(instance.id).status in ("deleting", "deleted")
-    assert cloud.auto_delete.failures == {}
-
-
-BROKE = ("The delete could not be sent (RuntimeError: transport broke); the instance may still "
-         "be billing.")
-
-
-class DeleteBreaks(httpx.HTTPTransport):
-    """The real transport, except that a DELETE raises what no server can: a plain bug."""
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "DELETE":
-            raise RuntimeError("transport broke")
-        return super().handle_request(request)
-
-
-def test_every_exception_in_a_timer_is_recorded(sandbox, observer: GPUCloud,
-                                                caplog: pytest.LogCaptureFixture) -> None:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
-                  transport=DeleteBreaks()) as cloud:
-        instance = launch(cloud, "unlucky", delete_after=0.3)
-        assert status_after(observer, instance.id, 0.9) == "active"
-        assert cloud.auto_delete.failures == {instance.id: BROKE}
-        assert cloud.auto_delete.remaining(instance.id) is None
-    assert f"Auto-delete of instance {instance.id} failed: {BROKE}" in caplog.text
+    with GPUCloud(api_key=ADA, base_url=gateway.url) as observer:
+        wait_for(lambda: observer.instances.get(instance.id).status in GONE, timeout=60)
 
 
 def _open_clients(base_url: str) -> list[httpx.Client]:
@@ -172,71 +179,24 @@ def _open_clients(base_url: str) -> list[httpx.Client]:
             if isinstance(c, httpx.Client) and not c.is_closed and str(c.base_url) == base_url]
 
 
-def test_async_client_timers_leave_no_http_client_open(sandbox) -> None:
-    async def main() -> AsyncGPUCloud:
-        async with AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-            instance = await alaunch(cloud, "async-timed", delete_after=0.2)
-            deadline = time.monotonic() + 60  # fired and confirmed, however busy the machine
-            while instance.id not in cloud.auto_delete.deleted and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert instance.id in cloud.auto_delete.deleted
-        return cloud
+def test_async_client_closes_its_sync_twin_and_timers_keep_working(gateway_factory) -> None:
+    gateway: Gateway = gateway_factory()
 
-    cloud = asyncio.run(main())  # kept alive: a client it still held would count below
-    assert cloud.auto_delete.failures == {}
-    assert _open_clients(str(httpx.URL(sandbox.management_url))) == []
-
-
-def test_every_failure_of_a_timer_is_recorded(sandbox_factory) -> None:
-    sandbox = sandbox_factory()
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url, max_retries=0)
-    instance = launch(cloud, "unreachable", delete_after=0.3)
-    sandbox.stop()  # the cloud is gone when the timer fires
-    deadline = time.monotonic() + 10
-    while instance.id not in cloud.auto_delete.failures and time.monotonic() < deadline:
-        time.sleep(0.05)
-    cloud.close()
-    assert instance.id not in cloud.auto_delete.deleted
-    reason = cloud.auto_delete.failures[instance.id]
-    assert reason and "\n" not in reason
-
-
-def test_a_timer_records_errors_that_are_not_the_clouds() -> None:
-    from gpucloud_nb.client.autodelete import AutoDelete
-
-    def broken(instance_id: str) -> None:
-        raise RuntimeError("Cannot send a request, as the client has been closed.")
-
-    timers = AutoDelete(broken)
-    timers.schedule("i-1", 0.05)
-    deadline = time.monotonic() + 30
-    while "i-1" not in timers.failures and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "RuntimeError" in timers.failures["i-1"]
-    assert "may still be billing" in timers.failures["i-1"]
-    assert timers.remaining("i-1") is None
-
-
-def test_async_client_closes_its_timer_twin_and_timers_keep_working(sandbox,
-                                                                   observer: GPUCloud) -> None:
     async def main() -> tuple[str, str]:
-        cloud = AsyncGPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+        cloud = AsyncGPUCloud(api_key=ADA, base_url=gateway.url)
         first, second = [await alaunch(cloud, name, delete_after=after)
                          for name, after in (("twin-1", 0.2), ("twin-2", 5.0))]
-        deadline = time.monotonic() + 60
-        while first.id not in cloud.auto_delete.deleted and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)     # the first timer made the sync twin
-        twin = cloud._twin
+        twin = cloud._twin  # the timers' routes are sent through it
         assert twin is not None
         await cloud.aclose()
-        assert second.id not in cloud.auto_delete.deleted  # it fires after aclose()
         assert twin.driver.http.is_closed  # closed with the client, not leaked
         return first.id, second.id
 
     first, second = asyncio.run(main())
-    assert observer.instances.get(first).status in ("deleting", "deleted")
-    wait_for(lambda: observer.instances.get(second).status in ("deleting", "deleted"),
-             timeout=60)
+    assert _open_clients(str(httpx.URL(gateway.url))) == []
+    with GPUCloud(api_key=ADA, base_url=gateway.url) as observer:
+        for made in (first, second):  # the second fires after aclose()
+            wait_for(lambda made=made: observer.instances.get(made).status in GONE, timeout=60)
 
 
 def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(
@@ -266,34 +226,3 @@ def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(
                        headers={"x-api-key": second.api_key}).json()["spend"]
     hours = (ended - activated).total_seconds() / 3600
     assert billed == pytest.approx(hours * instance.hourly_price, abs=2e-6)
-
-
-class NeverDeletes(httpx.HTTPTransport):
-    """A cloud that accepts every delete (204) and never performs it."""
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "DELETE":
-            return httpx.Response(204)
-        return super().handle_request(request)
-
-
-def test_a_timed_delete_the_cloud_never_performs_is_a_failure(sandbox, observer: GPUCloud) -> None:
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
-                  transport=NeverDeletes()) as cloud:
-        cloud._core.confirm_seconds = 1.0  # a minute by default
-        instance = launch(cloud, "never-deleted", delete_after=0.2)
-        deadline = time.monotonic() + 10
-        while instance.id not in cloud.auto_delete.failures and time.monotonic() < deadline:
-            time.sleep(0.05)
-        reason = cloud.auto_delete.failures[instance.id]
-        assert reason.startswith(f"The cloud accepted the timed delete of instance {instance.id}, "
-                                 "but it is still active ")
-        assert reason.endswith("it may still be billing; delete it by hand.")
-        assert instance.id not in cloud.auto_delete.deleted
-    assert observer.instances.get(instance.id).status == "active"
-
-
-def test_the_confirmation_waits_a_minute_by_default() -> None:
-    from gpucloud_nb.client._core import DELETE_CONFIRM_SECONDS
-
-    assert DELETE_CONFIRM_SECONDS == 60

@@ -11,7 +11,8 @@ from helpers import wait_for
 from samples import one_offer
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.client.budgets import UNKEPT, ServiceBudgets, UnkeptBudgets
+from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
+from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance
 from gpucloud_nb.sandbox import Sandbox
@@ -65,7 +66,7 @@ def test_on_the_real_cloud_without_a_gateway_nobody_keeps_a_budget_and_none_is_s
     instance = launch(cloud_of)
     with pytest.raises(InvalidInputError) as refused:
         budgets.set(instance.id, 1.5)
-    assert str(refused.value) == f"{UNKEPT}."
+    assert str(refused.value) == unkept("a budget")
     assert budgets.states() == {} and not budgets.cancel(instance.id)
     assert not [t for t in threading.enumerate() if t.name.startswith("gpucloud-nb-budgets")]
 
@@ -86,11 +87,11 @@ def test_create_with_a_budget_hands_it_to_whoever_watches(
                                   instance_id=offer.instance_id, region=region,
                                   vm={"os": offer.configuration.os[0]}, budget=-1)
     assert cloud_of.instances.list() == []  # refused before anything was sent
-    with pytest.raises(InvalidInputError) as unkept:  # the real cloud, no gateway: nobody would
+    with pytest.raises(InvalidInputError) as unkept_:  # the real cloud, no gateway: nobody would
         cloud_of.instances.create(name="job", cloud_provider=offer.cloud.id,
                                   instance_id=offer.instance_id, region=region,
                                   vm={"os": offer.configuration.os[0]}, budget=1e6)
-    assert str(unkept.value) == f"{UNKEPT}; nothing was launched."
+    assert str(unkept_.value) == unkept("budget", at_create=True)
     assert cloud_of.instances.list() == []
     cloud_of.sandbox = dollar_a_second
     served = cloud_of.instances.create(name="job2", cloud_provider=offer.cloud.id,

@@ -15,7 +15,7 @@ import pytest
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.display import format_price
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY, as_key, direct, launch, vm_offer, wait_for
@@ -80,9 +80,9 @@ def test_the_sandbox_and_the_real_cloud_are_not_gateways(
         upstream: Sandbox, sandbox_factory: Callable[..., Sandbox]) -> None:
     with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real_cloud:
         assert real_cloud.gateway_status() is None
-        made = launch(real_cloud, "direct", delete_after=600)
-        assert real_cloud.auto_delete.where == "this kernel"
-        real_cloud.auto_delete.cancel(made.id)
+        with pytest.raises(InvalidInputError, match="Nothing watches money without a gateway"):
+            launch(real_cloud, "direct", delete_after=600)  # nobody would keep it: unsent
+        assert real_cloud.auto_delete.where == "nobody" and real_cloud.instances.list() == []
 
 
 def test_a_student_sees_the_warning_at_80_percent(

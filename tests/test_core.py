@@ -1,42 +1,32 @@
-"""A client's core gets what its watchers need when it is built (its ``Blocking`` reach), and
-builds every watcher from it: nothing is filled in or swapped in afterwards."""
+"""A client's core gets its ``Blocking`` reach when it is built, and hands its money rules to
+whoever keeps them (the sandbox service, a gateway, or nobody): never a thread of its own."""
 
 from __future__ import annotations
 
 import httpx
-from helpers import launch, wait_for
 
-from gpucloud_nb import GPUCloud
 from gpucloud_nb._secrets import Secret
 from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import RetryPolicy, SyncDriver
-from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.autodelete import ServiceAutoDelete, UnkeptAutoDelete
 from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
-from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle import ServiceIdleDelete, UnkeptIdleDelete
 from gpucloud_nb.sandbox import Sandbox
 
 
-def test_a_core_built_with_its_reach_deletes_on_time_and_confirms(sandbox: Sandbox,
-                                                                  observer: GPUCloud) -> None:
+def test_a_core_hands_its_money_rules_to_whoever_keeps_them(sandbox: Sandbox) -> None:
     sent: list[tuple[str, str]] = []
 
     def send(method: str, path: str, body: object) -> object:
         sent.append((method, path))
         return {}
 
-    reach = Blocking(get=observer.instances.get, delete=observer.instances.delete, send=send)
     with httpx.Client(base_url=sandbox.management_url) as http:
-        core = Core(SyncDriver(http), Secret(sandbox.api_key), RetryPolicy(), None, 60, reach)
-        assert isinstance(core.auto_delete, AutoDelete)
-        assert isinstance(core.idle_delete, KernelIdleDelete)
-        assert isinstance(core.budgets, UnkeptBudgets)  # the real cloud, no gateway: nobody
-        instance = launch(observer, "timed")
-        core.auto_delete.schedule(instance.id, 0.2)
-        wait_for(lambda: instance.id in core.auto_delete.deleted, timeout=60)  # confirmed too
-        assert core.auto_delete.failures == {}
-        assert observer.instances.get(instance.id).status in ("deleting", "deleted")
-
-        kernel_idle = core.idle_delete
+        core = Core(SyncDriver(http), Secret(sandbox.api_key), RetryPolicy(), None, 60,
+                    Blocking(send=send))
+        kept = (core.auto_delete, core.idle_delete, core.budgets)
+        assert [type(k) for k in kept] == [UnkeptAutoDelete, UnkeptIdleDelete, UnkeptBudgets]
+        assert {k.where for k in kept} == {"nobody"}  # the cloud directly, until a gateway
         core.use_sandbox(sandbox)  # the same reach builds the service's kind
         assert isinstance(core.auto_delete, ServiceAutoDelete)
         assert isinstance(core.idle_delete, ServiceIdleDelete)
@@ -44,6 +34,9 @@ def test_a_core_built_with_its_reach_deletes_on_time_and_confirms(sandbox: Sandb
         core.register_keys(["ssh-ed25519 AAAA test"])
         assert sent == [("POST", "/sandbox/ssh-keys")]
         core.use_sandbox(None)
+        assert isinstance(core.auto_delete, UnkeptAutoDelete)
+        assert isinstance(core.idle_delete, UnkeptIdleDelete)
         assert isinstance(core.budgets, UnkeptBudgets)
-        assert isinstance(core.idle_delete, KernelIdleDelete)
-        assert core.idle_delete is not kernel_idle
+        core.gateway = True
+        core.use_gateway()
+        assert {k.where for k in (core.auto_delete, core.idle_delete, core.budgets)} == {"gateway"}

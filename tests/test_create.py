@@ -109,7 +109,8 @@ def test_create_from_checks_every_option_before_the_post(
 
 
 def test_create_from_sends_the_record_and_acts_on_its_client_options(
-        cloud: GPUCloud, observer: GPUCloud) -> None:
+        through_gateway: GPUCloud) -> None:
+    cloud = observer = through_gateway  # a gateway keeps delete_after
     offer = a_vm_offer(cloud)
     request = CreateInstance(name="from-record", cloud_provider=offer.cloud.id,
                              instance_id=offer.instance_id, region=offer.available_regions[0],

@@ -164,7 +164,8 @@ def test_details_view_shows_port_forward_objects_as_ports() -> None:
     assert "internalPort" not in view and "{" not in view
 
 
-def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) -> None:
+def test_auto_delete_countdown_set_extend_and_cancel(through_gateway, panels) -> None:
+    cloud = observer = through_gateway
     instance = launch(observer, "timed")
     panel = make_panel(panels, cloud, interval=0.05)
     assert list(panel.frame["autoDelete"]) == [""]
@@ -184,6 +185,7 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
     assert "will be deleted at" in panel.status.text
     assert 4 * 60 < cloud.auto_delete.remaining(instance.id) <= 5 * 60
     assert panel.frame["autoDelete"].iloc[0].startswith("in 4 min")
+    assert panel.frame["autoDelete"].iloc[0].endswith("(gateway)")
     assert "in 4 min" in panel.table.value and panel.auto_refreshing
     assert panel.auto_delete_set.description == "Extend to this"
     assert panel.auto_delete_cancel in panel.actions.children
@@ -197,51 +199,31 @@ def test_auto_delete_countdown_set_extend_and_cancel(cloud, observer, panels) ->
         panel.cancel_auto_delete(instance.id)
 
 
-@pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
-def test_the_panel_says_who_keeps_each_timer(cloud, observer, panels, sandbox, kept_by) -> None:
-    if kept_by == "sandbox service":
-        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: the service keeps them
-    instance = launch(observer, "timed")
+def test_on_the_cloud_directly_a_timer_is_refused_in_one_sentence(cloud, panels) -> None:
+    instance = launch(cloud, "untimed")
     panel = make_panel(panels, cloud, interval=0.05)
-    message = panel.set_auto_delete(instance.id, after=300)
-    assert panel.frame["autoDelete"].iloc[0].endswith(f"({kept_by})")
-    assert f"({kept_by})" in panel.table.value
-    assert message.endswith("if this kernel is still running." if kept_by == "this kernel"
-                            else "by the sandbox service, even if this kernel stops.")
-    # Another client of the account sees a service timer; a kernel's timer only that kernel sees.
-    assert (observer.auto_delete.remaining(instance.id) is None) == (kept_by == "this kernel")
+    panel.select(instance.id)
+    panel.auto_delete_after.value = "5m"
+    panel.auto_delete_set.click()
+    assert panel.status.is_error and "Nothing watches money without a gateway" in panel.status.text
+    assert "\n" not in panel.status.text and cloud.auto_delete.remaining(instance.id) is None
 
 
-def test_auto_delete_from_the_panel_deletes(cloud, observer, panels) -> None:
+@pytest.mark.parametrize("kept_by", ["gateway", "sandbox service"])
+def test_auto_delete_from_the_panel_deletes_by_whoever_keeps_timers(request, panels,
+                                                                     kept_by) -> None:
+    if kept_by == "gateway":
+        cloud = observer = request.getfixturevalue("through_gateway")
+    else:
+        sandbox = request.getfixturevalue("sandbox")
+        cloud, observer = request.getfixturevalue("cloud"), request.getfixturevalue("observer")
+        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: the service keeps them
     instance = launch(observer, "short-lived")
     panel = make_panel(panels, cloud, interval=0.05)
-    panel.set_auto_delete(instance.id, after=0.3)
+    message = panel.set_auto_delete(instance.id, after=0.3)
+    assert message.endswith(f"by the {kept_by}, even if this kernel stops.")
     wait_for(lambda: observer.instances.get(instance.id).status in ("deleting", "deleted"))
     wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"))
-
-
-def test_a_timer_firing_while_the_list_is_in_flight_is_seen_quickly(cloud, observer, panels,
-                                                                    monkeypatch) -> None:
-    # The interleaving from a CI failure: the panel lists the instance as active, then (before the
-    # panel looks at the timers) the timer deletes it and disappears. The panel must not settle
-    # into the 10 s "billing" pace with a stale "active" row.
-    instance = launch(observer, "raced")
-    cloud.instances.wait_until_active(instance.id, timeout=10, poll_interval=0.05)
-    cloud.auto_delete.schedule(instance.id, 60)
-    real_list, armed = cloud.instances.list, [True]
-
-    def list_then_timer_fires(*args, **kwargs):
-        listed = real_list(*args, **kwargs)
-        if armed and any(i.id == instance.id and i.status == "active" for i in listed):
-            armed.clear()
-            cloud.auto_delete.schedule(instance.id, 0.01)
-            wait_for(lambda: cloud.auto_delete.remaining(instance.id) is None)
-        return listed
-
-    monkeypatch.setattr(cloud.instances, "list", list_then_timer_fires)
-    panel = make_panel(panels, cloud, interval=0.05)
-    assert not armed and instance.id in cloud.auto_delete.deleted
-    wait_for(lambda: status_in_panel(panel, instance.id) in (None, "deleting"), timeout=30)
 
 
 def test_delete_names_the_volume_that_keeps_the_data(cloud, observer, panels) -> None:
@@ -306,21 +288,6 @@ def test_a_table_that_cannot_be_drawn_says_why(cloud: GPUCloud, panels,
     assert "jinja2" in panel.status.text and "\n" not in panel.status.text
 
 
-def test_a_timer_that_really_fails_shows_in_the_panel(sandbox, panels) -> None:
-    from test_autodelete import BROKE, DeleteBreaks
-
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
-                  transport=DeleteBreaks()) as cloud:
-        instance = launch(cloud, "unlucky", delete_after=0.2)
-        panel = make_panel(panels, cloud)
-        wait_for(lambda: instance.id in cloud.auto_delete.failures)
-        panel.refresh()
-        row = panel.frame.set_index("_id").loc[instance.id]
-        assert row["autoDelete"] == "failed"
-        assert panel.status.is_error
-        assert panel.status.text == f"Auto-delete of unlucky failed; it is still billing: {BROKE}"
-
-
 def _gpucloud_threads() -> int:
     import threading
 
@@ -366,18 +333,6 @@ def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
         # The refresh thread holds the panel only while it calls it: a collection between two
         # calls frees the panel, and the thread then ends by itself.
         wait_for(lambda: gc.collect() is not None and _gpucloud_threads() <= before, timeout=10)
-
-
-def test_a_failed_auto_delete_shows_in_the_panel(sandbox_factory, panels) -> None:
-    sandbox = sandbox_factory()
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        instance = launch(cloud, "timer-fails")
-        panel = make_panel(panels, cloud)
-        cloud.auto_delete.failures[instance.id] = "The cloud answered 500."  # as _fire records it
-        panel.refresh()
-        assert panel.status.is_error
-        assert "Auto-delete of timer-fails failed; it is still billing" in panel.status.text
-        assert "failed" in panel.frame.set_index("_id").loc[instance.id, "autoDelete"]
 
 
 def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels) -> None:
@@ -428,20 +383,6 @@ def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(cloud, panel
     panel.refresh()
     with pytest.raises(InvalidInputError, match="not-watched is not deleted when idle"):
         panel.keep(other.id)
-
-
-def test_a_limit_another_process_set_says_who_watches_it(cloud, panels) -> None:
-    from gpucloud_nb.client.idle import KernelIdleDelete
-
-    instance = launch(cloud, "set-elsewhere")  # a real-cloud client: limits live in the file
-    watcher = cloud.idle_delete
-    assert isinstance(watcher, KernelIdleDelete)
-    watcher.file.set(instance.id, 600)  # as another kernel does
-    panel = make_panel(panels, cloud, interval=60)
-    assert panel.frame["idle"].iloc[0] == "after 10 min 00 s idle (the kernel that set it)"
-    watcher.file.beat(30, {instance.id})  # JupyterLab's poller runs: it watches
-    panel.refresh()
-    assert panel.frame["idle"].iloc[0] == "after 10 min 00 s idle (JupyterLab)"
 
 
 def test_through_a_gateway_the_status_says_what_the_spent_budget_deleted(

@@ -326,7 +326,8 @@ def test_keep_without_an_idle_limit_is_a_404_with_one_sentence(api: httpx.Client
     instance_id = launch(cloud, "keep-no-limit").id
     response = api.post(f"/gpucloud/instances/{instance_id}/keep")
     assert response.status_code == 404
-    assert response.json()["message"] == f"Instance {instance_id} is not deleted when idle."
+    assert response.json()["message"] == (f"Instance {instance_id} has no idle delete to keep: "
+                                          "nothing watches money without a gateway.")
     cloud.instances.delete(instance_id)
 
 

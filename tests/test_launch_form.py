@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from helpers import vm_offer, wait_for
+from helpers import ADA, vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import key_dir
@@ -208,7 +208,8 @@ def test_launch_from_code_returns_a_future(cloud: GPUCloud, observer: GPUCloud) 
     assert [i.name for i in observer.instances.list()] == ["serve-1"]
 
 
-def test_auto_delete_field_sets_a_timer(cloud: GPUCloud, observer: GPUCloud) -> None:
+def test_auto_delete_field_sets_a_timer(through_gateway: GPUCloud) -> None:
+    cloud = through_gateway
     offer = pick(cloud, "vm")
     form = LaunchForm(cloud, offer).fill(name="timed", delete_after="30m")
     assert "Auto-deletes after 30 min" in form.cost.value
@@ -232,18 +233,27 @@ def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_service(
     assert form.idle_note.value == ""
 
 
-@pytest.mark.parametrize("kept_by", ["this kernel", "sandbox service"])
-def test_the_auto_delete_preview_says_who_keeps_the_timer(cloud, observer, sandbox, kept_by) -> None:
-    if kept_by == "sandbox service":
-        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: its service keeps them
+@pytest.mark.parametrize("kept_by", ["gateway", "sandbox service", "nobody"])
+def test_the_auto_delete_preview_says_who_keeps_the_timer(request, kept_by) -> None:
+    if kept_by == "gateway":
+        cloud = request.getfixturevalue("through_gateway")
+        observer = GPUCloud(api_key=ADA, base_url=cloud.base_url)
+    else:
+        cloud, observer = request.getfixturevalue("cloud"), request.getfixturevalue("observer")
+        if kept_by == "sandbox service":  # as connect() does: its service keeps them
+            cloud.sandbox = observer.sandbox = request.getfixturevalue("sandbox")
     form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", delete_after="30m")
-    assert ("Auto-deletes after 30 min, if this kernel is still running: " if kept_by == "this kernel"
-            else "Auto-deletes after 30 min, by the sandbox service, even if this kernel stops: "
-            ) in form.cost.value
+    if kept_by == "nobody":  # the cloud directly: nothing would keep it, and it says so
+        assert "Auto-delete needs a gateway to keep it" in form.cost.value
+        assert "Auto-deletes after" not in form.cost.value
+        return
+    assert (f"Auto-deletes after 30 min, by the {kept_by}, even if this kernel stops: "
+            in form.cost.value)
     details = form.launch().result(timeout=10)
-    # What it said is true: a service timer is seen by another client, a kernel's is not.
-    assert (observer.auto_delete.remaining(details.id) is None) == (kept_by == "this kernel")
+    # What it said is true: the timer is kept elsewhere, so another client sees it.
+    assert observer.auto_delete.remaining(details.id) is not None
     cloud.auto_delete.cancel_all()
+    observer.close()
 
 
 def test_colours_come_from_the_theme_and_the_name_hint_is_a_hint(sandbox, observer) -> None:
@@ -469,9 +479,10 @@ def test_through_a_gateway_the_spent_budget_and_its_refusal_are_one_sentence(
 
 
 def test_the_duration_fields_take_units_and_refuse_a_bare_number(
-        cloud: GPUCloud, observer: GPUCloud) -> None:
+        through_gateway: GPUCloud) -> None:
     """One rule for every duration typed (gpucloud_nb.durations): "1h30m", "90s"; "30" alone
     is refused in one sentence, and nothing is launched."""
+    cloud = observer = through_gateway  # a gateway keeps the timer
     form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="typed", delete_after="1h30m")
     assert "Auto-deletes after 1 h 30 min" in form.cost.value and form.problem is None
     form.idle_delete.value = "30"

@@ -341,19 +341,6 @@ def test_a_redirect_without_location_still_fails() -> None:
         make_cloud(handler).instances.delete("a" * 24)
 
 
-def test_the_auto_delete_timer_records_a_redirected_delete_as_a_failure() -> None:
-    handler, seen = moved()
-    cloud = make_cloud(handler)
-    cloud.auto_delete.schedule("a" * 24, 0.01)
-    deadline = time.monotonic() + 30
-    while "a" * 24 not in cloud.auto_delete.failures and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "redirects" in cloud.auto_delete.failures["a" * 24]
-    assert cloud.auto_delete.deleted == {}
-    # Besides the one question whether the cloud is a class gateway (client/gateway.py):
-    assert [r.method for r in seen if r.url.path != "/gateway/me"] == ["DELETE"]
-
-
 def test_the_inference_client_treats_a_redirect_as_an_error() -> None:
     from gpucloud_nb import InferenceClient
     from gpucloud_nb.errors import RedirectError

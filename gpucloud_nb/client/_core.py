@@ -4,8 +4,8 @@
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
 no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
 of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
-Its watchers (auto-delete timers, idle deletes, budgets) are built from what the client gives
-at construction, its :class:`Blocking` reach, and rebuilt from it when the sandbox changes.
+Who keeps its money rules (auto-delete timers, idle deletes, budgets) is held here too: the
+sandbox service, a gateway, or nobody (the cloud directly); never a thread of this process.
 
     >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60, blocking)  # doctest: +SKIP
     >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
@@ -30,13 +30,12 @@ from gpucloud_nb.client._ops import (
     SyncDriver,
     send,
 )
-from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.autodelete import ServiceAutoDelete, UnkeptAutoDelete
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.costcap import Reservations
 from gpucloud_nb.client.gateway import PROBE, GatewayStatus, probe
-from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
-from gpucloud_nb.client.idle_file import account
+from gpucloud_nb.client.idle import ServiceIdleDelete, UnkeptIdleDelete
 from gpucloud_nb.client.remote import Remote
 from gpucloud_nb.client.sandbox_handle import SandboxHandle
 from gpucloud_nb.client.use_report import UseReports
@@ -49,14 +48,11 @@ from gpucloud_nb.errors import (
     OutcomeUnknownError,
     UnreadableResponseError,
 )
-from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Blocking", "Core", "D", "decode_offers",
+__all__ = ["CREATE_LOOKUP_SLACK", "Blocking", "Core", "D", "decode_offers",
            "json_list", "now", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
-#: How long a timed delete may take to show as deleting or deleted before it counts as failed.
-DELETE_CONFIRM_SECONDS = 60.0
 D = TypeVar("D", SyncDriver, AsyncDriver)
 R = TypeVar("R", bound=Record)
 
@@ -89,19 +85,14 @@ def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
 
 @dataclass(frozen=True)
 class Blocking:
-    """What a client's watchers do from their threads, blocking, away from any event loop.
+    """What a client does from its threads, blocking, away from any event loop (use reports,
+    the money rules' routes of a gateway or the sandbox service).
 
-    The client gives it to its :class:`Core` when it builds it; each function keeps working
-    after the client is closed (with a short-lived client of its own), as timers outlive it.
-
-        >>> Blocking(get=instances.get, delete=instances.delete, send=send)  # doctest: +SKIP
+        >>> Blocking(send=send)  # doctest: +SKIP
     """
 
-    #: Read an instance.
-    get: Callable[[str], InstanceDetails]
-    #: Send an instance's delete (unconfirmed).
-    delete: Callable[[str], None]
-    #: One request to a sandbox-only endpoint, ``send(method, path, body)``: its decoded JSON.
+    #: One request to a gateway's or the sandbox's own endpoint, ``send(method, path, body)``:
+    #: its decoded JSON.
     send: Callable[[str, str, dict[str, Any] | None], Any]
 
 
@@ -122,14 +113,14 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.blocking = blocking
         self.sandbox: SandboxHandle | None = None
-        self.confirm_seconds = DELETE_CONFIRM_SECONDS
         self.remote: Remote | None = None
         self.ssh_identity = ssh_identity
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
-        self.auto_delete: AutoDelete | ServiceAutoDelete = AutoDelete(self.delete_from_timer)
-        self.idle_delete: KernelIdleDelete | ServiceIdleDelete = self.kernel_idle()
+        # Who keeps the money rules: nobody until a gateway or the sandbox is known.
+        self.auto_delete: UnkeptAutoDelete | ServiceAutoDelete = UnkeptAutoDelete()
+        self.idle_delete: UnkeptIdleDelete | ServiceIdleDelete = UnkeptIdleDelete()
         #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.
-        self.budgets: UnkeptBudgets | ServiceBudgets = UnkeptBudgets()  # until a gateway
+        self.budgets: UnkeptBudgets | ServiceBudgets = UnkeptBudgets()
         #: Whether the server is a class gateway; ``None`` until asked (:meth:`recognise_gateway`).
         self.gateway: bool | None = None
         #: Runs, copies and forwards open on instances, told to a class gateway.
@@ -164,7 +155,6 @@ class Core(Generic[D]):
         moves while on a sandbox."""
         if self.sandbox is not None:
             return
-        self.idle_delete.stop()
         send = self.blocking.send
         self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
         self.budgets = ServiceBudgets(send, prefix="/gateway")
@@ -172,28 +162,21 @@ class Core(Generic[D]):
 
     def use_sandbox(self, box: SandboxHandle | None) -> None:
         """Talk to ``box`` (``None``: the real cloud). Timers, idle deletes and budgets move to
-        whoever keeps them there (the sandbox service, a recognised class gateway, or this
-        process), built from :attr:`blocking`; this process's watchers of the other kind stop."""
+        whoever keeps them there: the sandbox service, a recognised gateway, or nobody."""
         self.sandbox = box
         if (box is not None) == (self.auto_delete.where == ServiceAutoDelete.where):
             return
-        self.stop_watchers()
         send = self.blocking.send
         if box is not None:
             self.auto_delete = ServiceAutoDelete(send)
             self.idle_delete = ServiceIdleDelete(send)
             self.budgets = ServiceBudgets(send)
         else:
-            self.auto_delete = AutoDelete(self.delete_from_timer)
-            self.idle_delete = self.kernel_idle()
+            self.auto_delete = UnkeptAutoDelete()
+            self.idle_delete = UnkeptIdleDelete()
             self.budgets = UnkeptBudgets()
             if self.gateway:
                 self.use_gateway()
-
-    def stop_watchers(self) -> None:
-        """Stop this process's idle and budget watchers (timers go on: they outlive a client)."""
-        self.idle_delete.stop()
-        self.budgets.stop()
 
     def ssh(self) -> Remote:
         """This client's SSH to its instances (one :class:`Remote`, made at first use)."""
@@ -207,36 +190,9 @@ class Core(Generic[D]):
         if self.sandbox is not None:
             self.blocking.send("POST", "/sandbox/ssh-keys", {"keys": publics})
 
-    def kernel_idle(self) -> KernelIdleDelete:
-        """Idle deletes for the real cloud: the limits file, and this kernel's watcher."""
-        base_url = str(self.driver.http.base_url)
-        return KernelIdleDelete(base_url, account(base_url, self.key.reveal()),
-                                self.blocking.get, self.blocking.delete, self.ssh)
-
     def send(self, call: Call) -> Op[Any]:
         """One request, retried by the policy, with the key masked in any error."""
         return send(call, self.policy, secrets=(self.key.reveal(),))
-
-    def delete_from_timer(self, instance_id: str) -> None:
-        """What an auto-delete timer in this process calls when it fires: the delete, then
-        its confirmation (the instance shows as deleting or deleted within
-        ``confirm_seconds``, else one sentence saying it may still be billing)."""
-        self.blocking.delete(instance_id)
-        sent = time.monotonic()
-        while True:
-            try:
-                status = self.blocking.get(instance_id).status
-            except NotFoundError:
-                return
-            if status in ("deleting", "deleted"):
-                return
-            waited = time.monotonic() - sent
-            if waited >= self.confirm_seconds:
-                raise GPUCloudError(
-                    f"The cloud accepted the timed delete of instance {instance_id}, but it is "
-                    f"still {status} {waited:.0f} s later: it may still be billing; delete it "
-                    "by hand.")
-            time.sleep(min(2.0, self.confirm_seconds - waited))
 
     def catalogue(self, path: str, cls: type[R]) -> Op[list[R]]:
         """The offers at ``path`` as records, fetched at most once per ``offers_ttl`` seconds."""

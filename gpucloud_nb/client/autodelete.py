@@ -1,14 +1,13 @@
-"""Auto-delete timers: instances deleted when their time is up, from this Python process.
+"""Auto-delete timers: instances deleted when their time is up, by whoever keeps money rules.
 
-On the real cloud, a timer lives in a background thread of the kernel that set it
-(:class:`AutoDelete`), and keeps working after ``cloud.close()`` (it then deletes through a
-short-lived connection of its own). Every failure of a timed delete is kept in ``failures`` and
-shown by the instances panel. On the sandbox, the sandbox service keeps the timers
-(:class:`ServiceAutoDelete`), so they outlive the kernel, as a cloud-side timer would; through a
-class gateway, the gateway keeps them the same way (see :mod:`gpucloud_nb.client.gateway`). What a
-kernel's timer cannot do, plainly: a kernel that is killed, restarted or loses its network cannot
-delete anything, and the cloud keeps billing; keep ``cloud.spend()`` in view and delete by hand
-when in doubt.
+Never by this process (issue #36: every money rule in one place). Through a gateway (the personal
+gateway ``connect()`` puts in front of the real cloud, or a class's), the gateway keeps the
+timers (:class:`ServiceAutoDelete` with ``prefix="/gateway"``, see
+:mod:`gpucloud_nb.client.gateway`); on the sandbox, the sandbox service does
+(:class:`ServiceAutoDelete`). Both fire whether or not a kernel runs. A client of the cloud
+directly (``GPUCLOUD_GATEWAY=off``, or ``GPUCloud`` built on the cloud's own URL) has
+:class:`UnkeptAutoDelete`: nothing would fire a timer, so one is refused in one sentence, and a
+create with ``delete_after`` is refused before the POST.
 
     >>> instance = cloud.instances.create(..., delete_after=3600)  # doctest: +SKIP
     >>> cloud.auto_delete.remaining(instance.id)  # doctest: +SKIP
@@ -19,18 +18,15 @@ when in doubt.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.errors import InvalidInputError, NotFoundError
 
-__all__ = ["AutoDelete", "ServiceAutoDelete", "seconds"]
-
-log = logging.getLogger("gpucloud_nb.autodelete")
+__all__ = ["ServiceAutoDelete", "UnkeptAutoDelete", "seconds"]
 
 
 def seconds(value: float | timedelta) -> float:
@@ -42,14 +38,6 @@ def seconds(value: float | timedelta) -> float:
             f"delete_after must be a positive number of seconds or a timedelta, not {value!r}."
         )
     return float(delay)
-
-
-def _sentence(error: Exception) -> str:
-    """One sentence for a failed timed delete; our errors already are one."""
-    if isinstance(error, GPUCloudError):
-        return str(error)
-    return (f"The delete could not be sent ({type(error).__name__}: {error}); "
-            "the instance may still be billing.")
 
 
 class _Timers:
@@ -67,87 +55,6 @@ class _Timers:
         if remaining is None:
             raise InvalidInputError(f"Instance {instance_id} has no auto-delete timer to extend.")
         return self.schedule(instance_id, remaining + seconds(by))
-
-
-class AutoDelete(_Timers):
-    """The auto-delete timers of one client.
-
-    ``deleted`` maps each instance the timers deleted to when; ``failures`` maps an instance
-    whose timed delete failed to the sentence saying why. ``where`` says who keeps the timers.
-    """
-
-    where = "this kernel"
-
-    def __init__(self, delete: Callable[[str], None]) -> None:
-        self._delete = delete
-        self._timers: dict[str, tuple[threading.Timer, float]] = {}
-        self._lock = threading.Lock()
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
-
-    def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
-        """Delete ``instance_id`` after ``after`` seconds; replaces an earlier timer. Returns when."""
-        delay = seconds(after)
-        timer = threading.Timer(delay, self._fire, args=(instance_id,))
-        timer.daemon = True
-        with self._lock:
-            old = self._timers.pop(instance_id, None)
-            if old:
-                old[0].cancel()
-            self._timers[instance_id] = (timer, time.monotonic() + delay)
-        timer.start()
-        return datetime.now(timezone.utc) + timedelta(seconds=delay)
-
-    def cancel(self, instance_id: str) -> bool:
-        """Stop the timer of ``instance_id``; the instance keeps running. True if there was one."""
-        with self._lock:
-            entry = self._timers.pop(instance_id, None)
-        if entry:
-            entry[0].cancel()
-        return entry is not None
-
-    def remaining(self, instance_id: str) -> float | None:
-        """Seconds until ``instance_id`` is deleted, or ``None`` without a timer."""
-        with self._lock:
-            entry = self._timers.get(instance_id)
-        return None if entry is None else max(entry[1] - time.monotonic(), 0.0)
-
-    def deadlines(self) -> dict[str, datetime]:
-        """When each timed instance will be deleted."""
-        now_wall, now = datetime.now(timezone.utc), time.monotonic()
-        with self._lock:
-            return {key: now_wall + timedelta(seconds=max(due - now, 0.0))
-                    for key, (_, due) in self._timers.items()}
-
-    def cancel_all(self) -> None:
-        """Stop every timer (the instances keep running)."""
-        with self._lock:
-            entries, self._timers = list(self._timers.values()), {}
-        for timer, _ in entries:
-            timer.cancel()
-
-    def _fire(self, instance_id: str) -> None:
-        with self._lock:
-            entry = self._timers.get(instance_id)
-            if entry is None or entry[0] is not threading.current_thread():
-                return  # cancelled or replaced while waiting
-        # The timer stays listed (remaining 0) until the delete has reached the cloud, so nobody
-        # sees the instance as running with no timer in between.
-        try:
-            self._delete(instance_id)
-        except NotFoundError:
-            pass
-        except Exception as error:  # a timer thread has nobody above it: record every failure
-            self.failures[instance_id] = _sentence(error)
-            log.warning("Auto-delete of instance %s failed: %s", instance_id,
-                        self.failures[instance_id])
-        else:
-            self.deleted[instance_id] = datetime.now(timezone.utc)
-            log.info("Auto-deleted instance %s.", instance_id)
-        finally:
-            with self._lock:
-                if self._timers.get(instance_id, (None,))[0] is threading.current_thread():
-                    del self._timers[instance_id]
 
 
 class ServiceAutoDelete(_Timers):
@@ -230,3 +137,41 @@ class ServiceAutoDelete(_Timers):
         """Stop every timer of this account (the instances keep running)."""
         for instance_id in self.deadlines():
             self.cancel(instance_id)
+
+
+class UnkeptAutoDelete(_Timers):
+    """Timers where nobody keeps them: a client of the cloud directly, not through a gateway.
+    Setting one is one sentence saying why (:func:`~gpucloud_nb.client.gateway.unkept`); the
+    rest reads as no timers.
+
+        >>> UnkeptAutoDelete().deadlines()
+        {}
+    """
+
+    where = "nobody"
+
+    def __init__(self) -> None:
+        self.deleted: dict[str, datetime] = {}
+        self.failures: dict[str, str] = {}
+
+    def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
+        """Refused: nothing would fire it."""
+        from gpucloud_nb.client.gateway import unkept
+
+        seconds(after)
+        raise InvalidInputError(unkept("delete_after"))
+
+    def cancel(self, instance_id: str) -> bool:
+        """Nothing to cancel."""
+        return False
+
+    def remaining(self, instance_id: str) -> float | None:
+        """No timer is kept here."""
+        return None
+
+    def deadlines(self) -> dict[str, datetime]:
+        """No timer is kept here."""
+        return {}
+
+    def cancel_all(self) -> None:
+        """Nothing to cancel."""

@@ -14,33 +14,23 @@ Who watches, plainly (issue #36: every money rule in one place, never a thread o
   ``prefix="/gateway"``), whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
 - **The real cloud directly** (``GPUCLOUD_GATEWAY=off``, or a client built on the cloud's URL):
   nobody (:class:`UnkeptBudgets`): a budget is refused in one sentence, before anything is sent.
-
-The kernel's idle watcher still shares :class:`KernelWatcher` and :class:`ConfirmedDeletes`
-(deletes confirmed: read until ``deleting`` or ``deleted``, else one sentence in ``failures``
-after ``CONFIRM_WITHIN`` seconds, 60), until the gateway keeps idle deletes too.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
-from gpucloud_nb.models import InstanceDetails
+from gpucloud_nb.errors import InvalidInputError, NotFoundError
 
-__all__ = ["CONFIRM_WITHIN", "UNKEPT", "WARN_SHARE", "BudgetState", "ConfirmedDeletes",
-           "KernelWatcher", "ServiceBudgets", "UnkeptBudgets", "budget_dollars", "confirm_deleted"]
+__all__ = ["WARN_SHARE", "BudgetState", "ServiceBudgets", "UnkeptBudgets", "budget_dollars"]
 
 log = logging.getLogger("gpucloud_nb.budgets")
 WARN_SHARE = 0.8
-CONFIRM_WITHIN = 60.0
-GONE = ("deleting", "deleted")
 
 
 def budget_dollars(value: float) -> float:
@@ -76,165 +66,6 @@ class BudgetState:
         return cls(instance_id=str(data["instanceId"]), dollars=float(data["dollars"]),
                    spend=float(data["spend"]), warning=bool(data["warning"]),
                    status=str(data["status"]))
-
-
-def confirm_deleted(status: Callable[[], str], within: float = CONFIRM_WITHIN, *,
-                    poll: float = 2.0, stop: threading.Event | None = None) -> bool:
-    """Read ``status()`` until it is ``deleting`` or ``deleted`` (or the instance is gone).
-
-    True once it is; False if ``within`` seconds pass first, or as soon as ``stop`` is set.
-    Errors other than a 404 count as not yet.
-
-        >>> confirm_deleted(lambda: "deleting")
-        True
-    """
-    stop = stop or threading.Event()
-    deadline = time.monotonic() + within
-    while not stop.is_set():
-        try:
-            if status() in GONE:
-                return True
-        except NotFoundError:
-            return True
-        except GPUCloudError:
-            pass
-        if time.monotonic() >= deadline:
-            return False
-        stop.wait(min(poll, max(deadline - time.monotonic(), 0.0)))
-    return False
-
-
-class ConfirmedDeletes:
-    """A watcher's deletes: each is sent at once, then confirmed (:func:`confirm_deleted`) on a
-    short-lived daemon thread of its own, so the watcher's next step runs on time.
-
-    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. ``deleted`` maps
-    each instance deleted to when; ``failures`` an instance whose delete failed or was not
-    confirmed to the sentence saying why. :meth:`stop` ends the confirmations still running
-    (the client is closing) without a sentence.
-
-        >>> deletes = ConfirmedDeletes(instances.get, instances.delete, log)  # doctest: +SKIP
-        >>> deletes.delete(instance.id, 60, "reached its budget of $5.00", "reached its budget",
-        ...                forget=budgets.cancel, said=("Deleted %s.", instance.id))  # doctest: +SKIP
-        True
-    """
-
-    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None],
-                 logger: logging.Logger) -> None:
-        self._get, self._delete, self._log = get, delete, logger
-        self._stop = threading.Event()
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
-
-    def delete(self, instance_id: str, within: float, cause: str, short: str, *,
-               forget: Callable[[str], object], said: tuple[object, ...]) -> bool:
-        """Delete ``instance_id``, which ``cause`` (``short``: the same without figures); True
-        once the cloud took the delete, which is then confirmed within ``within`` seconds.
-
-        On success ``forget(id)`` runs, ``said`` (a message and its arguments) is logged at INFO
-        and only then is the instance noted in ``deleted``.
-        """
-        try:
-            self._delete(instance_id)
-        except GPUCloudError as error:  # still due: tried again at the next poll
-            self.failures[instance_id] = (f"Instance {instance_id} {cause} but the delete "
-                                          f"failed: {error}")
-            return False
-        forget(instance_id)
-        self.failures.pop(instance_id, None)
-        self._log.info(str(said[0]), *said[1:])
-        self.deleted[instance_id] = datetime.now(timezone.utc)  # last: logged once noted
-        unconfirmed = (f"Instance {instance_id} {short} and was deleted, but it is not deleting "
-                       f"after {within:g} s; it may still be billing.")
-        threading.Thread(target=self._confirm, args=(instance_id, within, unconfirmed),
-                         name=f"gpucloud-nb-confirm-{instance_id}", daemon=True).start()
-        return True
-
-    def _confirm(self, instance_id: str, within: float, unconfirmed: str) -> None:
-        try:
-            confirmed = confirm_deleted(lambda: self._get(instance_id).status, within,
-                                        stop=self._stop)
-        except Exception:  # not a cloud's answer: the client closed under it, or a bug
-            if not self._stop.is_set():
-                self._log.exception("The delete of instance %s could not be confirmed.",
-                                    instance_id)
-            return
-        if not confirmed and not self._stop.is_set():
-            self.failures[instance_id] = unconfirmed
-
-    def stop(self) -> None:
-        """End the confirmations still running; they note nothing more."""
-        self._stop.set()
-
-
-class KernelWatcher:
-    """What this kernel's watchers share: a daemon thread that runs :meth:`step` every ``poll``
-    seconds while :meth:`_watching` says there is something to watch, and deletes that are
-    confirmed off that thread (:class:`ConfirmedDeletes`).
-
-    ``get(id)`` reads an instance and ``delete(id)`` deletes it, both blocking. A subclass names
-    its thread (``thread_name``), its logger (``logger``) and what it watches (``what``).
-    """
-
-    thread_name = "gpucloud-nb-watcher"
-    what = "watcher"
-    logger = log
-
-    def __init__(self, get: Callable[[str], InstanceDetails], delete: Callable[[str], None], *,
-                 poll: float, confirm_within: float) -> None:
-        self._get, self._delete = get, delete
-        self.poll, self.confirm_within = poll, confirm_within
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopped = False
-        self._deletes = ConfirmedDeletes(get, delete, self.logger)
-
-    @property
-    def deleted(self) -> dict[str, datetime]:
-        """Each instance the watcher deleted, to when."""
-        return self._deletes.deleted
-
-    @property
-    def failures(self) -> dict[str, str]:
-        """Each instance whose delete failed or was not confirmed, to the sentence saying why."""
-        return self._deletes.failures
-
-    def stop(self) -> None:
-        """Stop this kernel's watching and its confirmations (the client is closed)."""
-        self._stopped = True
-        self._deletes.stop()
-        self._wake.set()
-
-    def step(self) -> None:
-        """One poll of everything watched."""
-        raise NotImplementedError
-
-    def _watching(self) -> bool:
-        """True while there is something to watch (called with the lock held)."""
-        raise NotImplementedError
-
-    def _start(self) -> None:
-        """Start the thread unless it runs or the watcher is stopped; then step at once.
-        Called with the lock held."""
-        if not self._stopped and (self._thread is None or not self._thread.is_alive()):
-            self._thread = threading.Thread(target=self._loop, name=self.thread_name,
-                                            daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopped or not self._watching():
-                    self._thread = None
-                    return
-            try:
-                self.step()
-            except Exception:  # a bug must not end the watching
-                self.logger.exception("The %s failed; trying again.", self.what)
-            self._wake.wait(self.poll)
-            self._wake.clear()
 
 
 class ServiceBudgets:
@@ -292,10 +123,6 @@ class ServiceBudgets:
         """Nothing runs in this process; the service goes on watching."""
 
 
-UNKEPT = ("This cloud is not a gateway, so nothing would keep a budget: connect() reaches the "
-          "real cloud through your personal gateway, which keeps it (unless GPUCLOUD_GATEWAY=off)")
-
-
 class UnkeptBudgets:
     """Budgets where nobody keeps them: a client of the real cloud directly, not through a
     gateway (``GPUCLOUD_GATEWAY=off``, or ``GPUCloud`` built on the cloud's own URL). No thread
@@ -313,9 +140,11 @@ class UnkeptBudgets:
         self.failures: dict[str, str] = {}
 
     def set(self, instance_id: str, dollars: float) -> BudgetState:
-        """Refused: nothing would keep it (:data:`UNKEPT`)."""
+        """Refused: nothing would keep it (:func:`~gpucloud_nb.client.gateway.unkept`)."""
+        from gpucloud_nb.client.gateway import unkept
+
         budget_dollars(dollars)
-        raise InvalidInputError(f"{UNKEPT}.")
+        raise InvalidInputError(unkept("a budget"))
 
     def cancel(self, instance_id: str) -> bool:
         """Nothing to cancel."""

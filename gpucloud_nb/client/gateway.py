@@ -43,7 +43,7 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import BadRequestError, NotFoundError, UnreadableResponseError
 from gpucloud_nb.models import parse_datetime
 
-__all__ = ["PROBE", "BudgetDelete", "GatewayStatus", "probe"]
+__all__ = ["PROBE", "BudgetDelete", "GatewayStatus", "probe", "unkept"]
 
 PROBE = "/gateway/me"
 
@@ -108,6 +108,21 @@ class GatewayStatus:
                     f"{format_price(self.budget)} ({share} %); "
                     f"{format_price(self.left or 0.0)} is left.")
         return ""
+
+
+def unkept(options: str, *, at_create: bool = False) -> str:
+    """One sentence for ``options`` (``delete_after``, ``budget``, ``delete_when_idle``) asked of a
+    client of the cloud directly, where nothing watches money; ``at_create`` says nothing was
+    launched.
+
+        >>> unkept("delete_after")[:65]
+        'Nothing watches money without a gateway, so nothing would keep de'
+    """
+    end = "; nothing was launched." if at_create else "."
+    return (f"Nothing watches money without a gateway, so nothing would keep {options}: this "
+            "client talks to the cloud directly (GPUCLOUD_GATEWAY=off, or a GPUCloud built on "
+            "the cloud's own URL), while connect() goes through your personal gateway, which "
+            f"keeps it{end}")
 
 
 def probe(send: Any) -> Op[GatewayStatus | None]:

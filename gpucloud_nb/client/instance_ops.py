@@ -26,17 +26,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpucloud_nb import rules
-from gpucloud_nb.client import changes, key_book
+from gpucloud_nb.client import changes, gateway, key_book
 from gpucloud_nb.client import create as creating
 from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
 from gpucloud_nb.client._ops import Call, Op, Sleep
-from gpucloud_nb.client.budgets import UNKEPT, UnkeptBudgets
 from gpucloud_nb.client.remote import default_public_key
 from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.errors import (
     APIError,
     BadRequestError,
-    GPUCloudError,
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
@@ -143,8 +141,9 @@ class InstanceOps(Generic[D]):
         """Check, send and remember one create; the client-only options act here.
 
         Everything that can refuse it runs before the POST: the options, the rules and the cap
-        (:func:`~gpucloud_nb.client.create.launch_problems`), and whether this client can keep
-        the budget and the idle limit asked for.
+        (:func:`~gpucloud_nb.client.create.launch_problems`), and whether anyone keeps the
+        ``delete_after``, ``budget`` and ``delete_when_idle`` asked for (a gateway or the sandbox
+        service; the cloud directly: nobody, so the create is refused unsent).
         """
         if not isinstance(request, CreateInstance):
             raise InvalidInputError(
@@ -160,20 +159,15 @@ class InstanceOps(Generic[D]):
         problems, ticket = yield from self.checked(request, keep=True)
         if problems:
             raise InvalidInputError(problems[0])
-        if request.budget is not None and isinstance(self.core.budgets, UnkeptBudgets):
-            self.core.reservations.release(ticket)  # nobody would keep it: refused unsent
-            raise InvalidInputError(f"{UNKEPT}; nothing was launched.")
+        unkept = [name for name, value, keeper in (
+            ("delete_after", request.delete_after, self.core.auto_delete),
+            ("budget", request.budget, self.core.budgets),
+            ("delete_when_idle", request.delete_when_idle, self.core.idle_delete))
+            if value is not None and keeper.where == "nobody"]
+        if unkept:  # the cloud directly: nothing would keep them, so nothing is sent
+            self.core.reservations.release(ticket)
+            raise InvalidInputError(gateway.unkept(" and ".join(unkept), at_create=True))
         holds = self.core.reservations
-        try:
-            if request.delete_when_idle is not None:
-                try:
-                    self.core.idle_delete.check()
-                except GPUCloudError as error:
-                    raise GPUCloudError(f"{error.message.rstrip('.')}, so delete_when_idle cannot "
-                                        "be kept; nothing was launched.") from None
-        except BaseException:
-            holds.release(ticket)
-            raise
         try:
             body = request.body()
             if request.delete_when_idle is not None and self.core.gateway:

@@ -44,10 +44,10 @@ from gpucloud_nb._secrets import mask, mask_url, scrub, without_userinfo
 from gpucloud_nb.client._auth import ApiKeyAuth, settings
 from gpucloud_nb.client._core import Blocking, Core
 from gpucloud_nb.client._ops import AsyncDriver, Call, RetryPolicy, SyncDriver
-from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.autodelete import ServiceAutoDelete, UnkeptAutoDelete
 from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.gateway import GatewayStatus
-from gpucloud_nb.client.idle import KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle import ServiceIdleDelete, UnkeptIdleDelete
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.client.inference_instances import AsyncInferenceInstances, InferenceInstances
 from gpucloud_nb.client.instance_ops import DEPLOYMENT_TYPES, ProgressCallback
@@ -58,7 +58,6 @@ from gpucloud_nb.client.ssh_keys import explicit_identity
 from gpucloud_nb.client.teacher import ClassView
 from gpucloud_nb.client.volumes import AsyncVolumes, Volumes
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
-from gpucloud_nb.models import InstanceDetails
 
 if TYPE_CHECKING:
     import pandas
@@ -96,9 +95,10 @@ class _CloudBase(abc.ABC):
     def sandbox(self) -> SandboxHandle | None:
         """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
 
-        Setting it also moves auto-delete timers where they outlive the kernel: into the sandbox
-        service (:class:`ServiceAutoDelete`); ``None`` brings them back into this process. SSH
-        keys are then registered with the sandbox over HTTP (``POST /sandbox/ssh-keys``).
+        Setting it also hands timers, idle deletes and budgets to the sandbox service
+        (:class:`ServiceAutoDelete`...); ``None`` hands them back to a gateway, if the cloud is
+        one, else to nobody. SSH keys are then registered with the sandbox over HTTP
+        (``POST /sandbox/ssh-keys``).
         """
         return self._core.sandbox
 
@@ -115,24 +115,8 @@ class _CloudBase(abc.ABC):
                 self._blocking_core().driver.run(self._core.recognise_gateway())
 
     def _blocking(self) -> Blocking:
-        """What this client's watchers do from their threads (given to its core when built)."""
-        return Blocking(get=self._get_blocking, delete=self._delete_blocking,
-                        send=self._service_send)
-
-    def _get_blocking(self, instance_id: str) -> InstanceDetails:
-        """Read an instance from a watcher's thread; once closed, with a client of its own."""
-        if self._closed:
-            with self.own_client() as own:
-                return own.instances.get(instance_id)
-        return Instances(self._blocking_core()).get(instance_id)
-
-    def _delete_blocking(self, instance_id: str) -> None:
-        """A timer that fires after close() deletes through a short-lived client of its own."""
-        if self._closed:
-            with self.own_client() as own:
-                own.instances.delete(instance_id)
-            return
-        Instances(self._blocking_core()).delete(instance_id)
+        """What this client does from its threads, away from any event loop (given to its core)."""
+        return Blocking(send=self._service_send)
 
     @property
     def sandbox_info(self) -> SandboxInfo | None:
@@ -215,7 +199,7 @@ class _CloudBase(abc.ABC):
         return tuple(self._core.created_instance_ids)
 
     @property
-    def auto_delete(self) -> AutoDelete | ServiceAutoDelete:
+    def auto_delete(self) -> UnkeptAutoDelete | ServiceAutoDelete:
         """This client's auto-delete timers: ``schedule(id, s)``, ``remaining(id)``,
         ``extend(id, s)``, ``cancel(id)``, ``deadlines()``; ``where`` says who keeps them."""
         self._recognise_quietly()
@@ -246,11 +230,11 @@ class _CloudBase(abc.ABC):
         return ClassView(self._service_send, fetch)
 
     @property
-    def idle_delete(self) -> KernelIdleDelete | ServiceIdleDelete:
+    def idle_delete(self) -> UnkeptIdleDelete | ServiceIdleDelete:
         """This client's idle deletes: ``watch(id, seconds)``, ``keep(id)``, ``cancel(id)``,
-        ``states()``; ``where`` says who watches (the sandbox service; on the real cloud the
-        JupyterLab extension while JupyterLab runs, else this kernel: see
-        :mod:`gpucloud_nb.client.idle`)."""
+        ``states()``; ``where`` says who watches (a gateway, the sandbox service, or ``nobody``
+        on the cloud directly: see :mod:`gpucloud_nb.client.idle`)."""
+        self._recognise_quietly()
         return self._core.idle_delete
 
     @property
@@ -342,10 +326,9 @@ class GPUCloud(_CloudBase):
         return self._core
 
     def close(self) -> None:
-        """Close the HTTP and SSH connections; auto-delete timers keep working on their own,
-        this kernel's idle and budget watchers stop (see :mod:`gpucloud_nb.client.idle`)."""
+        """Close the HTTP and SSH connections; timers, budgets and idle deletes are kept by the
+        gateway or the sandbox service, not by this client, and go on."""
         self._closed = True
-        self._core.stop_watchers()
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -417,10 +400,9 @@ class AsyncGPUCloud(_CloudBase):
         return AsyncInferenceClient(box.inference_url, box.inference_secret)
 
     async def aclose(self) -> None:
-        """Close the HTTP and SSH connections, the timers' sync twin's too; timers keep working,
-        this kernel's idle and budget watchers stop."""
+        """Close the HTTP and SSH connections, the sync twin's too; timers, budgets and idle
+        deletes are kept by the gateway or the sandbox service and go on."""
         self._closed = True
-        self._core.stop_watchers()
         await self._http.aclose()
         if self._twin is not None:
             self._twin.driver.http.close()

@@ -1,4 +1,4 @@
-"""GPU use in view, idle deletes for the real cloud, and automatic deletes confirmed, for the poller.
+"""GPU use in view, busy kernels reported as use, and automatic deletes confirmed, for the poller.
 
     >>> use = GpuUse()
     >>> use.peak("i-1", since=0) is None  # nothing measured yet
@@ -12,21 +12,13 @@ once per list:
   per poll, over the client's cached SSH connection (``instances.run``), all instances at once;
   the last 10 minutes are kept for the sidebar's sparkline. An instance that cannot be reached
   keeps its last values and says nothing: the sidebar shows its use as unknown after two polls.
-- **Idle deletes on the real cloud** (:class:`CloudIdle`): the limits of this server's
-  account's file (:class:`gpucloud_nb.client.idle_file.IdleLimits`) whose instance its own
-  list shows pending or active, on the clocks of :class:`gpucloud_nb.client.idle.IdleClocks`;
-  such an instance is busy at a poll by the one rule (:func:`gpucloud_nb.idle_rule.in_use`):
-  while pending, when a kernel of this server on it is busy executing code (its kernelspec is
-  ``gpucloud-…`` and names the instance; an idle kernel is not use) or any of its GPUs is at 5 %
-  or more; idle past its limit, the poller deletes it. Its GPU measures are bookkeeping
-  (``run(..., bookkeeping=True)``), never use. A limit whose instance the list does not show is
-  not watched here, never counted busy. Each poll writes the heartbeat
-  (:meth:`~gpucloud_nb.client.idle_file.IdleLimits.beat`) naming the instances watched here:
-  kernels stand aside for those while it is fresh and take over when it goes stale.
-  What the extension cannot see on the real cloud, plainly: an SSH session someone holds open
-  without using the GPU does not count (a kernel's watcher counts its own). On the sandbox the
-  service watches (and sees sessions); the poller only reads its clocks, and tells the service
-  to keep an instance whose kernel is busy.
+- **Busy kernels reported** (:func:`busy_instance_ids`): a kernel of this server on an instance
+  (its kernelspec is ``gpucloud-…`` and names the instance) that is executing code is use; the
+  poller tells whoever keeps the idle clocks, at each poll
+  (:meth:`~gpucloud_nb.client.idle.ServiceIdleDelete.report_use`: a gateway's
+  ``POST /gateway/instances/{id}/use``, or the sandbox service's Keep). An idle kernel is not
+  use and is not reported. The clocks themselves, and the deletes, are the gateway's (or the
+  sandbox service's); nothing here deletes for idleness.
 - **Deletes confirmed** (:class:`Confirmations`): every automatic delete the poller knows of (a
   timer's deadline passed, an idle delete due or sent) is expected to show as ``deleting`` or
   ``deleted``; one that does not within ``CONFIRM`` seconds (60) becomes one sentence in the
@@ -42,11 +34,9 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from gpucloud_nb.client.idle import QUERY, IdleClocks, IdleLimits, IdleState, parse_use
-from gpucloud_nb.idle_rule import in_use
-from gpucloud_nb.models import Instance
+from gpucloud_nb.client.idle import QUERY, IdleState, parse_use
 
-__all__ = ["CONFIRM", "HISTORY", "CloudIdle", "Confirmations", "GpuUse"]
+__all__ = ["CONFIRM", "HISTORY", "Confirmations", "GpuUse", "busy_instance_ids", "idle_row"]
 
 HISTORY = 600.0
 CONFIRM = 60.0
@@ -120,48 +110,6 @@ def idle_row(state: IdleState, by: str) -> dict[str, Any]:
             "deleteAt": state.delete_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
             "deletesIn": round(state.deletes_in, 1), "warning": state.warning,
             "halfway": state.idle >= state.limit / 2, "by": by}
-
-
-class CloudIdle:
-    """The idle clocks of real-cloud instances, kept by this server (see the module docstring)."""
-
-    def __init__(self, limits: IdleLimits) -> None:
-        self.limits = limits
-        self.clocks = IdleClocks()
-        self._last = time.time()
-
-    def keep(self, instance_id: str) -> None:
-        """Start the idle clock again (the Keep button; the file, so kernels see it too).
-        Blocking (the file's lock): run it off the event loop."""
-        self.clocks.keep(instance_id, self.limits.keep(instance_id))
-
-    def watched(self, instances: Iterable[Instance]) -> dict[str, dict[str, float]]:
-        """The limits watched here: those whose instance ``instances`` (this server's list)
-        shows pending or active."""
-        seen = {i.id for i in instances if i.status in ("pending", "active")}
-        return {i: entry for i, entry in self.limits.limits().items() if i in seen}
-
-    def beat(self, instances: Iterable[Instance], every: float) -> None:
-        """The heartbeat: this server polls every ``every`` seconds and watches these."""
-        self.limits.beat(every, self.watched(instances))
-
-    def step(self, instances: Iterable[Instance], use: GpuUse,
-             busy_kernels: set[str]) -> list[str]:
-        """Advance every watched clock by one poll; return the instances idle past their limit."""
-        now = time.time()
-        instances = list(instances)
-        limits = self.watched(instances)
-        active = {i.id for i in instances if i.status == "active" and i.ip}
-        busy = {instance_id for instance_id in limits
-                if in_use(active=instance_id in active, open_uses=0,  # sessions: not seen here
-                          kernel_busy=instance_id in busy_kernels,
-                          gpu_util=use.peak(instance_id, self._last))}
-        self._last = now
-        return self.clocks.step(limits, busy, now)
-
-    def states(self) -> dict[str, IdleState]:
-        """Where each clock stands, as the sandbox service would say it."""
-        return self.clocks.states()
 
 
 class Confirmations:

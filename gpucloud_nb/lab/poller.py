@@ -23,11 +23,10 @@ that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``g
 ``memoryMiB``, ``history`` of the last 10 minutes), ``idle`` (the limit, ``idleSeconds``,
 ``deleteAt``, ``warning``) and ``deleteProblem`` (one sentence, or ``None``); the snapshot's
 ``deleteProblems`` lists those sentences for the status bar. ``keep(id)`` starts an idle clock
-again (``POST /gpucloud/instances/ID/keep``). On the real cloud each list also rewrites the
-idle heartbeat (:meth:`gpucloud_nb.lab.idle.CloudIdle.beat`, with the interval to the next
-list and the instances it watches), so that kernels of the same account leave those idle
-deletes to this server while it runs. The Keep button's file write runs in the poller's thread,
-never on the event loop.
+again (``POST /gpucloud/instances/ID/keep``). The idle clocks are the gateway's (or the sandbox
+service's): the poller reads them and reports the instances whose kernel of this server is busy
+executing code as in use (:mod:`gpucloud_nb.lab.idle`); it deletes nothing for idleness. Those
+requests run in the poller's thread, never on the event loop.
 
 Through a class gateway the snapshot's ``gateway`` is this key's budget as the gateway keeps it
 (``{"name", "budget", "spend", "left", "warning", "sentence"}``, the sentence being the 80 %
@@ -57,10 +56,10 @@ from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.gateway import GatewayStatus
-from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
-from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
+from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
 __all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
@@ -70,6 +69,7 @@ MIN_INTERVAL = 1.0
 WATCH = 0.5
 TIMEOUT = 5.0
 RETRIES = 1
+REPORT_MAX = 600.0  # the longest use a gateway takes from one report
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -89,7 +89,6 @@ class Poller:
         self._connect = connect
         self._busy = busy or set
         self._gpu = GpuUse()
-        self._idle: CloudIdle | None = None
         self._idle_states: dict[str, IdleState] = {}
         self._gateway: dict[str, Any] | None = None
         self._listed: tuple[list[Instance], dict[str, datetime]] = ([], {})
@@ -202,17 +201,9 @@ class Poller:
     async def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the Keep button)."""
         cloud = await self._client()
-        keep = cloud.idle_delete.keep if cloud.is_sandbox else self._cloud_idle(cloud).keep
-        await asyncio.get_running_loop().run_in_executor(self._thread, keep, instance_id)
+        await asyncio.get_running_loop().run_in_executor(
+            self._thread, lambda: cloud.idle_delete.keep(instance_id))
         self.nudge()
-
-    def _cloud_idle(self, cloud: AsyncGPUCloud) -> CloudIdle:
-        if self._idle is None:
-            watcher = cloud.idle_delete
-            if not isinstance(watcher, KernelIdleDelete):
-                raise TypeError("The real cloud's idle clocks need its limits file.")
-            self._idle = CloudIdle(watcher.file)
-        return self._idle
 
     def scrub(self, text: str) -> str:
         """``text`` with the client's key (and the sandbox's secret) masked."""
@@ -264,8 +255,6 @@ class Poller:
             self._listed = (instances, deadlines)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
                                          self._idle_states)
-            if not cloud.is_sandbox:  # kernels' idle watchers stand aside while this is fresh
-                self._cloud_idle(cloud).beat(instances, self.interval())
             # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
             # time, so a slow instance never delays the next list; it updates the snapshot.
             if self._ssh_work is None or self._ssh_work.done():
@@ -309,32 +298,29 @@ class Poller:
 
     async def _watch(self, cloud: AsyncGPUCloud,
                      instances: list[Instance]) -> dict[str, IdleState]:
-        """GPU use of the active instances, the idle clocks, and deletes the real cloud's are due."""
+        """GPU use of the active instances; the instances whose kernel here is busy reported as
+        in use to whoever keeps the idle clocks (a gateway, the sandbox service), and those
+        clocks read."""
         active = {i.id for i in instances if i.status == "active" and i.ip}
         await self._gpu.measure(cloud, sorted(active), TIMEOUT)
         busy = self._busy() & active
-        loop = asyncio.get_running_loop()
-        if cloud.is_sandbox:  # the service keeps the clocks; a busy kernel here keeps them at 0
-            states: dict[str, IdleState] = await loop.run_in_executor(
-                self._thread, cloud.idle_delete.states)
-            for instance_id in busy & set(states):
-                await loop.run_in_executor(self._thread, cloud.idle_delete.keep, instance_id)
-            return states
-        idle = self._cloud_idle(cloud)
-        for instance_id in idle.step(instances, self._gpu, busy):
-            self._confirm.expect(instance_id, time.time(), "idle limit")
-            try:
-                await self.delete(instance_id)
-            except GPUCloudError:
-                continue  # still expected: unconfirmed within a minute, it turns red
-        return idle.states()
+        seconds = min(3 * max(self.interval(), self.fast), REPORT_MAX)  # until the next poll
+
+        def clocks() -> dict[str, IdleState]:
+            watcher = cloud.idle_delete
+            for instance_id in sorted(busy):
+                with contextlib.suppress(GPUCloudError):  # the next poll reports it again
+                    watcher.report_use(instance_id, seconds)
+            return watcher.states()
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, clocks)
 
     def _build(self, cloud: AsyncGPUCloud, instances: list[Instance],
                deadlines: dict[str, datetime], now: datetime,
                idle: dict[str, IdleState] | None = None) -> dict[str, Any]:
         idle = idle or {}
         rows, bills = [], []
-        watcher = "the sandbox service" if cloud.is_sandbox else "JupyterLab"
+        watcher = f"the {cloud.idle_delete.where}"
         due: dict[str, tuple[float, str]] = {}
         for instance in instances:
             deadline = instance.auto_delete_at or deadlines.get(instance.id)
@@ -344,8 +330,6 @@ class Poller:
                 due[instance.id] = (idle[instance.id].delete_at.timestamp(), "idle limit")
         self._confirm.track(due)
         problems = self._confirm.problems({i.id: (i.name, i.status) for i in instances})
-        # Only a timer the cloud (or the sandbox service) keeps is visible from here; a kernel's
-        # own timers on the real cloud live in that kernel.
         keeper = ("the sandbox service" if cloud.is_sandbox else "the gateway"
                   if self._gateway is not None else "the cloud")
         clusters.prune(cloud.base_url, {i.id: i.status for i in instances})

@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from gpucloud_nb.client.autodelete import AutoDelete, ServiceAutoDelete
+from gpucloud_nb.client.autodelete import ServiceAutoDelete, UnkeptAutoDelete
 from gpucloud_nb.client.budgets import BudgetState
-from gpucloud_nb.client.idle import IdleState, KernelIdleDelete, ServiceIdleDelete
+from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.display import format_duration
 from gpucloud_nb.models import Instance, InstanceDetails
 from gpucloud_nb.widgets._common import escape, money, per_day, per_hour
@@ -54,14 +54,12 @@ def code(html: str) -> str:
     return f"<code>{html}</code>"
 
 
-def auto_delete_text(timers: AutoDelete | ServiceAutoDelete, instance: Instance) -> str:
-    """The auto-delete column: the countdown and who keeps it, or "failed"."""
+def auto_delete_text(timers: UnkeptAutoDelete | ServiceAutoDelete, instance: Instance) -> str:
+    """The auto-delete column: the countdown and who keeps it."""
     remaining = timers.remaining(instance.id)
     if remaining is None:
-        failed = instance.id in timers.failures
-        return "failed" if failed and instance.status not in ("deleting", "deleted") else ""
-    where = getattr(timers, "where", "this kernel")
-    return f"in {format_duration(remaining)} ({where})"
+        return ""
+    return f"in {format_duration(remaining)} ({timers.where})"
 
 
 def budget_text(failures: Mapping[str, str], state: BudgetState | None, instance: Instance) -> str:
@@ -74,8 +72,7 @@ def budget_text(failures: Mapping[str, str], state: BudgetState | None, instance
     return f"⚠ {text}" if state.warning else text
 
 
-def idle_text(watcher: KernelIdleDelete | ServiceIdleDelete, state: IdleState | None,
-              instance: Instance) -> str:
+def idle_text(state: IdleState | None, instance: Instance) -> str:
     """The idle column (see the panel's module docstring for what it says when)."""
     if instance.status in ("deleting", "deleted"):
         return ""
@@ -84,13 +81,7 @@ def idle_text(watcher: KernelIdleDelete | ServiceIdleDelete, state: IdleState | 
         if state.warning:
             return f"idle {idle}, deletes in {format_duration(state.deletes_in)}"
         return f"idle {idle} of {limit}" if state.idle >= state.limit / 2 else f"after {limit} idle"
-    if not isinstance(watcher, KernelIdleDelete):
-        return ""
-    entry = watcher.limits().get(instance.id)
-    if not entry:
-        return ""
-    who = "JupyterLab" if watcher.lab_watches(instance.id) else "the kernel that set it"
-    return f"after {format_duration(entry['seconds'])} idle ({who})"
+    return ""
 
 
 def details_html(d: InstanceDetails, ssh: str | None, used: str | None) -> str:

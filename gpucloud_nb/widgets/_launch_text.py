@@ -46,15 +46,15 @@ def volume_info_html(offer: InstanceOffer | None, region: str | None,
 def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
               volume_offer: VolumeOffer | None, delete_after: float | None,
               cap: float | None,
-              used_hourly: float | None, over_cap: bool, kept_by: str = "this kernel",
+              used_hourly: float | None, over_cap: bool, kept_by: str = "nobody",
               budget: float = 0.0, budget_by: str = "nobody") -> str:
     """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the
     budget, the cap.
 
-    ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``): "this kernel"
-    deletes only while it runs; a service (the sandbox's) deletes even if the kernel stops.
-    ``budget_by`` is who watches a ``budget`` in dollars (``cloud.budgets.where``); ``nobody``
-    (the real cloud without a gateway) refuses one. ``delete_after`` is in seconds.
+    ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``) and
+    ``budget_by`` who watches a ``budget`` in dollars (``cloud.budgets.where``): a gateway or the
+    sandbox service deletes even if the kernel stops; ``nobody`` (the cloud without a gateway)
+    refuses either. ``delete_after`` is in seconds.
     """
     if offer is None:
         return ""
@@ -64,9 +64,11 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
         hourly = volume.size_in_gb * volume_offer.price_per_gb_per_hour
         parts.append(f" + volume {escape(volume.name)} {escape(per_hour(hourly))} (billed "
                      "while it exists)")
-    if delete_after:
-        keeper = ("if this kernel is still running" if kept_by == "this kernel"
-                  else f"by the {escape(kept_by)}, even if this kernel stops")
+    if delete_after and kept_by == "nobody":
+        parts.append("<br>" + hint("Auto-delete needs a gateway to keep it; this cloud is not "
+                                   "one, so the launch is refused.", ERROR))
+    elif delete_after:
+        keeper = f"by the {escape(kept_by)}, even if this kernel stops"
         lasts = format_duration(delete_after, precise=delete_after % 60 != 0)
         parts.append(f"<br>Auto-deletes after {escape(lasts)}, {keeper}: "
                      f"at most {escape(money(offer.hourly_price * delete_after / 3600))}.")

@@ -12,7 +12,9 @@ Choices, written down once:
   while an instance is active or deleting.
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
   ``cloud.auto_delete``); for the selected instance, "Auto-delete in" (a duration: 1h, 30m) sets or extends it
-  and "Cancel auto-delete" stops it. The timers live in this kernel: a killed kernel cannot delete.
+  and "Cancel auto-delete" stops it. The gateway (or the sandbox service) keeps the timers, so they
+  fire with no kernel running; on the cloud directly (``GPUCLOUD_GATEWAY=off``) a timer is
+  refused in one sentence.
 - Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
   ``cloud.budgets``), with ⚠ from 80 %; for the selected instance "Budget ($)" sets one.
   Through a class gateway, the status line shows the key's own budget at each refresh
@@ -21,9 +23,7 @@ Choices, written down once:
 - Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
   25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
   min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
-  again. On the real cloud the clock runs in this kernel while JupyterLab does not run (the
-  column shows it); while JupyterLab runs its extension keeps the clock, and the column shows
-  the limit only.
+  again. The gateway (or the sandbox service) keeps the clock, whether or not a kernel runs.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops
@@ -227,10 +227,8 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             raise InvalidInputError(f"{instance.name} is already {instance.status}.")
         when = self._cloud.auto_delete.schedule(instance.id, after)
         self.refresh()
-        kept_by = getattr(self._cloud.auto_delete, "where", "this kernel")
-        message = (f"{instance.name} will be deleted at {when.astimezone():%H:%M:%S} "
-                   + ("if this kernel is still running." if kept_by == "this kernel"
-                      else f"by the {kept_by}, even if this kernel stops."))
+        message = (f"{instance.name} will be deleted at {when.astimezone():%H:%M:%S} by the "
+                   f"{self._cloud.auto_delete.where}, even if this kernel stops.")
         self.status.success(message)
         return message
 
@@ -265,7 +263,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
     # ------------------------------------------------------------------ idle
 
     def _idle_text(self, instance: Instance) -> str:
-        return idle_text(self._cloud.idle_delete, self._idle_states.get(instance.id), instance)
+        return idle_text(self._idle_states.get(instance.id), instance)
 
     def keep(self, instance_id: str | None = None) -> str:
         """Start the idle clock of an instance (default: the selected one) again: the Keep button.
@@ -329,11 +327,7 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             self._sync_details()
             timers = [r for r in map(self._cloud.auto_delete.remaining,
                                      [i.id for i in listed]) if r is not None]
-            # A timer may fire between the list and the line above: its delete has landed and it
-            # is gone, but the listing still says active. Count it as deleting, not as billing.
-            fired = self._cloud.auto_delete.deleted
-            busy = [i for i in listed
-                    if i.status in _BUSY or (i.status == "active" and i.id in fired)]
+            busy = [i for i in listed if i.status in _BUSY]
             live = [i for i in listed if i.status == "active"] or timers
             interval = min([LIVE_INTERVAL, *(r + 0.5 for r in timers)])  # see a timer fire
             if busy or live:
@@ -367,18 +361,10 @@ class InstancesPanel(RefreshTicks, widgets.VBox):
             return self.frame
 
     def _timer_failures(self, listed: Sequence[Instance]) -> str:
-        """One sentence about auto-deletes (or budget deletes) that failed for instances still
-        not deleted."""
-        failures = self._cloud.auto_delete.failures
-        failed = [i for i in listed if i.id in failures and i.status not in ("deleting", "deleted")]
-        if not failed:
-            over = self._cloud.budgets.failures
-            spent = [i for i in listed if i.id in over and i.status not in ("deleting", "deleted")]
-            return over[spent[0].id] if spent else ""
-        first = failed[0]
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return (f"Auto-delete of {first.name}{more} failed; it is still billing: "
-                f"{failures[first.id]}")
+        """One sentence about budget deletes that failed for instances still not deleted."""
+        over = self._cloud.budgets.failures
+        spent = [i for i in listed if i.id in over and i.status not in ("deleting", "deleted")]
+        return over[spent[0].id] if spent else ""
 
     def _build_frame(self, instances: Sequence[Instance], spend: Mapping[str, float],
                      now: datetime) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -21,6 +22,7 @@ from playwright.sync_api import Browser, Locator, Page
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client import clusters
 from gpucloud_nb.display import per_hour
+from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
 from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, save_screenshot
@@ -49,27 +51,53 @@ def box() -> Iterator[Sandbox]:
         sandbox.stop()
 
 
-@pytest.fixture(scope="module")
-def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
-                     chromium: Browser) -> Iterator[LabServer]:
-    base = tmp_path_factory.mktemp("cloud-lab")
+def _lab_server(box: Sandbox, base: Path, *, direct: bool) -> Iterator[LabServer]:
     env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
            "GPUCLOUD_MAX_HOURLY_COST": str(CAP), "XDG_CACHE_HOME": str(base / "cache"),
-           # Lab and its kernels talk to this sandbox directly, as these tests were written: the
-           # sidebar through a personal gateway is test_lab_server's (not yet driven in Chromium).
-           "GPUCLOUD_GATEWAY": "off"}
+           "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
+    if direct:  # Lab and its kernels talk to this sandbox directly, as most tests here were
+        env["GPUCLOUD_GATEWAY"] = "off"  # written (the sidebar through a gateway: test_lab_server)
     built = REPO / "gpucloud_nb" / "labextension"
     if (built / "package.json").exists():  # this checkout's build first on Lab's search path
         (base / "jupyter-path" / "labextensions").mkdir(parents=True)
         (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
         env.update(JUPYTER_PATH=str(base / "jupyter-path"), PYTHONPATH=str(REPO))
     server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-gpucloud.log", env=env)
+                       log_path=ARTIFACTS / ("lab-gpucloud.log" if direct
+                                             else "lab-gpucloud-gateway.log"), env=env)
     try:
         server.start()
         yield server
     finally:
         server.stop()
+        for home in (base / "gateways").glob("*/"):
+            personal.stop(home)
+
+
+@pytest.fixture(scope="module")
+def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
+                     chromium: Browser) -> Iterator[LabServer]:
+    yield from _lab_server(box, tmp_path_factory.mktemp("cloud-lab"), direct=True)
+
+
+@pytest.fixture(scope="module")
+def gateway_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
+                       chromium: Browser) -> Iterator[LabServer]:
+    """Lab and its kernels through the personal gateway ``connect()`` starts for a key: the
+    gateway keeps idle deletes (#36), so the idle tests need it."""
+    yield from _lab_server(box, tmp_path_factory.mktemp("gateway-lab"), direct=False)
+
+
+@pytest.fixture
+def gateway_lab(gateway_lab_server: LabServer, chromium: Browser,
+                request: pytest.FixtureRequest) -> Iterator[Lab]:
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    session = Lab(gateway_lab_server, context, request.node.name)
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 @pytest.fixture
@@ -366,8 +394,10 @@ print("launched", ids)
 
 
 def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
-        cloud_lab: Lab, observer: GPUCloud, run_all) -> None:
-    """#28: GPU use per row, its sparkline, and "idle …, deletes in m:ss" with Keep."""
+        gateway_lab: Lab, observer: GPUCloud, run_all) -> None:
+    """#28: GPU use per row, its sparkline, and "idle …, deletes in m:ss" with Keep; the idle
+    clocks are the personal gateway's (#36)."""
+    cloud_lab = gateway_lab
     notebook = new_notebook(
         cells=[new_code_cell(LAUNCH_IDLE)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -436,9 +466,11 @@ print("kernel", install_kernel(cloud, made.id))
 
 @pytest.mark.timeout(240)
 def test_an_idle_delete_takes_its_toast_down_and_its_launcher_tile_away(
-        cloud_lab: Lab, beside_lab: GPUCloud, run_all) -> None:
+        gateway_lab: Lab, observer: GPUCloud, run_all) -> None:
     """Issue #35: the idle toast and its Keep stayed after the delete (Keep then did nothing);
-    the Launcher kept the deleted instance's kernel tile, with a plain letter, for 1-2 min."""
+    the Launcher kept the deleted instance's kernel tile, with a plain letter, for 1-2 min. The
+    idle delete is the personal gateway's (#36)."""
+    cloud_lab, beside_lab = gateway_lab, observer
     notebook = new_notebook(
         cells=[new_code_cell(LAUNCH_IDLE_KERNEL)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
