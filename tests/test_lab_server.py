@@ -668,3 +668,30 @@ def test_the_sidebar_goes_through_the_personal_gateway_as_connect_does(
         assert runtime is not None and snapshot["url"] == runtime.management_url
         assert snapshot["url"] != upstream.management_url
         assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text
+
+
+def test_through_the_personal_gateway_the_poller_reads_the_gateways_idle_clocks(
+        tmp_path: Path, upstream: Any) -> None:
+    """#36: through a personal gateway every poll failed ("The real cloud's idle clocks need its
+    limits file"): the poller took the gateway for the bare cloud, whose idle clocks it keeps
+    itself. The gateway keeps them: the row shows its clock, by the gateway, and Keep reaches it."""
+    from tests.test_gateway import UPSTREAM_KEY
+
+    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
+                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        first = wait_for(lab, lambda s: s.get("polledAt") is not None, timeout=60)
+        assert first["error"] is None, first["error"]
+        runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
+        assert runtime is not None
+        # A kernel's connect() talks through the same gateway, with its local key.
+        with GPUCloud(api_key=runtime.api_key, base_url=runtime.management_url) as kernel:
+            made = launch(kernel, "idle-watched", delete_when_idle=600).id
+        snapshot = wait_for(lab, lambda s: (row_of(s, made) or {}).get("idle") is not None,
+                            timeout=60)
+        assert snapshot["error"] is None, snapshot["error"]
+        idle = row_of(snapshot, made)["idle"]
+        assert (idle["limitSeconds"], idle["by"]) == (600, "the gateway")
+        assert lab.post(f"/gpucloud/instances/{made}/keep").status_code == 204
+        assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text

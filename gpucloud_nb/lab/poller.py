@@ -57,7 +57,7 @@ from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.gateway import GatewayStatus
-from gpucloud_nb.client.idle import IdleState, KernelIdleDelete
+from gpucloud_nb.client.idle import IdleState, KernelIdleDelete, ServiceIdleDelete
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, CloudIdle, Confirmations, GpuUse, idle_row
@@ -202,7 +202,8 @@ class Poller:
     async def keep(self, instance_id: str) -> None:
         """Start the idle clock of ``instance_id`` again (the Keep button)."""
         cloud = await self._client()
-        keep = cloud.idle_delete.keep if cloud.is_sandbox else self._cloud_idle(cloud).keep
+        keep = (cloud.idle_delete.keep if _idle_kept_elsewhere(cloud)
+                else self._cloud_idle(cloud).keep)
         await asyncio.get_running_loop().run_in_executor(self._thread, keep, instance_id)
         self.nudge()
 
@@ -264,7 +265,7 @@ class Poller:
             self._listed = (instances, deadlines)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
                                          self._idle_states)
-            if not cloud.is_sandbox:  # kernels' idle watchers stand aside while this is fresh
+            if not _idle_kept_elsewhere(cloud):  # kernels' idle watchers stand aside meanwhile
                 self._cloud_idle(cloud).beat(instances, self.interval())
             # The SSH work (ssh commands, GPU use, idle clocks) runs beside the lists, one at a
             # time, so a slow instance never delays the next list; it updates the snapshot.
@@ -314,7 +315,8 @@ class Poller:
         await self._gpu.measure(cloud, sorted(active), TIMEOUT)
         busy = self._busy() & active
         loop = asyncio.get_running_loop()
-        if cloud.is_sandbox:  # the service keeps the clocks; a busy kernel here keeps them at 0
+        if _idle_kept_elsewhere(cloud):  # a service or gateway keeps the clocks; a busy kernel
+            # here keeps them at 0
             states: dict[str, IdleState] = await loop.run_in_executor(
                 self._thread, cloud.idle_delete.states)
             for instance_id in busy & set(states):
@@ -334,7 +336,7 @@ class Poller:
                idle: dict[str, IdleState] | None = None) -> dict[str, Any]:
         idle = idle or {}
         rows, bills = [], []
-        watcher = "the sandbox service" if cloud.is_sandbox else "JupyterLab"
+        watcher = _idle_watcher(cloud)
         due: dict[str, tuple[float, str]] = {}
         for instance in instances:
             deadline = instance.auto_delete_at or deadlines.get(instance.id)
@@ -377,6 +379,21 @@ class Poller:
             "deleteProblems": [problems[r["id"]] for r in rows if r["id"] in problems],
             "gateway": self._gateway,
         }
+
+
+def _idle_kept_elsewhere(cloud: AsyncGPUCloud) -> bool:
+    """True when the sandbox service or a gateway (class or personal) keeps the idle clocks, so
+    this server only reads them; False on the real cloud without a gateway (this server keeps
+    them in the limits file). Through a gateway the client is not a sandbox's, yet has no
+    limits file: treating it as the bare cloud broke every poll (#36)."""
+    return isinstance(cloud.idle_delete, ServiceIdleDelete)
+
+
+def _idle_watcher(cloud: AsyncGPUCloud) -> str:
+    """Who deletes an idle instance, as the sidebar names it."""
+    if not _idle_kept_elsewhere(cloud):
+        return "JupyterLab"
+    return "the gateway" if cloud.idle_delete.where == "gateway" else "the sandbox service"
 
 
 def _gateway_row(status: GatewayStatus | None) -> dict[str, Any] | None:

@@ -1,7 +1,10 @@
 """The GPU-cloud sidebar and status bar in JupyterLab, driven in Chromium.
 
 Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
-starts, so its kernels and its server extension share one cloud, which the test reads too. When
+starts, so, as for a user with a key, its server extension and its kernels' ``connect()`` talk to
+that cloud through the user's personal gateway (one, in a home of this module's; stopped when the
+module ends). The tests read the cloud directly (``observer``), or make what a kernel would make
+through that gateway (``beside_lab``). When
 this checkout has a built lab extension (``gpucloud_nb/labextension``, from ``jlpm build``), Lab
 loads it and this checkout's server extension, rather than what the environment installed.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -19,8 +23,10 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb._connect import cloud_settings
 from gpucloud_nb.client import clusters
 from gpucloud_nb.display import per_hour
+from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
 from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, save_screenshot
@@ -55,9 +61,9 @@ def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
     base = tmp_path_factory.mktemp("cloud-lab")
     env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
            "GPUCLOUD_MAX_HOURLY_COST": str(CAP), "XDG_CACHE_HOME": str(base / "cache"),
-           # Lab and its kernels talk to this sandbox directly, as these tests were written: the
-           # sidebar through a personal gateway is test_lab_server's (not yet driven in Chromium).
-           "GPUCLOUD_GATEWAY": "off"}
+           # Lab's personal gateway lives as long as this module's Lab: a home of its own, out
+           # of reach of the per-test cleanup of the run's gateways.
+           "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
     built = REPO / "gpucloud_nb" / "labextension"
     if (built / "package.json").exists():  # this checkout's build first on Lab's search path
         (base / "jupyter-path" / "labextensions").mkdir(parents=True)
@@ -70,6 +76,8 @@ def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
         yield server
     finally:
         server.stop()
+        for home in (base / "gateways").glob("*/"):
+            personal.stop(home)
 
 
 @pytest.fixture
@@ -91,15 +99,21 @@ def observer(box: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
-def beside_lab(cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> GPUCloud:
-    """``observer`` sharing Lab's cache dir (its creates touch the change stamp Lab's poller
-    watches; its cluster notes are what the poller reads), with no instance left running from an
-    earlier test."""
-    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
-    for instance in observer.instances.list():
-        if instance.status in ("pending", "active"):
-            observer.instances.delete(instance.id)
-    return observer
+def beside_lab(cloud_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Iterator[GPUCloud]:
+    """A client as a kernel of this Lab has: ``connect()``'s, through Lab's personal gateway, and
+    sharing Lab's cache dir (its creates touch the change stamp Lab's poller watches; its cluster
+    notes are what the poller reads), with no instance left running from an earlier test."""
+    for name in ("XDG_CACHE_HOME", "GPUCLOUD_GATEWAY_HOME", "GPUCLOUD_API_KEY",
+                 "GPUCLOUD_BASE_URL"):
+        monkeypatch.setenv(name, cloud_lab.server.env[name])
+    monkeypatch.delenv("GPUCLOUD_GATEWAY", raising=False)
+    key, url, through_gateway = cloud_settings()
+    assert through_gateway and url != cloud_lab.server.env["GPUCLOUD_BASE_URL"]
+    with GPUCloud(api_key=key, base_url=url) as client:
+        for instance in client.instances.list():
+            if instance.status in ("pending", "active"):
+                client.instances.delete(instance.id)
+        yield client
 
 
 def open_sidebar(page: Page) -> None:
@@ -141,6 +155,10 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     page.wait_for_function("document.querySelector('#gpucloud-sidebar').dataset.state === 'empty'")
     assert "No instances" in sidebar.inner_text()
     assert status_text(page) == "$0.00/h · 0 running"
+    # As for a user with a key: Lab reads the cloud through the personal gateway, not directly.
+    gateway = personal.find(next(Path(cloud_lab.server.env["GPUCLOUD_GATEWAY_HOME"]).glob("*/")))
+    assert gateway is not None
+    assert cloud_lab.server.api("GET", "/gpucloud/info")["url"] == gateway.management_url
     assert not warns(page)
     shot(sidebar, "gpucloud-sidebar-empty-light")
 
