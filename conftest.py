@@ -3,9 +3,13 @@
 The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set in
 ``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it)
 and a temporary root for personal gateways (``GPUCLOUD_GATEWAY_HOME``): the user's real homes
-are never touched. At the end the run stops every sandbox service it
+are never touched. At the end the run stops every sandbox service and personal gateway it
 started, then fails if a service it started is still running: one whose home is under the run's
-directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``.
+directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``. It
+also fails, naming the path, if a sandbox or personal gateway home appeared in the user's own data
+dir while it ran (a subprocess given an environment without the run's variables, as
+``tests/helpers.py``'s ``without_settings`` keeps them): such a service is stopped if it started
+during the run, and its home is left for the user to look at.
 
     def test_something(sandbox_home):       # a fresh home of its own, its service stopped after
         ...
@@ -13,10 +17,12 @@ directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +31,42 @@ from typing import Any
 import pytest
 
 _HOMES_ROOT: Path | None = None
+#: The user's own homes (data dir) as the run found them: path -> the names in it, or None.
+_USER_HOMES: dict[Path, set[str] | None] = {}
+_STARTED = 0.0
+
+
+def user_homes() -> list[Path]:
+    """Where a sandbox (its one home) and personal gateways (a home each) live when no
+    ``GPUCLOUD_*_HOME`` says otherwise: the user data dir, as ``HOME``/``XDG_DATA_HOME`` say."""
+    import platformdirs
+
+    data = Path(platformdirs.user_data_dir("gpucloud-nb", appauthor=False))
+    return [data / "sandbox", data / "gateways"]
+
+
+def _listing(path: Path) -> set[str] | None:
+    try:
+        return {child.name for child in path.iterdir()}
+    except OSError:
+        return None
+
+
+def homes_left_in(before: dict[Path, set[str] | None]) -> list[Path]:
+    """The sandbox home and the personal gateway homes that appeared in ``before``'s folders
+    since it was taken (:func:`user_homes`)."""
+    sandbox, gateways = sorted(before, key=lambda path: path.name != "sandbox")
+    appeared = []
+    if before[sandbox] is None and _listing(sandbox) is not None:
+        appeared.append(sandbox)
+    appeared += [gateways / name for name in sorted((_listing(gateways) or set())
+                                                    - (before[gateways] or set()))]
+    return appeared
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
-    global _HOMES_ROOT
+    global _HOMES_ROOT, _STARTED
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and os.environ.get("GPUCLOUD_NB_TEST_HOMES"):
         # An xdist worker: homes of its own under the controller's root, and the controller's
@@ -38,6 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                             dir=os.environ["GPUCLOUD_NB_TEST_HOMES"]))
     else:
         _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
+        _STARTED = time.time()
+        _USER_HOMES.update({path: _listing(path) for path in user_homes()})
         os.environ["GPUCLOUD_NB_TEST_HOMES"] = str(_HOMES_ROOT)
         # Every process this run starts inherits the mark, so a service left anywhere is found.
         os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
@@ -83,6 +122,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the services this run started; fail the run if any had to be killed."""
     if _HOMES_ROOT is None:
         return
+    import psutil
+
     from gpucloud_nb.sandbox import service
 
     # Homes are the root's folders, and in an xdist run the workers' roots' folders.
@@ -96,8 +137,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         process.kill()
     if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        print(f"\nFAILED: {len(left)} sandbox service(s) outlived the test run and were killed: "
-              f"{[(p.pid, p.info.get('cmdline')) for p in left]}")
+        print(f"\nFAILED: {len(left)} sandbox service(s) or personal gateway(s) outlived the "
+              f"test run and were killed: {[(p.pid, p.info.get('cmdline')) for p in left]}")
+    appeared = homes_left_in(_USER_HOMES) if _USER_HOMES else []
+    for home in appeared:
+        for process in find_services(home):
+            with contextlib.suppress(psutil.Error):
+                if process.create_time() >= _STARTED:  # this run's, not the user's own
+                    process.kill()
+    if appeared:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nFAILED: the run wrote service homes into the user's own data dir (a test or "
+              f"subprocess lost GPUCLOUD_SANDBOX_HOME/GPUCLOUD_GATEWAY_HOME); their services "
+              f"started by the run were stopped, the homes are left to look at: "
+              f"{[str(home) for home in appeared]}")
     shutil.rmtree(_HOMES_ROOT, ignore_errors=True)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import launch, launch_active
+from helpers import launch, launch_active, without_settings
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
@@ -99,11 +99,10 @@ def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
     counted there) unless ``GPUCLOUD_GATEWAY`` is given; a personal gateway it starts lives
     under ``home`` and is stopped with the server.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
+    env = {k: v for k, v in without_settings().items() if not k.startswith("JUPYTER")}
     env["XDG_CACHE_HOME"] = str(home / "cache")  # where the change stamps are (client/changes.py)
     env["GPUCLOUD_GATEWAY"] = "off"
     env["GPUCLOUD_GATEWAY_HOME"] = str(home / "gateways")
-    env["GPUCLOUD_NB_TEST_RUN"] = os.environ.get("GPUCLOUD_NB_TEST_RUN", "")
     for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         (home / name).mkdir()
         env[name] = str(home / name)
