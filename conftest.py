@@ -7,9 +7,9 @@ are never touched. At the end the run stops every sandbox service and personal g
 started, then fails if a service it started is still running: one whose home is under the run's
 directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``. It
 also fails, naming the path, if a sandbox or personal gateway home appeared in the user's own data
-dir while it ran (a subprocess given an environment without the run's variables, as
-``tests/helpers.py``'s ``without_settings`` keeps them): such a service is stopped if it started
-during the run, and its home is left for the user to look at.
+dir while it ran (a subprocess given an environment without the run's variables, which
+``tests/helpers.py``'s ``without_settings`` keeps), naming the homes and the processes running
+there (a process without the run's mark is not stopped: it may be another's).
 
     def test_something(sandbox_home):       # a fresh home of its own, its service stopped after
         ...
@@ -17,12 +17,10 @@ during the run, and its home is left for the user to look at.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +31,6 @@ import pytest
 _HOMES_ROOT: Path | None = None
 #: The user's own homes (data dir) as the run found them: path -> the names in it, or None.
 _USER_HOMES: dict[Path, set[str] | None] = {}
-_STARTED = 0.0
 
 
 def user_homes() -> list[Path]:
@@ -66,7 +63,7 @@ def homes_left_in(before: dict[Path, set[str] | None]) -> list[Path]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
-    global _HOMES_ROOT, _STARTED
+    global _HOMES_ROOT
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and os.environ.get("GPUCLOUD_NB_TEST_HOMES"):
         # An xdist worker: homes of its own under the controller's root, and the controller's
@@ -75,7 +72,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                             dir=os.environ["GPUCLOUD_NB_TEST_HOMES"]))
     else:
         _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
-        _STARTED = time.time()
         _USER_HOMES.update({path: _listing(path) for path in user_homes()})
         os.environ["GPUCLOUD_NB_TEST_HOMES"] = str(_HOMES_ROOT)
         # Every process this run starts inherits the mark, so a service left anywhere is found.
@@ -122,8 +118,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the services this run started; fail the run if any had to be killed."""
     if _HOMES_ROOT is None:
         return
-    import psutil
-
     from gpucloud_nb.sandbox import service
 
     # Homes are the root's folders, and in an xdist run the workers' roots' folders.
@@ -140,17 +134,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print(f"\nFAILED: {len(left)} sandbox service(s) or personal gateway(s) outlived the "
               f"test run and were killed: {[(p.pid, p.info.get('cmdline')) for p in left]}")
     appeared = homes_left_in(_USER_HOMES) if _USER_HOMES else []
-    for home in appeared:
-        for process in find_services(home):
-            with contextlib.suppress(psutil.Error):
-                if process.create_time() >= _STARTED:  # this run's, not the user's own
-                    process.kill()
     if appeared:
+        # Not stopped from here: without the run's mark a process there may be another's.
+        running = [(p.pid, p.info.get("cmdline")) for home in appeared for p in find_services(home)]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nFAILED: the run wrote service homes into the user's own data dir (a test or "
-              f"subprocess lost GPUCLOUD_SANDBOX_HOME/GPUCLOUD_GATEWAY_HOME); their services "
-              f"started by the run were stopped, the homes are left to look at: "
-              f"{[str(home) for home in appeared]}")
+              f"subprocess lost GPUCLOUD_SANDBOX_HOME/GPUCLOUD_GATEWAY_HOME): "
+              f"{[str(home) for home in appeared]}; running there: {running}")
     shutil.rmtree(_HOMES_ROOT, ignore_errors=True)
 
 

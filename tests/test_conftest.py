@@ -86,9 +86,9 @@ def test_connects_from_a_subprocess_that_lost_the_runs_variables():
 def test_a_personal_gateway_home_left_in_the_users_data_dir_fails_the_run_with_its_path(
         tmp_path: Path) -> None:
     """#36: a subprocess given an environment without the run's variables started a personal
-    gateway in the user's own data dir, and the run passed; now it fails naming the home, and the
-    gateway it started is stopped. The inner run's user is a home of its own (``HOME``)."""
-    import psutil
+    gateway in the user's own data dir, and the run passed; now it fails naming the home and the
+    gateway's process. The inner run's user is a home of its own (``HOME``)."""
+    from gpucloud_nb.gateway import personal
 
     (tmp_path / "test_leaky_gateway.py").write_text(LEAKY_GATEWAY_TEST)
     home = tmp_path / "user"
@@ -103,8 +103,6 @@ def test_a_personal_gateway_home_left_in_the_users_data_dir_fails_the_run_with_i
     assert "1 passed" in ran.stdout, ran.stdout + ran.stderr
     assert ran.returncode == 1, ran.stdout + ran.stderr
     [left] = list((home / ".local" / "share" / "gpucloud-nb" / "gateways").iterdir())
+    pid = personal.stop(left)  # the leaked gateway, stopped by the test that made it leak
     assert "wrote service homes into the user's own data dir" in ran.stdout
-    assert str(left) in ran.stdout
-    still = [p.pid for p in psutil.process_iter(["cmdline"])
-             if str(left) in " ".join(p.info.get("cmdline") or [])]
-    assert still == []
+    assert str(left) in ran.stdout and f"({pid}, " in ran.stdout
