@@ -9,10 +9,13 @@ One view for two servers. A class gateway (``gpucloud-nb gateway``, see
 :mod:`gpucloud_nb.gateway.gateway_routes`) answers ``/gateway/class`` to a teacher key; a class
 sandbox served with a teacher's key (``GPUCLOUD_TEACHER_KEY``) answers ``/sandbox/class`` (to
 be removed). The view asks the gateway's path first and, when the server has no such endpoint,
-the sandbox's, then keeps to the one that answered. Rows take the gateway's shape; ``key`` (a masked key) and
-``idle_minutes`` come only from the sandbox, ``period`` and ``unconfirmed_deletes`` only from
-the gateway. Budget changes, the audit and the server's CSV exist only on a gateway. Any other
-key, and the real cloud, get one sentence saying so (:class:`~gpucloud_nb.errors.NotFoundError`).
+the sandbox's, then keeps to the one that answered. Rows take the gateway's shape; ``key`` (a
+masked key) comes only from the sandbox, ``period`` and ``unconfirmed_deletes`` only from the
+gateway. ``idle_minutes`` is, from a gateway, how long the idlest of the student's instances
+watched for idle has been idle (``None`` when none is watched), and from a class sandbox the
+minutes since the student last called it. Budget changes, the audit and the server's CSV exist
+only on a gateway. Any other key, and the real cloud, get one sentence saying so
+(:class:`~gpucloud_nb.errors.NotFoundError`).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class AccountUse:
     spend: float
     budget: float | None
     left: float | None
-    idle_minutes: float | None  # None from a gateway
+    idle_minutes: float | None  # None when nothing of the student's is watched
     period: str = ""  # "", "day" or "week" (a gateway's budgets that start again)
     unconfirmed_deletes: int = 0  # deletes the cloud took and has not done (a gateway's)
     group: str = ""  # the JupyterHub group a hub's gateway files the student under

@@ -44,7 +44,7 @@ from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_o
 __all__ = ["CSV_COLUMNS", "effective_people", "teacher_routes", "user_budget_changes"]
 
 CSV_COLUMNS = ("name", "account", "instances", "perHour", "spend", "budget", "left", "period",
-               "unconfirmedDeletes")
+               "unconfirmedDeletes", "idleMinutes")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budget_changes (account TEXT PRIMARY KEY, budget REAL,
