@@ -3,9 +3,13 @@
 The whole run uses a temporary sandbox home (``GPUCLOUD_SANDBOX_HOME``, set in
 ``pytest_configure`` before anything runs, so nbmake's kernels and every subprocess inherit it)
 and a temporary root for personal gateways (``GPUCLOUD_GATEWAY_HOME``): the user's real homes
-are never touched. At the end the run stops every sandbox service it
+are never touched. At the end the run stops every sandbox service and personal gateway it
 started, then fails if a service it started is still running: one whose home is under the run's
-directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``.
+directory, or (wherever its home is) one that inherited this run's ``GPUCLOUD_NB_TEST_RUN``. It
+also fails, naming the path, if a sandbox or personal gateway home appeared in the user's own data
+dir while it ran (a subprocess given an environment without the run's variables, which
+``tests/helpers.py``'s ``without_settings`` keeps), naming the homes and the processes running
+there (a process without the run's mark is not stopped: it may be another's).
 
     def test_something(sandbox_home):       # a fresh home of its own, its service stopped after
         ...
@@ -25,6 +29,36 @@ from typing import Any
 import pytest
 
 _HOMES_ROOT: Path | None = None
+#: The user's own homes (data dir) as the run found them: path -> the names in it, or None.
+_USER_HOMES: dict[Path, set[str] | None] = {}
+
+
+def user_homes() -> list[Path]:
+    """Where a sandbox (its one home) and personal gateways (a home each) live when no
+    ``GPUCLOUD_*_HOME`` says otherwise: the user data dir, as ``HOME``/``XDG_DATA_HOME`` say."""
+    import platformdirs
+
+    data = Path(platformdirs.user_data_dir("gpucloud-nb", appauthor=False))
+    return [data / "sandbox", data / "gateways"]
+
+
+def _listing(path: Path) -> set[str] | None:
+    try:
+        return {child.name for child in path.iterdir()}
+    except OSError:
+        return None
+
+
+def homes_left_in(before: dict[Path, set[str] | None]) -> list[Path]:
+    """The sandbox home and the personal gateway homes that appeared in ``before``'s folders
+    since it was taken (:func:`user_homes`)."""
+    sandbox, gateways = sorted(before, key=lambda path: path.name != "sandbox")
+    appeared = []
+    if before[sandbox] is None and _listing(sandbox) is not None:
+        appeared.append(sandbox)
+    appeared += [gateways / name for name in sorted((_listing(gateways) or set())
+                                                    - (before[gateways] or set()))]
+    return appeared
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                             dir=os.environ["GPUCLOUD_NB_TEST_HOMES"]))
     else:
         _HOMES_ROOT = Path(tempfile.mkdtemp(prefix="gpucloud-nb-test-homes-"))
+        _USER_HOMES.update({path: _listing(path) for path in user_homes()})
         os.environ["GPUCLOUD_NB_TEST_HOMES"] = str(_HOMES_ROOT)
         # Every process this run starts inherits the mark, so a service left anywhere is found.
         os.environ["GPUCLOUD_NB_TEST_RUN"] = uuid.uuid4().hex
@@ -96,8 +131,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         process.kill()
     if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        print(f"\nFAILED: {len(left)} sandbox service(s) outlived the test run and were killed: "
-              f"{[(p.pid, p.info.get('cmdline')) for p in left]}")
+        print(f"\nFAILED: {len(left)} sandbox service(s) or personal gateway(s) outlived the "
+              f"test run and were killed: {[(p.pid, p.info.get('cmdline')) for p in left]}")
+    appeared = homes_left_in(_USER_HOMES) if _USER_HOMES else []
+    if appeared:
+        # Not stopped from here: without the run's mark a process there may be another's.
+        running = [(p.pid, p.info.get("cmdline")) for home in appeared for p in find_services(home)]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nFAILED: the run wrote service homes into the user's own data dir (a test or "
+              f"subprocess lost GPUCLOUD_SANDBOX_HOME/GPUCLOUD_GATEWAY_HOME): "
+              f"{[str(home) for home in appeared]}; running there: {running}")
     shutil.rmtree(_HOMES_ROOT, ignore_errors=True)
 
 

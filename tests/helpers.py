@@ -32,6 +32,23 @@ if TYPE_CHECKING:
 
 OTHER_UID = 65534  # nobody: the "other local user" of the two-user tests
 
+#: The run's isolation (the root conftest.py sets them): its sandbox home, its personal gateways'
+#: root, its mark and its folder. Not settings a user has: an environment without them starts
+#: services in the user's own home, which the run then reports as left behind.
+RUN_ISOLATION = ("GPUCLOUD_SANDBOX_HOME", "GPUCLOUD_GATEWAY_HOME", "GPUCLOUD_NB_TEST_RUN",
+                 "GPUCLOUD_NB_TEST_HOMES")
+
+
+def without_settings(**env: str) -> dict[str, str]:
+    """This process's environment for a subprocess, without the user's ``GPUCLOUD_*`` settings
+    (the run's :data:`RUN_ISOLATION` kept), then ``env``.
+
+        subprocess.run(command, env=without_settings(GPUCLOUD_API_KEY=key))
+    """
+    kept = {k: v for k, v in os.environ.items()
+            if not k.startswith("GPUCLOUD_") or k in RUN_ISOLATION}
+    return {**kept, **env}
+
 
 def vm_offer(cloud: GPUCloud, image: str | None = None) -> InstanceOffer:
     """The cheapest available vm offer, of those with the os ``image`` if one is given.

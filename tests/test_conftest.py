@@ -66,5 +66,43 @@ def test_a_service_a_test_leaves_running_fails_the_run_and_is_killed(
     )
     assert "1 passed" in ran.stdout, ran.stdout + ran.stderr
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "sandbox service(s) outlived the test run and were killed" in ran.stdout
+    assert "sandbox service(s) or personal gateway(s) outlived the test run and were killed" \
+        in ran.stdout
     assert "leaky-home-" in ran.stdout
+
+
+LEAKY_GATEWAY_TEST = """
+import os, subprocess, sys
+
+
+def test_connects_from_a_subprocess_that_lost_the_runs_variables():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    env.update(GPUCLOUD_API_KEY="k" * 20, GPUCLOUD_BASE_URL="http://127.0.0.1:9")
+    subprocess.run([sys.executable, "-c", "import gpucloud_nb; gpucloud_nb.connect(quiet=True)"],
+                   env=env, check=True, timeout=120)
+"""
+
+
+def test_a_personal_gateway_home_left_in_the_users_data_dir_fails_the_run_with_its_path(
+        tmp_path: Path) -> None:
+    """#36: a subprocess given an environment without the run's variables started a personal
+    gateway in the user's own data dir, and the run passed; now it fails naming the home and the
+    gateway's process. The inner run's user is a home of its own (``HOME``)."""
+    from gpucloud_nb.gateway import personal
+
+    (tmp_path / "test_leaky_gateway.py").write_text(LEAKY_GATEWAY_TEST)
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "GPUCLOUD_", "XDG_DATA_HOME"))}
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+         "-p", "conftest", str(tmp_path / "test_leaky_gateway.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**env, "HOME": str(home), "PYTHONPATH": str(ROOT)})
+    assert "1 passed" in ran.stdout, ran.stdout + ran.stderr
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    [left] = list((home / ".local" / "share" / "gpucloud-nb" / "gateways").iterdir())
+    pid = personal.stop(left)  # the leaked gateway, stopped by the test that made it leak
+    assert "wrote service homes into the user's own data dir" in ran.stdout
+    assert str(left) in ran.stdout and f"({pid}, " in ran.stdout

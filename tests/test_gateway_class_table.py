@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,13 +12,12 @@ from pathlib import Path
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import ADA, BOB, TEACHER, launch
+from tests.helpers import ADA, BOB, TEACHER, launch, without_settings
 
 
 def class_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     return subprocess.run([sys.executable, "-m", "gpucloud_nb", "gateway", "class", *args],
-                          capture_output=True, text=True, timeout=120, env={**base, **env})
+                          capture_output=True, text=True, timeout=120, env=without_settings(**env))
 
 
 def test_the_class_table_from_the_environment_or_a_key_file(

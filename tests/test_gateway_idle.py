@@ -7,6 +7,8 @@ key only). The gateway reads GPU use over SSH with its own key; the sandbox's in
 
 from __future__ import annotations
 
+import csv
+import io
 import logging
 import shutil
 import threading
@@ -193,3 +195,51 @@ def test_a_restart_keeps_idle_limits_and_the_key_and_the_key_is_never_shown(
         "latin-1")
     for line in body_lines:
         assert line not in shown
+
+
+@needs_ssh
+def test_the_teachers_view_shows_each_students_idle_minutes_from_the_gateways_clocks(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    """#36: ``GET /gateway/class`` gives each student ``idleMinutes`` (their idlest watched
+    instance, by the gateway's own idle clocks), and ClassView, ClassPanel, the CSV and
+    ``gpucloud-nb gateway class``'s table show it; a student with nothing watched has none."""
+    from gpucloud_nb.gateway.class_table import format_table
+    from gpucloud_nb.widgets import ClassPanel
+
+    gateway = gateway_factory()
+    public = keypair(tmp_path, "user").with_suffix(".pub").read_text().strip()
+    offer = cloud_init_offer(upstream)
+
+    def row(client: httpx.Client, name: str) -> dict[str, Any]:
+        answer = client.get("/gateway/class")
+        assert answer.status_code == 200, answer.text
+        return next(r for r in answer.json()["accounts"] if r["name"] == name)
+
+    with as_key(gateway, ADA) as ada, as_key(gateway, BOB) as bob, \
+            as_key(gateway, TEACHER) as teacher:
+        idle = launch(ada, offer, "idle", public)
+        unwatched = bob.post("/gpu-cloud/instances", json=create_body(offer, "unwatched"))
+        assert unwatched.status_code == 201, unwatched.text
+        wait_for(lambda: (row(teacher, "Ada")["idleMinutes"] or 0) >= 0.1, timeout=90)
+        assert row(teacher, "Bob")["instances"] == 1 and row(teacher, "Bob")["idleMinutes"] is None
+        assert "idleMinutes" not in ada.get("/gateway/me").json()  # the teacher's view only
+        before = row(teacher, "Ada")["idleMinutes"]
+        assert ada.post(f"/gateway/instances/{idle['_id']}/keep").status_code == 200
+        assert row(teacher, "Ada")["idleMinutes"] < before  # the same clock Keep starts again
+        wait_for(lambda: (row(teacher, "Ada")["idleMinutes"] or 0) >= 0.1, timeout=90)
+        csv_rows = {r["name"]: r for r in csv.DictReader(io.StringIO(
+            teacher.get("/gateway/class.csv").text))}
+        assert float(csv_rows["Ada"]["idleMinutes"]) >= 0.1 and csv_rows["Bob"]["idleMinutes"] == ""
+    with GPUCloud(api_key=TEACHER, base_url=gateway.url) as grace:
+        rows = {r.name: r for r in grace.class_view.accounts()}
+        assert rows["Ada"].idle_minutes is not None and rows["Ada"].idle_minutes >= 0.1
+        assert rows["Bob"].idle_minutes is None
+        header, *lines = format_table(list(rows.values())).splitlines()
+        assert "idle min" in header.split("  ")
+        at = header.index("idle min")
+        assert lines[0].startswith("Ada") and float(lines[0][at:].split()[0]) >= 0.1
+        panel = ClassPanel(grace)
+        try:
+            assert "idle min" in panel.table.value
+        finally:
+            panel.close()

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import launch, launch_active
+from helpers import launch, launch_active, without_settings
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import clusters
@@ -99,11 +99,10 @@ def jupyter_server(home: Path, **environment: str) -> Iterator[str]:
     counted there) unless ``GPUCLOUD_GATEWAY`` is given; a personal gateway it starts lives
     under ``home`` and is stopped with the server.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GPUCLOUD_"))}
+    env = {k: v for k, v in without_settings().items() if not k.startswith("JUPYTER")}
     env["XDG_CACHE_HOME"] = str(home / "cache")  # where the change stamps are (client/changes.py)
     env["GPUCLOUD_GATEWAY"] = "off"
     env["GPUCLOUD_GATEWAY_HOME"] = str(home / "gateways")
-    env["GPUCLOUD_NB_TEST_RUN"] = os.environ.get("GPUCLOUD_NB_TEST_RUN", "")
     for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
         (home / name).mkdir()
         env[name] = str(home / name)
@@ -668,4 +667,31 @@ def test_the_sidebar_goes_through_the_personal_gateway_as_connect_does(
         runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
         assert runtime is not None and snapshot["url"] == runtime.management_url
         assert snapshot["url"] != upstream.management_url
+        assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text
+
+
+def test_through_the_personal_gateway_the_poller_reads_the_gateways_idle_clocks(
+        tmp_path: Path, upstream: Any) -> None:
+    """#36: through a personal gateway every poll failed ("The real cloud's idle clocks need its
+    limits file"): the poller took the gateway for the bare cloud, whose idle clocks it keeps
+    itself. The gateway keeps them: the row shows its clock, by the gateway, and Keep reaches it."""
+    from tests.test_gateway import UPSTREAM_KEY
+
+    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
+                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        first = wait_for(lab, lambda s: s.get("polledAt") is not None, timeout=60)
+        assert first["error"] is None, first["error"]
+        runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
+        assert runtime is not None
+        # A kernel's connect() talks through the same gateway, with its local key.
+        with GPUCloud(api_key=runtime.api_key, base_url=runtime.management_url) as kernel:
+            made = launch(kernel, "idle-watched", delete_when_idle=600).id
+        snapshot = wait_for(lab, lambda s: (row_of(s, made) or {}).get("idle") is not None,
+                            timeout=60)
+        assert snapshot["error"] is None, snapshot["error"]
+        idle = row_of(snapshot, made)["idle"]
+        assert (idle["limitSeconds"], idle["by"]) == (600, "the gateway")
+        assert lab.post(f"/gpucloud/instances/{made}/keep").status_code == 204
         assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import without_settings
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpucloud_nb._notebook import install_error_display
@@ -48,7 +49,6 @@ def test_load_ext_installs_it(shell, capsys) -> None:
 
 def _in_fresh_shell(code: str, **env: str) -> str:
     """What ``code`` prints when run as a cell of a new IPython shell in a new process."""
-    import os
     import subprocess
     import sys
 
@@ -56,9 +56,8 @@ def _in_fresh_shell(code: str, **env: str) -> str:
               "shell = InteractiveShell.instance()\n"
               f"shell.run_cell({code!r}, store_history=False)\n"
               "print('handlers:', shell.custom_exceptions)\n")
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env={**environment, **env})
+                          timeout=120, env=without_settings(**env))
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 
@@ -68,7 +67,9 @@ def test_importing_the_package_leaves_the_shell_alone() -> None:
 
 
 def test_the_first_connect_in_a_shell_installs_it() -> None:
-    # A key set means the real cloud: connect() builds a client and sends nothing.
+    # A key set means the real cloud: connect() builds a client and, told to talk to the cloud
+    # directly (no personal gateway to start), sends nothing.
     shown = _in_fresh_shell("import gpucloud_nb\ncloud = gpucloud_nb.connect(quiet=True)",
-                            GPUCLOUD_API_KEY="k" * 20, GPUCLOUD_BASE_URL="http://127.0.0.1:9")
+                            GPUCLOUD_API_KEY="k" * 20, GPUCLOUD_BASE_URL="http://127.0.0.1:9",
+                            GPUCLOUD_GATEWAY="off")
     assert shown == "handlers: (<class 'gpucloud_nb.errors.GPUCloudError'>,)"

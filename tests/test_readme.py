@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import RUN_ISOLATION
 from IPython.core.interactiveshell import InteractiveShell
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,8 +32,6 @@ def test_every_block_names_a_known_language() -> None:
     assert sum(kind in RUN for kind, _ in blocks()) >= 3
 
 
-#: Test-run isolation, not settings a reader has: the run's own sandbox home and its mark.
-ISOLATION = ("GPUCLOUD_SANDBOX_HOME", "GPUCLOUD_NB_TEST_RUN")
 
 
 def test_every_python_and_ipython_block_runs(monkeypatch: pytest.MonkeyPatch,
@@ -40,7 +39,7 @@ def test_every_python_and_ipython_block_runs(monkeypatch: pytest.MonkeyPatch,
     import gpucloud_nb._connect as connecting
 
     for name in list(os.environ):
-        if name.startswith("GPUCLOUD_") and name not in ISOLATION:
+        if name.startswith("GPUCLOUD_") and name not in RUN_ISOLATION:
             monkeypatch.delenv(name)
     monkeypatch.setattr(connecting, "_announced", set())  # a fresh kernel, leaving no trace
     InteractiveShell.clear_instance()

@@ -7,7 +7,6 @@ Against a sandbox over real HTTP. The threads of the widgets are named ``gpuclou
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 import textwrap
@@ -201,8 +200,8 @@ SHUTDOWN = textwrap.dedent(f"""
 
 
 def test_kernel_shutdown_stops_every_widget_thread() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
-    done = subprocess.run([sys.executable, "-c", SHUTDOWN], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", SHUTDOWN], env=helpers.without_settings(),
+                          capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "gpucloud-nb-instances-refresh" in done.stdout and "gpucloud-nb-launch" in done.stdout

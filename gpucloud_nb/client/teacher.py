@@ -7,8 +7,10 @@
 
 A class gateway (``gpucloud-nb gateway --keys FILE``, in front of the real cloud or the
 sandbox; see :mod:`gpucloud_nb.gateway.gateway_routes`) answers ``/gateway/class`` to a teacher
-key of its keys file, and keeps budget changes, the audit and the CSV export. Any other key, and
-a cloud that is not a gateway, get one sentence saying so
+key of its keys file, and keeps budget changes, the audit and the CSV export. ``idle_minutes``
+is how long the idlest of the student's instances watched for idle has been idle (``None`` when
+none is watched).
+Any other key, and a cloud that is not a gateway, get one sentence saying so
 (:class:`~gpucloud_nb.errors.NotFoundError`).
 """
 
@@ -45,7 +47,7 @@ class AccountUse:
     spend: float
     budget: float | None
     left: float | None
-    idle_minutes: float | None  # minutes since the student's instances were last in use
+    idle_minutes: float | None  # None when nothing of the student's is watched
     period: str = ""  # "", "day" or "week" (a gateway's budgets that start again)
     unconfirmed_deletes: int = 0  # deletes the cloud took and has not done (a gateway's)
     group: str = ""  # the JupyterHub group a hub's gateway files the student under

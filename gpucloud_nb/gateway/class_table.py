@@ -2,8 +2,8 @@
 
     $ export GPUCLOUD_BASE_URL=http://127.0.0.1:8790 GPUCLOUD_API_KEY=...   # the teacher's key
     $ gpucloud-nb gateway class
-    student  instances  $/h now  spend  budget      left    deletes not done
-    Ada      1          $0.50    $0.01  $20.00/day  $19.99
+    student  instances  $/h now  spend  budget      left    idle min  deletes not done
+    Ada      1          $0.50    $0.01  $20.00/day  $19.99  12.5
     Bob      0          $0.00    $0.00
     $ gpucloud-nb gateway class --csv > class.csv
 
@@ -34,18 +34,23 @@ def format_table(rows: list[AccountUse]) -> str:
         student  instances  $/h now  spend  budget      left    deletes not done
         Ada      1          $0.50    $0.25  $20.00/day  $19.75
 
-    Rows of a hub's gateway (:mod:`gpucloud_nb.gateway.hub_people`) start with their hub group.
+    Rows of a hub's gateway (:mod:`gpucloud_nb.gateway.hub_people`) start with their hub group;
+    ``idle min`` (how long the idlest instance the gateway watches for idle has been idle) comes
+    before the last column when any row has a figure.
     """
     from gpucloud_nb.display import format_price
 
     grouped = any(row.group for row in rows)  # a hub's gateway: the hub group first
-    lines = [(["group"] if grouped else []) + list(_HEADERS)]
+    idle = any(row.idle_minutes is not None for row in rows)
+    lines = [(["group"] if grouped else []) + list(_HEADERS[:-1])
+             + (["idle min"] if idle else []) + [_HEADERS[-1]]]
     for row in rows:
         budget = "" if row.budget is None else format_price(row.budget) + (
             f"/{row.period}" if row.period else "")
+        minutes = [] if not idle else ["" if row.idle_minutes is None else f"{row.idle_minutes:g}"]
         lines.append(([row.group] if grouped else []) + [
             row.name, str(row.instances), format_price(row.per_hour),
-            format_price(row.spend), budget, format_price(row.left),
+            format_price(row.spend), budget, format_price(row.left), *minutes,
             str(row.unconfirmed_deletes) if row.unconfirmed_deletes else ""])
     widths = [max(len(line[n]) for line in lines) for n in range(len(lines[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))

@@ -11,8 +11,12 @@
 - Teacher keys only (any other key gets the 404 of a path that does not exist):
   ``GET /gateway/class`` → ``{"accounts": [row, ...]}``, one row per student in the keys file's
   order (on a hub, by hub group then name): ``{"account", "name", "group", "instances",
-  "perHour", "spend", "budget", "left", "period", "unconfirmedDeletes"}`` (``group`` is the
-  JupyterHub group, ``""`` from a keys file); ``GET /gateway/audit`` → ``{"entries": [{"time",
+  "perHour", "spend", "budget", "left", "period", "unconfirmedDeletes", "idleMinutes"}``
+  (``group`` is the JupyterHub group, ``""`` from a keys file; ``idleMinutes`` is how long the
+  idlest of the student's instances has been idle by the gateway's own idle reader,
+  :mod:`gpucloud_nb.gateway.idle`, in minutes to one decimal, or ``null`` when none of them is
+  watched: the gateway reads the GPU use only of instances launched with ``delete_when_idle``,
+  the ones it can reach over SSH); ``GET /gateway/audit`` → ``{"entries": [{"time",
   "account", "name", "action", "resource", "reason"}]}`` (``action`` is ``created``,
   ``deleted``, ``refused``, ``unconfirmed`` (a delete the upstream took and did not do),
   ``confirmed`` (done at last) or ``budget`` (a teacher changed a budget, see
@@ -47,11 +51,12 @@ def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     records = gate.store.owned(person.account)
     billed = gate.store.billed(person.account)  # volumes count in spend and $/h too
     spent = money.spend(billed, now, person.period)
+    live = [r.id for r in records if r.deleted_ms is None
+            and r.status not in money.BILLING_STOPPED and r.delete_asked_ms is None]
+    idle = None if gate.meter.idle is None else gate.meter.idle.idle_seconds(live)
     return {
         "account": person.account, "name": person.name, "group": person.group,
-        "instances": sum(1 for r in records
-                         if r.deleted_ms is None and r.status not in money.BILLING_STOPPED
-                         and r.delete_asked_ms is None),
+        "instances": len(live),
         "perHour": round(money.per_hour(billed), 6),
         "spend": round(spent, 6),
         "budget": person.budget,
@@ -59,6 +64,7 @@ def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
         "period": person.period,
         "unconfirmedDeletes": sum(1 for r in records if r.delete_asked_ms is not None
                                   and r.status not in ("deleting", "deleted") and not r.final),
+        "idleMinutes": None if idle is None else round(idle / 60, 1),
     }
 
 

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from gpucloud_nb.gateway.gpu_reader import GPUReader
@@ -92,6 +92,17 @@ class IdleWatch:
     def keep(self, id: str) -> None:
         """Start the idle clock of ``id`` again (the Keep button)."""
         self.since[id] = time.time()
+
+    def idle_seconds(self, ids: Iterable[str]) -> float | None:
+        """How long the idlest of ``ids`` has been idle, in seconds, among those whose clock runs
+        (a limit, seen by a pass or asked for); ``None`` when none of them has one.
+
+            >>> watch.idle_seconds(["i-1", "i-2"])  # doctest: +SKIP
+            754.2
+        """
+        now = time.time()
+        return max((max(now - self.since[id], 0.0) for id in ids if id in self.since),
+                   default=None)
 
     def report(self, id: str, seconds: float = USE_SECONDS) -> float:
         """A client says ``id`` is in use for the next ``seconds``; when that ends (Unix s)."""

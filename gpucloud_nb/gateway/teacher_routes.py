@@ -45,7 +45,7 @@ __all__ = ["CSV_COLUMNS", "budget_of", "effective_people", "teacher_routes",
            "user_budget_changes"]
 
 CSV_COLUMNS = ("name", "account", "instances", "perHour", "spend", "budget", "left", "period",
-               "unconfirmedDeletes")
+               "unconfirmedDeletes", "idleMinutes")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budget_changes (account TEXT PRIMARY KEY, budget REAL,

@@ -1,7 +1,10 @@
 """The GPU-cloud sidebar and status bar in JupyterLab, driven in Chromium.
 
 Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
-starts, so its kernels and its server extension share one cloud, which the test reads too. When
+starts, so, as for a user with a key, its server extension and its kernels' ``connect()`` talk to
+that cloud through the user's personal gateway (one, in a home of this module's; stopped when the
+module ends). The tests read the cloud directly (``observer``), or make what a kernel would make
+through that gateway (``beside_lab``). When
 this checkout has a built lab extension (``gpucloud_nb/labextension``, from ``jlpm build``), Lab
 loads it and this checkout's server extension, rather than what the environment installed.
 """
@@ -20,6 +23,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb._connect import cloud_settings
 from gpucloud_nb.client import clusters
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.gateway import personal
@@ -51,20 +55,22 @@ def box() -> Iterator[Sandbox]:
         sandbox.stop()
 
 
-def _lab_server(box: Sandbox, base: Path, *, direct: bool) -> Iterator[LabServer]:
+@pytest.fixture(scope="module")
+def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
+                     chromium: Browser) -> Iterator[LabServer]:
+    base = tmp_path_factory.mktemp("cloud-lab")
     env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
            "GPUCLOUD_MAX_HOURLY_COST": str(CAP), "XDG_CACHE_HOME": str(base / "cache"),
+           # Lab's personal gateway lives as long as this module's Lab: a home of its own, out
+           # of reach of the per-test cleanup of the run's gateways.
            "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
-    if direct:  # Lab and its kernels talk to this sandbox directly, as most tests here were
-        env["GPUCLOUD_GATEWAY"] = "off"  # written (the sidebar through a gateway: test_lab_server)
     built = REPO / "gpucloud_nb" / "labextension"
     if (built / "package.json").exists():  # this checkout's build first on Lab's search path
         (base / "jupyter-path" / "labextensions").mkdir(parents=True)
         (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
         env.update(JUPYTER_PATH=str(base / "jupyter-path"), PYTHONPATH=str(REPO))
     server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / ("lab-gpucloud.log" if direct
-                                             else "lab-gpucloud-gateway.log"), env=env)
+                       log_path=ARTIFACTS / "lab-gpucloud.log", env=env)
     try:
         server.start()
         yield server
@@ -72,32 +78,6 @@ def _lab_server(box: Sandbox, base: Path, *, direct: bool) -> Iterator[LabServer
         server.stop()
         for home in (base / "gateways").glob("*/"):
             personal.stop(home)
-
-
-@pytest.fixture(scope="module")
-def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
-                     chromium: Browser) -> Iterator[LabServer]:
-    yield from _lab_server(box, tmp_path_factory.mktemp("cloud-lab"), direct=True)
-
-
-@pytest.fixture(scope="module")
-def gateway_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
-                       chromium: Browser) -> Iterator[LabServer]:
-    """Lab and its kernels through the personal gateway ``connect()`` starts for a key: the
-    gateway keeps idle deletes (#36), so the idle tests need it."""
-    yield from _lab_server(box, tmp_path_factory.mktemp("gateway-lab"), direct=False)
-
-
-@pytest.fixture
-def gateway_lab(gateway_lab_server: LabServer, chromium: Browser,
-                request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(60_000)
-    session = Lab(gateway_lab_server, context, request.node.name)
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture
@@ -119,15 +99,21 @@ def observer(box: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
-def beside_lab(cloud_lab: Lab, observer: GPUCloud, monkeypatch: pytest.MonkeyPatch) -> GPUCloud:
-    """``observer`` sharing Lab's cache dir (its creates touch the change stamp Lab's poller
-    watches; its cluster notes are what the poller reads), with no instance left running from an
-    earlier test."""
-    monkeypatch.setenv("XDG_CACHE_HOME", cloud_lab.server.env["XDG_CACHE_HOME"])
-    for instance in observer.instances.list():
-        if instance.status in ("pending", "active"):
-            observer.instances.delete(instance.id)
-    return observer
+def beside_lab(cloud_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Iterator[GPUCloud]:
+    """A client as a kernel of this Lab has: ``connect()``'s, through Lab's personal gateway, and
+    sharing Lab's cache dir (its creates touch the change stamp Lab's poller watches; its cluster
+    notes are what the poller reads), with no instance left running from an earlier test."""
+    for name in ("XDG_CACHE_HOME", "GPUCLOUD_GATEWAY_HOME", "GPUCLOUD_API_KEY",
+                 "GPUCLOUD_BASE_URL"):
+        monkeypatch.setenv(name, cloud_lab.server.env[name])
+    monkeypatch.delenv("GPUCLOUD_GATEWAY", raising=False)
+    key, url, through_gateway = cloud_settings()
+    assert through_gateway and url != cloud_lab.server.env["GPUCLOUD_BASE_URL"]
+    with GPUCloud(api_key=key, base_url=url) as client:
+        for instance in client.instances.list():
+            if instance.status in ("pending", "active"):
+                client.instances.delete(instance.id)
+        yield client
 
 
 def open_sidebar(page: Page) -> None:
@@ -169,6 +155,10 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     page.wait_for_function("document.querySelector('#gpucloud-sidebar').dataset.state === 'empty'")
     assert "No instances" in sidebar.inner_text()
     assert status_text(page) == "$0.00/h · 0 running"
+    # As for a user with a key: Lab reads the cloud through the personal gateway, not directly.
+    gateway = personal.find(next(Path(cloud_lab.server.env["GPUCLOUD_GATEWAY_HOME"]).glob("*/")))
+    assert gateway is not None
+    assert cloud_lab.server.api("GET", "/gpucloud/info")["url"] == gateway.management_url
     assert not warns(page)
     shot(sidebar, "gpucloud-sidebar-empty-light")
 
@@ -394,10 +384,8 @@ print("launched", ids)
 
 
 def test_the_sidebar_shows_gpu_use_a_sparkline_and_the_idle_warning_with_keep(
-        gateway_lab: Lab, observer: GPUCloud, run_all) -> None:
-    """#28: GPU use per row, its sparkline, and "idle …, deletes in m:ss" with Keep; the idle
-    clocks are the personal gateway's (#36)."""
-    cloud_lab = gateway_lab
+        cloud_lab: Lab, observer: GPUCloud, run_all) -> None:
+    """#28: GPU use per row, its sparkline, and "idle …, deletes in m:ss" with Keep."""
     notebook = new_notebook(
         cells=[new_code_cell(LAUNCH_IDLE)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -466,11 +454,9 @@ print("kernel", install_kernel(cloud, made.id))
 
 @pytest.mark.timeout(240)
 def test_an_idle_delete_takes_its_toast_down_and_its_launcher_tile_away(
-        gateway_lab: Lab, observer: GPUCloud, run_all) -> None:
+        cloud_lab: Lab, beside_lab: GPUCloud, run_all) -> None:
     """Issue #35: the idle toast and its Keep stayed after the delete (Keep then did nothing);
-    the Launcher kept the deleted instance's kernel tile, with a plain letter, for 1-2 min. The
-    idle delete is the personal gateway's (#36)."""
-    cloud_lab, beside_lab = gateway_lab, observer
+    the Launcher kept the deleted instance's kernel tile, with a plain letter, for 1-2 min."""
     notebook = new_notebook(
         cells=[new_code_cell(LAUNCH_IDLE_KERNEL)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},

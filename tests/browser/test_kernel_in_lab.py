@@ -3,7 +3,9 @@ from a notebook that names the kernelspec, and from the sidebar's "Notebook on t
 
 Lab runs with ``GPUCLOUD_API_KEY``/``GPUCLOUD_BASE_URL`` pointing at a sandbox this module
 starts, and with this checkout on ``PYTHONPATH``, so the provisioner that Lab's kernel manager
-loads is this checkout's. The test installs the kernelspec into Lab's ``JUPYTER_DATA_DIR`` and
+loads is this checkout's. As for a user with a key, Lab (its sidebar and the provisioner) talks to
+the cloud through the user's personal gateway, and so does the test's client (``through_lab``:
+``connect()``'s path). The test installs the kernelspec into Lab's ``JUPYTER_DATA_DIR`` and
 opens a notebook that names it.
 """
 
@@ -19,7 +21,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 from playwright.sync_api import Browser, expect
 
 from gpucloud_nb import GPUCloud
+from gpucloud_nb._connect import cloud_settings
 from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.gateway import personal
 from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 
@@ -47,9 +51,9 @@ def kernel_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory, ch
                            if kernel_provisioner_entry_point else [])
     env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
            "XDG_CONFIG_HOME": str(base / "config"), "PYTHONPATH": os.pathsep.join(paths),
-           # Lab and its kernels talk to this sandbox directly, as these tests were written: the
-           # sidebar through a personal gateway is test_lab_server's (not yet driven in Chromium).
-           "GPUCLOUD_GATEWAY": "off"}
+           # Lab's personal gateway lives as long as this module's Lab: a home of its own, out
+           # of reach of the per-test cleanup of the run's gateways.
+           "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
     built = REPO / "gpucloud_nb" / "labextension"
     if (built / "package.json").exists():  # this checkout's sidebar build first on the path
         (base / "jupyter-path" / "labextensions").mkdir(parents=True)
@@ -62,6 +66,17 @@ def kernel_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory, ch
         yield server
     finally:
         server.stop()
+        for home in (base / "gateways").glob("*/"):
+            personal.stop(home)
+
+
+@pytest.fixture
+def through_lab(kernel_lab: Lab, box: Sandbox) -> Iterator[GPUCloud]:
+    """A client as a kernel of this Lab has: ``connect()``'s, through Lab's personal gateway."""
+    key, url, through_gateway = cloud_settings()
+    assert through_gateway and url != box.management_url
+    with GPUCloud(api_key=key, base_url=url) as cloud:
+        yield cloud
 
 
 @pytest.fixture
@@ -71,6 +86,9 @@ def kernel_lab(kernel_lab_server: LabServer, chromium: Browser, request: pytest.
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(kernel_lab_server.home / "jupyter-data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", kernel_lab_server.env["XDG_CONFIG_HOME"])
     monkeypatch.setenv("HOME", str(kernel_lab_server.home / "home"))
+    for name in ("GPUCLOUD_GATEWAY_HOME", "GPUCLOUD_API_KEY", "GPUCLOUD_BASE_URL"):
+        monkeypatch.setenv(name, kernel_lab_server.env[name])
+    monkeypatch.delenv("GPUCLOUD_GATEWAY", raising=False)
     context = chromium.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(60_000)
     session = Lab(kernel_lab_server, context, request.node.name)
@@ -81,16 +99,16 @@ def kernel_lab(kernel_lab_server: LabServer, chromium: Browser, request: pytest.
 
 
 def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
-        box: Sandbox, kernel_lab: Lab, run_all, cell_errors, screenshot) -> None:
-    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
-        offer = next(o for o in cloud.instances.offers(available=True)
-                     if o.deployment_type == "vm")
-        instance = cloud.instances.create(
-            name="lab-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-            ssh_key=default_public_key(None))
-        cloud.instances.wait_until_active(instance.id, timeout=30)
-        name = install_kernel(cloud, "lab-kernel")
+        kernel_lab: Lab, through_lab: GPUCloud, run_all, cell_errors, screenshot) -> None:
+    cloud = through_lab
+    offer = next(o for o in cloud.instances.offers(available=True)
+                 if o.deployment_type == "vm")
+    instance = cloud.instances.create(
+        name="lab-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        ssh_key=default_public_key(None))
+    cloud.instances.wait_until_active(instance.id, timeout=30)
+    name = install_kernel(cloud, "lab-kernel")
 
     notebook = new_notebook(
         cells=[new_code_cell("import os\nprint('on', os.environ['GPUCLOUD_INSTANCE_ID'])"),
@@ -109,15 +127,15 @@ def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
 
 
 def test_notebook_on_this_instance_from_the_sidebar_runs_there_and_renders_a_slider(
-        box: Sandbox, kernel_lab: Lab, screenshot) -> None:
-    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
-        offer = next(o for o in cloud.instances.offers(available=True)
-                     if o.deployment_type == "vm")
-        instance = cloud.instances.create(
-            name="sidebar-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-            region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-            ssh_key=default_public_key(None))
-        cloud.instances.wait_until_active(instance.id, timeout=30)
+        kernel_lab: Lab, through_lab: GPUCloud, screenshot) -> None:
+    cloud = through_lab
+    offer = next(o for o in cloud.instances.offers(available=True)
+                 if o.deployment_type == "vm")
+    instance = cloud.instances.create(
+        name="sidebar-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        ssh_key=default_public_key(None))
+    cloud.instances.wait_until_active(instance.id, timeout=30)
 
     nbformat.write(new_notebook(metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}}),
