@@ -120,8 +120,9 @@ def connect(
     """Return a client: the real cloud if ``GPUCLOUD_API_KEY`` is set, else the local sandbox.
 
     The real cloud is reached through the user's personal gateway (see :func:`cloud_settings`),
-    which keeps timers and budgets whether or not a kernel runs; ``GPUCLOUD_GATEWAY=off`` talks
-    to the cloud directly, and then no gateway watches money (one sentence says so).
+    which keeps timers, budgets and idle deletes whether or not a kernel runs;
+    ``GPUCLOUD_GATEWAY=off`` talks to the cloud directly, and then no gateway watches money (one
+    sentence says so, and a create with any of them is refused).
 
     The sandbox is the user's sandbox service, found or started in the background (see
     :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
@@ -165,7 +166,7 @@ def connect(
         if not quiet and said not in _announced:
             _announced.add(said)
             print(f"gpucloud-nb: the cloud through your personal gateway at {url}, which keeps "
-                  "timers and budgets while no notebook runs (`gpucloud-nb gateway stop` stops "
+                  "timers, budgets and idle deletes while no notebook runs (`gpucloud-nb gateway stop` stops "
                   "it)." if through_gateway else DIRECT_SENTENCE, flush=True)
     if cleanup_on_exit:
         atexit.register(_cleanup, cloud)

@@ -174,13 +174,16 @@ class ReportsActive(httpx.AsyncHTTPTransport):
 def test_a_delete_that_never_shows_turns_red(sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     cloud.sandbox = sandbox
-    instance = launch_active(cloud, "stuck", delete_when_idle=timedelta(seconds=1)).id
+    instance = launch_active(cloud, "stuck", delete_when_idle=600).id
     confirm = 3.0  # the default is a minute
 
     async def body(poller: Poller) -> None:
-        await until(poller, lambda s: row(s, instance).get("idle") is not None, 15)
+        await until(poller, lambda s: row(s, instance).get("idle") is not None, 20)
+        cloud.idle_delete.watch(instance, 3)  # the poller sees this limit before it is due
+        await until(poller, lambda s: (row(s, instance).get("idle") or {}).get(
+            "limitSeconds") == 3, 10)
         start = time.monotonic()
-        red = await until(poller, lambda s: s["deleteProblems"], 1 + 2 + confirm + 15)
+        red = await until(poller, lambda s: s["deleteProblems"], 3 + 2 + confirm + 20)
         assert time.monotonic() - start >= confirm - 1
         sentence = row(red, instance)["deleteProblem"]
         assert red["deleteProblems"] == [sentence] and row(red, instance)["status"] == "active"

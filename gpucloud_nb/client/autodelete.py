@@ -58,16 +58,17 @@ class _Timers:
 
 
 class ServiceAutoDelete(_Timers):
-    """Auto-delete timers kept by the sandbox service: they fire whether or not a kernel runs.
+    """Auto-delete timers kept by the sandbox service or a gateway: they fire whether or not a
+    kernel runs.
 
-    The same methods as :class:`AutoDelete`, over the sandbox-only endpoints
-    ``/sandbox/instances/{id}/auto-delete`` and ``/sandbox/auto-deletes``
-    (:mod:`gpucloud_nb.sandbox.service_api`), or a class gateway's mirror of them under
-    ``prefix`` ``/gateway`` (:mod:`gpucloud_nb.gateway.timers`; ``where`` is then ``gateway``).
+    Over the sandbox-only endpoints ``/sandbox/instances/{id}/auto-delete`` and
+    ``/sandbox/auto-deletes`` (:mod:`gpucloud_nb.sandbox.service_api`), or a gateway's (personal
+    or a class's) mirror of them under ``prefix`` ``/gateway``
+    (:mod:`gpucloud_nb.gateway.timers`; ``where`` is then ``gateway``).
     ``send(method, path, body)`` makes one request and returns the decoded JSON (``None`` for
     an empty answer), raising :class:`GPUCloudError`.
-    The deadlines are read at most every ``refresh`` seconds. ``deleted`` and ``failures`` stay
-    empty: the service does the deleting (see ``gpucloud-nb sandbox logs``).
+    The deadlines are read at most every ``refresh`` seconds; the keeper does the deleting, and
+    says what it deleted (``gpucloud-nb sandbox logs``, a gateway's audit).
     """
 
     where = "sandbox service"
@@ -78,12 +79,9 @@ class ServiceAutoDelete(_Timers):
         self._prefix = prefix
         if prefix != "/sandbox":
             self.where = "gateway"
-
         self._refresh = refresh
         self._cached: tuple[float, dict[str, datetime]] | None = None
         self._lock = threading.Lock()
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
 
     def _path(self, instance_id: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
@@ -149,10 +147,6 @@ class UnkeptAutoDelete(_Timers):
     """
 
     where = "nobody"
-
-    def __init__(self) -> None:
-        self.deleted: dict[str, datetime] = {}
-        self.failures: dict[str, str] = {}
 
     def schedule(self, instance_id: str, after: float | timedelta) -> datetime:
         """Refused: nothing would fire it."""

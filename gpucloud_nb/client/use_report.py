@@ -11,11 +11,12 @@ with ``{"seconds": 3 × EVERY}`` when it opens, every :data:`EVERY` seconds (10)
 open (one daemon thread, started at the first), and once when it ends. :class:`Remote
 <gpucloud_nb.client.remote.Remote>` calls :meth:`UseReports.change` around each of them.
 
-Choices: reports go only to a class gateway (``is_gateway()``, asked at the first report and
-remembered; the sandbox service and the real cloud are never sent one); a report that fails is
-dropped quietly (the next one, or the gateway's own GPU reading, stands in for it), and never
-holds up the run it reports. Kernels executing code on an instance are the Jupyter server's to
-report; a kernel's CPU shows in the sandbox's measured GPU use.
+Choices: reports go only to a gateway, personal or a class's (``is_gateway()``, asked at the
+first report and remembered; the sandbox service and the cloud directly are never sent one); a
+report that fails is dropped quietly (the next one, or the gateway's own GPU reading, stands in
+for it), and never holds up the run it reports. Kernels executing code on an instance are the
+Jupyter server's to report (the Lab extension's poller does, :mod:`gpucloud_nb.lab.idle`); a
+kernel's CPU shows in the sandbox's measured GPU use.
 """
 
 from __future__ import annotations

@@ -248,9 +248,9 @@ class Poller:
             self._stamp = stamp
             self.list_requests += 1
             instances = await cloud.instances.list()
+            self._gateway = _gateway_row(await cloud.gateway_status())  # first: who keeps timers
             deadlines = await asyncio.get_running_loop().run_in_executor(
-                self._thread, cloud.auto_delete.deadlines)
-            self._gateway = _gateway_row(await cloud.gateway_status())
+                self._thread, lambda: cloud.auto_delete.deadlines())
             await self._forget_kernels(cloud, instances)
             self._listed = (instances, deadlines)
             self._snapshot = self._build(cloud, instances, deadlines, datetime.now(timezone.utc),
@@ -330,8 +330,8 @@ class Poller:
                 due[instance.id] = (idle[instance.id].delete_at.timestamp(), "idle limit")
         self._confirm.track(due)
         problems = self._confirm.problems({i.id: (i.name, i.status) for i in instances})
-        keeper = ("the sandbox service" if cloud.is_sandbox else "the gateway"
-                  if self._gateway is not None else "the cloud")
+        where = cloud.auto_delete.where  # known by now: gateway_status() asked
+        keeper = "the cloud" if where == "nobody" else f"the {where}"
         clusters.prune(cloud.base_url, {i.id: i.status for i in instances})
         members = clusters.members(cloud.base_url)  # a Dask cluster's instances, one heading
         for instance in instances:
