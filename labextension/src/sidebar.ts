@@ -122,7 +122,8 @@ export class GpuCloudSidebar extends Widget {
       this._totals.hidden = true;
     }
     // On the real cloud a timer set in a kernel lives in that kernel: the sidebar cannot see it.
-    this._note.hidden = !snapshot || !!snapshot.sandbox || !!snapshot.error;
+    // The sandbox service and a gateway (a class's or the user's own) keep them: shown here.
+    this._note.hidden = !snapshot || !!snapshot.sandbox || !!snapshot.error || !!snapshot.gateway;
     const warn = snapshot && !snapshot.error ? warning(snapshot, this.model.warnAfterHours, now) : null;
     this._warning.textContent = warn ?? '';
     this._warning.hidden = warn === null;

@@ -204,6 +204,9 @@ def test_a_launch_shows_in_the_sidebar_and_a_delete_from_it_reaches_the_cloud(
     assert cap in page.locator("#gpucloud-statusbar").get_attribute("title")
     assert cap in sidebar.locator(".gpucloud-Warning").inner_text()
     assert sidebar.locator(".gpucloud-Badge").is_hidden()  # the real cloud: no SANDBOX badge
+    # The gateway keeps the timers set in kernels (the sidebar shows them): no note saying they
+    # live in the kernel.
+    assert sidebar.locator(".gpucloud-Note").is_hidden()
 
     for theme, name in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
         set_theme(page, theme)
@@ -350,9 +353,11 @@ def test_every_text_of_the_sidebar_reads_at_aa_contrast_in_light_and_dark(
             timeout=5_000)
         shot(sidebar, f"gpucloud-contrast-sidebar-{name}")
         shot(page.locator("#jp-main-statusbar"), f"gpucloud-contrast-statusbar-{name}")
-        # The badge shows on the sandbox only: the check shows it here to read its colours too.
+        # The badge shows on the sandbox only, the note on the real cloud without a gateway: the
+        # check shows them here to read their colours too.
         texts = page.evaluate(CONTRAST_JS, [["#gpucloud-sidebar", "#gpucloud-statusbar"],
-                                            "#gpucloud-sidebar .gpucloud-Badge"])
+                                            "#gpucloud-sidebar .gpucloud-Badge, "
+                                            "#gpucloud-sidebar .gpucloud-Note"])
         seen = {t["where"] for t in texts}
         statuses = {t["text"] for t in texts if "Row-status" in t["where"]}
         assert {"pending", "active"} <= statuses, statuses
