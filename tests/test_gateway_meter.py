@@ -43,7 +43,8 @@ def test_a_delete_that_does_not_happen_is_retried_and_shown_to_the_teacher(
             return "unconfirmed" in actions
 
         wait_for(shown, timeout=60)
-        assert deaf_count(deaf) > UNCONFIRMED_AFTER  # asked once, then retried
+        # asked once, then retried: the audit line is written just before the retry it names
+        wait_for(lambda: deaf_count(deaf) > UNCONFIRMED_AFTER, timeout=60)
         row = teacher.get("/gateway/class").json()["accounts"][0]
         assert row["unconfirmedDeletes"] == 1 and row["instances"] == 0
         assert real.get(f"/gpu-cloud/instances/{id}").json()["status"] in ("pending", "active")
