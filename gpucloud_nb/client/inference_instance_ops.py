@@ -25,6 +25,11 @@ Choices where the appendix is silent:
   (per container-hour) times the most containers its scaling allows, whatever its status but
   ``DISABLED``, ``DELETING`` and ``DELETED``; a create is refused before it is sent when that,
   with the GPU instances pending or active, would pass the cap.
+- ``delete_after`` and ``budget`` are handed to a gateway (its ``/gateway/instances/{id}/...``
+  routes take an inference instance's id), which bills the instance per container-hour and
+  deletes it when the time or the budget is up; without a gateway (the sandbox, or the real
+  cloud with ``GPUCLOUD_GATEWAY=off``) they are refused before anything is sent: no kernel
+  thread deletes endpoints.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from typing import Any, Generic, TypeVar
 
 from gpucloud_nb.client._core import Core, D, json_list
 from gpucloud_nb.client._ops import Call, Op, Sleep
+from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.costcap import running_hourly
 from gpucloud_nb.client.instance_ops import path_id
 from gpucloud_nb.display import per_hour
@@ -155,7 +162,18 @@ class InferenceInstanceOps(Generic[D]):
                region: str | Sequence[str] | None, min: int, max: int,
                cooldown: Seconds | None, triggers: Triggers | None,
                envs: Mapping[str, str] | None, startup_command: str | None,
-               timeout: float | None) -> Op[InferenceInstance]:
+               timeout: float | None, delete_after: Seconds | None = None,
+               budget: float | None = None) -> Op[InferenceInstance]:
+        after = None if delete_after is None else seconds(delete_after)
+        dollars = None if budget is None else budget_dollars(budget)
+        if (after is not None or dollars is not None) and not self.core.gateway:
+            if self.core.sandbox is None and self.core.gateway is None:
+                yield from self.core.recognise_gateway()
+            if not self.core.gateway:
+                raise InvalidInputError(
+                    "delete_after and budget of an inference instance are kept by a gateway, and "
+                    "this cloud is not one (a sandbox, or the real cloud with "
+                    "GPUCLOUD_GATEWAY=off); nothing was deployed: delete it yourself.")
         models = yield from self.models()
         hardwares = yield from self.hardwares()
         regions = yield from self.regions()
@@ -191,7 +209,12 @@ class InferenceInstanceOps(Generic[D]):
             yield from self._check_cap(hardware_record, body)
         data = yield from self.core.create_once(INSTANCES_PATH, body, "inference instance",
                                                 "deployed")
-        return InferenceInstance.from_json(data)
+        endpoint = InferenceInstance.from_json(data)
+        if after is not None:
+            self.core.auto_delete.schedule(endpoint.id, after)
+        if dollars is not None:
+            self.core.budgets.set(endpoint.id, dollars)
+        return endpoint
 
     def _check_cap(self, hardware: InferenceHardware, body: Mapping[str, Any]) -> Op[None]:
         cap = self.core.max_hourly_cost

@@ -152,19 +152,23 @@ class InferenceInstances:
                region: str | Sequence[str] | None = None, min: int = 0, max: int = 1,
                cooldown: Seconds | None = None, triggers: Triggers | None = None,
                envs: Mapping[str, str] | None = None, startup_command: str | None = None,
-               timeout: float | None = None) -> InferenceInstance:
+               timeout: float | None = None, delete_after: Seconds | None = None,
+               budget: float | None = None) -> InferenceInstance:
         """Deploy ``model`` (id or name) on ``hardware`` (its default when ``None``) in
         ``region`` (one, several, or the first with capacity), from ``min`` to ``max``
         containers per region. With ``min=0`` it scales to zero after ``cooldown`` seconds
         without requests and the next request wakes it (an ``http`` trigger is needed: the
         default ``triggers`` is ``{"http": 10}``). Checked against the catalogue, and the cost
-        cap, before anything is sent.
+        cap, before anything is sent. Through a gateway, ``delete_after`` (seconds or a
+        ``timedelta``) and ``budget`` (dollars, billed per container-hour) are kept by it, as
+        for GPU instances; elsewhere they are refused before anything is sent.
 
             >>> cloud.inference_instances.create(name="chat", model="sandbox-vision-1",  # doctest: +SKIP
             ...                                  min=0, max=2, cooldown=300)
         """
         return self._run(self._ops.create(name, model, hardware, region, min, max, cooldown,
-                                          triggers, envs, startup_command, timeout))
+                                          triggers, envs, startup_command, timeout,
+                                          delete_after, budget))
 
     def list(self) -> builtins.list[InferenceInstance]:
         """The account's inference instances.
@@ -284,11 +288,12 @@ class AsyncInferenceInstances:
                      region: str | Sequence[str] | None = None, min: int = 0, max: int = 1,
                      cooldown: Seconds | None = None, triggers: Triggers | None = None,
                      envs: Mapping[str, str] | None = None, startup_command: str | None = None,
-                     timeout: float | None = None) -> InferenceInstance:
+                     timeout: float | None = None, delete_after: Seconds | None = None,
+                     budget: float | None = None) -> InferenceInstance:
         """The coroutine twin of :meth:`InferenceInstances.create`."""
         return await self._run(self._ops.create(name, model, hardware, region, min, max,
                                                 cooldown, triggers, envs, startup_command,
-                                                timeout))
+                                                timeout, delete_after, budget))
 
     async def list(self) -> builtins.list[InferenceInstance]:
         """The coroutine twin of :meth:`InferenceInstances.list`."""
