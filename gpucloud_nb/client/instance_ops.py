@@ -115,6 +115,16 @@ class InstanceOps(Generic[D]):
         problems, _ = yield from self.checked(request, keep=False)
         return problems
 
+    def endpoints_hourly(self) -> Op[float]:
+        """The $/h of the account's inference instances at their most containers, which the
+        cap counts with the instances; 0 where the cloud has none (a 404)."""
+        from gpucloud_nb.client.inference_instance_ops import InferenceInstanceOps
+
+        try:
+            return (yield from InferenceInstanceOps(self.core).hourly_worst())
+        except NotFoundError:
+            return 0.0
+
     def checked(self, request: CreateInstance, *,
                 keep: bool) -> Op[tuple[builtins.list[str], int | None]]:
         """:meth:`problems`, the cap counting this client's creates under way; with ``keep``
@@ -130,7 +140,8 @@ class InstanceOps(Generic[D]):
         try:
             running = yield from self.list(None)
             offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
-            problem = holds.reserve(ticket, cap, running, offer, keep=keep)
+            endpoints = yield from self.endpoints_hourly()
+            problem = holds.reserve(ticket, cap, running, offer, keep=keep, endpoints=endpoints)
         except BaseException:
             holds.release(ticket)
             raise
