@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import html
+import inspect
 import logging
 import math
 import re
@@ -557,7 +558,8 @@ class ChatWidget(ChatFields):
         if not callable(waking):
             return
         try:
-            asleep = await asyncio.to_thread(waking)
+            asleep = await waking() if inspect.iscoroutinefunction(waking) \
+                else await asyncio.to_thread(waking)
         except Exception:  # only a courtesy: the request itself says what is wrong
             return
         if asleep:
