@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import html
-import inspect
 import logging
 import math
 import re
@@ -558,8 +557,7 @@ class ChatWidget(ChatFields):
         if not callable(waking):
             return
         try:
-            asleep = await waking() if inspect.iscoroutinefunction(waking) \
-                else await asyncio.to_thread(waking)
+            asleep = await asyncio.to_thread(waking)
         except Exception:  # only a courtesy: the request itself says what is wrong
             return
         if asleep:
