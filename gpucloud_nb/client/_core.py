@@ -45,6 +45,7 @@ from gpucloud_nb.errors import (
     BadRequestError,
     ConnectionFailedError,
     GPUCloudError,
+    InvalidInputError,
     NotFoundError,
     OutcomeUnknownError,
     UnreadableResponseError,
@@ -52,7 +53,7 @@ from gpucloud_nb.errors import (
 from gpucloud_nb.models import InstanceDetails
 
 __all__ = ["CREATE_LOOKUP_SLACK", "DELETE_CONFIRM_SECONDS", "Blocking", "Core", "D", "decode_offers",
-           "json_list", "now", "unreadable"]
+           "json_list", "now", "path_id", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
 #: How long a timed delete may take to show as deleting or deleted before it counts as failed.
@@ -103,6 +104,17 @@ class Blocking:
     delete: Callable[[str], None]
     #: One request to a sandbox-only endpoint, ``send(method, path, body)``: its decoded JSON.
     send: Callable[[str, str, dict[str, Any] | None], Any]
+
+
+def path_id(id: str) -> str:
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
+    return id
 
 
 class Core(Generic[D]):
