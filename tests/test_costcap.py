@@ -243,3 +243,16 @@ def test_a_create_of_unknown_outcome_stays_reserved_for_two_minutes(
     assert "to $1.35/h" in (holds.reserve(holds.open(), 1.0, [], offer) or "")
     clock[0] += costcap.UNCONFIRMED_SECONDS + 1
     assert holds.reserve(holds.open(), 1.0, [], offer) is None
+
+
+def test_a_gpu_instance_create_counts_endpoints_at_their_most_containers(sandbox_factory) -> None:
+    box = sandbox_factory(offers=OFFERS)
+    with capped(box, 3.0) as cloud:
+        # an A10 endpoint that may grow to 2 containers: $1.50/h held, though 1 runs now
+        cloud.inference_instances.create(name="served", model="sandbox-vision-1", min=1, max=2)
+        launch(cloud, "cheap", "fits")  # $1 + $1.50 ≤ $3
+        with pytest.raises(InvalidInputError, match=r"instances and endpoints to \$3\.50/h"):
+            launch(cloud, "cheap", "over")
+        assert [i.name for i in cloud.instances.list()] == ["fits"]
+        cloud.inference_instances.stop("served")  # a stopped endpoint bills nothing
+        launch(cloud, "cheap", "now-fits")

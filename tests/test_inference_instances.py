@@ -82,7 +82,11 @@ def test_stop_refuses_bills_nothing_start_answers_again(cloud: GPUCloud) -> None
     with cloud.inference_instances.chat_client("paused") as chat:
         with pytest.raises(ServerError) as refused:
             chat.chat("Hello")
-        assert "is stopped; start it" in refused.value.message
+        # one sentence, raised at the first answer: asking a stopped endpoint again changes nothing
+        assert refused.value.message == ("Inference instance paused is stopped; start it to send "
+                                         "requests.")
+        with pytest.raises(ServerError, match=r"^Inference instance paused is stopped"):
+            chat.chat("Hello", stream=True)
         with pytest.raises(InstanceFailedError, match="DISABLED"):
             cloud.inference_instances.wait_until_active("paused")
         assert cloud.inference_instances.start("paused").status in ("PENDING", "DEPLOYING",
@@ -172,3 +176,26 @@ def test_the_key_book_by_path_and_by_name(cloud: GPUCloud, tmp_path: Path) -> No
         cloud.ssh_keys.add("oops", private.read_text())
     with pytest.raises(GPUCloudError, match="SSH key laptop not found"):
         cloud.ssh_keys.delete("laptop")
+
+
+def test_the_async_chat_client_says_when_it_is_waking_and_a_stop_is_raised_at_once(
+        box: Sandbox) -> None:
+    async def scenario() -> None:
+        async with AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+            await cloud.inference_instances.create(name="nap", model=MODEL, min=0, max=1,
+                                                   cooldown=0.3)
+            await cloud.inference_instances.wait_until_active("nap", poll_interval=0.05)
+            chat = await cloud.inference_instances.chat_client("nap")
+            async with chat:
+                while not (await cloud.inference_instances.get("nap")).scaled_to_zero:
+                    await asyncio.sleep(0.05)
+                assert chat.endpoint_name == "nap" and await chat.waking() is True
+                assert "2 + 2" in (await chat.chat("What is 2+2?")).text  # the cold start
+                await cloud.inference_instances.stop("nap")
+                assert await chat.waking() is False  # stopped: no start is ahead, a refusal is
+                with pytest.raises(ServerError) as refused:
+                    await chat.chat("Hello")
+                assert refused.value.message == ("Inference instance nap is stopped; start it "
+                                                 "to send requests.")
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -273,3 +273,43 @@ def test_the_ssh_key_book(api: httpx.Client, other: httpx.Client) -> None:
     assert api.delete(f"/gpu-cloud/ssh-keys/{first.json()['_id']}").status_code == 204
     assert [k["name"] for k in api.get("/gpu-cloud/ssh-keys").json()] == ["desk"]
     assert api.delete(f"/gpu-cloud/ssh-keys/{first.json()['_id']}").status_code == 404
+
+
+def test_endpoints_and_the_key_book_survive_a_restart(sandbox_factory: Callable[..., Sandbox],
+                                                      tmp_path: Any) -> None:
+    from gpucloud_nb import GPUCloud
+
+    state = tmp_path / "state.db"
+    first = sandbox_factory(state=state, launch_seconds=0.3, cold_start_seconds=0.5)
+    with GPUCloud(api_key=first.api_key, base_url=first.management_url) as cloud:
+        up = cloud.inference_instances.create(name="up", model="sandbox-vision-1", min=1, max=2,
+                                              cooldown=600)
+        off = cloud.inference_instances.create(name="off", model="sandbox-vision-1", min=1, max=1)
+        cloud.inference_instances.wait_until_active("up", poll_interval=0.05)
+        cloud.inference_instances.stop("off")
+        key = cloud.ssh_keys.add("laptop", ED25519)
+        cloud.ssh_keys.add("desk", RSA)
+        cloud.ssh_keys.make_default("desk")
+        before = httpx.get(f"{first.management_url}/ai-inference/instances/{up.id}",
+                           headers={"x-api-key": first.api_key}).json()["containerHours"]
+        assert before > 0
+    first.stop()
+    second = sandbox_factory(state=state, launch_seconds=0.3, cold_start_seconds=0.5)
+    with GPUCloud(api_key=second.api_key, base_url=second.management_url) as cloud:
+        assert [(e.id, e.name) for e in cloud.inference_instances.list()] == [
+            (up.id, "up"), (off.id, "off")]
+        after = cloud.inference_instances.get("up")
+        assert (after.status, after.ready, after.total) == ("ACTIVE", 1, 1)
+        assert after.containers[0].scale.max == 2
+        assert cloud.inference_instances.get("off").status == "DISABLED"
+        billed = httpx.get(f"{second.management_url}/ai-inference/instances/{up.id}",
+                           headers={"x-api-key": second.api_key}).json()["containerHours"]
+        assert billed > before  # what it billed before the restart is kept, and it goes on
+        with cloud.inference_instances.chat_client("up") as chat:
+            assert "2 + 2" in chat.chat("What is 2+2?").text
+        keys = {k.name: k for k in cloud.ssh_keys.list()}
+        assert set(keys) == {"laptop", "desk"} and keys["desk"].is_default
+        assert keys["laptop"].id == key.id and not keys["laptop"].is_default
+        cloud.inference_instances.start("off")
+        cloud.inference_instances.wait_until_active("off", poll_interval=0.05)
+

@@ -44,13 +44,14 @@ from gpucloud_nb.errors import (
     BadRequestError,
     ConnectionFailedError,
     GPUCloudError,
+    InvalidInputError,
     NotFoundError,
     OutcomeUnknownError,
     UnreadableResponseError,
 )
 
 __all__ = ["CREATE_LOOKUP_SLACK", "Blocking", "Core", "D", "decode_offers",
-           "json_list", "now", "unreadable"]
+           "json_list", "now", "path_id", "unreadable"]
 
 CREATE_LOOKUP_SLACK = timedelta(minutes=2)
 D = TypeVar("D", SyncDriver, AsyncDriver)
@@ -94,6 +95,17 @@ class Blocking:
     #: One request to a gateway's or the sandbox's own endpoint, ``send(method, path, body)``:
     #: its decoded JSON.
     send: Callable[[str, str, dict[str, Any] | None], Any]
+
+
+def path_id(id: str) -> str:
+    """``id`` as one path segment, or InvalidInputError before anything is sent."""
+    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
+        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
+    odd = sorted({c for c in id if c in "/?#"})
+    if odd:
+        shown = ", ".join(repr(c) for c in odd)
+        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
+    return id
 
 
 class Core(Generic[D]):

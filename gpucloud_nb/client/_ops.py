@@ -174,6 +174,17 @@ _UPLOAD_TOO_LARGE = ("too large", "too big", "exceeds")
 _UPLOAD_BAD_TYPE = ("unsupported", "not supported", "invalid file type", "invalid format")
 
 
+FINAL_CODES = frozenset({"endpoint_stopped", "endpoint_failed"})
+"""OpenAI error codes (``{"error": {"code": ...}}``) of an inference endpoint that will not answer
+however often it is asked (stopped, or failed to deploy): raised at once, never retried, its
+message the server's one sentence."""
+
+
+def _final_code(body: Any) -> bool:
+    inner = body.get("error") if isinstance(body, Mapping) else None
+    return isinstance(inner, Mapping) and inner.get("code") in FINAL_CODES
+
+
 def error_from_response(
     response: httpx.Response,
     *,
@@ -239,6 +250,8 @@ def error_from_response(
         cls = errors.ServerError
         detail = f": {_sentence(server_message)}" if server_message else "."
         message = f"The server failed ({status}){detail}"
+        if flavor == "inference" and server_message and _final_code(body):
+            message = _sentence(server_message)  # "Inference instance chat is stopped; ..."
     else:
         cls = errors.BadRequestError
         if status == 413 or any(word in lowered for word in _UPLOAD_TOO_LARGE):
@@ -293,7 +306,8 @@ def send(
     Only a 2xx is a success: a 3xx raises :class:`~gpucloud_nb.errors.RedirectError` naming
     where it points (a redirect is not followed, and a 301 with no body is not a done delete).
 
-    Idempotent calls retry on 429 (honouring ``Retry-After``), 5xx and connection errors. A call
+    Idempotent calls retry on 429 (honouring ``Retry-After``), 5xx and connection errors, except
+    an endpoint's answer that it is stopped or failed (:data:`FINAL_CODES`), raised at once. A call
     that is not idempotent (a create) retries only when the server surely did not act on it (a
     connection never made, a 429) and otherwise raises
     :class:`~gpucloud_nb.errors.OutcomeUnknownError`, so the caller can look for what the lost
@@ -330,6 +344,8 @@ def send(
                 ) from None
 
         error = error_from_response(response, flavor=flavor, what=call.what, secrets=secrets)
+        if _final_code(error.body):
+            raise error  # a stopped or failed endpoint: asking again changes nothing
         retryable = response.status_code == 429 or response.status_code >= 500
         if retryable and not call.idempotent and response.status_code != 429:
             raise errors.OutcomeUnknownError(error.message, last_status=response.status_code)

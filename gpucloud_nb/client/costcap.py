@@ -76,12 +76,14 @@ def running_hourly(cap: float, instances: Iterable[Instance]) -> tuple[float, st
 
 
 def cap_problem(cap: float | None, running: Iterable[Instance],
-                offer: InstanceOffer, count: int = 1, reserved: float = 0.0) -> str | None:
+                offer: InstanceOffer, count: int = 1, reserved: float = 0.0,
+                endpoints: float = 0.0) -> str | None:
     """``None`` when launching ``count`` of ``offer`` keeps pending and active instances within
     ``cap`` (a cluster's instances count as one launch, checked before the first is sent).
 
     ``running`` is the instances as listed (``cloud.instances.list()``), ``reserved`` the $/h
-    of creates under way that the listing does not show yet. Otherwise one sentence: the total
+    of creates under way that the listing does not show yet, ``endpoints`` the $/h of the
+    inference instances at their most containers. Otherwise one sentence: the total
     over the cap, or the instance or offer whose price is missing, non-finite or negative.
 
         >>> cap_problem(10.0, [], InstanceOffer(instance_id="h100-1x", hourly_price=3.0), count=4)
@@ -97,12 +99,13 @@ def cap_problem(cap: float | None, running: Iterable[Instance],
         seller = f" from {offer.cloud.name}" if offer.cloud.name else ""
         return (f"Offer {offer.instance_id!r}{seller} has "
                 f"{_shown(offer.hourly_price)}, {_why(cap)}.")
-    total = used + reserved + count * price
+    total = used + reserved + endpoints + count * price
     if total > cap + 1e-9:
         what = "this" if count == 1 else f"{count} × this"
         under_way = " and those being launched" if reserved else ""
+        served = " and endpoints" if endpoints else ""
         return (f"Launching {what} {per_hour(price)} offer would bring pending and active "
-                f"instances{under_way} to {per_hour(total)}, above the cap of {per_hour(cap)} "
+                f"instances{under_way}{served} to {per_hour(total)}, above the cap of {per_hour(cap)} "
                 "(max_hourly_cost).")
     return None
 
@@ -147,9 +150,11 @@ class Reservations:
             return ticket
 
     def reserve(self, ticket: int, cap: float, listed: Iterable[Instance],
-                offer: InstanceOffer, count: int = 1, *, keep: bool = True) -> str | None:
+                offer: InstanceOffer, count: int = 1, *, keep: bool = True,
+                endpoints: float = 0.0) -> str | None:
         """:func:`cap_problem` for ``listed`` (listed after :meth:`open` gave ``ticket``) plus
-        the creates under way that it does not show; when ``None`` and ``keep``, ``count`` ×
+        the creates under way that it does not show (and ``endpoints``: the inference instances'
+        $/h at their most containers); when ``None`` and ``keep``, ``count`` ×
         the offer's price stays reserved under ``ticket``. A refused ticket is closed."""
         listed = list(listed)
         shown = {item.id for item in listed}
@@ -158,7 +163,8 @@ class Reservations:
             self._listing.discard(ticket)
             reserved = sum(hold.dollars for hold in self._holds.values()
                            if hold.instance_id is None or hold.instance_id not in shown)
-            problem = cap_problem(cap, listed, offer, count, reserved=reserved)
+            problem = cap_problem(cap, listed, offer, count, reserved=reserved,
+                                  endpoints=endpoints)
             if problem is None and keep:
                 self._holds[ticket] = _Hold(count * (hourly_price(offer.hourly_price) or 0.0))
             return problem

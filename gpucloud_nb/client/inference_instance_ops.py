@@ -25,21 +25,27 @@ Choices where the appendix is silent:
   (per container-hour) times the most containers its scaling allows, whatever its status but
   ``DISABLED``, ``DELETING`` and ``DELETED``; a create is refused before it is sent when that,
   with the GPU instances pending or active, would pass the cap.
+- ``delete_after`` and ``budget`` are handed to a gateway (its ``/gateway/instances/{id}/...``
+  routes take an inference instance's id), which bills the instance per container-hour and
+  deletes it when the time or the budget is up; without a gateway (the sandbox, or the real
+  cloud with ``GPUCLOUD_GATEWAY=off``) they are refused before anything is sent: no kernel
+  thread deletes endpoints.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from gpucloud_nb.client._core import Core, D, json_list
-from gpucloud_nb.client._ops import Call, Op, Sleep
+from gpucloud_nb.client._core import Core, D, json_list, path_id
+from gpucloud_nb.client._ops import Call, Op
+from gpucloud_nb.client.autodelete import seconds
+from gpucloud_nb.client.budgets import budget_dollars
 from gpucloud_nb.client.costcap import running_hourly
-from gpucloud_nb.client.instance_ops import path_id
+from gpucloud_nb.client.waiting import poll_until
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.errors import (
     APIError,
@@ -47,7 +53,6 @@ from gpucloud_nb.errors import (
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
-    WaitTimeoutError,
 )
 from gpucloud_nb.inference_records import (
     FAILED_STATUSES,
@@ -155,7 +160,18 @@ class InferenceInstanceOps(Generic[D]):
                region: str | Sequence[str] | None, min: int, max: int,
                cooldown: Seconds | None, triggers: Triggers | None,
                envs: Mapping[str, str] | None, startup_command: str | None,
-               timeout: float | None) -> Op[InferenceInstance]:
+               timeout: float | None, delete_after: Seconds | None = None,
+               budget: float | None = None) -> Op[InferenceInstance]:
+        after = None if delete_after is None else seconds(delete_after)
+        dollars = None if budget is None else budget_dollars(budget)
+        if (after is not None or dollars is not None) and not self.core.gateway:
+            if self.core.sandbox is None and self.core.gateway is None:
+                yield from self.core.recognise_gateway()
+            if not self.core.gateway:
+                raise InvalidInputError(
+                    "delete_after and budget of an inference instance are kept by a gateway, and "
+                    "this cloud is not one (a sandbox, or the real cloud with "
+                    "GPUCLOUD_GATEWAY=off); nothing was deployed: delete it yourself.")
         models = yield from self.models()
         hardwares = yield from self.hardwares()
         regions = yield from self.regions()
@@ -191,7 +207,12 @@ class InferenceInstanceOps(Generic[D]):
             yield from self._check_cap(hardware_record, body)
         data = yield from self.core.create_once(INSTANCES_PATH, body, "inference instance",
                                                 "deployed")
-        return InferenceInstance.from_json(data)
+        endpoint = InferenceInstance.from_json(data)
+        if after is not None:
+            self.core.auto_delete.schedule(endpoint.id, after)
+        if dollars is not None:
+            self.core.budgets.set(endpoint.id, dollars)
+        return endpoint
 
     def _check_cap(self, hardware: InferenceHardware, body: Mapping[str, Any]) -> Op[None]:
         cap = self.core.max_hourly_cost
@@ -327,28 +348,25 @@ class InferenceInstanceOps(Generic[D]):
     def wait_until_active(self, given: str, timeout: float,
                           on_progress: EndpointProgress | None, poll_interval: float,
                           max_poll_interval: float) -> Op[InferenceInstanceDetails]:
-        start = time.monotonic()
-        interval = poll_interval
         details = yield from self.get(given)
-        while True:
-            elapsed = time.monotonic() - start
-            if on_progress is not None:
-                on_progress(details, elapsed)
+
+        def settled(details: InferenceInstanceDetails) -> bool:
             status = details.status.upper()
-            if status == "ACTIVE":
-                return details
-            name = details.name or details.id
             if status in FAILED_STATUSES:
                 errors = "; ".join(c.error_message for c in details.containers if c.error_message)
                 why = f" ({errors.rstrip('.')})" if errors else ""
-                raise InstanceFailedError(
-                    f"Inference instance {name} is {status}{why}; it will not become active.")
-            if elapsed >= timeout:
-                raise WaitTimeoutError(
-                    f"Inference instance {name} is still {status} ({details.ready}/"
-                    f"{details.total} containers ready) after {timeout:g} s; it may yet become "
-                    "active: wait again or check inference_instances.get().")
-            yield Sleep(builtins.min(interval, builtins.max(timeout - elapsed, 0.0)))
-            interval = builtins.min(interval * 1.5, max_poll_interval)
-            details = yield from self._get(details.id)
+                raise InstanceFailedError(f"Inference instance {details.name or details.id} is "
+                                          f"{status}{why}; it will not become active.")
+            return status == "ACTIVE"
+
+        def late(details: InferenceInstanceDetails, timeout: float) -> str:
+            return (f"Inference instance {details.name or details.id} is still "
+                    f"{details.status.upper()} ({details.ready}/{details.total} containers "
+                    f"ready) after {timeout:g} s; it may yet become active: wait again or check "
+                    "inference_instances.get().")
+
+        return (yield from poll_until(details, lambda d: self._get(d.id), settled, late,
+                                      timeout=timeout, on_progress=on_progress,
+                                      poll_interval=poll_interval,
+                                      max_poll_interval=max_poll_interval))
 

@@ -29,7 +29,7 @@ Choices where the appendix is silent:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpucloud_nb._secrets import Secret
@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["AsyncInferenceInstances", "EndpointClient", "EndpointProgress", "InferenceInstances"]
+__all__ = ["AsyncEndpointClient", "AsyncInferenceInstances", "EndpointClient", "EndpointProgress",
+           "InferenceInstances"]
 
 
 def _address(details: InferenceInstanceDetails) -> str:
@@ -89,6 +90,29 @@ class EndpointClient(InferenceClient):
         """True when the next request waits for a container to start (scaled to zero, or
         deploying): one request to the management API."""
         details = self._details()
+        return details.ready == 0 and details.status.upper() not in FAILED_STATUSES
+
+
+class AsyncEndpointClient(AsyncInferenceClient):
+    """The coroutine twin of :class:`EndpointClient`: an
+    :class:`~gpucloud_nb.client.inference.AsyncInferenceClient` whose ``waking()`` is awaited.
+
+        >>> chat = await acloud.inference_instances.chat_client("sleepy")  # doctest: +SKIP
+        >>> await chat.waking()  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, address: str, key: Secret, name: str,
+                 details: Callable[[], Awaitable[InferenceInstanceDetails]]) -> None:
+        super().__init__(address, key)
+        #: The inference instance's name.
+        self.endpoint_name = name
+        self._details = details
+
+    async def waking(self) -> bool:
+        """True when the next request waits for a container to start (scaled to zero, or
+        deploying): one request to the management API."""
+        details = await self._details()
         return details.ready == 0 and details.status.upper() not in FAILED_STATUSES
 
 
@@ -152,19 +176,23 @@ class InferenceInstances:
                region: str | Sequence[str] | None = None, min: int = 0, max: int = 1,
                cooldown: Seconds | None = None, triggers: Triggers | None = None,
                envs: Mapping[str, str] | None = None, startup_command: str | None = None,
-               timeout: float | None = None) -> InferenceInstance:
+               timeout: float | None = None, delete_after: Seconds | None = None,
+               budget: float | None = None) -> InferenceInstance:
         """Deploy ``model`` (id or name) on ``hardware`` (its default when ``None``) in
         ``region`` (one, several, or the first with capacity), from ``min`` to ``max``
         containers per region. With ``min=0`` it scales to zero after ``cooldown`` seconds
         without requests and the next request wakes it (an ``http`` trigger is needed: the
         default ``triggers`` is ``{"http": 10}``). Checked against the catalogue, and the cost
-        cap, before anything is sent.
+        cap, before anything is sent. Through a gateway, ``delete_after`` (seconds or a
+        ``timedelta``) and ``budget`` (dollars, billed per container-hour) are kept by it, as
+        for GPU instances; elsewhere they are refused before anything is sent.
 
             >>> cloud.inference_instances.create(name="chat", model="sandbox-vision-1",  # doctest: +SKIP
             ...                                  min=0, max=2, cooldown=300)
         """
         return self._run(self._ops.create(name, model, hardware, region, min, max, cooldown,
-                                          triggers, envs, startup_command, timeout))
+                                          triggers, envs, startup_command, timeout,
+                                          delete_after, budget))
 
     def list(self) -> builtins.list[InferenceInstance]:
         """The account's inference instances.
@@ -284,11 +312,12 @@ class AsyncInferenceInstances:
                      region: str | Sequence[str] | None = None, min: int = 0, max: int = 1,
                      cooldown: Seconds | None = None, triggers: Triggers | None = None,
                      envs: Mapping[str, str] | None = None, startup_command: str | None = None,
-                     timeout: float | None = None) -> InferenceInstance:
+                     timeout: float | None = None, delete_after: Seconds | None = None,
+                     budget: float | None = None) -> InferenceInstance:
         """The coroutine twin of :meth:`InferenceInstances.create`."""
         return await self._run(self._ops.create(name, model, hardware, region, min, max,
                                                 cooldown, triggers, envs, startup_command,
-                                                timeout))
+                                                timeout, delete_after, budget))
 
     async def list(self) -> builtins.list[InferenceInstance]:
         """The coroutine twin of :meth:`InferenceInstances.list`."""
@@ -324,8 +353,10 @@ class AsyncInferenceInstances:
         return await self._run(self._ops.wait_until_active(id, timeout, on_progress,
                                                            poll_interval, max_poll_interval))
 
-    async def chat_client(self, id: str) -> AsyncInferenceClient:
+    async def chat_client(self, id: str) -> AsyncEndpointClient:
         """The coroutine twin of :meth:`InferenceInstances.chat_client`: an
-        :class:`~gpucloud_nb.client.inference.AsyncInferenceClient` (without ``waking``)."""
+        :class:`AsyncEndpointClient`, whose ``await waking()`` says whether a cold start is
+        ahead."""
         details = await self.get(id)
-        return AsyncInferenceClient(_address(details), self._core.key)
+        return AsyncEndpointClient(_address(details), self._core.key, details.name or details.id,
+                                   lambda: self.get(details.id))

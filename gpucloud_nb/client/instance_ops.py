@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import builtins
 import math
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpucloud_nb import rules
 from gpucloud_nb.client import changes, gateway, key_book
 from gpucloud_nb.client import create as creating
-from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, unreadable
-from gpucloud_nb.client._ops import Call, Op, Sleep
+from gpucloud_nb.client._core import Core, D, decode_offers, json_list, now, path_id, unreadable
+from gpucloud_nb.client._ops import Call, Op
 from gpucloud_nb.client.remote import default_public_key
+from gpucloud_nb.client.waiting import poll_until
 from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.errors import (
     APIError,
@@ -38,7 +38,6 @@ from gpucloud_nb.errors import (
     InstanceFailedError,
     InvalidInputError,
     NotFoundError,
-    WaitTimeoutError,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer
 
@@ -53,17 +52,6 @@ __all__ = ["DEPLOYMENT_TYPES", "OFFERS_PATH", "InstanceOps", "ProgressCallback",
 DEPLOYMENT_TYPES = ("vm", "container", "baremetal")
 ProgressCallback = Callable[[InstanceDetails, float], Any]
 OFFERS_PATH = "/gpu-cloud/instances/offers"
-
-
-def path_id(id: str) -> str:
-    """``id`` as one path segment, or InvalidInputError before anything is sent."""
-    if not isinstance(id, str) or not id.strip() or id in (".", ".."):
-        raise InvalidInputError(f"{id!r} is not a valid id: give the id of an instance or volume.")
-    odd = sorted({c for c in id if c in "/?#"})
-    if odd:
-        shown = ", ".join(repr(c) for c in odd)
-        raise InvalidInputError(f"{id!r} is not a valid id: an id cannot hold {shown}.")
-    return id
 
 
 def offer_params(
@@ -113,6 +101,16 @@ class InstanceOps(Generic[D]):
         problems, _ = yield from self.checked(request, keep=False)
         return problems
 
+    def endpoints_hourly(self) -> Op[float]:
+        """The $/h of the account's inference instances at their most containers, which the
+        cap counts with the instances; 0 where the cloud has none (a 404)."""
+        from gpucloud_nb.client.inference_instance_ops import InferenceInstanceOps
+
+        try:
+            return (yield from InferenceInstanceOps(self.core).hourly_worst())
+        except NotFoundError:
+            return 0.0
+
     def checked(self, request: CreateInstance, *,
                 keep: bool) -> Op[tuple[builtins.list[str], int | None]]:
         """:meth:`problems`, the cap counting this client's creates under way; with ``keep``
@@ -128,7 +126,8 @@ class InstanceOps(Generic[D]):
         try:
             running = yield from self.list(None)
             offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
-            problem = holds.reserve(ticket, cap, running, offer, keep=keep)
+            endpoints = yield from self.endpoints_hourly()
+            problem = holds.reserve(ticket, cap, running, offer, keep=keep, endpoints=endpoints)
         except BaseException:
             holds.release(ticket)
             raise
@@ -258,28 +257,23 @@ class InstanceOps(Generic[D]):
 
     def wait_until_active(self, id: str, timeout: float, on_progress: ProgressCallback | None,
                           poll_interval: float, max_poll_interval: float) -> Op[InstanceDetails]:
-        start = time.monotonic()
-        interval = poll_interval
         details = yield from self.get(id)
-        id = details.id
-        while True:
-            elapsed = time.monotonic() - start
-            if on_progress is not None:
-                on_progress(details, elapsed)
-            if details.status == "active":
-                return details
+
+        def settled(details: InstanceDetails) -> bool:
             if details.status in ("error", "deleting", "deleted"):
-                raise InstanceFailedError(
-                    f"Instance {details.name or id} is {details.status}; it will not become active."
-                )
-            if elapsed >= timeout:
-                raise WaitTimeoutError(
-                    f"Instance {details.name or id} is still {details.status} after {timeout:g} s; "
-                    "it may yet become active: wait again or check instances.get()."
-                )
-            yield Sleep(min(interval, max(timeout - elapsed, 0.0)))
-            interval = min(interval * 1.5, max_poll_interval)
-            details = yield from self._get(id)
+                raise InstanceFailedError(f"Instance {details.name or details.id} is "
+                                          f"{details.status}; it will not become active.")
+            return details.status == "active"
+
+        def late(details: InstanceDetails, timeout: float) -> str:
+            return (f"Instance {details.name or details.id} is still {details.status} after "
+                    f"{timeout:g} s; it may yet become active: wait again or check "
+                    "instances.get().")
+
+        return (yield from poll_until(details, lambda d: self._get(d.id), settled, late,
+                                      timeout=timeout, on_progress=on_progress,
+                                      poll_interval=poll_interval,
+                                      max_poll_interval=max_poll_interval))
 
     def spend(self, include_deleted: bool) -> Op[pandas.DataFrame]:
         data = yield from self.core.send(Call("GET", "/gpu-cloud/instances"))

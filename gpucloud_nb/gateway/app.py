@@ -27,6 +27,7 @@ from starlette.responses import Response
 from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
+from gpucloud_nb.gateway.endpoint_routes import endpoint_routes
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
 from gpucloud_nb.gateway.gpu_reader import GPUReader
 from gpucloud_nb.gateway.hub import strip_prefix
@@ -95,7 +96,8 @@ def create_app(config: GatewayConfig) -> Any:
             if roster is not None:
                 await roster.hub.aclose()
 
-    app = Starlette(routes=extra + cloud_routes(gate) + gateway_routes(gate) + timer_routes(gate)
+    app = Starlette(routes=extra + cloud_routes(gate) + endpoint_routes(gate) + gateway_routes(gate)
+                    + timer_routes(gate)
                     + budget_routes(gate) + idle_routes(gate, meter.idle),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=lifespan)

@@ -4,7 +4,7 @@
 
 The sandbox's budget routes (:mod:`gpucloud_nb.sandbox.budgets`), mirrored under ``/gateway/``,
 so a client asks the gateway exactly as it asks the sandbox service; each key sees only its own
-instances:
+instances (an inference instance's id is taken as well, its cost its container-hours):
 
 - ``PUT /gateway/instances/{id}/budget`` with ``{"dollars": D}``: 200 with its state; 404 for an
   instance the key does not own, 400 for a bad ``dollars``, an instance already deleting or
@@ -34,7 +34,7 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway import money
 from gpucloud_nb.gateway.cloud_routes import Gate
 from gpucloud_nb.gateway.keys import Person
-from gpucloud_nb.gateway.store import Owned
+from gpucloud_nb.gateway.store import Owned, Store
 from gpucloud_nb.sandbox.http import Problem, json_response, now_ms, read_json_object
 
 __all__ = ["WARN_SHARE", "budget_routes", "instance_state"]
@@ -43,15 +43,15 @@ WARN_SHARE = 0.8
 GONE = ("deleting", "deleted")
 
 
-def instance_state(record: Owned, dollars: float, now: int) -> dict[str, Any]:
+def instance_state(store: Store, record: Owned, dollars: float, now: int) -> dict[str, Any]:
     """Where ``record`` stands against its budget of ``dollars``, as the sandbox answers it.
 
-        >>> from gpucloud_nb.gateway.store import Owned
+        >>> from gpucloud_nb.gateway.store import Owned, Store
         >>> r = Owned("i-1", "instance", "a", "job", 2.0, 0, None, "active", False, None, None)
-        >>> instance_state(r, 1.0, 1_800_000)["warning"]
+        >>> instance_state(Store(":memory:"), r, 1.0, 1_800_000)["warning"]
         True
     """
-    spent = money.cost(record, now)
+    spent = money.cost_of(store, record, now)
     status = "deleting" if record.delete_asked_ms is not None and record.status not in GONE \
         else record.status
     return {"instanceId": record.id, "dollars": dollars, "spend": round(spent, 6),
@@ -65,8 +65,8 @@ def budget_routes(gate: Gate) -> list[BaseRoute]:
 
     def owned(request: Request, person: Person) -> Owned:
         id = str(request.path_params["id"])
-        found = next((r for r in store.owned(person.account) if r.id == id), None)
-        if found is None:
+        found = store.find(id)
+        if found is None or found.account != person.account or found.kind == "volume":
             raise Problem(404, f"Instance {id} not found.")
         return found
 
@@ -85,16 +85,16 @@ def budget_routes(gate: Gate) -> list[BaseRoute]:
         if record.status in GONE or record.delete_asked_ms is not None:
             raise Problem(400, f"Instance {record.id} is already deleted or being deleted.")
         now = now_ms()
-        spent = money.cost(record, now)
+        spent = money.cost_of(store, record, now)
         if spent >= dollars:
             raise Problem(400, f"Instance {record.id} has already cost {format_price(spent)}, "
                                f"more than a budget of {format_price(float(dollars))}.")
         store.set_budget(record.id, person.account, float(dollars))
-        return json_response(instance_state(record, float(dollars), now))
+        return json_response(instance_state(store, record, float(dollars), now))
 
     async def get(request: Request, person: Person) -> Response:
         record = owned(request, person)
-        return json_response(instance_state(record, dollars_of(record), now_ms()))
+        return json_response(instance_state(store, record, dollars_of(record), now_ms()))
 
     async def cancel(request: Request, person: Person) -> Response:
         record = owned(request, person)
@@ -104,14 +104,15 @@ def budget_routes(gate: Gate) -> list[BaseRoute]:
 
     async def listing(request: Request, person: Person) -> Response:
         now = now_ms()
-        records = {r.id: r for r in store.owned(person.account)}
+        records = {r.id: r for r in store.owned(person.account)
+                   + store.owned(person.account, "endpoint")}
         account = None
         if person.budget is not None:
             spent = money.spend(store.billed(person.account), now, person.period)
             account = {"budget": person.budget, "spend": round(spent, 6),
                        "left": round(max(person.budget - spent, 0.0), 6)}
         return json_response({"account": account, "instances": [
-            instance_state(records[id], dollars, now)
+            instance_state(store, records[id], dollars, now)
             for id, _, dollars in store.budgets(person.account) if id in records]})
 
     return [

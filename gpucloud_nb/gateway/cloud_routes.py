@@ -133,6 +133,25 @@ class Gate:
                           headers={"Retry-After": str(wait)})
         times.append(now)
 
+    async def admitted(self, person: Person, name: str, price: float) -> int:
+        """A create of ``price`` $/h admitted against ``person``'s budget (its reservation), once
+        no one else's of ``name`` is in flight; a 402 or 409 :class:`Problem` otherwise."""
+        waited = time.monotonic()
+        while True:
+            try:
+                return money.admit(self.store, person, name, price, self.config.reserve_hours,
+                                   now_ms())
+            except money.BudgetRefused as refused:
+                self.store.audit(now_ms(), person.account, "refused", name, str(refused))
+                raise Problem(402, str(refused)) from None
+            except money.NameInFlight:
+                if time.monotonic() - waited > SAME_NAME_WAIT:
+                    raise Problem(409, f"Someone else's create named {name!r} is still being "
+                                       "settled with the upstream; nothing was launched: try "
+                                       "again in a minute or choose another name.",
+                                  headers={"Retry-After": "60"}) from None
+                await asyncio.sleep(0.05)
+
 
 def json_text(data: Any) -> str:
     """``data`` as compact JSON text."""
@@ -214,7 +233,7 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             body["vm"] = {**vm, "base64CloudInitScript": with_gateway_key(
                 vm.get("base64CloudInitScript") if isinstance(vm.get("base64CloudInitScript"), str)
                 else None, gate.public_key)}
-        rid = await admitted(person, name, price)
+        rid = await gate.admitted(person, name, price)
         if idle is not None:
             store.reserve_idle(rid, idle)  # kept with the reservation, adopted or answered
         gate.meter.inflight.add(rid)
@@ -231,24 +250,6 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             return gate.relay(status, data, request)
         finally:
             gate.meter.inflight.discard(rid)
-
-    async def admitted(person: Person, name: str, price: float) -> int:
-        """The create admitted (its reservation), once no one else's of ``name`` is in flight."""
-        waited = time.monotonic()
-        while True:
-            try:
-                return money.admit(store, person, name, price, gate.config.reserve_hours,
-                                   now_ms())
-            except money.BudgetRefused as refused:
-                store.audit(now_ms(), person.account, "refused", name, str(refused))
-                raise Problem(402, str(refused)) from None
-            except money.NameInFlight:
-                if time.monotonic() - waited > SAME_NAME_WAIT:
-                    raise Problem(409, f"Someone else's create named {name!r} is still being "
-                                       "settled with the upstream; nothing was launched: try "
-                                       "again in a minute or choose another name.",
-                                  headers={"Retry-After": "60"}) from None
-                await asyncio.sleep(0.05)
 
     personal = gate.config.personal
 

@@ -10,11 +10,13 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
   again, so each is counted once. One missing from the list is read by id; a 404 is final too.
 - **steps the idle clocks** (:mod:`gpucloud_nb.gateway.idle`): deletes what is idle past its
   limit (audit reason ``idle``);
+- **meters inference instances** (:mod:`gpucloud_nb.gateway.endpoint_meter`): their containers
+  times the price per container, as billing spans;
 - **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
   ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
-- **deletes at 100 %**: a person whose spend reaches their budget has every instance deleted
-  (audit reason ``budget spent``), and an instance whose own cost reaches its own budget
-  (:mod:`gpucloud_nb.gateway.budgets`) is deleted (audit reason ``instance budget spent``);
+- **deletes at 100 %**: a person whose spend reaches their budget has every instance and
+  inference instance deleted (audit reason ``budget spent``), and one whose own cost reaches its
+  own budget (:mod:`gpucloud_nb.gateway.budgets`) is deleted (audit reason ``instance budget spent``);
 - **confirms deletes**: a delete the gateway asked for is sent again each tick until the
   upstream reports the instance ``deleting`` or ``deleted`` (or 404); until then the teacher's
   view counts it as ``unconfirmedDeletes``, and after :data:`UNCONFIRMED_AFTER` retries the audit
@@ -37,6 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from gpucloud_nb.gateway import money
+from gpucloud_nb.gateway.endpoint_meter import ENDPOINT, meter_endpoints, upstream_path
 from gpucloud_nb.gateway.idle import IdleWatch
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.store import Owned, Store
@@ -64,6 +67,11 @@ def parse_ms(text: Any) -> int | None:
         return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
+
+
+def _path(record: Owned) -> str:
+    return upstream_path(record.id) if record.kind == ENDPOINT \
+        else f"/gpu-cloud/instances/{record.id}"
 
 
 class Meter:
@@ -99,32 +107,33 @@ class Meter:
         for record in self.store.owned():
             if not record.final:
                 await self._meter(record, listed.get(record.id), now)
+        await meter_endpoints(self.store, self.upstream, now)
         self._reconcile(listed, now)
         for id, _, at in self.store.timers():
             if at <= now:
-                due = next((r for r in self.store.owned() if r.id == id), None)
+                due = self.store.find(id)
                 if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
                     await self.delete(due, "delete_after timer", "gateway")
                 self.store.drop_timer(id)
         if self.idle is not None:
             await self.idle.step(listed)
-        by_id = {record.id: record for record in self.store.owned()}
+        by_id = {record.id: record for record in self._deletable()}
         for id, _, dollars in self.store.budgets():
             capped = by_id.get(id)
             if capped is not None and capped.delete_asked_ms is None \
                     and capped.status not in (*_GONE, "error") \
-                    and money.cost(capped, now) >= dollars:
+                    and money.cost_of(self.store, capped, now) >= dollars:
                 await self.delete(capped, "instance budget spent", "gateway")
         for person in self.keyring.people:
             if person.budget is None:
                 continue
-            records = self.store.owned(person.account)
+            records = self._deletable(person.account)
             if money.spend(self.store.billed(person.account), now, person.period) \
                     >= person.budget:
                 for record in records:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
                         await self.delete(record, "budget spent", "gateway")
-        for record in self.store.owned():
+        for record in self._deletable():
             if record.delete_asked_ms is None:
                 continue
             if record.status in _GONE or record.final:
@@ -138,7 +147,11 @@ class Meter:
                                  f"the upstream took the delete {tries} times and still bills; "
                                  "retrying")
             with contextlib.suppress(UpstreamUnreachable):
-                await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
+                await self.upstream.call("DELETE", _path(record))
+
+    def _deletable(self, account: str | None = None) -> list[Owned]:
+        """The instances and inference instances of ``account`` (or everyone's)."""
+        return self.store.owned(account) + self.store.owned(account, ENDPOINT)
 
     async def _meter(self, record: Owned, item: dict[str, Any] | None, now: int) -> None:
         if item is None:
@@ -197,7 +210,7 @@ class Meter:
         self.store.ask_delete(record.id, now, reason)
         self.store.audit(now, record.account, "deleted", record.id, f"{reason} (by {actor})")
         try:
-            status, _ = await self.upstream.call("DELETE", f"/gpu-cloud/instances/{record.id}")
+            status, _ = await self.upstream.call("DELETE", _path(record))
         except UpstreamUnreachable:
             return False
         return status in (200, 202, 204, 404)

@@ -5,6 +5,9 @@
 
 Spend is the upstream's hourly price × the time from the instance's ``createdAt`` to its
 ``deletedAt`` (or now), read from the upstream's records by :mod:`gpucloud_nb.gateway.meter`.
+An inference instance bills per container-hour: its spans (the price per container × the
+containers the upstream reports, each poll) are in its owner's spend like an instance's time
+(:mod:`gpucloud_nb.gateway.endpoint_routes`).
 Choices (the spec does not say when billing starts): pending time is billed, erring high so a
 budget is never overshot; an instance in ``error`` costs nothing. A volume costs its offer's
 ``pricePerGbPerHour`` × its ``sizeInGb`` per hour, from its ``createdAt`` until it is deleted
@@ -16,10 +19,11 @@ student's data): a volume goes on billing until its owner deletes it. With a
 00:00 UTC) counts, so a budget resets without any job having to run at midnight.
 
 **Held at launch.** :func:`admit` lets a create through only if the budget left covers the hourly
-price of everything the person already runs (instances not deleted, and creates admitted but not
-answered yet) plus the new instance, for ``reserve_hours``. Its read, check and insert are one
-``BEGIN IMMEDIATE`` transaction, so concurrent creates of one key never overshoot. A refusal is
-:class:`BudgetRefused`, answered 402 (Payment Required) with one sentence naming the dollars left.
+price of everything the person already runs (instances not deleted, inference instances at their
+most containers (:func:`held`), and creates admitted but not answered yet) plus the new instance,
+for ``reserve_hours``. Its read, check and insert are one ``BEGIN IMMEDIATE`` transaction, so
+concurrent creates of one key never overshoot. A refusal is :class:`BudgetRefused`, answered 402
+(Payment Required) with one sentence naming the dollars left.
 
 **One name in flight.** Two people's creates of one name are never both admitted and unanswered:
 the second waits until the first is answered (:class:`NameInFlight`). A create whose answer is
@@ -36,8 +40,8 @@ from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.store import Owned, Store
 
-__all__ = ["BILLING_STOPPED", "BudgetRefused", "NameInFlight", "admit", "check_volume", "left", "per_hour",
-           "spend", "volume_price", "window_start"]
+__all__ = ["BILLING_STOPPED", "BudgetRefused", "NameInFlight", "admit", "check_volume",
+           "cost_of", "held", "left", "per_hour", "spend", "volume_price", "window_start"]
 
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
@@ -71,6 +75,14 @@ def cost(record: Owned, now: int, since: int = 0) -> float:
     return max(end - start, 0) / HOUR_MS * record.price
 
 
+def cost_of(store: Store, record: Owned, now: int) -> float:
+    """Dollars ``record`` has cost by ``now``: an inference instance's its spans', any other
+    its own (:func:`cost`)."""
+    if record.kind == "endpoint":
+        return sum(cost(span, now) for span in store.spans(record.id))
+    return cost(record, now)
+
+
 def spend(records: Iterable[Owned], now: int, period: str = "") -> float:
     """Dollars spent by ``records`` in the current window of ``period``."""
     since = window_start(period, now)
@@ -80,6 +92,21 @@ def spend(records: Iterable[Owned], now: int, period: str = "") -> float:
 def per_hour(records: Iterable[Owned]) -> float:
     """Dollars per hour of the instances of ``records`` that still bill."""
     return sum(r.price for r in records if r.deleted_ms is None and r.status not in BILLING_STOPPED)
+
+
+def held(store: Store, account: str, records: Iterable[Owned]) -> float:
+    """Dollars per hour held against ``account``'s budget: what bills now (``records``, from
+    :meth:`Store.billed`), an inference instance that is not stopped or deleted at its most
+    containers (its record's ``price``) rather than the ones it runs now."""
+    worst = {r.id: r.price for r in store.owned(account, "endpoint")
+             if not r.final and r.delete_asked_ms is None
+             and r.status not in ("disabled", "deleting", "deleted", "failed")}
+    now = per_hour(r for r in records if r.kind != "span")
+    spans: dict[str, float] = {}
+    for span in records:
+        if span.kind == "span" and span.deleted_ms is None:
+            spans[span.id] = spans.get(span.id, 0.0) + span.price
+    return now + sum(max(worst.get(id, 0.0), spans.get(id, 0.0)) for id in {*worst, *spans})
 
 
 def left(person: Person, records: Iterable[Owned], now: int) -> float | None:
@@ -104,7 +131,7 @@ def admit(store: Store, person: Person, name: str, price: float, reserve_hours: 
             records = store.billed(person.account)
             remaining = left(person, records, now) or 0.0
             pending = sum(r.price for r in store.reservations(person.account))
-            needed = (per_hour(records) + pending + price) * reserve_hours
+            needed = (held(store, person.account, records) + pending + price) * reserve_hours
             if needed > remaining + 1e-12:
                 raise BudgetRefused(
                     f"Your budget has {format_price(remaining)} left, and this instance with what "
@@ -134,17 +161,18 @@ def volume_price(offers: object, provider: str, size_gb: object) -> float | None
 
 
 def check_volume(store: Store, person: Person, price: float, reserve_hours: float,
-                 now: int) -> None:
+                 now: int, what: str = "this volume", done: str = "created") -> None:
     """Raise :class:`BudgetRefused` when ``person``'s budget left cannot hold a new volume of
-    ``price`` $/h with what they run, for ``reserve_hours``."""
+    ``price`` $/h with what they run, for ``reserve_hours`` (``what`` names the volume, or an
+    inference instance's added containers, in the sentence; ``done`` what did not happen)."""
     if person.budget is None:
         return
     records = store.billed(person.account)
     remaining = left(person, records, now) or 0.0
     pending = sum(r.price for r in store.reservations(person.account))
-    needed = (per_hour(records) + pending + price) * reserve_hours
+    needed = (held(store, person.account, records) + pending + price) * reserve_hours
     if needed > remaining + 1e-12:
         raise BudgetRefused(
-            f"Your budget has {format_price(remaining)} left, and this volume with what you "
+            f"Your budget has {format_price(remaining)} left, and {what} with what you "
             f"already run needs {format_price(needed)} held for {reserve_hours:g} hour(s); "
-            "nothing was created.")
+            f"nothing was {done}.")

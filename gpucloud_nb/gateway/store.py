@@ -13,7 +13,9 @@ answered: ``admitted``, then ``done`` or ``failed``), ``timers`` (``delete_after
 ``budgets`` (an instance's own budget, ``create(..., budget=)``), ``idle`` (``delete_when_idle``:
 the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is on the VM;
 ``reserved_idle`` holds it for a create not answered yet, so an instance adopted after a restart
-keeps its limit) and ``audit``. The upstream's key is never
+keeps its limit), ``spans`` (an inference instance's billing: each span a constant $/h, the
+price per container × its containers, from ``start_ms`` until ``end_ms``; ``owned`` holds the
+instance itself, kind ``endpoint``, its price per container) and ``audit``. The upstream's key is never
 stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
 (``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
 even another process on the same file.
@@ -26,6 +28,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpucloud_nb.gateway.keys import Person
 
@@ -50,6 +53,9 @@ CREATE TABLE IF NOT EXISTS budgets (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     dollars REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS idle (id TEXT PRIMARY KEY, account TEXT NOT NULL, seconds REAL);
 CREATE TABLE IF NOT EXISTS reserved_idle (rid INTEGER PRIMARY KEY, seconds REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS spans (id TEXT NOT NULL, account TEXT NOT NULL,
+    start_ms INTEGER NOT NULL, end_ms INTEGER, price REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS spans_account ON spans (account);
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -93,6 +99,12 @@ class AuditEntry:
     action: str
     resource: str
     reason: str
+
+
+def _owned(row: Any) -> Owned:
+    return Owned(id=row[0], kind=row[1], account=row[2], name=row[3], price=row[4],
+                 created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
+                 delete_asked_ms=row[9], delete_reason=row[10])
 
 
 class Store:
@@ -152,13 +164,48 @@ class Store:
                                                                   [kind, account])
         rows = self.db.execute(f"SELECT * FROM owned WHERE {where} ORDER BY created_ms, id",
                                args).fetchall()
-        return [Owned(id=row[0], kind=row[1], account=row[2], name=row[3], price=row[4],
-                      created_ms=row[5], deleted_ms=row[6], status=row[7], final=bool(row[8]),
-                      delete_asked_ms=row[9], delete_reason=row[10]) for row in rows]
+        return [_owned(row) for row in rows]
 
     def billed(self, account: str) -> list[Owned]:
-        """Everything ``account`` pays for: its instances and its volumes, oldest first."""
-        return self.owned(account) + self.owned(account, "volume")
+        """Everything ``account`` pays for: its instances, its volumes and its inference
+        instances' spans (:meth:`spans`), oldest first."""
+        return self.owned(account) + self.owned(account, "volume") + self.spans(account=account)
+
+    def find(self, id: str) -> Owned | None:
+        """The record of ``id`` of any kind, or ``None``."""
+        row = self.db.execute("SELECT * FROM owned WHERE id=?", (id,)).fetchone()
+        return None if row is None else _owned(row)
+
+    # -- inference instances' spans ------------------------------------------------------------
+
+    def bill_at(self, id: str, account: str, price: float, at_ms: int) -> None:
+        """From ``at_ms`` ``id`` bills ``price`` $/h: the open span is closed and, unless
+        ``price`` is 0, a new one opened. Nothing is written when the open span has that price.
+        """
+        with self.transaction() as db:
+            row = db.execute("SELECT rowid, price FROM spans WHERE id=? AND end_ms IS NULL",
+                             (id,)).fetchone()
+            if row is not None and row[1] == price:
+                return
+            if row is None and price == 0:
+                return
+            if row is not None:
+                db.execute("UPDATE spans SET end_ms=? WHERE rowid=?", (at_ms, row[0]))
+            if price:
+                db.execute("INSERT INTO spans VALUES (?, ?, ?, NULL, ?)",
+                           (id, account, at_ms, price))
+
+    def spans(self, id: str | None = None, account: str | None = None) -> list[Owned]:
+        """The billing spans of ``id`` (or of ``account``, or everyone's) as records of kind
+        ``span``: ``price`` $/h from ``created_ms`` to ``deleted_ms`` (``None``: still open)."""
+        where, args = ("id=?", [id]) if id is not None else (
+            ("account=?", [account]) if account is not None else ("1", []))
+        rows = self.db.execute(f"SELECT id, account, start_ms, end_ms, price FROM spans "
+                               f"WHERE {where} ORDER BY start_ms, rowid", args).fetchall()
+        return [Owned(id=row[0], kind="span", account=row[1], name="", price=row[4],
+                      created_ms=row[2], deleted_ms=row[3], status="running",
+                      final=row[3] is not None, delete_asked_ms=None, delete_reason=None)
+                for row in rows]
 
     def owned_ids(self, account: str, kind: str = "instance") -> set[str]:
         """The ids of ``account``'s records of ``kind`` (what :meth:`owned` lists, ids only)."""

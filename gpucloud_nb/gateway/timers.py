@@ -5,7 +5,8 @@
 
 The sandbox's timer routes (:mod:`gpucloud_nb.sandbox.service_api`), mirrored under
 ``/gateway/``, so a client asks the gateway exactly as it asks the sandbox service (same bodies,
-same answers); each key sees only its own instances:
+same answers); each key sees only its own instances (an inference instance's id is taken
+as well):
 
 - ``PUT /gateway/instances/{id}/auto-delete`` with ``{"at": ISO 8601}``: 200 with
   ``{"instanceId", "at"}``; 404 for an instance the key does not own, 400 for a bad ``at`` or an
@@ -55,7 +56,8 @@ def timer_routes(gate: Gate) -> list[BaseRoute]:
         at = parse_ms(body.get("at"))
         if at is None:
             raise Problem(400, "The field at must be an ISO 8601 date-time.")
-        record = next(r for r in store.owned(person.account) if r.id == id)
+        record = store.find(id)
+        assert record is not None  # owned above
         if record.status in ("deleting", "deleted") or record.delete_asked_ms is not None:
             raise Problem(400, f"Instance {id} is already deleted or being deleted.")
         store.set_timer(id, person.account, at)

@@ -81,6 +81,7 @@ class Upstream:
         self._offers: list[dict[str, Any]] | None = None
         self._offers_at = 0.0
         self._offers_lock = asyncio.Lock()
+        self._endpoints: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
         return f"Upstream({self.base_url!r}, key={mask(self._key)!r})"
@@ -89,6 +90,24 @@ class Upstream:
         """Close the connections."""
         for pool in self._pools:
             await pool.aclose()
+        if self._endpoints is not None:
+            await self._endpoints.aclose()
+
+    async def endpoint(self, method: str, url: str, *, content: bytes,
+                       content_type: str | None) -> httpx.Response:
+        """A streamed request to an inference instance's endpoint at ``url`` (an ``address``
+        the upstream gave) with the upstream's key as its secret; the caller closes the answer.
+        :class:`UpstreamUnreachable` when it does not answer."""
+        if self._endpoints is None:  # streamed answers: httpx's client, made at first use
+            self._endpoints = httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT, read=600.0))
+        headers = {"x-api-key": self._key}
+        if content_type:
+            headers["content-type"] = content_type
+        request = self._endpoints.build_request(method, url, headers=headers, content=content)
+        try:
+            return await self._endpoints.send(request, stream=True)
+        except httpx.TransportError as error:
+            raise UpstreamUnreachable(type(error).__name__) from None
 
     def scrub(self, text: str) -> str:
         """``text`` with the upstream's key replaced by its masked form."""

@@ -292,7 +292,7 @@ class _Management:
         }
         if not body.get("sshKey") and isinstance(body.get("sshKeyId"), str):
             # a key of the account's SSH-key book (sandbox/inference_instances.py), named by id
-            booked = request.app.state.endpoints.booked_key(request.state.user, body["sshKeyId"])
+            booked = request.app.state.key_book.booked_key(request.state.user, body["sshKeyId"])
             doc["sshKey"], doc["sshPublicKey"] = booked
         now = now_ms()
         try:
@@ -437,9 +437,12 @@ def create_app(config: SandboxConfig) -> Starlette:
         endpoint_app,
         inference_instance_routes,
     )
+    from gpucloud_nb.sandbox.ssh_key_book import KeyBook, key_book_routes
 
-    endpoints = Endpoints(config, user_id)  # the appendix: inference instances and SSH keys
+    endpoints = Endpoints(config, user_id, store)  # the appendix: inference instances
+    key_book = KeyBook(store)  # and the SSH-key book
     routes += inference_instance_routes(management.route, endpoints)
+    routes += key_book_routes(management.route, key_book)
     inference = create_inference_app(config)
     routes.append(Mount(ENDPOINTS_PREFIX, app=endpoint_app(endpoints, inference)))
     routes.append(Mount("/inference", app=inference))
@@ -467,6 +470,7 @@ def create_app(config: SandboxConfig) -> Starlette:
     app.state.ssh = servers
     app.state.config = config
     app.state.endpoints = endpoints
+    app.state.key_book = key_book
     guarded = _guarded(app, config)  # passes .state on
     if config.faults is not None and config.faults.active:
         from gpucloud_nb.sandbox.faults import FaultInjector

@@ -34,10 +34,12 @@ inference secret). Choices where the appendix is silent:
   sandbox's ``bill_factor``. Details carry the sandbox's own ``containerHours`` and ``spend``.
 - **Capacity.** A region's capacity for a hardware is its catalogue figure less the containers
   of that hardware live in it now, over every account.
-- **State** lives in the sandbox's memory: inference instances and SSH keys do not survive a
-  restart of the sandbox (GPU instances and volumes do, with ``--state``).
-- A GPU instance create that names ``sshKeyId`` (and no ``sshKey``) gets that key of the
-  book: its SSH server accepts it; an id not in the book is 400.
+- **State**: each instance is one document of the sandbox's store (``kind`` ``endpoint``:
+  its body, regions, containers with their start and ready times, what it has billed), written
+  before each answer that changed it and whenever it scales, so with ``--state`` (the service
+  always has one) a restarted sandbox carries on where it stopped, as for GPU instances: status,
+  containers and billing kept (the time it was down counts as time, as for a GPU instance).
+  Requests in flight are not kept. The SSH-key book is :mod:`gpucloud_nb.sandbox.ssh_key_book`.
 - ``PATCH`` merges the given top-level fields (``autoScalingConfigurations`` whole, ``envs``
   whole), checks the result as a create and answers the details; new scaling applies at once
   (containers above the new ``max`` go, regions below ``min`` get containers). ``name``,
@@ -60,13 +62,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from gpucloud_nb.inference_records import InferenceHardware, InferenceModel, InferenceRegion
-from gpucloud_nb.inference_rules import create_problem, merged, public_key_problem
+from gpucloud_nb.inference_rules import create_problem, merged
 from gpucloud_nb.sandbox.http import Handler, Problem, json_response, now_ms, read_json_object
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from gpucloud_nb.sandbox.config import SandboxConfig
+    from gpucloud_nb.sandbox.store import Store
 
 __all__ = [
     "ENDPOINTS_PREFIX",
@@ -82,6 +85,8 @@ ENDPOINTS_PREFIX = "/inference/endpoints"
 DEFAULT_COOLDOWN = 300.0
 FIRST_DEPLOY_WAIT_MS = 60_000
 FAIL_SUFFIX = "-sandbox-fail"
+KIND = "endpoint"
+"""The store's document kind of an inference instance."""
 
 MODELS: list[dict[str, Any]] = [
     {"id": "sandbox-vision-1", "name": "Sandbox Vision 1 (chat and images)", "port": 8000,
@@ -164,15 +169,44 @@ class _Endpoint:
         return self.deploy_ms + launch_ms + index * launch_ms // 2
 
 
+def _to_doc(endpoint: _Endpoint) -> dict[str, Any]:
+    """``endpoint`` as the store's JSON document (requests in flight are not kept)."""
+    return {
+        "id": endpoint.id, "user": endpoint.user, "slug": endpoint.slug, "body": endpoint.body,
+        "hardware": endpoint.hardware, "createdMs": endpoint.created_ms,
+        "deployMs": endpoint.deploy_ms, "firstLabel": endpoint.first_label,
+        "regions": [{"id": r.id, "scale": r.scale,
+                     "containers": [[c.start_ms, c.ready_ms] for c in r.containers]}
+                    for r in endpoint.regions],
+        "cooldownMs": endpoint.cooldown_ms, "state": endpoint.state, "goneMs": endpoint.gone_ms,
+        "billedMs": endpoint.billed_ms, "lastBusyMs": endpoint.last_busy_ms,
+        "fails": endpoint.fails,
+    }
+
+
+def _from_doc(doc: dict[str, Any]) -> _Endpoint:
+    """The endpoint a :func:`_to_doc` document holds."""
+    regions = [_Region(r["id"], r["scale"], [_Container(int(start), int(ready))
+                                             for start, ready in r["containers"]])
+               for r in doc["regions"]]
+    return _Endpoint(id=doc["id"], user=doc["user"], slug=doc["slug"], body=doc["body"],
+                     hardware=doc["hardware"], created_ms=doc["createdMs"],
+                     deploy_ms=doc["deployMs"], first_label=doc["firstLabel"], regions=regions,
+                     cooldown_ms=doc["cooldownMs"], state=doc["state"], gone_ms=doc["goneMs"],
+                     billed_ms=doc["billedMs"], last_busy_ms=doc["lastBusyMs"],
+                     fails=doc["fails"])
+
+
 def _trigger(region: _Region, name: str) -> float | None:
     value = (region.scale.get("triggers") or {}).get(name)
     return None if value is None else float(value)
 
 
 class Endpoints:
-    """Every account's inference instances and SSH keys, in memory (see the module docs)."""
+    """Every account's inference instances, kept in ``store`` (see the module docs)."""
 
-    def __init__(self, config: SandboxConfig, user_of: Callable[[str], str]) -> None:
+    def __init__(self, config: SandboxConfig, user_of: Callable[[str], str],
+                 store: Store | None = None) -> None:
         self.config = config
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
@@ -180,12 +214,21 @@ class Endpoints:
         self.factor = config.bill_factor
         self.endpoints: dict[str, _Endpoint] = {}
         self.by_slug: dict[str, _Endpoint] = {}
-        self.keys: dict[str, list[dict[str, Any]]] = {}
+        self.store = store
         #: user id → (API key bytes, inference secret) of each account.
         self.accounts = {user_of(key): (key.encode("utf-8"), config.inference_secret_for(key))
                          for key in config.account_keys}
         self.models = [InferenceModel.from_json(m) for m in MODELS]
         self.hardwares = [InferenceHardware.from_json(h) for h in HARDWARES]
+        for _, _, doc in store.documents(KIND) if store is not None else []:
+            endpoint = _from_doc(doc)
+            self.endpoints[endpoint.id] = endpoint
+            self.by_slug[endpoint.slug] = endpoint
+
+    def save(self, endpoint: _Endpoint) -> None:
+        """Write ``endpoint`` to the store (nothing without one)."""
+        if self.store is not None:
+            self.store.put_document(KIND, endpoint.id, endpoint.user, _to_doc(endpoint))
 
     # -- time ------------------------------------------------------------------------------
 
@@ -208,6 +251,7 @@ class Endpoints:
                 for container in region.containers[-extra:]:
                     endpoint.billed_ms += max(0, due - container.start_ms)
                 del region.containers[-extra:]
+                self.save(endpoint)
 
     def status(self, endpoint: _Endpoint, now: int) -> str:
         if endpoint.state == "DELETING":
@@ -327,6 +371,7 @@ class Endpoints:
         self._deploy(endpoint, now, "NEW")
         self.endpoints[id_] = endpoint
         self.by_slug[slug] = endpoint
+        self.save(endpoint)
         return endpoint
 
     @staticmethod
@@ -371,6 +416,7 @@ class Endpoints:
         endpoint.regions = regions
         endpoint.cooldown_ms = self._cooldown_ms(regions)
         endpoint.body = body
+        self.save(endpoint)
 
     def start(self, endpoint: _Endpoint, now: int) -> None:
         if endpoint.state == "DELETING":
@@ -378,6 +424,7 @@ class Endpoints:
         if endpoint.state == "DISABLED":
             endpoint.state = "RUNNING"
             self._deploy(endpoint, now, "PENDING")
+            self.save(endpoint)
 
     def stop(self, endpoint: _Endpoint, now: int) -> None:
         if endpoint.state == "DELETING":
@@ -386,6 +433,7 @@ class Endpoints:
             self.advance(endpoint, now)
             self._drop_containers(endpoint, now)
             endpoint.state = "DISABLED"
+            self.save(endpoint)
 
     def delete(self, endpoint: _Endpoint, now: int) -> None:
         if endpoint.state == "DELETING":
@@ -393,6 +441,7 @@ class Endpoints:
         self.advance(endpoint, now)
         self._drop_containers(endpoint, now)
         endpoint.state, endpoint.gone_ms = "DELETING", now + self.delete_ms
+        self.save(endpoint)
 
     # -- requests to an endpoint -------------------------------------------------------------
 
@@ -413,6 +462,7 @@ class Endpoints:
                 if not containers:  # scaled to zero: a cold start in the first region
                     first = endpoint.regions[0]
                     first.containers.append(_Container(now, now + self.cold_ms))
+                    self.save(endpoint)
                     continue
                 ready = sum(r.ready(now) for r in endpoint.regions)
                 if ready:
@@ -432,6 +482,7 @@ class Endpoints:
     def done(self, endpoint: _Endpoint) -> None:
         endpoint.in_flight -= 1
         endpoint.last_busy_ms = now_ms()
+        self.save(endpoint)  # its cooldown runs from here, after a restart too
 
     def _scale_up(self, endpoint: _Endpoint, now: int, ready: int) -> None:
         for region in endpoint.regions:
@@ -442,6 +493,7 @@ class Endpoints:
                 free = self._capacity(endpoint, region.id, now)
                 if free > 0:
                     region.containers.append(_Container(now, now + self.cold_ms))
+                    self.save(endpoint)
                 return
 
     def _capacity(self, endpoint: _Endpoint, region_id: str, now: int) -> int:
@@ -472,62 +524,11 @@ class Endpoints:
                           code="invalid_api_key")
         return secret
 
-    # -- SSH keys ----------------------------------------------------------------------------
-
-    def add_key(self, user: str, body: Mapping[str, Any], now: str) -> dict[str, Any]:
-        name, public_key = body.get("name"), body.get("publicKey")
-        if not isinstance(name, str) or not name.strip() or len(name) > 255:
-            raise Problem(400, "name must be 1 to 255 characters.")
-        problem = public_key_problem(public_key) if isinstance(public_key, str) \
-            else "publicKey is required: one OpenSSH public key line."
-        if problem:
-            raise Problem(400, problem)
-        assert isinstance(public_key, str)
-        book = self.keys.setdefault(user, [])
-        if any(k["publicKey"].split()[:2] == public_key.split()[:2] for k in book):
-            raise Problem(400, "That public key is already in your SSH-key book.")
-        key = {"_id": secrets.token_hex(12), "user": user, "name": name,
-               "publicKey": public_key.strip(), "isDefault": not book,
-               "createdAt": now, "updatedAt": now}
-        book.append(key)
-        return key
-
-    def key(self, user: str, id_: str) -> dict[str, Any]:
-        found = next((k for k in self.keys.get(user, []) if k["_id"] == id_), None)
-        if found is None:
-            raise Problem(404, f"SSH key {id_} not found.")
-        return found
-
-    def booked_key(self, user: str, id_: str) -> tuple[dict[str, str], str]:
-        """A GPU instance create's ``sshKeyId``: its ``sshKey`` object and the key text, or 400."""
-        found = next((k for k in self.keys.get(user, []) if k["_id"] == id_), None)
-        if found is None:
-            raise Problem(400, f"SSH key {id_} is not in your SSH-key book (sshKeyId).")
-        return {"_id": found["_id"], "name": found["name"]}, found["publicKey"]
-
-    def make_default(self, user: str, id_: str, now: str) -> dict[str, Any]:
-        chosen = self.key(user, id_)
-        for key in self.keys[user]:
-            if key["isDefault"] != (key is chosen):
-                key["isDefault"] = key is chosen
-                key["updatedAt"] = now
-        return chosen
-
-    def delete_key(self, user: str, id_: str) -> None:
-        found = self.key(user, id_)
-        self.keys[user].remove(found)
-
-
-def _iso(ms: int) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds") \
-        .replace("+00:00", "Z")
-
 
 def inference_instance_routes(route: Callable[[str, Mapping[str, Handler]], Route],
                               endpoints: Endpoints) -> list[BaseRoute]:
-    """The appendix's routes (catalogue, instances, SSH keys) behind the sandbox's key check."""
+    """The appendix's catalogue and instance routes behind the sandbox's key check (its SSH-key
+    routes: :func:`gpucloud_nb.sandbox.ssh_key_book.key_book_routes`)."""
 
     def base(request: Request) -> str:
         return str(request.base_url)
@@ -581,22 +582,6 @@ def inference_instance_routes(route: Callable[[str, Mapping[str, Handler]], Rout
             return json_response(endpoints.instance_json(endpoint, now, base(request)))
         return handler
 
-    async def list_keys(request: Request) -> Response:
-        return json_response(endpoints.keys.get(request.state.user, []))
-
-    async def add_key(request: Request) -> Response:
-        body = await read_json_object(request)
-        return json_response(endpoints.add_key(request.state.user, body, _iso(now_ms())),
-                             status=201)
-
-    async def make_default(request: Request) -> Response:
-        return json_response(endpoints.make_default(request.state.user,
-                                                    request.path_params["id"], _iso(now_ms())))
-
-    async def delete_key(request: Request) -> Response:
-        endpoints.delete_key(request.state.user, request.path_params["id"])
-        return Response(status_code=204)
-
     return [
         route("/ai-inference/models", {"GET": models}),
         route("/ai-inference/hardwares", {"GET": hardwares}),
@@ -606,9 +591,6 @@ def inference_instance_routes(route: Callable[[str, Mapping[str, Handler]], Rout
         route("/ai-inference/instances/{id}", {"GET": get, "PATCH": patch, "DELETE": delete}),
         route("/ai-inference/instances/{id}/start", {"POST": action("start")}),
         route("/ai-inference/instances/{id}/stop", {"POST": action("stop")}),
-        route("/gpu-cloud/ssh-keys", {"GET": list_keys, "POST": add_key}),
-        route("/gpu-cloud/ssh-keys/{id}/makedefault", {"PATCH": make_default}),
-        route("/gpu-cloud/ssh-keys/{id}", {"DELETE": delete_key}),
     ]
 
 

@@ -85,6 +85,13 @@ CREATE TABLE IF NOT EXISTS idle_deletes (
     user TEXT NOT NULL,
     limit_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS documents (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    user TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    PRIMARY KEY (kind, id)
+);
 """
 _INSTANCE_COLUMNS = (
     "seq, id, user, deployment_type, volume_id, created_ms, ready_ms, fails, delete_ms, gone_ms, doc"
@@ -510,6 +517,23 @@ class Store:
                               (now_ms,)).fetchall()
             db.execute("DELETE FROM auto_deletes WHERE at_ms <= ?", (now_ms,))
         return [(user, id_, at) for user, id_, at in rows]
+
+    # -- documents: the appendix's inference instances and SSH-key books, each as one JSON ------
+
+    def put_document(self, kind: str, id_: str, user: str, doc: dict[str, Any]) -> None:
+        """Store (or replace) the ``kind`` document ``id_`` of ``user``."""
+        text = _dump(doc)
+        with self._transaction() as db:
+            db.execute("INSERT INTO documents (kind, id, user, doc) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (kind, id) DO UPDATE SET user = excluded.user, "
+                       "doc = excluded.doc", (kind, id_, user, text))
+
+    def documents(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(id, user, doc)`` of every ``kind`` document, in the order they were first stored."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, user, doc FROM documents WHERE kind = ? "
+                                    "ORDER BY rowid", (kind,)).fetchall()
+        return [(id_, user, json.loads(doc)) for id_, user, doc in rows]
 
     # -- idle deletes (sandbox-only): the limit is kept here, the idle clock by the service ------
 

@@ -22,7 +22,7 @@ from gpucloud_nb import (
 )
 from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
-from gpucloud_nb.client.inference_instances import EndpointClient
+from gpucloud_nb.client.inference_instances import AsyncEndpointClient, EndpointClient
 from gpucloud_nb.client.inference_types import ChatCompletion, ModelInfo, Transcription
 from gpucloud_nb.client.management import SandboxInfo
 from gpucloud_nb.client.remote import Remote, RunResult
@@ -207,5 +207,5 @@ def endpoints(cloud: GPUCloud, acloud: AsyncGPUCloud) -> None:
     assert_type(acloud.inference_instances.get("c"),
                 Coroutine[Any, Any, InferenceInstanceDetails])
     assert_type(acloud.inference_instances.chat_client("c"),
-                Coroutine[Any, Any, AsyncInferenceClient])
+                Coroutine[Any, Any, AsyncEndpointClient])
     assert_type(acloud.ssh_keys.list(), Coroutine[Any, Any, list[SSHKey]])
