@@ -152,3 +152,26 @@ def test_torch_tensors_come_back_on_the_cpu_and_out_of_band(tmp_path: Path) -> N
 def test_user_names_leave_out_ipython_and_private_names() -> None:
     assert namespace.user_names({"x": 1, "_": 2, "Out": {}, "exit": 0, "get_ipython": 0},
                                 hidden={"y"}) == ["x"]
+
+
+def test_notebook_functions_use_the_restored_names_not_copies(tmp_path: Path) -> None:
+    names: dict = {"__name__": "__main__"}
+    exec(compile("import numpy\n"
+                 "data = numpy.ones(1_000_000)\n"
+                 "history = []\n"
+                 "def train(steps):\n"
+                 "    history.extend(range(steps))\n"
+                 "    return float(data.sum())\n"
+                 "class Model:\n"
+                 "    def fit(self):\n"
+                 "        return train(2)\n", "<cell>", "exec"), names)
+    prepared = save(names, tmp_path / "ns.gpucloud")
+    sizes = prepared.sizes()
+    assert sizes["train"] < 2000 and sizes["Model"] < 3000  # data (8 MB) is not carried twice
+
+    user_ns: dict = {"__name__": "__main__"}
+    loaded = load(tmp_path / "ns.gpucloud", into=user_ns)
+    user_ns.update(loaded.values)
+    assert user_ns["train"](3) == 1e6 and user_ns["Model"]().fit() == 1e6
+    assert user_ns["history"] == [0, 1, 2, 0, 1]  # the restored list, not a copy
+    assert user_ns["train"].__globals__ is user_ns

@@ -29,6 +29,10 @@ Choices (the issue leaves them open):
   named with the reason and the others still go, and one that cannot be restored (its class's
   module is missing there) is named while the others arrive. Two names that shared one object
   arrive as two copies.
+- **Functions and classes defined in the notebook** (``__module__ == "__main__"``) go by
+  value but without the globals they read: restored, their globals are the namespace they are
+  restored into, so a ``train()`` that appends to ``history`` appends to the restored
+  ``history`` (cloudpickle alone would carry, and then use, copies of every global it reads).
 - **What cannot be moved** is named with the reason: an open file, a socket, a generator, a
   thread, a lock, a live CUDA context; anything else that fails to pickle, with the error's
   first line.
@@ -119,6 +123,21 @@ def _tensor(array: Any, device: str, requires_grad: bool) -> Any:
 
 #: Devices tensors were on that the restoring machine lacks (filled by :func:`_tensor`).
 _DEVICES_MISSING: set[str] = set()
+#: The namespace functions defined in the notebook are restored into (set by :func:`load`).
+_GLOBALS: list[dict[str, Any]] = [{}]
+
+
+def _notebook_function(code: types.CodeType, name: str, qualname: str, defaults: Any,
+                       kwdefaults: Any, closure: Any, attributes: dict[str, Any],
+                       annotations: dict[str, Any], doc: str | None) -> types.FunctionType:
+    """A function defined in the notebook, rebuilt over the namespace it is restored into, so
+    it reads and writes that namespace's names (not copies carried along with it)."""
+    function = types.FunctionType(code, _GLOBALS[-1], name, defaults, closure)
+    function.__qualname__, function.__kwdefaults__ = qualname, kwdefaults
+    function.__dict__.update(attributes)
+    function.__annotations__, function.__doc__ = annotations, doc
+    function.__module__ = "__main__"
+    return function
 
 
 def _pickler_class() -> type:
@@ -129,6 +148,13 @@ def _pickler_class() -> type:
 
         def reducer_override(self, obj: Any) -> Any:
             kind = type(obj)
+            if kind is types.FunctionType and obj.__module__ == "__main__":
+                # Defined in the notebook: by value, but without the globals it reads (cloudpickle
+                # would carry copies of them); it gets the restored namespace as its globals.
+                return _notebook_function, (obj.__code__, obj.__name__, obj.__qualname__,
+                                            obj.__defaults__, obj.__kwdefaults__, obj.__closure__,
+                                            dict(obj.__dict__), dict(obj.__annotations__),
+                                            obj.__doc__)
             if kind.__module__.startswith("torch") and kind.__name__ in ("Tensor", "Parameter"):
                 import torch
 
@@ -291,9 +317,14 @@ def _manifest(file: Any, label: str) -> tuple[dict[str, Any], int]:
     return manifest, start + (-start % _ALIGN)
 
 
-def load(path: str | os.PathLike[str], *,
+def load(path: str | os.PathLike[str], *, into: dict[str, Any] | None = None,
          importer: Callable[[str], Any] | None = None) -> Loaded:
-    """Read the namespace file ``path``: its values, and what could not be restored, why."""
+    """Read the namespace file ``path``: its values, and what could not be restored, why.
+
+    Functions and classes defined in the notebook get ``into`` (the namespace the values are
+    about to be put in; else a new one holding them) as their globals.
+    """
+    import builtins
     import importlib
 
     label = os.fspath(path)
@@ -311,11 +342,28 @@ def load(path: str | os.PathLike[str], *,
     failed: dict[str, str] = {}
     sizes: dict[str, int] = {}
     _DEVICES_MISSING.clear()
+    target: dict[str, Any] = into if into is not None else {"__name__": "__main__"}
+    target.setdefault("__builtins__", builtins)  # a function's globals need them
+    _GLOBALS.append(target)
+    try:
+        _read_all(manifest, view, size, values, failed, sizes, importer or importlib.import_module)
+    finally:
+        _GLOBALS.pop()
+    if into is None:
+        target.update(values)
+    notes = [f"tensors that were on {device} stay on the CPU: there is no {device} here"
+             for device in sorted(_DEVICES_MISSING)]
+    return Loaded(values, failed, dict(manifest.get("skipped") or {}), sizes, notes)
+
+
+def _read_all(manifest: dict[str, Any], view: memoryview, size: int, values: dict[str, Any],
+              failed: dict[str, str], sizes: dict[str, int],
+              importer: Callable[[str], Any]) -> None:
     for record in manifest.get("names", []):
         name = str(record["name"])
         if record["kind"] == "module":
             try:
-                values[name] = (importer or importlib.import_module)(record["module"])
+                values[name] = importer(record["module"])
             except Exception as error:
                 failed[name] = f"module {record['module']} cannot be imported here ({error})"
             continue
@@ -330,6 +378,3 @@ def load(path: str | os.PathLike[str], *,
         except Exception as error:
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             failed[name] = f"{type(error).__name__}: {text[:160]}"
-    notes = [f"tensors that were on {device} stay on the CPU: there is no {device} here"
-             for device in sorted(_DEVICES_MISSING)]
-    return Loaded(values, failed, dict(manifest.get("skipped") or {}), sizes, notes)

@@ -193,7 +193,7 @@ def restore_file(path: str, *, strict: bool = False, remove: bool = False) -> di
     """
     started = time.monotonic()
     try:
-        loaded = namespace.load(path)
+        loaded = namespace.load(path, into=_shell().user_ns)
     finally:
         if remove:
             Path(path).unlink(missing_ok=True)
