@@ -375,20 +375,12 @@ class Movable:
                        "this machine…")
         seen = self._progress(reply, "copied", size)
 
-        async def copy() -> None:
-            first, second = await remote.connection(old), await remote.connection(new)
-            async with first.start_sftp_client() as reading, \
-                    second.start_sftp_client() as writing, \
-                    reading.open(source, "rb") as inside, writing.open(destination, "wb") as out:
-                done = 0
-                while chunk := await inside.read(CHUNK):
-                    await out.write(chunk)
-                    done += len(chunk)
-                    seen(done)
-                    if reply.cancelled.is_set():
-                        raise MoveFailed("the cell was interrupted during the copy")
+        def stop() -> None:
+            if reply.cancelled.is_set():
+                raise MoveFailed("the cell was interrupted during the copy")
 
-        await self._cancellable(reply, copy())
+        await self._cancellable(reply, stream_between(remote, old, source, new, destination,
+                                                      seen, stop))
 
     async def restore_here(self, path: str, extensions: list[str]) -> dict[str, Any]:
         """Restore the namespace file ``path`` (relative to the instance home) in this
@@ -522,6 +514,38 @@ class Movable:
         """Close this provisioner's sockets and relay (the shared client stays open)."""
         await self._close(delete=False)
         self._pid = None
+
+
+async def stream_between(remote: Remote, source_instance: InstanceDetails, source: str,
+                         target_instance: InstanceDetails, destination: str,
+                         seen: Callable[[int], None] = lambda done: None,
+                         check: Callable[[], None] = lambda: None) -> int:
+    """Copy ``source`` on one instance to ``destination`` on another through this machine, in
+    :data:`CHUNK` pieces, reading the next piece while the last one is written (two SFTP
+    sessions, nothing on this machine's disk); the bytes copied. ``check`` may raise to stop."""
+    first = await remote.connection(source_instance)
+    second = await remote.connection(target_instance)
+    pieces: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
+    done = 0
+    async with first.start_sftp_client() as reading, second.start_sftp_client() as writing, \
+            reading.open(source, "rb") as inside, writing.open(destination, "wb") as out:
+
+        async def read() -> None:
+            while chunk := await inside.read(CHUNK):
+                await pieces.put(cast(bytes, chunk))
+            await pieces.put(b"")
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while chunk := await pieces.get():
+                await out.write(chunk)
+                done += len(chunk)
+                seen(done)
+                check()
+            await reader
+        finally:
+            reader.cancel()
+    return done
 
 
 def checkpoint_hint(folder: Path) -> str:
