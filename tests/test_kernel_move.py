@@ -214,3 +214,22 @@ def test_a_kernel_whose_instance_is_lost_names_its_newest_checkpoint(
         ", so this kernel cannot start; pick another kernel, or install one for an active "
         f"instance with %gpucloud kernel NAME; its variables are in checkpoint {saved} (0 min "
         "old): start a kernel on another instance and run %gpucloud restore there.")
+
+
+def test_a_checkpoint_restored_onto_another_instance_moves_the_session_there(
+        box: GPUCloud, notebook_folder: Path, kernels: Any) -> None:
+    here, there = launch(box, "here-box"), launch(box, "there-box")
+    kernel = kernels(install_kernel(box, here.id), notebook_folder)
+    assert kernel.run(SETUP, timeout=120)[0] == "ok"
+    assert kernel.run("%gpucloud checkpoint", timeout=300)[0] == "ok"
+    assert kernel.run("count = 0")[0] == "ok"  # changed after the checkpoint
+    saved = next((notebook_folder / ".gpucloud" / "checkpoints").iterdir()).name
+
+    status, out = kernel.run(f"%gpucloud restore {saved[:20]} there-box", timeout=600)
+
+    assert status == "ok", out
+    assert f"Copying checkpoint {saved}" in out and "Moved to there-box" in out
+    assert f"Instance here-box ({here.id}) is kept (--keep)." in out
+    wait_for(lambda: kernel_processes(here.id) == [], 60)
+    assert state(kernel) == expected(there.id, log=False)  # count is the checkpoint's 42
+    assert live(box) == ["here-box", "there-box"]
