@@ -9,8 +9,9 @@ service.
 
 Loopback only, ports picked free: the hub (``jupyterhub`` from PyPI, the test extra) and its
 proxy (``configurable-http-proxy`` from npm; ``scripts/test`` installs it into
-``.venv/node/``), a DummyAuthenticator with a password, ``SimpleLocalProcessSpawner`` with homes
-in the folder, users ``ada`` (group ``physics``) and ``bob`` (group ``chemistry``), the admin
+``.venv/node/``), a SharedPasswordAuthenticator (one password for the students, a longer one for the admin),
+``SimpleLocalProcessSpawner`` with homes in the folder, users ``ada`` (group ``physics``) and
+``bob`` (group ``chemistry``), the admin
 ``grace``, a ``tester`` service whose token makes the users' tokens and starts their servers, and
 ``gpucloud-nb gateway --jupyterhub`` as the managed service ``gpucloud`` in front of an upstream
 (the sandbox playing the real cloud). The config is the one ``docs/jupyterhub.md`` documents.
@@ -39,10 +40,12 @@ import pytest
 
 from tests.helpers import wait_for
 
-__all__ = ["ADA_TOKEN", "ADMIN_TOKEN", "BOB_TOKEN", "NO_ACCESS_TOKEN", "PASSWORD", "SERVICE",
-           "SERVICE_TOKEN", "RealHub", "StandInHub", "proxy_command"]
+__all__ = ["ADA_TOKEN", "ADMIN_PASSWORD", "ADMIN_TOKEN", "BOB_TOKEN", "NO_ACCESS_TOKEN", "PASSWORD",
+           "SERVICE", "SERVICE_TOKEN", "RealHub", "StandInHub", "proxy_command"]
 
 PASSWORD = "hub-test-password"
+#: The admin's password (JupyterHub wants at least 32 characters for it).
+ADMIN_PASSWORD = "hub-test-admin-password-of-32-chars-or-more"
 REPO = Path(__file__).resolve().parents[1]
 SERVICE = "gpucloud"
 
@@ -136,8 +139,9 @@ c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.command = [{proxy!r}]
 c.JupyterHub.db_url = "sqlite:///{folder}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "{folder}/cookie_secret"
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = {password!r}
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = {password!r}
+c.SharedPasswordAuthenticator.admin_password = {admin_password!r}
 c.Authenticator.allowed_users = {{"ada", "bob", "grace"}}
 c.Authenticator.admin_users = {{"grace"}}
 c.JupyterHub.load_groups = {{"physics": {{"users": ["ada"]}}, "chemistry": {{"users": ["bob"]}}}}
@@ -185,7 +189,8 @@ class RealHub:
         (folder / "home").mkdir()
         (folder / "jupyterhub_config.py").write_text(CONFIG.format(
             proxy_port=self.proxy_port, hub_port=self.hub_port, proxy_api_port=free_port(),
-            proxy=require_hub(), folder=folder, password=PASSWORD, gateway_port=self.gateway_port,
+            proxy=require_hub(), folder=folder, password=PASSWORD, admin_password=ADMIN_PASSWORD,
+            gateway_port=self.gateway_port,
             singleuser=str(Path(sys.executable).with_name("jupyterhub-singleuser")),
             upstream=upstream_url, upstream_key=upstream_key, tester_token=self.tester_token),
             encoding="utf-8")

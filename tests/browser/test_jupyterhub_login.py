@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import UPSTREAM_KEY
-from tests.hub_helpers import PASSWORD, RealHub
+from tests.hub_helpers import ADMIN_PASSWORD, PASSWORD, RealHub
 
 from .lab import save_screenshot
 
@@ -36,7 +36,7 @@ def hub(sandbox_factory: Callable[..., Sandbox], tmp_path: Path) -> Iterator[Rea
 def log_in(page: Page, hub: RealHub, user: str) -> None:
     page.goto(f"{hub.url}/hub/login")
     page.locator("#username_input").fill(user)
-    page.locator("#password_input").fill(PASSWORD)
+    page.locator("#password_input").fill(ADMIN_PASSWORD if user == "grace" else PASSWORD)
     page.locator("#login_submit").click()
     page.wait_for_url(re.compile(rf"/user/{user}/lab"), timeout=240_000)
     page.locator("#jp-main-dock-panel").wait_for(state="visible", timeout=120_000)
