@@ -233,3 +233,26 @@ def test_a_checkpoint_restored_onto_another_instance_moves_the_session_there(
     wait_for(lambda: kernel_processes(here.id) == [], 60)
     assert state(kernel) == expected(there.id, log=False)  # count is the checkpoint's 42
     assert live(box) == ["here-box", "there-box"]
+
+
+def test_a_cell_queued_behind_the_move_never_runs_on_the_old_kernel(
+        box: GPUCloud, kernels: Any) -> None:
+    old, new = launch(box, "run-all-from"), launch(box, "run-all-to")
+    kernel = kernels(install_kernel(box, old.id))
+    assert kernel.run("%load_ext gpucloud_nb\nkept = 5")[0] == "ok"
+
+    moving = kernel.client.execute("%gpucloud move run-all-to")
+    queued = kernel.client.execute("marker = 1")  # Run All: sent before the move answers
+    replies = {}
+    while len(replies) < 2:
+        reply = kernel.client.get_shell_msg(timeout=300)
+        replies[reply["parent_header"]["msg_id"]] = reply["content"]
+    assert replies[moving]["status"] == "ok"
+    assert replies[queued]["status"] == "error" and replies[queued]["ename"] == "MovedError"
+    assert replies[queued]["evalue"] == (
+        f"This cell reached the old kernel while the session moved to run-all-to ({new.id}); "
+        "run it again, and it runs there.")
+
+    wait_for(lambda: kernel_processes(old.id) == [], 60)
+    assert kernel.run("import os; print(kept, 'marker' in globals(), "
+                      "os.environ['GPUCLOUD_INSTANCE_ID'])") == ("ok", f"5 False {new.id}\n")
