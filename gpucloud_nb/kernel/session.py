@@ -20,6 +20,9 @@ Choices (the issue leaves them open):
 - **The size limit.** A move or checkpoint larger than ``GPUCLOUD_MOVE_LIMIT_GB`` (default 20
   GB), or the ``limit_gb=`` given, is refused before anything is written, with the size and
   how to raise the limit.
+- **Not yet.** ``--every 15min`` (a checkpoint in the background while the kernel is idle) and
+  the sidebar's restore button; a lost instance is named, with its newest checkpoint, when its
+  kernel is (re)started, not by a lifeboat kernel at the next execution.
 - **Restore is all or nothing on a move** (a name that cannot be restored there keeps the
   session where it is); a restore into this kernel brings every name it can and names the
   others.
