@@ -478,6 +478,13 @@ class GPUCloudMagics(Magics):
             client = InferenceClient(args.endpoint, secret)
         return ChatWidget(client, model=args.model)
 
+    # ------------------------------------------------------------------ checkpoint, move
+
+    def _session(self, args: argparse.Namespace) -> None:
+        from gpucloud_nb import magics_move
+
+        magics_move.run(args, say=_say)
+
     # ------------------------------------------------------------------ endpoints
 
     def _endpoints(self, args: argparse.Namespace) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from gpucloud_nb import magics_endpoints
+from gpucloud_nb import magics_endpoints, magics_move
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES
 from gpucloud_nb.durations import parse_duration
 
@@ -26,7 +26,7 @@ __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown",
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "budget", "kernel", "volumes", "endpoints")
+            "budget", "kernel", "volumes", "endpoints", *magics_move.COMMANDS)
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -118,10 +118,11 @@ commands (each has its own --help):
   %gpucloud put LOCAL INSTANCE:REMOTE
   %gpucloud get INSTANCE:REMOTE LOCAL
   %gpucloud kernel INSTANCE [--delete-on-shutdown] [--display-name NAME]
+{move}
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
 Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1""".replace(
-    "{endpoints}", magics_endpoints.SYNOPSIS)
+    "{endpoints}", magics_endpoints.SYNOPSIS).replace("{move}", magics_move.SYNOPSIS)
 
 
 def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
@@ -249,6 +250,7 @@ def _parser() -> _Parser:
     p.set_defaults(handler="volumes_delete")
 
     magics_endpoints.add_parser(commands, _sub, _Parser)
+    magics_move.add_parser(commands, _sub, _Parser)
     return root
 
 

@@ -85,6 +85,7 @@ from gpucloud_nb.errors import (
 )
 from gpucloud_nb.kernel import sync
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
+from gpucloud_nb.kernel.move import Movable
 
 if TYPE_CHECKING:
     import asyncssh
@@ -109,8 +110,9 @@ _RETRY_SECONDS = 10.0
 _ASK_EVERY = 1.0
 
 
-class GPUCloudProvisioner(KernelProvisionerBase):
-    """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs)."""
+class GPUCloudProvisioner(Movable, KernelProvisionerBase):
+    """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs);
+    checkpoint, restore and move it (:mod:`gpucloud_nb.kernel.move`)."""
 
     instance_id = Unicode("", help="The id of the instance the kernel runs on.").tag(config=True)
     instance_name = Unicode("", help="Its name, for messages.").tag(config=True)
@@ -195,6 +197,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
                                 "key": key.encode(), "signature_scheme": "hmac-sha256"}
         info.update({name: Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
         self.connection_info = info  # type: ignore[assignment]
+        await self._on_loop(self.start_relay())  # the kernel's line to us (kernel/agent.py)
         return self.connection_info
 
     async def poll(self) -> int | None:
@@ -207,6 +210,8 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         """
         if self._pid is None:
             return self._exit if self._exit is not None else 0
+        if self._moving:  # the sockets are being handed to the kernel it moved to
+            return None
         if self._gone:
             return 1
         loop = asyncio.get_running_loop()
@@ -267,6 +272,9 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     async def cleanup(self, restart: bool = False) -> None:
         """Remove the remote files; unless restarting, close the forwards, then keep or delete."""
         if restart:
+            if self._remote is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
             if self._file and self._remote is not None and not self._gone:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
@@ -284,6 +292,9 @@ class GPUCloudProvisioner(KernelProvisionerBase):
     async def _close(self, delete: bool) -> None:
         """Remove the remote files (if SSH answers soon), close the forwards, then delete the
         instance if asked: the delete goes over HTTP, so it happens whatever SSH does."""
+        if self._remote is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
         if self._file and self._remote is not None and not self._gone:
             stem = self._file[:-len(".json")]
             with contextlib.suppress(Exception):
@@ -297,7 +308,7 @@ class GPUCloudProvisioner(KernelProvisionerBase):
                 await asyncio.wait_for(self._on_loop(self._forwards.close()), 15)
         self._forwards = None
         client, self._client, self._remote = self._client, None, None
-        if client is None:
+        if client is None or self._shares_client:  # a move's sibling: the client is not its own
             return
         try:
             if delete:
@@ -367,8 +378,11 @@ class GPUCloudProvisioner(KernelProvisionerBase):
         return remote, details
 
     def _gone_sentence(self, what: str) -> str:
+        from gpucloud_nb.kernel.move import checkpoint_hint
+
         return (f"Instance {self._label()} {what}, so this kernel cannot start; pick another "
-                "kernel, or install one for an active instance with %gpucloud kernel NAME.")
+                "kernel, or install one for an active instance with %gpucloud kernel NAME"
+                f"{checkpoint_hint(self.notebook_folder)}.")
 
     async def _instance_gone(self, budget: float) -> bool:
         """True when the cloud says the instance is gone; False when it is there, or has not

@@ -140,8 +140,9 @@ def remove_stale(cloud_kind: str, status_of: Callable[[str], str | None],
 
 
 def install(details: Any, *, cloud_kind: str, account: str, display_name: str | None = None,
-            on_shutdown: str = "keep") -> str:
-    """Install (or replace) the kernelspec of the instance ``details``; return its name."""
+            on_shutdown: str = "keep", name: str | None = None) -> str:
+    """Install (or replace) the kernelspec of the instance ``details``; return its name
+    (``name``, else :func:`kernel_name` of the instance's: a moved kernel keeps its name)."""
     if on_shutdown not in ON_SHUTDOWN:
         raise InvalidInputError(f"on_shutdown must be 'keep' or 'delete', not {on_shutdown!r}.")
     if display_name is not None and (not isinstance(display_name, str) or not display_name.strip()):
@@ -149,7 +150,7 @@ def install(details: Any, *, cloud_kind: str, account: str, display_name: str | 
     if details.status in ("deleting", "deleted", "failed"):
         raise InvalidInputError(f"Instance {details.name or details.id} is {details.status}; a "
                                 "kernel needs an active (or pending) instance.")
-    name = kernel_name(details.name or details.id)
+    name = name or kernel_name(details.name or details.id)
     spec = {
         "argv": ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": display_name or display_name_for(details),
