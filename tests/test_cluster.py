@@ -582,3 +582,21 @@ def test_a_scheduler_instance_that_fails_to_start_fails_the_start_in_one_sentenc
             f"Instance {first.id} (dask-doomed-0), which was to hold the scheduler of cluster "
             "'doomed', is error; the cluster's instances are being deleted.")
         assert {i.status for i in cloud.instances.list()} == {"deleted"}
+
+
+def test_a_scale_down_confirms_its_delete_and_sends_it_again_to_a_cloud_that_ignored_it(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40: every path that ends an instance confirms the delete. The sandbox answers the first
+    delete 204 and does nothing (``deaf_deletes``); the scale-down sees the instance still
+    active, sends the delete again, and it goes."""
+    sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
+                              faults=Faults(deaf_deletes=1))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with GPUCloudCluster(cloud, 2, name="deaf") as cluster:
+            newest = cluster.instance_ids[1]
+            cluster.scale(1)
+            wait_for(lambda: newest in cluster.rental.confirmed, timeout=90,
+                     what=lambda: cloud.instances.get(newest).status)
+            assert cloud.instances.get(newest).status == "deleted"
+        assert not live_ids(cloud)

@@ -54,7 +54,8 @@ __all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking", "
 FOLDER = "gpucloud-cluster"
 _START_SECONDS = 120  # how long a process may take to be ready (a pip install takes longer)
 _GONE = ("deleting", "deleted", "error")
-_CONFIRM_SECONDS = 120.0  # a delete not seen done by then is named (sent again half-way)
+_CONFIRM_SECONDS = 120.0  # a delete not seen done by then is named
+_RESEND_SECONDS = 10.0  # a delete that left the instance pending or active is sent again
 _NAME = re.compile(r"dask-(?P<cluster>[A-Za-z0-9_.-]+)-(?P<index>[0-9]+)")
 
 
@@ -160,12 +161,13 @@ class ClusterPlan:
     def delete(self, instance_id: str, within: float = _CONFIRM_SECONDS) -> bool:
         """Delete one instance of the cluster unless it is already going, and confirm it: the
         cloud must show it ``deleted`` (it bills while ``deleting``) within ``within`` seconds;
-        the delete is sent again half-way if it still shows pending or active (a cloud that
-        took it and did nothing). Blocking; whether it was confirmed."""
+        the delete is sent once more if it still shows pending or active after 10 s (a cloud
+        that took it and did nothing). Blocking; whether it was confirmed."""
         if self.keep:
             return True
         instances = self.cloud.instances
-        deadline, resend = time.monotonic() + within, time.monotonic() + within / 2
+        deadline = time.monotonic() + within
+        resend = time.monotonic() + min(within / 2, _RESEND_SECONDS)
         sent = False
         try:
             while True:

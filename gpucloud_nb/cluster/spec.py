@@ -66,8 +66,8 @@ Choices where nothing says otherwise:
 - **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook when
   ``shutdown_on_close`` is true, and ``connect(cleanup_on_exit=True)``) stops the processes,
   deletes every instance the cluster rented, and confirms each delete: the cloud must show it
-  ``deleted`` (it bills while ``deleting``) within 2 minutes, the delete sent once more half-way
-  for a cloud that took it and did nothing; one it could not confirm is named. A scale-down's
+  ``deleted`` (it bills while ``deleting``) within 2 minutes, the delete sent once more after
+  10 s for a cloud that took it and did nothing; one it could not confirm is named. A scale-down's
   delete is confirmed the same way. After a *Delete all* from outside, the cluster is
   ``closed`` with one notice, and ``close()`` returns at once.
 - **Found again.** The cloud has no grouping but names, so a cluster's instances are named
