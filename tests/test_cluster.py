@@ -600,3 +600,24 @@ def test_a_scale_down_confirms_its_delete_and_sends_it_again_to_a_cloud_that_ign
                      what=lambda: cloud.instances.get(newest).status)
             assert cloud.instances.get(newest).status == "deleted"
         assert not live_ids(cloud)
+
+
+def test_a_worker_instance_active_but_unreachable_over_ssh_is_named_and_the_others_go_on(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40: an instance the cloud calls active whose SSH port nobody answers on is named with
+    the reason (bounded by 30 s after the instances are active), deleted, and the cluster starts
+    on the others instead of hanging."""
+    sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
+                              faults=Faults(unreachable_names="dask-dark-1"))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with GPUCloudCluster(cloud, 3, name="dark") as cluster:
+            dark = next(i for i in cloud.instances.list() if i.name == "dask-dark-1")
+            assert len(cluster.notices) == 1, cluster.notices
+            notice = cluster.notices[0]
+            assert notice.startswith(f"Instance {dark.id} (dask-dark-1) of cluster 'dark' ")
+            assert "SSH" in notice and "\n" not in notice
+            assert notice.endswith(": it is deleted, and the cluster starts with 2 workers.")
+            assert workers_of(cluster) == 2
+            assert cloud.instances.get(dark.id).status == "deleted"
+        assert not live_ids(cloud)

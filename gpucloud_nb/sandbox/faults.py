@@ -30,6 +30,9 @@ them from 1 in arrival order; request number ``n`` then meets, in this order:
   ``pending`` to ``error`` instead of ``active`` (as a name ending in ``-sandbox-fail`` does),
   for rehearsing one failed machine among several (``fail_names=dask-trio-2``). It counts no
   request and needs no middleware: the create reads it.
+- ``unreachable_names``: an ``fnmatch`` pattern; an instance whose name matches turns
+  ``active`` but its SSH server never opens (nothing listens on its ``sshPort``): a machine the
+  cloud calls ready that nobody can reach.
 - ``extra_fields``: every JSON object in every JSON answer, at every depth, gains fields the spec
   does not name (a string, a number, an object and a list of objects), as a newer cloud might send.
 
@@ -85,6 +88,7 @@ class Faults:
     deaf_deletes: int = 0
     extra_fields: bool = False
     fail_names: str = ""
+    unreachable_names: str = ""
     prefix: str = "/gpu-cloud/"
 
     def __post_init__(self) -> None:
@@ -111,6 +115,14 @@ class Faults:
             True
         """
         return bool(self.fail_names) and fnmatch.fnmatchcase(name, self.fail_names)
+
+    def unreachable(self, name: str) -> bool:
+        """Whether the SSH server of an instance named ``name`` is never to open.
+
+            >>> Faults(unreachable_names="dask-*-1").unreachable("dask-trio-1")
+            True
+        """
+        return bool(self.unreachable_names) and fnmatch.fnmatchcase(name, self.unreachable_names)
 
     @classmethod
     def parse(cls, text: str) -> Faults:
