@@ -44,7 +44,9 @@ Choices where nothing says otherwise:
   named once in ``cluster.notices`` ("has 2 workers, not the 6 asked for: …"), and adapt's next
   scale-up waits 30 s. A ``scale`` from the notebook checks all the workers it adds at once.
 - **Lost instances.** Every 2 s the cluster lists the instances; one of its own that is
-  deleting, deleted or failed without the cluster closing it is named in one sentence (logged on
+  deleting, deleted or failed without the cluster closing it, at two checks in a row (so that
+  a *Delete all* that reaches the workers before the scheduler is one notice, not two that
+  contradict each other), is named in one sentence (logged on
   ``gpucloud_nb.cluster`` and kept in ``cluster.notices``) and its worker dropped; with ``adapt``
   on, Dask starts a replacement on a new instance.
 - **A lost scheduler.** When the scheduler's instance is deleted from outside the cluster (the
@@ -328,6 +330,7 @@ class GPUCloudCluster(SpecCluster):
         #: One sentence for each instance that went away under the running cluster.
         self.notices: list[str] = []
         self._noticed: set[str] = set()
+        self._suspects: set[str] = set()  # instances seen gone once
         self._spent: dict[str, float] = {}  # instance id -> its bill when last listed
         self._warned = False
         self._unconfirmed: list[str] = []
@@ -639,6 +642,11 @@ class GPUCloudCluster(SpecCluster):
             instance_id = getattr(node, "instance_id", None)
             if (instance_id is None or instance_id in alive or instance_id in self._noticed
                     or node.status in (Status.closing, Status.closed)):
+                continue
+            if instance_id not in self._suspects:
+                # Seen gone once: named at the next check if the scheduler's instance is still
+                # there, so a Delete all that reaches the workers first says one thing (#40).
+                self._suspects.add(instance_id)
                 continue
             self._noticed.add(instance_id)
             self.rental.gone.add(instance_id)
