@@ -568,7 +568,7 @@ def test_a_worker_instance_that_fails_to_start_is_named_and_the_others_go_on(
                 f"Instance {failed.id} (dask-flaky-2) of cluster 'flaky' is error: it is "
                 "deleted, and the cluster starts with 2 workers."]
             assert workers_of(cluster) == 2
-            assert cloud.instances.get(failed.id).status == "deleted"
+            wait_for(lambda: cloud.instances.get(failed.id).status == "deleted", timeout=60)
             with distributed.Client(cluster) as client:
                 assert client.submit(sum, [1, 2]).result() == 3
         assert not live_ids(cloud)
@@ -624,5 +624,5 @@ def test_a_worker_instance_active_but_unreachable_over_ssh_is_named_and_the_othe
             assert "SSH" in notice and "\n" not in notice
             assert notice.endswith(": it is deleted, and the cluster starts with 2 workers.")
             assert workers_of(cluster) == 2
-            assert cloud.instances.get(dark.id).status == "deleted"
+            wait_for(lambda: cloud.instances.get(dark.id).status == "deleted", timeout=60)
         assert not live_ids(cloud)

@@ -527,10 +527,22 @@ class GPUCloudCluster(SpecCluster):
                                       "deleted.")
         del ids[index]
         plan.gone.add(instance_id)
-        with contextlib.suppress(GPUCloudError):
-            plan.delete(instance_id)
+        threading.Thread(target=self._delete_dropped, args=(instance_id, named), daemon=True,
+                         name="gpucloud-cluster-delete").start()  # the start goes on meanwhile
         self._notice(f"{named} of cluster {plan.name!r} {why}: it is deleted, and the cluster "
                      f"starts with {len(ids)} workers.")
+
+    def _delete_dropped(self, instance_id: str, named: str) -> None:
+        """Delete an instance dropped while the cluster starts, and say so if the cloud does not
+        confirm it (``close`` tries again)."""
+        try:
+            confirmed = self.rental.delete(instance_id)
+        except GPUCloudError as error:
+            self._notice(f"{named} of cluster {self.rental.name!r} could not be deleted: {error}")
+            return
+        if not confirmed:
+            self._notice(f"{named} of cluster {self.rental.name!r} was not confirmed deleted; "
+                         "check cloud.instances.list().")
 
     def _delete_all(self) -> list[str]:
         """Delete every instance the cluster rented and wait until the cloud says so; the ids
