@@ -1,6 +1,6 @@
 """dask-labextension's sidebar builds our cluster from its ``labextension.factory`` config, as
 its server extension does (its cluster manager, on the Jupyter server's event loop, with
-``asynchronous=True``): New, scale, close, against a sandbox over real HTTP and SSH."""
+``asynchronous=True``): New, Scale, Adapt, Shutdown, against a sandbox over real HTTP and SSH."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return own_home
 
 
-def test_the_sidebars_new_scale_and_shutdown_rent_scale_and_delete_our_cluster(
+def test_the_sidebars_new_scale_adapt_and_shutdown_rent_resize_and_delete_our_cluster(
         sandbox_factory: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch) -> None:
     sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2)
     # The Jupyter server's environment: the cloud connect() finds (here the sandbox, directly).
@@ -52,6 +52,12 @@ def test_the_sidebars_new_scale_and_shutdown_rent_scale_and_delete_our_cluster(
                 await asyncio.sleep(0.2)
             scaled = manager.get_cluster(made["id"])
             ids = list(cluster.instance_ids)
+            adapted = manager.adapt_cluster(made["id"], 1, 1)  # the "Adapt" dialog
+            assert adapted is not None and adapted["adapt"] == {"minimum": 1, "maximum": 1}
+            # Dask's Adaptive picks the worker to retire (maybe the scheduler's instance's).
+            while manager.get_cluster(made["id"])["workers"] > 1:
+                assert time.monotonic() < deadline + 120, manager.get_cluster(made["id"])
+                await asyncio.sleep(0.2)
             await manager.close_cluster(made["id"])  # the "Shutdown" button
             return made, scaled, ids
 
