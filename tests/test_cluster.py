@@ -29,6 +29,7 @@ from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
+from gpucloud_nb.sandbox.faults import Faults
 from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, launch, vm_offer, wait_for
 from tests.samples import one_offer
 
@@ -155,7 +156,7 @@ def test_scale_4_rents_one_more_instance_and_scale_2_deletes_two(box: GPUCloud) 
         cluster.wait_for_workers(4, timeout=60)
         assert len(live_ids(box)) == 4 and live_ids(box) > set(first)
         added = (live_ids(box) - set(first)).pop()
-        assert box.instances.get(added).name == "scaled-3"
+        assert box.instances.get(added).name == "dask-scaled-3"
         cluster.scale(2)
         wait_for(lambda: workers_of(cluster) == 2 and len(live_ids(box)) == 2, timeout=30)
         assert live_ids(box) == set(first[:2])  # the newest went; the scheduler's stays
@@ -170,7 +171,7 @@ def test_an_instance_deleted_from_outside_is_named_and_replaced_under_adapt(
         box.instances.delete(first[1])  # not through the cluster
         wait_for(lambda: cluster.notices, timeout=15)
         assert cluster.notices == [
-            f"Instance {first[1]} (adaptive-1) of cluster 'adaptive' was deleted from outside "
+            f"Instance {first[1]} (dask-adaptive-1) of cluster 'adaptive' was deleted from outside "
             "the cluster, and its worker with it; adapt starts a replacement."]
         wait_for(lambda: len(live_ids(box)) == 2 and workers_of(cluster) == 2, timeout=60)
         assert first[0] in live_ids(box) and first[1] not in live_ids(box)
@@ -184,24 +185,29 @@ def test_without_adapt_a_lost_instance_is_named_and_the_cluster_shrinks(box: GPU
         box.instances.delete(gone)
         wait_for(lambda: cluster.notices, timeout=15)
         assert cluster.notices == [
-            f"Instance {gone} (fixed-1) of cluster 'fixed' was deleted from outside the cluster, "
+            f"Instance {gone} (dask-fixed-1) of cluster 'fixed' was deleted from outside the cluster, "
             "and its worker with it; the cluster has 1 workers now (cluster.scale(2) adds one)."]
         wait_for(lambda: workers_of(cluster) == 1, timeout=30)
         assert len(live_ids(box)) == 1
 
 
-@pytest.mark.parametrize("wait_for_notice", [True, False])
+@pytest.mark.parametrize(("wait_for_notice", "workers_first"),
+                         [(True, False), (False, False), (True, True)])
 def test_a_cluster_whose_instances_are_deleted_from_outside_closes_with_one_notice(
-        box: GPUCloud, wait_for_notice: bool, capfd: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
-    """#35: after the sidebar's Delete all, close() hung 33 s with an OSError traceback and
-    the status said running. Another client deletes every instance over HTTP, as it does."""
+        box: GPUCloud, wait_for_notice: bool, workers_first: bool,
+        capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """#35, #40: after the sidebar's Delete all, close() hung 33 s with an OSError traceback,
+    the status said running, and the notices contradicted each other ("stopped", "1 workers
+    now"). Another client deletes every instance over HTTP, as it does, in either order (the
+    workers' first and the scheduler's 1.5 s later, most likely with a 2 s watch between)."""
     cluster = GPUCloudCluster(box, 2, name="orphan")
     ids = cluster.instance_ids
     with GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as sidebar:
-        for instance_id in ids:
+        for instance_id in (ids[::-1] if workers_first else ids):
             sidebar.instances.delete(instance_id)
-    sentence = (f"Instance {ids[0]} (orphan-0), which holds the scheduler of cluster 'orphan', "
+            if workers_first and instance_id == ids[1]:
+                time.sleep(1.5)  # a watch (every 2 s) may well see the worker's alone gone
+    sentence = (f"Instance {ids[0]} (dask-orphan-0), which holds the scheduler of cluster 'orphan', "
                 "was deleted from outside the cluster: the cluster is closed, and its other "
                 "instances are deleted.")
     if wait_for_notice:  # the 2 s watch notices, and closes the cluster
@@ -210,7 +216,9 @@ def test_a_cluster_whose_instances_are_deleted_from_outside_closes_with_one_noti
         assert cluster.notices == [sentence]
     started = time.monotonic()
     cluster.close()  # closed already, or closed now: either way at once, and quietly
-    assert time.monotonic() - started < 15
+    # Closed already (#40: it hung 33 s, then raised OSError): at once. Not yet noticed: the
+    # close finds the scheduler's instance gone and waits on nothing that answers.
+    assert time.monotonic() - started < (2 if wait_for_notice else 15)
     assert cluster.status.name == "closed"
     assert cluster.notices == [sentence]
     err = capfd.readouterr().err
@@ -479,7 +487,7 @@ def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
         time.sleep(3)  # both bill for a while, then the second is scaled away
         cluster.scale(1)
         wait_for(lambda: cloud.instances.get(ids[1]).status == "deleted", timeout=30)
-        wait_for(lambda: len(cluster.notices) == 2, timeout=90)
+        wait_for(lambda: len(cluster.notices) == 2, timeout=90, what=lambda: str(cluster.notices))
         warning, closed = cluster.notices
         assert re.fullmatch(r"Cluster 'thrifty' has cost \$3\.\d\d, (8\d|9\d) % of its budget of "
                             r"\$4\.00; at the budget it closes itself and deletes its instances\.",
@@ -513,3 +521,112 @@ def test_the_worker_command_is_a_cuda_worker_only_where_dask_cuda_was_found(
     assert resources in command and "--name 'w 1' " in command
     assert ("dask cuda worker" in command) is cuda
     assert "--local-directory 'worker-w 1' " in command and "--tls-ca-file cert.pem" in command
+
+
+@pytest.mark.parametrize(("maximum", "budget", "peak"), [(2, None, 2), (4, 2.5, 2)])
+def test_adapt_under_a_burst_wanting_three_times_its_maximum_never_rents_past_it_or_the_budget(
+        sandbox_factory: Callable[..., Sandbox], maximum: int, budget: float | None,
+        peak: int) -> None:
+    """#40 (distributed #6801, dask-cloudprovider #365): a burst of tasks that would want many
+    workers. At most ``maximum`` instances at any moment; with a budget of $2.50 at $1/h, at
+    most the two whose next hour it pays, and the others are named, once."""
+    sandbox = sandbox_factory(offers=one_offer(1.0), launch_seconds=0.3, delete_seconds=0.2)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
+            GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as observer:
+        cloud.sandbox = sandbox
+        cluster = GPUCloudCluster(cloud, 1, name="burst", budget=budget)
+        with cluster, distributed.Client(cluster) as client:
+            cluster.adapt(minimum=1, maximum=maximum, interval="200ms", target_duration="0.1s")
+            tasks = client.map(lambda i: time.sleep(1.5) or i, range(3 * maximum * 4))
+            most = 0
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                most = max(most, len(live_ids(observer)))
+                time.sleep(0.05)
+            assert most <= peak, f"{most} instances under adapt(maximum={maximum})"
+            assert sum(client.gather(tasks)) == sum(range(3 * maximum * 4))
+            most = max(most, len(live_ids(observer)))
+            assert most == peak  # it did grow to what it may
+            if budget is not None:
+                refused = [n for n in cluster.notices if "past its budget" in n]
+                assert refused, cluster.notices
+                assert refused[0].startswith("Cluster 'burst' has 2 workers, not the ")
+                assert "one more hour of 3 × $1.00/h would bring it past its budget of $2.50" \
+                    in refused[0]
+                assert len(set(cluster.notices)) == len(cluster.notices)
+        assert not live_ids(observer)
+
+
+def test_a_worker_instance_that_fails_to_start_is_named_and_the_others_go_on(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40 (dask-cloudprovider #277, #470): one of three instances goes to ``error``; it is
+    named with its reason as soon as the cloud says so, deleted, and the cluster starts on the
+    other two."""
+    sandbox = sandbox_factory(launch_seconds=0.5, delete_seconds=0.2,
+                              faults=Faults(fail_names="dask-flaky-2"))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with GPUCloudCluster(cloud, 3, name="flaky") as cluster:
+            failed = next(i for i in cloud.instances.list() if i.name == "dask-flaky-2")
+            assert cluster.notices == [
+                f"Instance {failed.id} (dask-flaky-2) of cluster 'flaky' is error: it is "
+                "deleted, and the cluster starts with 2 workers."]
+            assert workers_of(cluster) == 2
+            wait_for(lambda: cloud.instances.get(failed.id).status == "deleted", timeout=60)
+            with distributed.Client(cluster) as client:
+                assert client.submit(sum, [1, 2]).result() == 3
+        assert not live_ids(cloud)
+
+
+def test_a_scheduler_instance_that_fails_to_start_fails_the_start_in_one_sentence(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    sandbox = sandbox_factory(launch_seconds=0.5, delete_seconds=0.2,
+                              faults=Faults(fail_names="dask-doomed-0"))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with pytest.raises(GPUCloudError) as failed:
+            GPUCloudCluster(cloud, 2, name="doomed")
+        first = next(i for i in cloud.instances.list() if i.name == "dask-doomed-0")
+        assert str(failed.value) == (
+            f"Instance {first.id} (dask-doomed-0), which was to hold the scheduler of cluster "
+            "'doomed', is error; the cluster's instances are being deleted.")
+        assert {i.status for i in cloud.instances.list()} == {"deleted"}
+
+
+def test_a_scale_down_confirms_its_delete_and_sends_it_again_to_a_cloud_that_ignored_it(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40: every path that ends an instance confirms the delete. The sandbox answers the first
+    delete 204 and does nothing (``deaf_deletes``); the scale-down sees the instance still
+    active, sends the delete again, and it goes."""
+    sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
+                              faults=Faults(deaf_deletes=1))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with GPUCloudCluster(cloud, 2, name="deaf") as cluster:
+            newest = cluster.instance_ids[1]
+            cluster.scale(1)
+            wait_for(lambda: newest in cluster.rental.confirmed, timeout=90,
+                     what=lambda: cloud.instances.get(newest).status)
+            assert cloud.instances.get(newest).status == "deleted"
+        assert not live_ids(cloud)
+
+
+def test_a_worker_instance_active_but_unreachable_over_ssh_is_named_and_the_others_go_on(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40: an instance the cloud calls active whose SSH port nobody answers on is named with
+    the reason (bounded by 30 s after the instances are active), deleted, and the cluster starts
+    on the others instead of hanging."""
+    sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
+                              faults=Faults(unreachable_names="dask-dark-1"))
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        with GPUCloudCluster(cloud, 3, name="dark") as cluster:
+            dark = next(i for i in cloud.instances.list() if i.name == "dask-dark-1")
+            assert len(cluster.notices) == 1, cluster.notices
+            notice = cluster.notices[0]
+            assert notice.startswith(f"Instance {dark.id} (dask-dark-1) of cluster 'dark' ")
+            assert "SSH" in notice and "\n" not in notice
+            assert notice.endswith(": it is deleted, and the cluster starts with 2 workers.")
+            assert workers_of(cluster) == 2
+            wait_for(lambda: cloud.instances.get(dark.id).status == "deleted", timeout=60)
+        assert not live_ids(cloud)

@@ -6,9 +6,15 @@
     >>> await worker  # rents an instance, starts `dask worker`, waits for it  # doctest: +SKIP
 
 On an instance the cluster keeps its files in ``~/gpucloud-cluster`` (mode 0700): the TLS
-certificate and key, ``scheduler.json``, one log per process and Dask's scratch space.
-Processes start detached (``nohup … &``; their pid is kept) so that the SSH session that starts
-them can end.
+certificate and key, ``scheduler.json``, ``cluster.json`` (on the scheduler's instance: the
+offer, region and Python the cluster rents with, for :meth:`GPUCloudCluster.from_name`), one log
+and one pid file per process and Dask's scratch space. Processes start detached (``nohup … &``)
+so that the SSH session that starts them can end; a node given ``adopt=True`` (a cluster found
+again by name) takes over the process its pid file names when it still runs.
+
+Instances are named ``dask-<cluster>-<i>``: the scheduler and worker 0 on ``dask-<cluster>-0``,
+worker ``i`` on ``dask-<cluster>-<i>`` (:func:`instance_name`, :func:`parse_instance_name`):
+the cloud keeps no other grouping, so the names are how a cluster is found again.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +47,35 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
     from gpucloud_nb.models import InstanceOffer
 
-__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking", "worker_command"]
+__all__ = ["FOLDER", "ClusterPlan", "SchedulerNode", "WorkerNode", "blocking", "instance_name",
+           "parse_instance_name", "worker_command"]
 
 #: Where the cluster's files live on each instance (relative to its home).
 FOLDER = "gpucloud-cluster"
 _START_SECONDS = 120  # how long a process may take to be ready (a pip install takes longer)
 _GONE = ("deleting", "deleted", "error")
+_CONFIRM_SECONDS = 120.0  # a delete not seen done by then is named
+_RESEND_SECONDS = 10.0  # a delete that left the instance pending or active is sent again
+_NAME = re.compile(r"dask-(?P<cluster>[A-Za-z0-9_.-]+)-(?P<index>[0-9]+)")
+
+
+def instance_name(cluster: str, index: int) -> str:
+    """The name of a cluster's ``index``-th instance.
+
+        >>> instance_name("trio", 2)
+        'dask-trio-2'
+    """
+    return f"dask-{cluster}-{index}"
+
+
+def parse_instance_name(name: str) -> tuple[str, int] | None:
+    """``(cluster, index)`` of an instance named by :func:`instance_name`, else ``None``.
+
+        >>> parse_instance_name("dask-my-run-3"), parse_instance_name("notebook")
+        (('my-run', 3), None)
+    """
+    match = _NAME.fullmatch(name)
+    return (match["cluster"], int(match["index"])) if match else None
 
 
 @dataclass
@@ -59,10 +90,15 @@ class ClusterPlan:
     os_image: str
     security: Security
     python: str = "python3"
+    orphan_seconds: float | None = None  # the instances' orphan timer (see spec.py)
+    budget: float | None = None  # the whole cluster's, in dollars (see spec.py)
+    admit: Callable[[Any], str | None] | None = None  # a new worker's name -> a refusal, or None
     instance_ids: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # instance id -> instance name
     cuda: set[str] = field(default_factory=set)  # instances with dask-cuda
     gone: set[str] = field(default_factory=set)  # deleted from outside: nothing to stop there
+    confirmed: set[str] = field(default_factory=set)  # deletes the cloud showed
+    keep: bool = False  # a cluster not found again: closing it stops and deletes nothing
     ledger: Ledger = field(default_factory=Ledger)  # when each instance turned active
     _files: tempfile.TemporaryDirectory[str] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,13 +110,30 @@ class ClusterPlan:
             self.names[instance_id] = instance_name
         clusters.note(self.cloud.base_url, instance_id, self.name)  # for the Lab sidebar
 
-    def create(self, instance_name: str) -> str:
-        """Rent one instance of the plan's offer (blocking); its id."""
+    def create(self, index: int) -> str:
+        """Rent the cluster's ``index``-th instance of the plan's offer (blocking); its id."""
+        name = instance_name(self.name, index)
         instance = self.cloud.instances.create(
-            name=instance_name, cloud_provider=self.offer.cloud.id,
+            name=name, cloud_provider=self.offer.cloud.id,
             instance_id=self.offer.instance_id, region=self.region, vm={"os": self.os_image})
-        self.rented(instance.id, instance_name)
+        self.rented(instance.id, name)
         return instance.id
+
+    def guard(self, instance_id: str) -> None:
+        """Give a started instance its orphan timer, or start it again: an auto-delete timer of
+        ``orphan_seconds`` (``cloud.auto_delete``, kept by the sandbox service or the gateway
+        whether or not this process lives), set once its Dask process runs (an instance still
+        starting is never an orphan) and renewed by every live cluster object that holds it."""
+        if self.orphan_seconds is not None and not self.keep:
+            self.cloud.auto_delete.schedule(instance_id, self.orphan_seconds)
+
+    def info(self) -> dict[str, object]:
+        """What :meth:`GPUCloudCluster.from_name` needs to rent more of the same: kept in
+        ``cluster.json`` on the scheduler's instance."""
+        return {"cluster": self.name, "offer": self.offer.instance_id,
+                "provider": self.offer.cloud.id, "region": self.region, "os": self.os_image,
+                "python": self.python, "orphanSeconds": self.orphan_seconds,
+                "budget": self.budget}
 
     def tls_files(self) -> tuple[Path, Path]:
         """The certificate and key as local files (mode 0600, in a private temporary folder),
@@ -105,16 +158,41 @@ class ClusterPlan:
                 self._files.cleanup()
                 self._files = None
 
-    def delete(self, instance_id: str) -> None:
-        """Delete one instance of the cluster unless it is already going (blocking)."""
-        with contextlib.suppress(NotFoundError):
-            if self.cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
-                self.cloud.instances.delete(instance_id)
+    def delete(self, instance_id: str, within: float = _CONFIRM_SECONDS) -> bool:
+        """Delete one instance of the cluster unless it is already going, and confirm it: the
+        cloud must show it ``deleted`` (it bills while ``deleting``) within ``within`` seconds;
+        the delete is sent once more if it still shows pending or active after 10 s (a cloud
+        that took it and did nothing). Blocking; whether it was confirmed."""
+        if self.keep:
+            return True
+        instances = self.cloud.instances
+        deadline = time.monotonic() + within
+        resend = time.monotonic() + min(within / 2, _RESEND_SECONDS)
+        sent = False
+        try:
+            while True:
+                status = instances.get(instance_id).status
+                if status == "deleted":
+                    break
+                if status != "deleting" and (not sent or time.monotonic() > resend):
+                    if sent:
+                        resend = deadline
+                    instances.delete(instance_id)
+                    sent = True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.25)
+        except NotFoundError:
+            pass
+        with self._lock:
+            self.confirmed.add(instance_id)
         clusters.forget(self.cloud.base_url, instance_id)
+        return True
 
-    def prepare(self, instance_id: str) -> None:
+    def prepare(self, instance_id: str, reached: threading.Event | None = None) -> None:
         """Make the folder, upload the TLS files and see that Dask is there (installing the
-        client's ``distributed`` version if not); note whether ``dask-cuda`` is."""
+        client's ``distributed`` version if not); note whether ``dask-cuda`` is. ``reached`` is
+        set once the instance answered over SSH."""
         cert, key = self.tls_files()
         run = self.cloud.instances.run
         py = self.python
@@ -122,6 +200,8 @@ class ClusterPlan:
                      f"{py} -c 'import sys' >/dev/null 2>&1 || echo no-python; "
                      f"{py} -c 'import distributed; print(distributed.__version__)' 2>/dev/null; "
                      f"{py} -c 'import dask_cuda' >/dev/null 2>&1 && echo dask-cuda", timeout=60)
+        if reached is not None:
+            reached.set()
         lines = result.stdout.split()
         if "no-python" in lines:
             raise InstanceFailedError(f"Instance {instance_id} has no working {py}, so it cannot "
@@ -170,13 +250,20 @@ def worker_command(python: str, scheduler: str, *, host: str, name: object, gpus
             f"--local-directory {shlex.quote(f'worker-{name}')} --death-timeout 60")
 
 
-def _detached(command: str, log: str, ready: str, seconds: float = _START_SECONDS) -> str:
-    """Start ``command`` detached, then wait (on the instance, one SSH round trip) until the
-    shell test ``ready`` holds or the process ends; print ``pid=<n>`` and ``ready`` or the log's
-    last lines."""
+def _detached(command: str, log: str, ready: str, seconds: float = _START_SECONDS, *,
+              adopt: bool = False) -> str:
+    """Start ``command`` detached, its pid kept in ``<log without .log>.pid``, then wait (on the
+    instance, one SSH round trip) until the shell test ``ready`` holds or the process ends; print
+    ``pid=<n>`` and ``ready`` or the log's last lines. With ``adopt`` a process the pid file
+    names that still runs, and is ready, is taken instead of starting one."""
     tries = int(seconds * 10)
-    return (f"cd {FOLDER} || exit 1; DASK_TEMPORARY_DIRECTORY=\"$PWD/scratch\" "
-            f"nohup {command} > {log} 2>&1 < /dev/null & pid=$!; "
+    pidfile = shlex.quote(log.removesuffix(".log") + ".pid")
+    start = (f"DASK_TEMPORARY_DIRECTORY=\"$PWD/scratch\" "
+             f"nohup {command} > {log} 2>&1 < /dev/null & pid=$!; echo $pid > {pidfile}; ")
+    if adopt:
+        start = (f"pid=$(cat {pidfile} 2>/dev/null); if [ -n \"$pid\" ] && kill -0 \"$pid\" "
+                 f"2>/dev/null && {ready}; then :; else {start}fi; ")
+    return (f"cd {FOLDER} || exit 1; {start}"
             f"echo pid=$pid; i=0; while [ $i -lt {tries} ]; do {ready} && break; "
             f"kill -0 $pid 2>/dev/null || break; sleep 0.1; i=$((i+1)); done; "
             f"if {ready}; then echo ready; else echo not-ready; tail -n 5 {log}; fi")
@@ -211,10 +298,11 @@ class SchedulerNode(ProcessInterface):
     local end of the forward this client uses; ``dashboard_url`` the dashboard's.
     """
 
-    def __init__(self, *, plan: ClusterPlan, instance_id: str) -> None:
+    def __init__(self, *, plan: ClusterPlan, instance_id: str, adopt: bool = False) -> None:
         super().__init__()
         self.plan = plan
         self.instance_id = instance_id
+        self.adopt = adopt
         self.pid = 0
         self.dashboard_url = ""
         self._forwards = contextlib.ExitStack()
@@ -225,9 +313,11 @@ class SchedulerNode(ProcessInterface):
         command = (f"{plan.python} -m dask scheduler --host {details.ip} --port 0 --protocol tls "
                    f"{plan.tls_options()} --dashboard-address 127.0.0.1:0 "
                    f"--scheduler-file scheduler.json")
-        script = (f"rm -f {FOLDER}/scheduler.json; "
-                  + _detached(command, "scheduler.log", "[ -s scheduler.json ]")
-                  + "; cat scheduler.json 2>/dev/null")
+        info = shlex.quote(json.dumps(plan.info()))
+        script = ("" if self.adopt else f"rm -f {FOLDER}/scheduler.json; "
+                  f"printf '%s' {info} > {FOLDER}/cluster.json; ") + _detached(
+            command, "scheduler.log", "[ -s scheduler.json ]", adopt=self.adopt) \
+            + "; cat scheduler.json 2>/dev/null"
         result = await blocking(plan.cloud.instances.run, self.instance_id, script,
                                  timeout=_START_SECONDS + 30)
         self.pid = _started(result.stdout, "scheduler", self.instance_id)
@@ -250,7 +340,7 @@ class SchedulerNode(ProcessInterface):
         self.status = Status.closing
         plan = self.plan
         await blocking(self._forwards.close)
-        if self.pid and self.instance_id not in plan.gone:
+        if self.pid and self.instance_id not in plan.gone and not plan.keep:
             with contextlib.suppress(GPUCloudError):
                 await blocking(plan.cloud.instances.run, self.instance_id,
                                 f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)
@@ -267,19 +357,24 @@ class WorkerNode(ProcessInterface):
     """
 
     def __init__(self, scheduler: str, *, plan: ClusterPlan, name: Any,
-                 instance_id: str | None = None, owns_instance: bool = True) -> None:
+                 instance_id: str | None = None, owns_instance: bool = True,
+                 adopt: bool = False) -> None:
         super().__init__(scheduler=scheduler, name=name)
         self.scheduler = scheduler
         self.plan = plan
         self.name = name
         self.instance_id = instance_id
         self.owns_instance = owns_instance
+        self.adopt = adopt
         self.pid = 0
 
     async def start(self) -> None:
         plan = self.plan
         if self.instance_id is None:
-            self.instance_id = await blocking(plan.create, f"{plan.name}-{self.name}")
+            refused = plan.admit(self.name) if plan.admit is not None else None
+            if refused:
+                raise InstanceFailedError(refused)
+            self.instance_id = await blocking(plan.create, int(self.name))
             active = await blocking(plan.cloud.instances.wait_until_active, self.instance_id)
             plan.ledger.observe(active)
             await blocking(plan.prepare, self.instance_id)
@@ -291,9 +386,11 @@ class WorkerNode(ProcessInterface):
                                  tls=plan.tls_options())
         ready = f"grep -q 'Registered to' {log}"
         result = await blocking(plan.cloud.instances.run, self.instance_id,
-                                 f"rm -f {FOLDER}/{log}; " + _detached(command, log, ready),
+                                 ("" if self.adopt else f"rm -f {FOLDER}/{log}; ")
+                                 + _detached(command, log, ready, adopt=self.adopt),
                                  timeout=_START_SECONDS + 30)
         self.pid = _started(result.stdout, "worker", self.instance_id)
+        await blocking(plan.guard, self.instance_id)
         self.address = self.scheduler
         await super().start()
 
@@ -301,7 +398,7 @@ class WorkerNode(ProcessInterface):
         self.status = Status.closing
         plan = self.plan
         if self.instance_id is not None:
-            if self.pid and self.instance_id not in plan.gone:
+            if self.pid and self.instance_id not in plan.gone and not plan.keep:
                 with contextlib.suppress(GPUCloudError):
                     await blocking(plan.cloud.instances.run, self.instance_id,
                                     f"kill {self.pid} 2>/dev/null", timeout=15, wait=0)

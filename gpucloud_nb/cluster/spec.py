@@ -3,13 +3,17 @@
     >>> cluster = GPUCloudCluster(cloud, 4, gpu_type="H100")  # doctest: +SKIP
     >>> client = distributed.Client(cluster)  # doctest: +SKIP
     >>> cluster.scale(2); cluster.close()  # doctest: +SKIP
+    >>> cluster = await GPUCloudCluster(n_workers=2, asynchronous=True)  # doctest: +SKIP
+    >>> cluster = GPUCloudCluster.from_name("trio")  # another kernel  # doctest: +SKIP
 
 How it goes: the offer is chosen (the cheapest available one matching the filters, or the one
-given) with one region where it is available; the cost cap is checked for all ``n`` instances at
-once; the ``n`` instances are created and waited for with one progress line; Dask is checked on
-each (see :mod:`gpucloud_nb.cluster.nodes`); the scheduler starts on the first instance and one
-worker on each, and the client reaches the scheduler and its dashboard through SSH forwards.
-Then it is an ordinary Dask cluster: ``Client(cluster)``, ``scale``, ``adapt``, its widget.
+given) with one region where it is available; the cost cap is checked for all ``n_workers``
+instances at once; the instances are created and waited for with one progress line; Dask is
+checked on each (see :mod:`gpucloud_nb.cluster.nodes`); the scheduler starts on the first
+instance and one worker on each, and the client reaches the scheduler and its dashboard through
+SSH forwards. Then it is an ordinary Dask cluster: ``Client(cluster)``, ``scale``, ``adapt``, its
+widget, ``asynchronous=True`` (all of the start runs in ``_start``, the blocking client calls on
+threads), and dask-labextension's ``labextension.factory`` (see docs/dask-labextension.md).
 
 Choices where nothing says otherwise:
 
@@ -40,7 +44,9 @@ Choices where nothing says otherwise:
   named once in ``cluster.notices`` ("has 2 workers, not the 6 asked for: …"), and adapt's next
   scale-up waits 30 s. A ``scale`` from the notebook checks all the workers it adds at once.
 - **Lost instances.** Every 2 s the cluster lists the instances; one of its own that is
-  deleting, deleted or failed without the cluster closing it is named in one sentence (logged on
+  deleting, deleted or failed without the cluster closing it, at two checks in a row (so that
+  a *Delete all* that reaches the workers before the scheduler is one notice, not two that
+  contradict each other), is named in one sentence (logged on
   ``gpucloud_nb.cluster`` and kept in ``cluster.notices``) and its worker dropped; with ``adapt``
   on, Dask starts a replacement on a new instance.
 - **A lost scheduler.** When the scheduler's instance is deleted from outside the cluster (the
@@ -57,24 +63,67 @@ Choices where nothing says otherwise:
   The check runs with the lost-instance check, every 2 s: at 80 % one warning (logged and in
   ``cluster.notices``); at the budget the cluster closes itself, as ``close()`` does (every
   instance deleted and confirmed), and says so in ``cluster.notices``. So it may overshoot by
-  2 s of its instances' price plus the time their deletes take. Nothing watches a cluster
-  whose kernel has ended.
-- **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook, and
-  ``connect(cleanup_on_exit=True)``) stops the processes, deletes every instance the cluster
-  rented, and waits until the cloud reports them deleted; one it could not confirm is named.
+  2 s of its instances' price plus the time their deletes take. Nothing watches the budget of a
+  cluster no process holds (its orphan timer still runs).
+- **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook when
+  ``shutdown_on_close`` is true, and ``connect(cleanup_on_exit=True)``) stops the processes,
+  deletes every instance the cluster rented, and confirms each delete: the cloud must show it
+  ``deleted`` (it bills while ``deleting``) within 2 minutes, the delete sent once more after
+  10 s for a cloud that took it and did nothing; one it could not confirm is named. A scale-down's
+  delete is confirmed the same way. After a *Delete all* from outside, the cluster is
+  ``closed`` with one notice, and ``close()`` returns at once.
+- **Found again.** The cloud has no grouping but names, so a cluster's instances are named
+  ``dask-<cluster>-<i>`` (the scheduler's is ``-0``), and a cluster's name is 1 to 40 letters,
+  digits, ``.``, ``_`` or ``-`` (a random ``cluster-<hex>`` when none is given). The scheduler's
+  instance keeps ``cluster.json`` (offer, region, Python, budget, orphan timer) beside the TLS
+  certificate and key. :meth:`GPUCloudCluster.from_name` lists the instances, reads those over
+  SSH (whoever can SSH to the instances may use the cluster; nobody else can), reconnects to the
+  scheduler and takes its running workers over by their pid files, starting one again where its
+  process has gone. Its ``shutdown_on_close`` is false (the end of that process leaves the
+  cluster running, as dask-ctl's clusters do), but its ``close()`` deletes the cluster, as
+  dask-ctl's ``delete`` expects. ``shutdown_on_close=False`` on the first object keeps the
+  cluster past its own process the same way. :mod:`gpucloud_nb.cluster.discovery` is the
+  ``dask_cluster_discovery`` entry point dask-ctl reads.
+- **Orphans.** A cluster kept past its process must not bill for ever: each instance, once its
+  worker runs, gets an auto-delete timer of ``delete_when_orphaned`` (30 minutes by default;
+  ``cloud.auto_delete``, kept by the sandbox service or the gateway, so it fires with no kernel
+  left), and every live cluster object holding the instances (the first, or one found again)
+  starts the timers again every third of their length, at most every minute. So the instances
+  go once no process has held the cluster for that long, and the Lab sidebar shows each timer.
+  Chosen over ``delete_when_idle``: the idle rule counts GPU use, and an idle Dask process's
+  housekeeping is not what makes a cluster an orphan; nor is a client that merely stays
+  connected use. What cannot be seen: a bare ``distributed.Client`` connected from elsewhere
+  does not hold the cluster. On the real cloud without a gateway (``GPUCLOUD_GATEWAY=off``) the
+  timers live in the kernel and die with it.
+- **A start that fails.** An instance other than the scheduler's that turns ``error``, is not
+  active within ``timeout``, does not answer over SSH within 30 s of the instances being active,
+  or cannot run Dask, is named with its reason in ``cluster.notices`` as soon as that is known,
+  deleted, and the cluster starts without it. The scheduler's instance failing fails the start
+  in one sentence, every instance deleted.
+- **Adapt within a budget.** ``adapt(minimum, maximum)`` is Dask's own: it asks for at most
+  ``maximum`` workers, counting those still starting. With ``budget=``, each scale-up must also
+  leave the budget able to pay what the cluster has cost so far and one more hour of all its
+  instances (the one-hour rule of a class budget): ``scale`` refuses in one sentence, and of the
+  workers ``adapt`` asks for at once the first that fit start and the rest are named once and
+  dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import math
+import re
+import secrets
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
@@ -84,7 +133,15 @@ from tornado.ioloop import PeriodicCallback
 
 from gpucloud_nb.client.budgets import WARN_SHARE, ServiceBudgets, budget_dollars
 from gpucloud_nb.client.costcap import RUNNING, cap_problem, hourly_price
-from gpucloud_nb.cluster.nodes import ClusterPlan, SchedulerNode, WorkerNode, blocking
+from gpucloud_nb.cluster.nodes import (
+    FOLDER,
+    ClusterPlan,
+    SchedulerNode,
+    WorkerNode,
+    blocking,
+    instance_name,
+    parse_instance_name,
+)
 from gpucloud_nb.display import format_price, per_hour
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceOffer
@@ -92,13 +149,39 @@ from gpucloud_nb.models import Instance, InstanceOffer
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
 
-__all__ = ["GPUCloudCluster", "budget_problem", "choose_offer"]
+__all__ = ["ORPHAN_SECONDS", "GPUCloudCluster", "budget_problem", "choose_offer"]
 
 logger = logging.getLogger("gpucloud_nb.cluster")
 _WATCH_MS = 2000
 _LAUNCH_TIMEOUT = 900.0
 _CONFIRM_TIMEOUT = 120.0
 _REFUSED_PAUSE = 30.0  # after a refused scale-up, adapt's next one waits this long
+_REACH_SECONDS = 30.0  # an active instance must answer over SSH this soon
+#: How long a cluster's instances outlive the last cluster object that kept them (30 minutes).
+ORPHAN_SECONDS = 1800.0
+_NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+
+
+_Wanted = tuple[int, "InstanceOffer | str | None", dict[str, Any], float, "float | None"]
+
+
+def _cluster_name(name: object) -> str:
+    """A cluster's name, checked (it goes into its instances' names), or a new random one."""
+    if name is None:
+        return f"cluster-{secrets.token_hex(3)}"
+    if not isinstance(name, str) or not _NAME_OK.fullmatch(name):
+        raise InvalidInputError(f"A cluster's name is 1 to 40 letters, digits, '.', '_' or '-' "
+                                f"(starting with a letter or digit), not {name!r}.")
+    return name
+
+
+def _orphan_seconds(value: object) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 \
+            or not math.isfinite(seconds):
+        raise InvalidInputError("delete_when_orphaned must be a positive number of seconds, a "
+                                f"timedelta or None, not {value!r}.")
+    return float(seconds)
 
 
 def _count(n: object, what: str = "A cluster") -> int:
@@ -183,138 +266,299 @@ def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str
 
 
 class GPUCloudCluster(SpecCluster):
-    """A Dask cluster on ``n`` rented instances of one offer, in one region (see the module docs).
+    """A Dask cluster on ``n_workers`` rented instances of one offer, in one region (see the
+    module docs).
 
-    ``cloud`` is the :class:`~gpucloud_nb.GPUCloud` it rents through. The cheapest available vm
-    or baremetal offer matching ``offer_filters`` (the filters of ``cloud.instances.offers``) unless
-    ``offer`` is given; the cost cap and a class budget are checked for all ``n`` before any
-    launch. With ``budget`` (dollars) the cluster closes itself once all its instances together
-    have cost that much.
+    ``cloud`` is the :class:`~gpucloud_nb.GPUCloud` it rents through (``None``: the one
+    :func:`gpucloud_nb.connect` gives, closed with the cluster). The cheapest available vm or
+    baremetal offer matching ``offer_filters`` (the filters of ``cloud.instances.offers``) unless
+    ``offer`` is given; the cost cap and a class budget are checked for all ``n_workers`` before
+    any launch. With ``budget`` (dollars) the cluster closes itself once all its instances
+    together have cost that much. ``shutdown_on_close=False`` keeps the cluster running when this
+    Python process ends (find it again with :meth:`from_name`); ``delete_when_orphaned``
+    (seconds or a ``timedelta``, default 30 minutes, ``None`` for never) deletes its instances
+    once no live cluster object has kept them that long. ``asynchronous=True`` as in Dask.
 
         >>> with GPUCloudCluster(cloud, 3) as cluster, Client(cluster) as client:  # doctest: +SKIP
         ...     client.gather(client.map(lambda x: x * x, range(30)))
     """
 
-    def __init__(self, cloud: GPUCloud, n: int, *, offer: InstanceOffer | str | None = None,
-                 name: str = "cluster", budget: float | None = None,
-                 timeout: float = _LAUNCH_TIMEOUT, **offer_filters: Any) -> None:
-        n = _count(n)
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidInputError(f"A cluster needs a name, not {name!r}.")
+    #: The instances, offer and TLS of the cluster (set once it starts).
+    rental: ClusterPlan
+
+    def __init__(self, cloud: GPUCloud | None = None, n_workers: int = 1, *,
+                 offer: InstanceOffer | str | None = None, name: str | None = None,
+                 budget: float | None = None, timeout: float = _LAUNCH_TIMEOUT,
+                 shutdown_on_close: bool = True,
+                 delete_when_orphaned: float | timedelta | None = ORPHAN_SECONDS,
+                 asynchronous: bool = False, loop: Any = None, **offer_filters: Any) -> None:
+        n = _count(n_workers)
+        name = _cluster_name(name)
         #: Dollars the whole cluster may cost before it closes itself (``None``: no limit).
         self.budget = None if budget is None else budget_dollars(budget)
-        chosen, region = choose_offer(cloud, offer, n, offer_filters)
-        problem = _launch_problem(cloud, chosen, n, f"Cluster {name!r}")
-        if problem:
-            raise InvalidInputError(problem)
-        self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
-                                os_image=(chosen.configuration.os or ("ubuntu-22.04",))[0],
-                                security=Security.temporary(),
-                                python=shlex.quote(sys.executable) if cloud.is_sandbox
-                                else "python3")
+        orphan = None if delete_when_orphaned is None else _orphan_seconds(delete_when_orphaned)
+        self._configure(cloud, name, found=False)
+        self._wanted: _Wanted | None = (n, offer, offer_filters, timeout, orphan)
+        self._begin(name, asynchronous, loop, shutdown_on_close)
+
+    @classmethod
+    def from_name(cls, name: str, cloud: GPUCloud | None = None, *,  # type: ignore[override]
+                  shutdown_on_close: bool = False, asynchronous: bool = False,
+                  loop: Any = None) -> GPUCloudCluster:
+        """The running cluster called ``name``, found again from its instances' names (from
+        another kernel, after a restart): its scheduler reconnected, its workers taken over,
+        ``close()`` deletes it as the original's would. ``shutdown_on_close`` is false, so the
+        end of this process leaves it running.
+
+            >>> cluster = GPUCloudCluster.from_name("trio")  # doctest: +SKIP
+            >>> client = Client(cluster)  # doctest: +SKIP
+        """
+        self = cls.__new__(cls)
+        self.budget = None
+        self._configure(cloud, _cluster_name(name), found=True)
+        self._wanted = None
+        self._begin(self._name_given, asynchronous, loop, shutdown_on_close)
+        return self
+
+    def _configure(self, cloud: GPUCloud | None, name: str, *, found: bool) -> None:
+        self._owns_cloud = cloud is None
+        #: The client the cluster rents through (``None`` until a cluster given none starts:
+        #: then :func:`gpucloud_nb.connect`'s, off the event loop).
+        self.cloud: GPUCloud = cloud  # type: ignore[assignment]
+        self._name_given = name
+        self._found = found
         #: One sentence for each instance that went away under the running cluster.
         self.notices: list[str] = []
         self._noticed: set[str] = set()
+        self._suspects: set[str] = set()  # instances seen gone once
         self._spent: dict[str, float] = {}  # instance id -> its bill when last listed
         self._warned = False
         self._unconfirmed: list[str] = []
         self._refused_until = 0.0
+        self._kept_at = 0.0
         self._started = False  # until then a worker that cannot start fails the cluster
+
+    def _begin(self, name: str, asynchronous: bool, loop: Any, shutdown_on_close: bool) -> None:
         try:
-            ids = self._launch(n, timeout)
-            workers = {i: {"cls": WorkerNode, "options": {
-                "plan": self.rental, "instance_id": ids[i], "owns_instance": i > 0}}
-                for i in range(n)}
-            super().__init__(
-                workers=workers,
-                scheduler={"cls": SchedulerNode, "options": {"plan": self.rental,
-                                                              "instance_id": ids[0]}},
-                worker={"cls": WorkerNode, "options": {"plan": self.rental}},
-                security=self.rental.security, name=name)
-            self.wait_for_workers(n, timeout=60)
+            super().__init__(scheduler={"cls": SchedulerNode, "options": {}},
+                             worker={"cls": WorkerNode, "options": {}}, security=Security(),
+                             name=name, asynchronous=asynchronous, loop=loop,
+                             shutdown_on_close=shutdown_on_close)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._loop_runner.stop()
+            raise
+
+    # -- starting ----------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        if self.status != Status.created:
+            await super()._start()
+            return
+        try:
+            if self.cloud is None:
+                from gpucloud_nb import connect
+
+                self.cloud = await blocking(connect, quiet=True)
+            await blocking(self._find if self._found else self._rent)
+            self.periodic_callbacks["gpucloud-watch"] = PeriodicCallback(self._watch, _WATCH_MS)
+            await super()._start()
+            await self._correct_state()
+            await self._wait_for_workers(len(self.worker_spec), timeout=60)
             self._started = True
         except BaseException as error:
-            self._abandon()
-            cause = error.__cause__ if isinstance(error, RuntimeError) else None
-            reason = cause if isinstance(cause, Exception) else error
-            if isinstance(reason, GPUCloudError):
-                raise reason from None
-            if not isinstance(reason, Exception):
-                raise
-            said = " ".join(str(reason).split()) or type(reason).__name__
-            raise InstanceFailedError(f"Cluster {name!r} did not start, and the instances it "
-                                      f"rented are deleted: {said}") from reason
-        watch = PeriodicCallback(self._watch, _WATCH_MS)
-        self.periodic_callbacks["gpucloud-watch"] = watch
-        loop = self.loop
-        assert loop is not None  # a started cluster has its loop
-        loop.add_callback(watch.start)
+            plan = getattr(self, "rental", None)
+            if self._found and plan is not None:
+                plan.keep = True  # a cluster not found again is not ours to delete
+            with contextlib.suppress(Exception):
+                await self._close()
+            raise self._start_failure(error) from None
 
-    # -- launching ---------------------------------------------------------------------------
+    def _start_failure(self, error: BaseException) -> BaseException:
+        """The one sentence a failed start raises (the instances already deleted)."""
+        cause = error.__cause__ if isinstance(error, RuntimeError) else None
+        reason = cause if isinstance(cause, Exception) else error
+        if isinstance(reason, GPUCloudError) or not isinstance(reason, Exception):
+            return reason
+        said = " ".join(str(reason).split()) or type(reason).__name__
+        if self._found:
+            return InstanceFailedError(f"Cluster {self._name_given!r} could not be reconnected: "
+                                       f"{said}")
+        return InstanceFailedError(f"Cluster {self._name_given!r} did not start, and the "
+                                   f"instances it rented are deleted: {said}")
 
-    def _launch(self, n: int, timeout: float) -> list[str]:
-        """Create the ``n`` instances, wait for all with one progress line, check Dask on each."""
-        plan, cloud = self.rental, self.rental.cloud
-        ids = [plan.create(f"{plan.name}-{i}") for i in range(n)]
+    def _rent(self) -> None:
+        """Choose the offer, check the cap and budgets, rent and prepare the instances, and
+        write the specs of the scheduler and workers (blocking, before Dask starts)."""
+        assert self._wanted is not None
+        n, offer, filters, timeout, orphan = self._wanted
+        cloud, name = self.cloud, self._name_given
+        chosen, region = choose_offer(cloud, offer, n, filters)
+        problem = _launch_problem(cloud, chosen, n, f"Cluster {name!r}")
+        if problem:
+            raise InvalidInputError(problem)
+        self.security = Security.temporary()
+        self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
+                                  os_image=(chosen.configuration.os or ("ubuntu-22.04",))[0],
+                                  security=self.security, orphan_seconds=orphan,
+                                  budget=self.budget, python=shlex.quote(sys.executable) if cloud.is_sandbox
+                                  else "python3")
+        self.rental.admit = self._admit
+        self._plan(self._launch(n, timeout), adopt=False)
+
+    def _plan(self, ids: dict[int, str], *, adopt: bool) -> None:
+        """The specs: the scheduler on instance 0, worker ``i`` on instance ``i``."""
+        plan = self.rental
+        self.scheduler_spec = {"cls": SchedulerNode, "options": {
+            "plan": plan, "instance_id": ids[0], "adopt": adopt}}
+        self.worker_spec = {i: {"cls": WorkerNode, "options": {
+            "plan": plan, "instance_id": instance_id, "owns_instance": i > 0, "adopt": adopt}}
+            for i, instance_id in ids.items()}
+        self.new_spec = {"cls": WorkerNode, "options": {"plan": plan}}
+        self._i = max(ids) + 1
+
+    def _find(self) -> None:
+        """Find the cluster's live instances by name, read its certificate and plan from the
+        scheduler's instance, and write the specs that take its processes over (blocking)."""
+        cloud, name = self.cloud, self._name_given
+        ids: dict[int, str] = {}
+        for instance in cloud.instances.list():
+            parsed = parse_instance_name(instance.name)
+            if parsed and parsed[0] == name and instance.status in ("pending", "active"):
+                ids[parsed[1]] = instance.id
+        if 0 not in ids:
+            also = (f" (instances {', '.join(ids.values())} still run: delete them with "
+                    "cloud.instances.delete)" if ids else "")
+            raise InvalidInputError(f"No running cluster {name!r} on this cloud: no live instance "
+                                    f"is named {instance_name(name, 0)!r}{also}.")
+        read = cloud.instances.run(
+            ids[0], f"cd {FOLDER} && cat cluster.json && echo && cat cert.pem key.pem", timeout=60)
+        try:
+            info = json.loads(read.stdout.split("\n", 1)[0])
+            pem = read.stdout.split("\n", 1)[1]
+            marker = "-----BEGIN PRIVATE KEY-----"
+            cert, key = pem[:pem.index(marker)], pem[pem.index(marker):]
+            chosen, region = choose_offer(cloud, str(info["offer"]), 1,
+                                          {"region": str(info["region"])})
+        except (ValueError, KeyError, IndexError):
+            raise InvalidInputError(f"Instance {ids[0]} does not hold the scheduler of a "
+                                    f"cluster {name!r} this package started.") from None
+        self.security = Security(require_encryption=True, tls_ca_file=cert,
+                                 tls_client_cert=cert, tls_client_key=key,
+                                 tls_scheduler_cert=cert, tls_scheduler_key=key,
+                                 tls_worker_cert=cert, tls_worker_key=key)
+        orphan, budget = info.get("orphanSeconds"), info.get("budget")
+        self.budget = float(budget) if budget else None
+        self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
+                                  os_image=str(info.get("os") or "ubuntu-22.04"),
+                                  security=self.security, python=str(info["python"]),
+                                  orphan_seconds=float(orphan) if orphan else None,
+                                  budget=self.budget)
+        self.rental.admit = self._admit
+        for index, instance_id in sorted(ids.items()):
+            self.rental.rented(instance_id, instance_name(name, index))
+        self._plan(ids, adopt=True)
+
+    def _launch(self, n: int, timeout: float) -> dict[int, str]:
+        """Create the ``n`` instances, wait for them with one progress line, check Dask on each;
+        instance ``i`` → its id. An instance other than the scheduler's that fails (its status
+        ``error``, not active within ``timeout``, not reachable over SSH within
+        ``_REACH_SECONDS`` of the others being active, or without Dask) is named in
+        ``notices`` and deleted, and the others go on; the scheduler's failing fails the start."""
+        plan, cloud = self.rental, self.cloud
+        ids = {i: plan.create(i) for i in range(n)}
         started = time.monotonic()
         shown = ""
-        while True:
-            listed = [i for i in cloud.instances.list() if i.id in ids]
+        waiting = dict(ids)
+        while waiting:
+            listed = [i for i in cloud.instances.list() if i.id in plan.names]
             for instance in listed:
                 plan.ledger.observe(instance)  # when each turned active, for the budget
             statuses = {i.id: i.status for i in listed}
-            active = sum(statuses.get(i) == "active" for i in ids)
-            line = (f"\r{plan.name}: {active}/{n} instances of {plan.offer.instance_id} active "
-                    f"in {plan.region} ({time.monotonic() - started:.0f} s)")
+            for index, instance_id in list(waiting.items()):
+                status = statuses.get(instance_id, "deleted")
+                if status == "active":
+                    del waiting[index]
+                elif status in ("error", "deleting", "deleted"):
+                    self._lost_at_start(ids, index, f"is {status}")
+                    del waiting[index]
+                elif time.monotonic() - started > timeout:
+                    self._lost_at_start(ids, index, f"was not active after {timeout:g} s")
+                    del waiting[index]
+            active = sum(statuses.get(i) == "active" for i in ids.values())
+            line = (f"\r{plan.name}: {active}/{len(ids)} instances of {plan.offer.instance_id} "
+                    f"active in {plan.region} ({time.monotonic() - started:.0f} s)")
             if line != shown:
                 print(line, end="", flush=True)
                 shown = line
-            failed = [i for i in ids if statuses.get(i, "deleted") in ("error", "deleting",
-                                                                       "deleted")]
-            if failed:
-                print(flush=True)
-                raise InstanceFailedError(f"Instance {failed[0]} of cluster {plan.name!r} is "
-                                          f"{statuses.get(failed[0], 'deleted')}; the cluster's "
-                                          "instances are being deleted.")
-            if active == n:
-                print(flush=True)
-                break
-            if time.monotonic() - started > timeout:
-                print(flush=True)
-                raise InstanceFailedError(f"{n - active} of the {n} instances of cluster "
-                                          f"{plan.name!r} were not active after {timeout:g} s; "
-                                          "the cluster's instances are being deleted.")
-            time.sleep(0.25)
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="gpucloud-cluster") as pool:
-            list(pool.map(plan.prepare, ids))
+            if waiting:
+                time.sleep(0.25)
+        print(flush=True)
+        pool = ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="gpucloud-cluster")
+        reached = {index: threading.Event() for index in ids}
+        jobs = {index: pool.submit(plan.prepare, instance_id, reached[index])
+                for index, instance_id in ids.items()}
+        deadline = time.monotonic() + _REACH_SECONDS
+        for index, job in jobs.items():
+            while not (reached[index].is_set() or job.done()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not (reached[index].is_set() or job.done()):
+                self._lost_at_start(ids, index, "is active but was not reachable over SSH "
+                                                f"within {_REACH_SECONDS:g} s")
+        for index, job in jobs.items():
+            if index not in ids:
+                continue
+            try:
+                job.result()
+            except GPUCloudError as error:
+                self._lost_at_start(ids, index, f"could not run Dask: {error}")
+        pool.shutdown(wait=False)
         return ids
 
-    def _abandon(self) -> None:
-        """After a failed start: stop what started, delete every instance rented."""
-        with contextlib.suppress(Exception):
-            if getattr(self, "_loop_runner", None) is not None and self.status != Status.closed:
-                self.close()
-        self._delete_all()
+    def _lost_at_start(self, ids: dict[int, str], index: int, why: str) -> None:
+        """Instance ``index`` failed while the cluster starts: the scheduler's fails the start;
+        another is named, deleted and dropped from ``ids``."""
+        plan = self.rental
+        instance_id = ids[index]
+        named = f"Instance {instance_id} ({instance_name(plan.name, index)})"
+        if index == 0:
+            raise InstanceFailedError(f"{named}, which was to hold the scheduler of cluster "
+                                      f"{plan.name!r}, {why}; the cluster's instances are being "
+                                      "deleted.")
+        del ids[index]
+        plan.gone.add(instance_id)
+        threading.Thread(target=self._delete_dropped, args=(instance_id, named), daemon=True,
+                         name="gpucloud-cluster-delete").start()  # the start goes on meanwhile
+        self._notice(f"{named} of cluster {plan.name!r} {why}: it is deleted, and the cluster "
+                     f"starts with {len(ids)} workers.")
+
+    def _delete_dropped(self, instance_id: str, named: str) -> None:
+        """Delete an instance dropped while the cluster starts, and say so if the cloud does not
+        confirm it (``close`` tries again)."""
+        try:
+            confirmed = self.rental.delete(instance_id)
+        except GPUCloudError as error:
+            self._notice(f"{named} of cluster {self.rental.name!r} could not be deleted: {error}")
+            return
+        if not confirmed:
+            self._notice(f"{named} of cluster {self.rental.name!r} was not confirmed deleted; "
+                         "check cloud.instances.list().")
 
     def _delete_all(self) -> list[str]:
         """Delete every instance the cluster rented and wait until the cloud says so; the ids
         not confirmed deleted."""
-        plan = self.rental
+        plan = getattr(self, "rental", None)
+        if plan is None or plan.keep:
+            return []
         plan.forget_files()
-        for instance_id in list(plan.instance_ids):
-            with contextlib.suppress(GPUCloudError):
-                plan.delete(instance_id)
-        deadline = time.monotonic() + _CONFIRM_TIMEOUT
-        left = list(plan.instance_ids)
-        while left and time.monotonic() < deadline:
-            statuses = {i.id: i.status for i in plan.cloud.instances.list()}
-            left = [i for i in left if statuses.get(i, "deleted") != "deleted"]
-            if left:
-                time.sleep(0.25)
-        for instance_id in left:
+        left = [i for i in plan.instance_ids if i not in plan.confirmed]
+        with ThreadPoolExecutor(max_workers=max(1, len(left))) as pool:
+            confirmed = list(pool.map(plan.delete, left))
+        unconfirmed = [i for i, ok in zip(left, confirmed, strict=True) if not ok]
+        for instance_id in unconfirmed:
             print(f"gpucloud-nb: instance {instance_id} of cluster {plan.name!r} was not "
                   "confirmed deleted; check cloud.instances.list().", file=sys.stderr, flush=True)
-        return left
+        return unconfirmed
 
     # -- Dask's hooks ------------------------------------------------------------------------
 
@@ -327,14 +571,39 @@ class GPUCloudCluster(SpecCluster):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidInputError(f"scale takes a number of workers (0 or more), not {n!r}.")
         more = n - len(self.worker_spec)
-        if more > 0 and not _on_event_loop():
-            problem = _launch_problem(self.rental.cloud, self.rental.offer, more,
-                                      f"Scaling cluster {self.name!r} to {n}")
+        if more > 0 and self.status == Status.running and not _on_event_loop():
+            problem = (self._budget_room(n) if self.budget is not None else None) or \
+                _launch_problem(self.rental.cloud, self.rental.offer, more,
+                                f"Scaling cluster {self.name!r} to {n}")
             if problem:
                 raise InvalidInputError(problem)
         elif more > 0 and time.monotonic() < self._refused_until:
             n = len(self.worker_spec)  # adapt, just refused: it asks again after the pause
         return super().scale(n, memory=memory, cores=cores)
+
+    def _budget_room(self, count: int) -> str | None:
+        """``None`` when the cluster's ``budget`` pays what it has cost so far and one more hour
+        of ``count`` instances of its offer; else one sentence. Every scale-up asks it (``scale``
+        for all it adds, each worker ``adapt`` starts for itself), so neither goes past the
+        budget: it is the budget's own rule of one hour ahead, as a class budget's."""
+        assert self.budget is not None
+        price = hourly_price(self.rental.offer.hourly_price) or 0.0
+        spent = sum(self._spent.values())
+        if spent + count * price <= self.budget:
+            return None
+        return (f"Cluster {self.name!r} has cost {format_price(spent)}; one more hour of {count} "
+                f"× {per_hour(price)} would bring it past its budget of "
+                f"{format_price(self.budget)}, so no worker was added.")
+
+    def _admit(self, worker_name: Any) -> str | None:
+        """A new worker under ``adapt``: refused when it would make the cluster rent past its
+        budget. The workers asked for count in name order, so of several asked at once the
+        first that fit are rented and the rest refused."""
+        if self.budget is None:
+            return None
+        names = sorted(self.worker_spec)  # ints: 0, 1, 2…
+        rank = names.index(worker_name) + 1 if worker_name in names else len(names) + 1
+        return self._budget_room(rank)
 
     async def _correct_state_internal(self) -> None:
         asked = len(self.worker_spec)
@@ -363,7 +632,8 @@ class GPUCloudCluster(SpecCluster):
     @property
     def instance_ids(self) -> list[str]:
         """The ids of the instances the cluster rented, oldest first (deleted ones too)."""
-        return list(self.rental.instance_ids)
+        plan = getattr(self, "rental", None)
+        return [] if plan is None else list(plan.instance_ids)
 
     async def _watch(self) -> None:
         """Notice instances of the running cluster that went away without it (see the docs)."""
@@ -379,10 +649,16 @@ class GPUCloudCluster(SpecCluster):
         if self._scheduler_lost(alive):
             await self._close()
             return
+        await self._keep(alive)
         for worker_name, node in list(self.workers.items()):
             instance_id = getattr(node, "instance_id", None)
             if (instance_id is None or instance_id in alive or instance_id in self._noticed
                     or node.status in (Status.closing, Status.closed)):
+                continue
+            if instance_id not in self._suspects:
+                # Seen gone once: named at the next check if the scheduler's instance is still
+                # there, so a Delete all that reaches the workers first says one thing (#40).
+                self._suspects.add(instance_id)
                 continue
             self._noticed.add(instance_id)
             self.rental.gone.add(instance_id)
@@ -453,20 +729,40 @@ class GPUCloudCluster(SpecCluster):
         self.notices.append(sentence)
         logger.warning(sentence)
 
+    async def _keep(self, alive: set[str]) -> None:
+        """While this object lives, its instances' orphan timers start again every third of
+        their length (at most every minute)."""
+        plan = self.rental
+        if plan.orphan_seconds is None or plan.keep:
+            return
+        if time.monotonic() - self._kept_at < min(60.0, plan.orphan_seconds / 3):
+            return
+        self._kept_at = time.monotonic()
+        for instance_id in [i for i in plan.instance_ids if i in alive]:
+            with contextlib.suppress(GPUCloudError):
+                await blocking(plan.guard, instance_id)
+
     async def _close(self) -> None:
-        if self.status == Status.running:
+        if self.status == Status.closed:
+            return
+        plan = getattr(self, "rental", None)
+        if self.status == Status.running and plan is not None:
             with contextlib.suppress(GPUCloudError):  # a close right after a Delete all
-                listed = await blocking(self.rental.cloud.instances.list)
+                listed = await blocking(plan.cloud.instances.list)
                 self._scheduler_lost({i.id for i in listed if i.status in ("pending", "active")})
         scheduler = self.scheduler
-        if getattr(scheduler, "instance_id", None) in self.rental.gone:
+        if plan is not None and getattr(scheduler, "instance_id", None) in plan.gone:
             # Nothing answers at the scheduler's address: asking it to retire the workers or
             # to stop would wait for Dask's connect timeout (30 s) and end in an OSError.
             self.shutdown_scheduler = False
             if scheduler.status not in (Status.closing, Status.closed):
                 await scheduler.close()
-        await super()._close()
-        self._unconfirmed = await blocking(self._delete_all)
+        try:
+            await super()._close()
+        finally:
+            self._unconfirmed = await blocking(self._delete_all)
+            if self._owns_cloud and self.cloud is not None:
+                self.cloud.close()
 
 
 def _on_event_loop() -> bool:

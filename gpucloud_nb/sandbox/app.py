@@ -300,7 +300,9 @@ class _Management:
                 user=request.state.user, deployment_type=offer["deploymentType"],
                 volume_id=None if volume is None else volume.id,
                 created_ms=now, ready_ms=now + self.launch_ms,
-                fails=body["name"].endswith(FAIL_SUFFIX), doc=doc,
+                fails=body["name"].endswith(FAIL_SUFFIX) or (
+                    self.config.faults is not None and self.config.faults.fails(body["name"])),
+                doc=doc,
             )
         except VolumeMissingError:
             raise Problem(400, f"Volume {volume_id} not found.") from None

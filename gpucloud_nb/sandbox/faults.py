@@ -26,6 +26,13 @@ them from 1 in arrival order; request number ``n`` then meets, in this order:
 - ``deaf_deletes``: the first ``deaf_deletes`` deletes of instances (``DELETE`` of
   ``/gpu-cloud/instances/{id}``) are answered 204 and not performed: a cloud that takes a delete
   and goes on billing (what a gateway must notice and retry).
+- ``fail_names``: an ``fnmatch`` pattern; an instance created with a name it matches goes from
+  ``pending`` to ``error`` instead of ``active`` (as a name ending in ``-sandbox-fail`` does),
+  for rehearsing one failed machine among several (``fail_names=dask-trio-2``). It counts no
+  request and needs no middleware: the create reads it.
+- ``unreachable_names``: an ``fnmatch`` pattern; an instance whose name matches turns
+  ``active`` but its SSH server never opens (nothing listens on its ``sshPort``): a machine the
+  cloud calls ready that nobody can reach.
 - ``extra_fields``: every JSON object in every JSON answer, at every depth, gains fields the spec
   does not name (a string, a number, an object and a list of objects), as a newer cloud might send.
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -79,6 +87,8 @@ class Faults:
     drop_create_every: int = 0
     deaf_deletes: int = 0
     extra_fields: bool = False
+    fail_names: str = ""
+    unreachable_names: str = ""
     prefix: str = "/gpu-cloud/"
 
     def __post_init__(self) -> None:
@@ -97,6 +107,22 @@ class Faults:
         """True when at least one fault is switched on."""
         return bool(self.error_every or self.rate_limit_every or self.slow_every
                     or self.drop_create_every or self.deaf_deletes or self.extra_fields)
+
+    def fails(self, name: str) -> bool:
+        """Whether an instance created with ``name`` is to fail (``fail_names``).
+
+            >>> Faults(fail_names="dask-*-2").fails("dask-trio-2")
+            True
+        """
+        return bool(self.fail_names) and fnmatch.fnmatchcase(name, self.fail_names)
+
+    def unreachable(self, name: str) -> bool:
+        """Whether the SSH server of an instance named ``name`` is never to open.
+
+            >>> Faults(unreachable_names="dask-*-1").unreachable("dask-trio-1")
+            True
+        """
+        return bool(self.unreachable_names) and fnmatch.fnmatchcase(name, self.unreachable_names)
 
     @classmethod
     def parse(cls, text: str) -> Faults:

@@ -308,8 +308,10 @@ class InstanceServers:
         for instance_id in wanted:
             if instance_id not in self._servers:
                 record = self.store.instance_by_id(instance_id)  # its doc, read only now
-                if record is None:
-                    continue
+                faults = self.config.faults
+                if record is None or (faults is not None
+                                      and faults.unreachable(str(record.doc.get("name", "")))):
+                    continue  # an injected fault: active, and nothing listens on its SSH port
                 try:
                     self._servers[instance_id] = await _InstanceServer.open(self, record)
                 except OSError:

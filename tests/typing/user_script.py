@@ -65,6 +65,8 @@ def sync_cloud(cloud: GPUCloud) -> None:
     assert_type(cloud.instances.run("x", "nvidia-smi"), RunResult)
     assert_type(cloud.instances.run_all(["x", "y"], "hostname", on_output=print), list[RunResult])
     assert_type(GPUCloudCluster(cloud, 4, gpu_type="H100"), GPUCloudCluster)
+    assert_type(GPUCloudCluster(n_workers=2, budget=5, shutdown_on_close=False), GPUCloudCluster)
+    assert_type(GPUCloudCluster.from_name("trio", cloud), GPUCloudCluster)
     assert_type(cloud.instances.upload("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt"), None)
     assert_type(cloud.instances.download("x", "a.txt", "a.txt", overwrite=True), None)

@@ -1,0 +1,166 @@
+"""A GPUCloudCluster the Dask way: built with ``asynchronous=True``, found again by name from a
+second Python process (``from_name``, and the ``dask_cluster_discovery`` entry point dask-ctl
+reads), kept past its process with ``shutdown_on_close=False``, and deleted by its orphan timer
+once no process keeps it. All over real HTTP and SSH against a sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.errors import InvalidInputError
+from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import wait_for
+
+distributed = pytest.importorskip("distributed")
+
+from gpucloud_nb.cluster import GPUCloudCluster  # noqa: E402  (needs distributed)
+from gpucloud_nb.cluster.discovery import cluster_names, discover  # noqa: E402
+
+LIVE = ("pending", "active")
+
+# A second Python process that knows the sandbox as connect() would tell it (its URLs, key and
+# home), so its SSH keys are the ones the sandbox already accepts.
+PRELUDE = textwrap.dedent("""
+    import json, os, types
+    from gpucloud_nb import GPUCloud
+    from gpucloud_nb.cluster import GPUCloudCluster
+    box = json.loads(os.environ["TEST_SANDBOX"])
+    cloud = GPUCloud(api_key=box["api_key"], base_url=box["management_url"])
+    cloud.sandbox = types.SimpleNamespace(**box)
+""")
+
+
+@pytest.fixture(autouse=True)
+def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return own_home
+
+
+@pytest.fixture
+def sandbox(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    return sandbox_factory(launch_seconds=0.3, delete_seconds=0.2)
+
+
+@pytest.fixture
+def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud.sandbox = sandbox
+    yield cloud
+    cloud.close()
+
+
+def second_process(sandbox: Sandbox, script: str, timeout: float = 180) -> str:
+    """Run ``script`` after :data:`PRELUDE` in a new interpreter; its stdout."""
+    handle = {name: getattr(sandbox, name) for name in (
+        "management_url", "inference_url", "api_key", "inference_secret", "launch_seconds")}
+    handle["home"] = str(sandbox.home) if sandbox.home is not None else None
+    env = dict(os.environ, TEST_SANDBOX=json.dumps(handle))
+    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.stdout
+
+
+def live(cloud: GPUCloud, ids: list[str]) -> set[str]:
+    return {i.id for i in cloud.instances.list() if i.id in ids and i.status in LIVE}
+
+
+def test_asynchronous_true_starts_scales_and_closes_on_the_callers_loop(box: GPUCloud) -> None:
+    async def use() -> tuple[list[str], int]:
+        async with GPUCloudCluster(box, 2, name="awaited", asynchronous=True) as cluster:
+            async with distributed.Client(cluster, asynchronous=True) as client:
+                assert await client.submit(sum, [1, 2, 3]) == 6
+            cluster.scale(3)
+            await cluster._wait_for_workers(3, timeout=60)  # what wait_for_workers awaits
+            return cluster.instance_ids, len(cluster.scheduler_info["workers"])
+
+    ids, workers = asyncio.run(use())
+    assert workers == 3 and len(ids) == 3
+    assert not live(box, ids)
+
+
+def test_a_second_process_finds_the_cluster_by_name_uses_it_and_closes_it(
+        box: GPUCloud, sandbox: Sandbox) -> None:
+    cluster = GPUCloudCluster(box, 2, name="relay")
+    ids = cluster.instance_ids
+    assert [box.instances.get(i).name for i in ids] == ["dask-relay-0", "dask-relay-1"]
+    assert cluster_names(box) == ["relay"]
+    out = second_process(sandbox, """
+        from distributed import Client
+        found = GPUCloudCluster.from_name("relay", cloud)
+        with Client(found) as client:
+            print(client.submit(lambda: 6 * 7).result(), len(client.scheduler_info()["workers"]))
+        print(" ".join(found.instance_ids))
+        found.close()  # as dask-ctl's delete does
+    """)
+    answer, listed = out.strip().splitlines()[-2:]
+    assert answer == "42 2"  # the same two workers, taken over, not new ones
+    assert sorted(listed.split()) == sorted(ids)
+    wait_for(lambda: cluster.status.name == "closed", timeout=60,
+             what=lambda: f"status {cluster.status.name}")
+    assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
+    cluster.close()  # the first process's object: closed already, quietly
+
+
+def test_from_name_of_no_such_cluster_is_one_sentence_and_deletes_nothing(box: GPUCloud) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        GPUCloudCluster.from_name("nowhere", box)
+    assert str(refused.value) == ("No running cluster 'nowhere' on this cloud: no live instance "
+                                  "is named 'dask-nowhere-0'.")
+
+
+def test_discovery_entry_point_lists_the_running_cluster_as_dask_ctl_reads_it(
+        box: GPUCloud, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dask-ctl 2024.1.0 does not import with distributed 2026 (it imports a removed
+    ``install_signal_handlers``), so its protocol is exercised here as it runs it: the entry
+    point of group ``dask_cluster_discovery``, an async iterator of ``(name, class)``."""
+    points = [p for p in importlib.metadata.entry_points(group="dask_cluster_discovery")
+              if p.name == "gpucloud"]
+    assert [p.value for p in points] == ["gpucloud_nb.cluster.discovery:discover"]
+    assert points[0].load() is discover
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    monkeypatch.setenv("GPUCLOUD_GATEWAY", "off")
+
+    async def names() -> list[tuple[str, object]]:
+        return [found async for found in discover()]
+
+    assert asyncio.run(names()) == []
+    with GPUCloudCluster(box, 1, name="listed"):
+        assert asyncio.run(names()) == [("listed", GPUCloudCluster)]
+    assert asyncio.run(names()) == []
+
+
+def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_deletes_it(
+        box: GPUCloud, sandbox: Sandbox) -> None:
+    """The first process keeps its instances past their 8 s orphan timer while it lives (the
+    cluster object starts their idle clocks again), ends without closing the cluster, and the
+    sandbox service deletes them once nobody has kept them for 8 s."""
+    out = second_process(sandbox, """
+        import time
+        cluster = GPUCloudCluster(cloud, 2, name="kept", shutdown_on_close=False,
+                                  delete_when_orphaned=8)
+        time.sleep(14)  # longer than the timer: kept alive by this process
+        print(" ".join(i.id for i in cloud.instances.list() if i.status == "active"))
+        print(" ".join(cluster.instance_ids))
+    """)
+    alive_at_exit, ids = (line.split() for line in out.strip().splitlines()[-2:])
+    assert sorted(alive_at_exit) == sorted(ids) and len(ids) == 2
+    assert live(box, ids) == set(ids)  # the process has ended; the cluster has not
+    assert cluster_names(box) == ["kept"]
+    started = time.monotonic()
+    wait_for(lambda: not live(box, ids), timeout=90, what=lambda: f"live {live(box, ids)}")
+    assert time.monotonic() - started >= 1  # deleted by the timer, not at exit
