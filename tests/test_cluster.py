@@ -393,6 +393,8 @@ def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud
         from gpucloud_nb.cluster import GPUCloudCluster
         cloud = GPUCloud()
         cluster = GPUCloudCluster(cloud, 2, name="forgotten")
+        from gpucloud_nb.cluster.spec import ORPHANS_UNWATCHED
+        assert ORPHANS_UNWATCHED in cluster.notices  # the cloud directly: no orphan timer kept
         from distributed import Client
         client = Client(cluster)
         assert client.submit(sum, [1, 2]).result() == 3

@@ -83,7 +83,10 @@ def test_the_cloud_directly_refuses_delete_when_idle_before_the_post(cloud: GPUC
     with pytest.raises(InvalidInputError, match="has no idle delete to keep"):
         cloud.idle_delete.keep(instance.id)
     assert cloud.idle_delete.states() == {} and not cloud.idle_delete.cancel(instance.id)
-    assert set(threading.enumerate()) - threads == set()
+    # This package's threads (all named gpucloud…): an asyncio_N executor thread another test
+    # of the same xdist worker left lazily starting is not this client's (seen once at load 12).
+    assert {t.name for t in set(threading.enumerate()) - threads
+            if t.name.startswith("gpucloud")} == set()
 
 
 def test_the_async_client_takes_delete_when_idle(sandbox: Sandbox) -> None:

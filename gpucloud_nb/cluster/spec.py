@@ -149,7 +149,7 @@ from gpucloud_nb.models import Instance, InstanceOffer
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
 
-__all__ = ["ORPHAN_SECONDS", "GPUCloudCluster", "budget_problem", "choose_offer"]
+__all__ = ["ORPHANS_UNWATCHED", "ORPHAN_SECONDS", "GPUCloudCluster", "budget_problem", "choose_offer"]
 
 logger = logging.getLogger("gpucloud_nb.cluster")
 _WATCH_MS = 2000
@@ -173,6 +173,12 @@ def _cluster_name(name: object) -> str:
         raise InvalidInputError(f"A cluster's name is 1 to 40 letters, digits, '.', '_' or '-' "
                                 f"(starting with a letter or digit), not {name!r}.")
     return name
+
+
+#: Said once by a cluster on the cloud directly (``GPUCLOUD_GATEWAY=off``): nobody keeps its timer.
+ORPHANS_UNWATCHED = ("Nothing deletes this cluster's instances if its kernel goes away: this "
+                     "client talks to the cloud directly (GPUCLOUD_GATEWAY=off), so no gateway "
+                     "keeps the orphan timer; close() the cluster when you are done.")
 
 
 def _orphan_seconds(value: object) -> float:
@@ -393,6 +399,9 @@ class GPUCloudCluster(SpecCluster):
         assert self._wanted is not None
         n, offer, filters, timeout, orphan = self._wanted
         cloud, name = self.cloud, self._name_given
+        if orphan is not None and cloud.auto_delete.where == "nobody":
+            orphan = None  # the cloud directly: no gateway would keep the orphan timer (#36)
+            self._notice(ORPHANS_UNWATCHED)
         chosen, region = choose_offer(cloud, offer, n, filters)
         problem = _launch_problem(cloud, chosen, n, f"Cluster {name!r}")
         if problem:
