@@ -7,6 +7,7 @@ The large array is 200 MB (float64 ones), as the issue asks.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,8 @@ def test_a_move_without_a_place_is_one_sentence(line: str, box: GPUCloud,
 
 
 def test_a_kernel_whose_instance_is_lost_names_its_newest_checkpoint(
-        box: GPUCloud, notebook_folder: Path, kernels: Any) -> None:
+        box: GPUCloud, notebook_folder: Path, kernels: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
     from jupyter_client.manager import KernelManager
 
     from gpucloud_nb.errors import InvalidInputError
@@ -203,8 +205,21 @@ def test_a_kernel_whose_instance_is_lost_names_its_newest_checkpoint(
     kernel = kernels(name, notebook_folder)
     assert kernel.run("%load_ext gpucloud_nb\nkept = 7\n%gpucloud checkpoint")[0] == "ok"
     saved = next((notebook_folder / ".gpucloud" / "checkpoints").iterdir()).name
-    box.instances.delete(lost.id)
+    stem = saved.removesuffix(".gpucloud")
+    caplog.set_level("WARNING")
+    box.instances.delete(lost.id)  # from outside: the poll that finds it dead says so, once
     wait_for(lambda: not kernel.manager.is_alive(), 60)
+    sentence = (f"Instance gone-box ({lost.id}) was deleted from outside this notebook, so its "
+                "kernel and variables are gone; to launch an instance like it and restore "
+                f"checkpoint {stem} (0 min old), run %gpucloud restore {stem} --gpu "
+                f"{shlex.quote(lost.gpu_model)} in a kernel on another instance.")
+    assert kernel.manager.provisioner.lost == sentence
+    said = [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()]
+    assert said == [f"gpucloud-nb: {sentence}"]
+    assert not kernel.manager.is_alive()  # polled again: said once only
+    assert [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()] \
+        == said
+    assert "gone-box" not in live(box)  # nothing keeps billing
 
     with pytest.raises(InvalidInputError) as raised:  # what a restart says (JupyterLab's too)
         KernelManager(kernel_name=name).start_kernel(cwd=str(notebook_folder))
