@@ -27,12 +27,14 @@ Choices (the issue leaves them open):
   box (id) was deleted from outside this notebook, so its kernel and variables are gone; to
   launch an instance like it and restore checkpoint 20261128T1502…-box (3 min old), run
   %gpucloud restore 20261128T1502…-box --gpu 'L4 24GB' in a kernel on another instance.``
-  (``provisioner.lost`` holds it.) Precisely where users see it: under JupyterLab, in the
-  Jupyter server's log; the notebook shows jupyter_server's "Kernel Restarting … appears to have
-  died", and the restarter's restart then fails with the start's sentence (which names the
-  newest checkpoint too) until the kernel is marked dead. Under nbclient, the next execution
-  raises ``DeadKernelError`` and the sentence is in the log; a plain ``KernelManager`` sees
-  ``is_alive()`` turn False. The sentence is **not** printed as the output of the next cell.
+  (``provisioner.lost`` holds it.) Precisely where users see it: in the kernel manager's log
+  (the Jupyter server's terminal under JupyterLab), never as the output of the next cell. Under
+  JupyterLab the restarter (``AsyncIOLoopKernelRestarter``, polling ``is_alive`` every 3 s)
+  then fires its "restart" callback (the notebook shows "Kernel Restarting"), and the restart
+  fails at ERROR with the start's sentence (the newest checkpoint named again); observed once
+  with a sandbox instance: one "restart" event and no "dead" event within 60 s after it, so
+  the notebook is not told "dead" by the restarter. Under nbclient the next execution raises
+  ``DeadKernelError("Kernel died")``; a plain ``KernelManager`` sees ``is_alive()`` turn False.
 - **Not yet.** ``--every 15min`` (a checkpoint in the background while the kernel is idle), the
   sidebar's restore button, a lifeboat kernel that would print the lost sentence as the next
   cell's output, and "unreachable for a set time" (while SSH is down and the cloud says the
