@@ -271,3 +271,29 @@ def test_a_cell_queued_behind_the_move_never_runs_on_the_old_kernel(
     wait_for(lambda: kernel_processes(old.id) == [], 60)
     assert kernel.run("import os; print(kept, 'marker' in globals(), "
                       "os.environ['GPUCLOUD_INSTANCE_ID'])") == ("ok", f"5 False {new.id}\n")
+
+
+def test_under_nbclient_the_next_cell_after_a_lost_instance_fails_and_the_log_says_why(
+        box: GPUCloud, notebook_folder: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import nbformat
+    from jupyter_core.utils import run_sync
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    lost = launch(box, "nbclient-box")
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext gpucloud_nb\nkept = 7\n%gpucloud checkpoint"),
+        nbformat.v4.new_code_cell("print(kept)")])
+    client = NotebookClient(notebook, kernel_name=install_kernel(box, lost.id), timeout=120,
+                            resources={"metadata": {"path": str(notebook_folder)}})
+    caplog.set_level("WARNING")
+    with client.setup_kernel():
+        client.execute_cell(notebook.cells[0], 0)
+        box.instances.delete(lost.id)  # from outside, between two cells
+        alive = run_sync(client.km.is_alive)  # an AsyncKernelManager under nbclient
+        wait_for(lambda: not alive(), 60)  # gone before the next cell is run
+        with pytest.raises(DeadKernelError):
+            client.execute_cell(notebook.cells[1], 1)
+    said = [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()]
+    assert len(said) == 1 and f"Instance nbclient-box ({lost.id}) was deleted" in said[0]
+    assert "nbclient-box" not in live(box)
