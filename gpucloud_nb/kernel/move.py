@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.kernel.agent import Relay, Reply
-from gpucloud_nb.kernel.session import CHECKPOINTS, human, prune, stamp
+from gpucloud_nb.kernel.session import CHECKPOINTS, SUFFIX, human, prune, stamp
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -564,6 +564,32 @@ def checkpoint_hint(folder: Path) -> str:
     age = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     return (f"; its variables are in checkpoint {found[-1].name} ({age} old): start a kernel "
             "on another instance and run %gpucloud restore there")
+
+
+def lost_sentence(label: str, status: str, folder: Path, gpu: str = "") -> str:
+    """The one sentence a kernel says when the cloud reports its instance ``label`` lost
+    (``status``: deleting, deleted or failed), with the exact restore line for the newest
+    checkpoint in ``folder`` (its notebook's folder).
+
+        >>> print(lost_sentence("box (i-1)", "failed", Path("/nonexistent")))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        Instance box (i-1) is in an error state (failed), so its kernel and variables are gone;
+        there is no checkpoint of them in .gpucloud/checkpoints/.
+    """
+    from gpucloud_nb.kernel.session import checkpoints
+
+    what = ("is in an error state (failed)" if status == "failed"
+            else "was deleted from outside this notebook")
+    text = f"Instance {label} {what}, so its kernel and variables are gone; "
+    found = checkpoints(folder / CHECKPOINTS)
+    if not found:
+        return text + f"there is no checkpoint of them in {CHECKPOINTS.as_posix()}/."
+    minutes = max(time.time() - found[-1].stat().st_mtime, 0) / 60
+    age = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
+    stem = found[-1].name.removesuffix(SUFFIX)
+    like = f" --gpu {shlex.quote(gpu)}" if gpu else " INSTANCE"
+    return (text + f"to launch an instance like it and restore checkpoint {stem} ({age} old), "
+            f"run %gpucloud restore {stem}{like} in a kernel on another instance.")
 
 
 def _label(details: InstanceDetails) -> str:

@@ -54,6 +54,9 @@ Choices (the issue leaves them open):
 - **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
   logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
   A failed start is one sentence, leaves no process and no listener, and keeps the instance.
+  An instance the cloud reports lost under a running kernel is said once at WARNING, with the
+  newest checkpoint's ``%gpucloud restore`` line (where users see it:
+  :mod:`gpucloud_nb.kernel.session`).
 - **Cleanup.** Removes the remote connection file and log (if SSH answers within 5 s), closes
   the listeners and the client; with ``on_shutdown="delete"`` it then deletes the instance over
   HTTP, whether or not SSH answers, and logs that the cloud confirms it (``deleting`` or
@@ -139,6 +142,8 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         self._asked: concurrent.futures.Future[str] | None = None
         self._asked_at = 0.0
         self._reconnecting: concurrent.futures.Future[None] | None = None
+        #: The sentence said when the cloud reported the instance lost ("" until then).
+        self.lost = ""
 
     # -- what jupyter_client asks --------------------------------------------------------------
 
@@ -234,8 +239,20 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
                 self._reconnect_soon()
         if await self._instance_gone(max(deadline - loop.time(), 0.1)):
             self._gone = True
+            self._say_lost()
             return 1
         return None
+
+    def _say_lost(self) -> None:
+        """Say once, at WARNING on the kernel manager's log, that the instance is lost, with
+        the exact ``%gpucloud restore`` line for the newest checkpoint (see the module)."""
+        from gpucloud_nb.kernel.move import lost_sentence
+
+        status = self._asked.result() if self._asked is not None and self._asked.done() \
+            and self._asked.exception() is None else "deleted"
+        gpu = self._details.gpu_model if self._details is not None else ""
+        self.lost = lost_sentence(self._label(), status, self.notebook_folder, gpu)
+        self.log.warning("gpucloud-nb: %s", self.lost)
 
     async def wait(self) -> int | None:
         """Wait until the kernel is gone; its exit code."""

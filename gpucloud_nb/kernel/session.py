@@ -20,9 +20,25 @@ Choices (the issue leaves them open):
 - **The size limit.** A move or checkpoint larger than ``GPUCLOUD_MOVE_LIMIT_GB`` (default 20
   GB), or the ``limit_gb=`` given, is refused before anything is written, with the size and
   how to raise the limit.
-- **Not yet.** ``--every 15min`` (a checkpoint in the background while the kernel is idle) and
-  the sidebar's restore button; a lost instance is named, with its newest checkpoint, when its
-  kernel is (re)started, not by a lifeboat kernel at the next execution.
+- **A lost instance.** The provisioner's ``poll`` (what jupyter_client's ``is_alive``, its
+  restarter and nbclient ask) returns exit code 1 once the cloud reports the instance deleting,
+  deleted or failed, and says once, at WARNING on the kernel manager's log, one sentence: the
+  instance, what happened to it, the newest checkpoint and the exact line to run, e.g. ``Instance
+  box (id) was deleted from outside this notebook, so its kernel and variables are gone; to
+  launch an instance like it and restore checkpoint 20261128T1502…-box (3 min old), run
+  %gpucloud restore 20261128T1502…-box --gpu 'L4 24GB' in a kernel on another instance.``
+  (``provisioner.lost`` holds it.) Precisely where users see it: in the kernel manager's log
+  (the Jupyter server's terminal under JupyterLab), never as the output of the next cell. Under
+  JupyterLab the restarter (``AsyncIOLoopKernelRestarter``, polling ``is_alive`` every 3 s)
+  then fires its "restart" callback (the notebook shows "Kernel Restarting"), and the restart
+  fails at ERROR with the start's sentence (the newest checkpoint named again); observed once
+  with a sandbox instance: one "restart" event and no "dead" event within 60 s after it, so
+  the notebook is not told "dead" by the restarter. Under nbclient the next execution raises
+  ``DeadKernelError("Kernel died")``; a plain ``KernelManager`` sees ``is_alive()`` turn False.
+- **Not yet.** ``--every 15min`` (a checkpoint in the background while the kernel is idle), the
+  sidebar's restore button, a lifeboat kernel that would print the lost sentence as the next
+  cell's output, and "unreachable for a set time" (while SSH is down and the cloud says the
+  instance is there, the kernel is taken as alive).
 - **Restore is all or nothing on a move** (a name that cannot be restored there keeps the
   session where it is); a restore into this kernel brings every name it can and names the
   others.
