@@ -169,11 +169,13 @@ class LaunchChoice:
             delete_after=delete_after, budget=budget, delete_when_idle=delete_when_idle)
 
     def problem(self, *, volumes: Sequence[Volume], cap: float | None,
-                running: Sequence[Instance]) -> str | None:
+                running: Sequence[Instance], endpoints: float = 0.0) -> str | None:
         """``None`` when this choice can launch, else one sentence saying what to fix.
 
         ``volumes`` are the account's volumes (a ``volume_id`` not among them is refused),
-        ``cap`` the client's ``max_hourly_cost`` and ``running`` the instances it counts.
+        ``cap`` the client's ``max_hourly_cost``, ``running`` the instances it counts and
+        ``endpoints`` the inference endpoints' $/h at their most containers
+        (``cloud.instances.endpoints_hourly()``), which it counts too.
         """
         offer = self.offer
         if offer is None:
@@ -198,5 +200,6 @@ class LaunchChoice:
         volume: Volume | object | None = rules.UNCHECKED
         if self.volume_id is not None:  # same provider and region (None: not one of ours)
             volume = next((v for v in volumes if v.id == self.volume_id), None)
-        problems = creating.launch_problems(request, [offer], cap=cap, running=running, volume=volume)
+        problems = creating.launch_problems(request, [offer], cap=cap, running=running, volume=volume,
+                                            endpoints=endpoints)
         return problems[0] if problems else None

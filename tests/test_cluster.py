@@ -244,6 +244,25 @@ def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud)
     assert box.instances.list() == []
 
 
+def test_the_cost_cap_counts_endpoints_at_their_most_containers_before_any_launch(
+        box: GPUCloud) -> None:
+    """#38: a cluster that fits the cap alone is refused beside an endpoint, as a create is."""
+    offer = min((o for o in box.instances.offers(available=True)
+                 if o.deployment_type == "vm"), key=lambda o: o.hourly_price)
+    cap = offer.hourly_price * 3 + 1.0  # 3 workers fit; with the endpoint's $1.50/h they do not
+    box.inference_instances.create(name="served", model="sandbox-vision-1", min=1, max=2)
+    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url, max_hourly_cost=cap)
+    capped.sandbox = box.sandbox
+    with capped, pytest.raises(InvalidInputError) as refused:
+        GPUCloudCluster(capped, 3, offer=offer)
+    total = 3 * offer.hourly_price + 1.5  # two A10 containers at $0.75/h
+    assert str(refused.value) == (
+        f"Launching 3 × this {per_hour(offer.hourly_price)} offer would bring pending and active "
+        f"instances and endpoints to {per_hour(total)}, above the cap of {per_hour(cap)} "
+        "(max_hourly_cost).")
+    assert box.instances.list() == []  # nothing was launched
+
+
 @pytest.mark.parametrize("latency", [0.0, 0.3])
 def test_adapt_to_six_under_a_one_dollar_cap_runs_at_most_two(
         sandbox_factory: Callable[..., Sandbox], latency: float) -> None:

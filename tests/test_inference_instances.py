@@ -199,3 +199,53 @@ def test_the_async_chat_client_says_when_it_is_waking_and_a_stop_is_raised_at_on
                                                  "to send requests.")
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_a_create_whose_answer_is_lost_is_adopted_by_name_not_a_deleted_namesake(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#38: as for a GPU instance, a deploy whose answer the connection lost is found by its
+    name and returned; a DELETED endpoint of that name (still listed) is never the one."""
+    from gpucloud_nb.sandbox.faults import FaultInjector, Faults
+
+    box = sandbox_factory(launch_seconds=0.5, delete_seconds=0.1,
+                          faults=Faults(drop_create_every=2))
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        old = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        cloud.inference_instances.delete(old.id)
+        wait_for(lambda: cloud.inference_instances.get(old.id).status == "DELETED", timeout=30)
+        made = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        assert isinstance(box.app, FaultInjector) and box.app.stats.dropped == 1  # really lost
+        live = [e for e in cloud.inference_instances.list() if e.status != "DELETED"]
+        assert made.id != old.id and [e.id for e in live] == [made.id]  # one made, and adopted
+
+
+def test_a_lost_deploy_that_made_nothing_is_sent_again_not_answered_by_a_deleted_namesake(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """The lookup after a lost answer skips a DELETED endpoint of that name (the cloud's statuses
+    are upper-case), so the deploy goes again. The sandbox cannot lose a create before making
+    it, so the second deploy's connection is failed here, in front of the real sandbox."""
+    import httpx
+
+    box = sandbox_factory(launch_seconds=0.5, delete_seconds=0.1)
+    upstream = httpx.Client(base_url=box.management_url, headers={"x-api-key": box.api_key})
+    posts: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path == "/ai-inference/instances":
+            posts.append(1)
+            if len(posts) == 2:  # the second deploy: the connection fails, nothing is made
+                raise httpx.RemoteProtocolError("Server disconnected", request=request)
+        answer = upstream.request(request.method, request.url.path, content=request.content,
+                                  params=request.url.params,
+                                  headers={"content-type": "application/json"})
+        return httpx.Response(answer.status_code, content=answer.content)
+
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url,
+                  transport=httpx.MockTransport(handler)) as cloud:
+        old = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        cloud.inference_instances.delete(old.id)
+        wait_for(lambda: cloud.inference_instances.get(old.id).status == "DELETED", timeout=30)
+        made = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        assert made.id != old.id and made.status != "DELETED", made
+        assert len(posts) == 3  # sent again once the lookup found no live one
+    upstream.close()

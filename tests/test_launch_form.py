@@ -13,6 +13,7 @@ from helpers import ADA, vm_offer, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.client.remote import key_dir
+from gpucloud_nb.display import per_hour
 from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
@@ -147,6 +148,30 @@ def test_cost_cap_disables_launch(sandbox, observer: GPUCloud) -> None:
         observer.instances.delete(running.id)
         form.refresh()
         assert form.problem is None
+
+
+def test_the_form_counts_endpoints_at_their_most_containers_as_a_create_does(
+        sandbox, observer: GPUCloud) -> None:
+    """#38: a deployed endpoint's $/h (at its most containers) counts against the form's cap."""
+    offer = pick(observer, "vm")
+    cap = offer.hourly_price + 1.0  # the offer alone fits; with the endpoint's $1.50/h it does not
+    observer.inference_instances.create(name="served", model="sandbox-vision-1", min=1, max=2)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
+                  max_hourly_cost=cap) as capped:
+        form = LaunchForm(capped, offer, name="beside-it")
+        total = offer.hourly_price + 1.5  # two A10 containers at $0.75/h
+        assert_disabled_because(form, (
+            f"Launching this {per_hour(offer.hourly_price)} offer would bring pending and active "
+            f"instances and endpoints to {per_hour(total)}, above the cap of {per_hour(cap)} "
+            "(max_hourly_cost)."))
+        assert "by endpoints (at their most containers)" in form.cost.value
+        assert html.escape(per_hour(1.5)) in form.cost.value
+        with pytest.raises(InvalidInputError, match="instances and endpoints"):
+            form.launch().result(timeout=30)
+        assert capped.instances.list() == []  # nothing was sent
+        observer.inference_instances.stop("served")  # a stopped endpoint bills nothing
+        form.refresh()
+        assert form.problem is None and not form.launch_button.disabled
 
 
 def test_offer_dropdown_when_no_offer_is_given(shared_cloud: GPUCloud) -> None:

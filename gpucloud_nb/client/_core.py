@@ -254,7 +254,7 @@ class Core(Generic[D]):
         found = [
             item for item in json_list(data)
             if item.get("name") == name
-            and item.get("status") not in ("deleted", "deleting")
+            and str(item.get("status", "")).lower() not in ("deleted", "deleting")  # endpoints: DELETED
             and (parse_datetime(item.get("createdAt")) or since) >= since
         ]
         found.sort(key=lambda item: str(item.get("createdAt", "")))

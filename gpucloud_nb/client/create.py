@@ -156,13 +156,16 @@ def option_problem(request: CreateInstance) -> str | None:
 
 def launch_problems(request: CreateInstance, offers: Iterable[InstanceOffer], *,
                     cap: float | None, running: Iterable[Instance],
-                    volume: Volume | object | None = rules.UNCHECKED) -> list[str]:
+                    volume: Volume | object | None = rules.UNCHECKED,
+                    endpoints: float = 0.0) -> list[str]:
     """Why ``request`` cannot be sent: a client-only option that is not one
     (:func:`option_problem`), a rule the cloud would refuse it by, or the cap: ``[]`` when it may
     be sent.
 
-    ``running`` is the instances as listed, for the cap; ``volume`` the volume ``volumeId`` names
-    (``None``: no such volume), or leave it out to let the server check the volume.
+    ``running`` is the instances as listed and ``endpoints`` the inference endpoints' $/h at
+    their most containers (``instances.endpoints_hourly()``), for the cap; ``volume`` the
+    volume ``volumeId`` names (``None``: no such volume), or leave it out to let the server
+    check the volume.
 
         >>> launch_problems(create_request(name="a", cloud_provider="p1", instance_id="x",
         ...                                region="r", vm="ubuntu"), [], cap=None, running=[])
@@ -174,7 +177,7 @@ def launch_problems(request: CreateInstance, offers: Iterable[InstanceOffer], *,
     if problem:
         return [problem]
     offer = rules.find_offer(offers, request.instance_id, request.cloud_provider)
-    problem = costcap.cap_problem(cap, running, offer)
+    problem = costcap.cap_problem(cap, running, offer, endpoints=endpoints)
     return [problem] if problem else []
 
 

@@ -125,6 +125,16 @@ class Instances:
             return [error.message]
         return self._run(self._ops.problems(request))
 
+    def endpoints_hourly(self) -> float:
+        """The $/h of the account's inference endpoints at their most containers: what the
+        ``max_hourly_cost`` cap counts for them besides these instances (0 where the cloud has
+        no inference instances; a stopped endpoint bills nothing).
+
+            >>> cloud.instances.endpoints_hourly()  # doctest: +SKIP
+            1.5
+        """
+        return self._run(self._ops.endpoints_hourly())
+
     def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,
         volume_id: str | None = None, vm: creating.VmSpec | None = None,
@@ -383,6 +393,10 @@ class AsyncInstances:
         except InvalidInputError as error:
             return [error.message]
         return await self._run(self._ops.problems(request))
+
+    async def endpoints_hourly(self) -> float:
+        """The coroutine twin of :meth:`Instances.endpoints_hourly`."""
+        return await self._run(self._ops.endpoints_hourly())
 
     async def create(
         self, *, name: str, cloud_provider: str, instance_id: str, region: str,

@@ -8,7 +8,8 @@
 
 How it goes: the offer is chosen (the cheapest available one matching the filters, or the one
 given) with one region where it is available; the cost cap is checked for all ``n_workers``
-instances at once; the instances are created and waited for with one progress line; Dask is
+instances at once (with the account's inference endpoints at their most containers, as a
+create counts them); the instances are created and waited for with one progress line; Dask is
 checked on each (see :mod:`gpucloud_nb.cluster.nodes`); the scheduler starts on the first
 instance and one worker on each, and the client reaches the scheduler and its dashboard through
 SSH forwards. Then it is an ordinary Dask cluster: ``Client(cluster)``, ``scale``, ``adapt``, its
@@ -263,11 +264,15 @@ def budget_problem(left: float | None, running: Iterable[Instance], offer: Insta
 
 
 def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str) -> str | None:
-    """The cost cap's or the class budget's refusal of ``count`` more instances, or ``None``."""
+    """The cost cap's or the class budget's refusal of ``count`` more instances, or ``None``.
+
+    The cap counts the inference endpoints at their most containers too, as a create does."""
     listed = cloud.instances.list()
     budgets = cloud.budgets
     left = budgets.account_left() if isinstance(budgets, ServiceBudgets) else None
-    return (cap_problem(cloud.max_hourly_cost, listed, offer, count=count)
+    cap = cloud.max_hourly_cost
+    endpoints = cloud.instances.endpoints_hourly() if cap is not None else 0.0
+    return (cap_problem(cap, listed, offer, count=count, endpoints=endpoints)
             or budget_problem(left, listed, offer, count, what))
 
 

@@ -11,14 +11,16 @@
 
 :class:`FaultInjector` is a plain ASGI middleware put in front of the sandbox app (by
 :func:`gpucloud_nb.sandbox.app.create_app` when ``SandboxConfig.faults`` is set). It only touches
-requests whose path starts with ``Faults.prefix`` (the management API, ``/gpu-cloud/``) and counts
-them from 1 in arrival order; request number ``n`` then meets, in this order:
+requests whose path starts with ``Faults.prefix`` (the management API, ``/gpu-cloud/``), and the
+inference instances' creates (``POST /ai-inference/instances``, so that a deploy's answer can be
+lost too), and counts them from 1 in arrival order; request number ``n`` then meets, in this order:
 
 - ``slow_every``: when ``n`` is a multiple, ``slow_seconds`` (200 ms) pass before anything else;
 - ``error_every``: when ``n`` is a multiple, a 500 with the spec's error body, and nothing done;
 - ``rate_limit_every``: when ``n`` is a multiple, a 429 with ``Retry-After: <retry_after>``
   (seconds, written as a decimal when not whole; RFC 9110 wants whole seconds, which ``1`` is);
-- ``drop_create_every``: creates (``POST`` of ``/gpu-cloud/instances`` or ``/gpu-cloud/volumes``)
+- ``drop_create_every``: creates (``POST`` of ``/gpu-cloud/instances``, ``/gpu-cloud/volumes``
+  or ``/ai-inference/instances``)
   are counted on their own; when that count is a multiple, the sandbox makes the resource, then
   closes the TCP connection without sending a byte of the answer. The client sees the connection
   drop (``httpx.RemoteProtocolError``), never a status: exactly the "did my create happen?" case.
@@ -61,7 +63,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-CREATE_PATHS = ("/gpu-cloud/instances", "/gpu-cloud/volumes")
+CREATE_PATHS = ("/gpu-cloud/instances", "/gpu-cloud/volumes", "/ai-inference/instances")
 
 EXTRA_FIELDS: dict[str, Any] = {
     "xSandboxUnknown": "a field this client has never heard of",
@@ -232,13 +234,15 @@ class FaultInjector:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         faults = self.faults
-        if scope["type"] != "http" or not scope["path"].startswith(faults.prefix):
+        is_create = scope["type"] == "http" and scope["method"] == "POST" \
+            and scope["path"].rstrip("/") in CREATE_PATHS
+        if not is_create and (scope["type"] != "http"
+                              or not scope["path"].startswith(faults.prefix)):
             await self.app(scope, receive, send)
             return
         stats = self.stats
         stats.requests += 1
         n = stats.requests
-        is_create = scope["method"] == "POST" and scope["path"].rstrip("/") in CREATE_PATHS
         if is_create:
             stats.creates += 1
         if faults.slow_every and n % faults.slow_every == 0:

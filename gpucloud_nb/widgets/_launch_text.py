@@ -47,9 +47,12 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
               volume_offer: VolumeOffer | None, delete_after: float | None,
               cap: float | None,
               used_hourly: float | None, over_cap: bool, kept_by: str = "nobody",
-              budget: float = 0.0, budget_by: str = "nobody") -> str:
+              budget: float = 0.0, budget_by: str = "nobody", endpoints: float = 0.0) -> str:
     """The cost preview: per hour and day, the volume's share, auto-delete's ceiling, the
     budget, the cap.
+
+    ``used_hourly`` is the $/h of the pending and active instances and ``endpoints`` that of
+    the inference endpoints at their most containers; the cap counts both.
 
     ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``) and
     ``budget_by`` who watches a ``budget`` in dollars (``cloud.budgets.where``): a gateway or the
@@ -82,11 +85,14 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
         parts.append(f"<br>Deleted once it has cost {escape(money(budget))}{about}, {keeper}; "
                      "a warning at 80 %.")
     if cap is not None and used_hourly is not None:
-        after = used_hourly + offer.hourly_price
+        used = used_hourly + endpoints
+        after = used + offer.hourly_price
+        served = " and by endpoints (at their most containers)" if endpoints else ""
         parts.append("<br>" + hint(
             f"Cap {escape(per_hour(cap))} (max_hourly_cost): "
-            f"{escape(per_hour(used_hourly))} already used by pending and active "
-            f"instances; {escape(per_hour(after))} after this launch.", ERROR if over_cap else HINT))
+            f"{escape(per_hour(used))} already used by pending and active "
+            f"instances{served}; {escape(per_hour(after))} after this launch.",
+            ERROR if over_cap else HINT))
     return "".join(parts)
 
 

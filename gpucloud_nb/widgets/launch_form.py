@@ -26,8 +26,10 @@ Choices, written down once:
   The progress bar is scaled to the expected launch time: the sandbox's ``launch_seconds``, else
   the spec's "about 5 minutes". "Stop waiting" resolves the future at once with
   :class:`~gpucloud_nb.errors.WaitStopped`; the instance keeps launching on the cloud.
-- The cost preview counts the hourly price of pending and active instances (a list call at
-  construction and after each launch, only when the client has ``max_hourly_cost``).
+- The cost preview and the cap count the hourly price of pending and active instances and of
+  the inference endpoints at their most containers, as a create does
+  (``instances.endpoints_hourly()``; list calls at construction and after each launch, only
+  when the client has ``max_hourly_cost``).
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class LaunchForm(LaunchFields):
         self._volume_offers: list[VolumeOffer] = []
         self._used_hourly: float | None = None
         self._running: list[Instance] = []
+        self._endpoints_hourly = 0.0  # the inference endpoints' $/h at their most containers
         self._launching = False
         self._built = False
         self._built_offer: InstanceOffer | None = None
@@ -248,6 +251,7 @@ class LaunchForm(LaunchFields):
             self._used_hourly = None
             return
         self._running = self._cloud.instances.list()
+        self._endpoints_hourly = self._cloud.instances.endpoints_hourly()  # as creates count
         self._used_hourly, _ = costcap.running_hourly(cap, self._running)
 
     def refresh(self) -> None:
@@ -345,7 +349,8 @@ class LaunchForm(LaunchFields):
             self._durations()
         except ValueError as bad:
             return str(bad)
-        return self.choice.problem(volumes=self._volumes, cap=self._cap(), running=self._running)
+        return self.choice.problem(volumes=self._volumes, cap=self._cap(), running=self._running,
+                                   endpoints=self._endpoints_hourly)
 
     def _durations(self) -> tuple[float | None, float | None]:
         """The auto-delete and idle fields in seconds (``None`` when empty); ValueError with one
@@ -357,7 +362,8 @@ class LaunchForm(LaunchFields):
         return None if self._used_hourly is None else self._cloud.max_hourly_cost
 
     def _cap_problem(self, offer: InstanceOffer) -> str | None:
-        return costcap.cap_problem(self._cap(), self._running, offer)
+        return costcap.cap_problem(self._cap(), self._running, offer,
+                                   endpoints=self._endpoints_hourly)
 
     @property
     def volume_problem(self) -> str | None:
@@ -388,7 +394,8 @@ class LaunchForm(LaunchFields):
                 volume_offer=self._volume_offer(), delete_after=self._delete_after(),
                 kept_by=self._cloud.auto_delete.where, cap=self._cloud.max_hourly_cost,
                 budget=self.budget.value, budget_by=self._cloud.budgets.where,
-                used_hourly=self._used_hourly, over_cap=self._cap_problem(offer) is not None)
+                used_hourly=self._used_hourly, endpoints=self._endpoints_hourly,
+                over_cap=self._cap_problem(offer) is not None)
             self.idle_note.value = "" if not self.idle_delete.value.strip() else hint(escape(
                 f"Idle: no SSH session, no busy kernel, GPU under 5 %; watched by the "
                 f"{self._cloud.idle_delete.where}."))
