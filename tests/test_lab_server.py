@@ -695,3 +695,40 @@ def test_through_the_personal_gateway_the_poller_reads_the_gateways_idle_clocks(
         assert (idle["limitSeconds"], idle["by"]) == (600, "the gateway")
         assert lab.post(f"/gpucloud/instances/{made}/keep").status_code == 204
         assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text
+
+
+def test_when_the_personal_gateway_stops_the_poller_starts_it_again_and_recovers(
+        tmp_path: Path, upstream: Any) -> None:
+    """#36: the poller built its client once: after ``gpucloud-nb gateway stop`` (or a crash)
+    every poll was a connection error for good. A list that gets no answer drops the client; the
+    next poll finds or starts the personal gateway again and the rows come back."""
+    from datetime import datetime, timezone
+
+    from tests.test_gateway import UPSTREAM_KEY
+
+    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
+                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        first = wait_for(lab, lambda s: s.get("polledAt") is not None, timeout=60)
+        assert first["error"] is None, first["error"]
+        home = next((tmp_path / "gateways").glob("*/"))
+        runtime = personal.find(home)
+        assert runtime is not None
+        with GPUCloud(api_key=runtime.api_key, base_url=runtime.management_url) as kernel:
+            made = launch(kernel, "survives-a-restart").id
+        wait_for(lab, lambda s: row_of(s, made) is not None, timeout=60)
+
+        assert personal.stop(home) == runtime.pid
+        stopped = datetime.now(timezone.utc)
+
+        def recovered(snapshot: dict[str, Any]) -> bool:
+            polled = datetime.fromisoformat(snapshot["polledAt"].replace("Z", "+00:00"))
+            return (polled > stopped and snapshot["error"] is None
+                    and row_of(snapshot, made) is not None)
+
+        snapshot = wait_for(lab, recovered, timeout=120)
+        again = personal.find(home)
+        assert again is not None and again.pid != runtime.pid
+        assert snapshot["url"] == again.management_url
+        assert UPSTREAM_KEY not in lab.get("/gpucloud/instances").text

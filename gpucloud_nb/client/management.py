@@ -329,6 +329,7 @@ class GPUCloud(_CloudBase):
         """Close the HTTP and SSH connections; timers, budgets and idle deletes are kept by the
         gateway or the sandbox service, not by this client, and go on."""
         self._closed = True
+        self._core.use_reports.stop()  # its thread sends with self._http: stopped first
         self._http.close()
         if self._core.remote is not None:
             self._core.remote.close()
@@ -403,6 +404,7 @@ class AsyncGPUCloud(_CloudBase):
         """Close the HTTP and SSH connections, the sync twin's too; timers, budgets and idle
         deletes are kept by the gateway or the sandbox service and go on."""
         self._closed = True
+        await asyncio.to_thread(self._core.use_reports.stop)  # before its client closes
         await self._http.aclose()
         if self._twin is not None:
             self._twin.driver.http.close()

@@ -14,7 +14,9 @@ open (one daemon thread, started at the first), and once when it ends. :class:`R
 Choices: reports go only to a gateway, personal or a class's (``is_gateway()``, asked at the
 first report and remembered; the sandbox service and the cloud directly are never sent one); a
 report that fails is dropped quietly (the next one, or the gateway's own GPU reading, stands in
-for it), and never holds up the run it reports. Kernels executing code on an instance are the
+for it), and never holds up the run it reports. Closing the client stops the thread and waits for
+a report in flight (at most one request) before the HTTP client closes, so nothing is sent on a
+closed client; a change after that is ignored. Kernels executing code on an instance are the
 Jupyter server's to report (the Lab extension's poller does, :mod:`gpucloud_nb.lab.idle`); a
 kernel's CPU shows in the sandbox's measured GPU use.
 """
@@ -53,10 +55,13 @@ class UseReports:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stopped = False
 
     def change(self, id: str, step: int) -> None:
         """``step`` (+1 or -1) things opened or closed on instance ``id``."""
         with self._lock:
+            if self._stopped:
+                return
             left = self._open.get(id, 0) + step
             if left > 0:
                 self._open[id] = left
@@ -70,18 +75,24 @@ class UseReports:
         self._wake.set()
 
     def stop(self) -> None:
-        """Stop reporting (a closed client)."""
+        """Stop reporting for good and wait for the thread (a client closing): once this returns
+        nothing more is sent."""
         with self._lock:
+            self._stopped = True
             self._open.clear()
             self._told.clear()
-            self._gateway = False
+            thread = self._thread
         self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def _run(self) -> None:
         while True:
             self._wake.wait(self.every)
             self._wake.clear()
             with self._lock:
+                if self._stopped:
+                    return
                 ids = set(self._open) | self._told
                 self._told.clear()
                 gateway = self._gateway
@@ -95,6 +106,8 @@ class UseReports:
             if not gateway:
                 return
             for id in ids:
+                if self._stopped:
+                    return
                 with contextlib.suppress(GPUCloudError):
                     self._send("POST", f"/gateway/instances/{id}/use",
                                {"seconds": 3 * self.every})

@@ -16,7 +16,9 @@ The cloud is reached through the async client with short timeouts (``TIMEOUT`` s
 request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
 the sidebar one error sentence and never a thread of the executor Jupyter's own routes use.
 The blocking bits (finding or starting the sandbox, the sandbox service's auto-delete
-deadlines) run in one thread of the poller's own.
+deadlines) run in one thread of the poller's own. A list that gets no answer (the personal
+gateway or the sandbox stopped or crashed) drops the client: the next poll finds or starts the
+gateway (or the sandbox) again, as a kernel's ``connect()`` does, so the sidebar recovers by itself.
 
 Each poll also asks every active instance for its GPU use, advances the idle clocks and checks
 that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``gpu`` (``util``,
@@ -58,7 +60,7 @@ from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
-from gpucloud_nb.errors import GPUCloudError
+from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
@@ -219,6 +221,17 @@ class Poller:
                 await cloud.aclose()
         return self._cloud
 
+    async def _drop(self) -> None:
+        """Forget the client (its server stopped answering); the next ``_client()`` makes one."""
+        cloud, self._cloud = self._cloud, None
+        work, self._ssh_work = self._ssh_work, None
+        while work is not None and not work.done():  # it uses the old client
+            work.cancel()
+            await asyncio.wait([work], timeout=1)
+        if cloud is not None:
+            with contextlib.suppress(Exception):
+                await cloud.aclose()
+
     def _changed(self) -> bool:
         """True when the change stamp moved since the last list (one ``stat``, no request)."""
         return self._cloud is not None and changes.stamp(self._cloud.base_url) != self._stamp
@@ -260,10 +273,13 @@ class Poller:
             if self._ssh_work is None or self._ssh_work.done():
                 self._ssh_work = asyncio.ensure_future(self._over_ssh(cloud, instances))
         except Exception as error:  # the sidebar shows one sentence, never a traceback
-            message = (str(error) if isinstance(error, GPUCloudError)
-                       else f"Could not read the instances ({type(error).__name__}: {error}).")
+            message = self.scrub(str(error) if isinstance(error, GPUCloudError)
+                                 else f"Could not read the instances ({type(error).__name__}: "
+                                 f"{error}).")
+            if isinstance(error, ConnectionFailedError):
+                await self._drop()  # the next poll connects again (a restarted gateway)
             old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
-            self._snapshot = {**old, "error": self.scrub(message),
+            self._snapshot = {**old, "error": message,
                               "polledAt": _iso(datetime.now(timezone.utc))}
         self._first.set()
 
