@@ -57,25 +57,27 @@ def add_parser(commands: Any, sub: Callable[..., Any], parser_class: type) -> No
             "%gpucloud restore 20261128T1502 big-box")
     p.add_argument("checkpoint", nargs="?", default=None, metavar="CHECKPOINT",
                    help="part of a checkpoint's file name (default: the newest)")
-    p.add_argument("target", nargs="?", default=None, metavar="INSTANCE",
-                   help="an instance name or id to restore onto")
-    p.add_argument("--gpu", default=None, help="restore onto a new instance with this GPU")
-    p.add_argument("--max-price", type=_positive, default=None, metavar="DOLLARS",
-                   help="the new instance's highest price per hour")
+    _target(p, "an instance name or id to restore onto",
+            "restore onto a new instance with this GPU")
     p.set_defaults(handler="session")
 
     p = sub(commands, "move", "Move this kernel, with its variables, to another instance; the "
             "old one is deleted once the new kernel holds them (unless --keep).",
             "%gpucloud move --gpu H100 --max-price 3")
-    p.add_argument("target", nargs="?", default=None, metavar="INSTANCE",
-                   help="an instance name or id (else --gpu/--max-price launch one)")
-    p.add_argument("--gpu", default=None, help="launch a new instance with this GPU model")
-    p.add_argument("--max-price", type=_positive, default=None, metavar="DOLLARS",
-                   help="the new instance's highest price per hour")
+    _target(p, "an instance name or id (else --gpu/--max-price launch one)",
+            "launch a new instance with this GPU model")
     p.add_argument("--keep", action="store_true", help="keep the old instance")
     p.add_argument("--limit-gb", type=_positive, default=None,
                    help="refuse above this size (default GPUCLOUD_MOVE_LIMIT_GB or 20)")
     p.set_defaults(handler="session")
+
+
+def _target(p: Any, instance_help: str, gpu_help: str) -> None:
+    """Where to go: an existing instance, or a new one chosen by GPU and highest price."""
+    p.add_argument("target", nargs="?", default=None, metavar="INSTANCE", help=instance_help)
+    p.add_argument("--gpu", default=None, help=gpu_help)
+    p.add_argument("--max-price", type=_positive, default=None, metavar="DOLLARS",
+                   help="the new instance's highest price per hour")
 
 
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> None:
