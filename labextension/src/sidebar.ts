@@ -63,7 +63,7 @@ export class GpuCloudSidebar extends Widget {
     this._note = el(
       'p',
       'gpucloud-Note',
-      'Auto-delete timers set in a kernel run in that kernel (they stop with it) and are not shown here.'
+      'Talking to the cloud directly (GPUCLOUD_GATEWAY=off): nothing here deletes by timer, budget or idle limit, so delete what you are done with.'
     );
     this._note.hidden = true;
     this.node.append(header, this._totals, this._warning, this._message, this._list, this._note);
@@ -121,8 +121,8 @@ export class GpuCloudSidebar extends Widget {
     } else {
       this._totals.hidden = true;
     }
-    // On the real cloud a timer set in a kernel lives in that kernel: the sidebar cannot see it.
-    // The sandbox service and a gateway (a class's or the user's own) keep them: shown here.
+    // Only the cloud directly (GPUCLOUD_GATEWAY=off) has no keeper of timers, budgets and idle
+    // limits (the client refuses them there); the sandbox service and a gateway keep them.
     this._note.hidden = !snapshot || !!snapshot.sandbox || !!snapshot.error || !!snapshot.gateway;
     const warn = snapshot && !snapshot.error ? warning(snapshot, this.model.warnAfterHours, now) : null;
     this._warning.textContent = warn ?? '';
