@@ -272,7 +272,12 @@ def test_interrupt_stops_a_busy_cell_within_2_s_and_the_kernel_lives_on(
     assert time.monotonic() - started < 2
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
-    assert kernel.run("print(x * 6)") == ("ok", "42\n")
+    # ipykernel aborts a request that reaches it in its after-error window (stop_on_error); on a
+    # loaded machine the next cell can land there (seen once in a full run): one abort, not more.
+    answer = kernel.run("print(x * 6)")
+    if answer == ("aborted", ""):
+        answer = kernel.run("print(x * 6)")
+    assert answer == ("ok", "42\n")
 
 
 def test_after_the_server_drops_ssh_the_next_cell_runs_with_its_variables(
