@@ -52,3 +52,16 @@ def one_offer(price: float) -> list[dict]:
         >>> sandbox_factory(offers=one_offer(3600.0))   # a dollar a second
     """
     return [{**same_id_two_providers()[0], "hourlyPrice": price}]
+
+
+#: Code a notebook defines (a function and a class in ``__main__``), which a kernel's namespace
+#: must carry by value: shared by the namespace and the move tests.
+NOTEBOOK_DEFINITIONS = """\
+def double(x):
+    return 2 * x
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def norm(self):
+        return (self.x ** 2 + self.y ** 2) ** 0.5
+"""

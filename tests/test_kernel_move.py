@@ -18,6 +18,7 @@ from helpers import wait_for
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.kernel.spec import display_name_of
+from tests.samples import NOTEBOOK_DEFINITIONS
 
 # The provisioner tests' fixtures and helpers, used by name here.
 _entry_point, jupyter_data, box = base._entry_point, base.jupyter_data, base.box
@@ -33,14 +34,7 @@ count, text = 42, "héllo"
 frame = pd.DataFrame({{"a": [1, 2, 3], "b": ["x", "y", "z"]}})
 small = np.arange(1000.0)
 big = np.ones({BIG})
-def double(x):
-    return 2 * x
-class Point:
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-    def norm(self):
-        return (self.x ** 2 + self.y ** 2) ** 0.5
-point = Point(3, 4)
+{NOTEBOOK_DEFINITIONS}point = Point(3, 4)
 square = lambda v: v * v
 log = open("moved.log", "w")
 """

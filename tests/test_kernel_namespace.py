@@ -15,19 +15,13 @@ import pytest
 
 from gpucloud_nb.kernel import namespace
 from gpucloud_nb.kernel.namespace import RestoreError, load, prepare, save
+from tests.samples import NOTEBOOK_DEFINITIONS
 
-NOTEBOOK = '''
+NOTEBOOK = f"""
 import numpy as np
 import collections
-def double(x):
-    return 2 * x
-class Point:
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-    def norm(self):
-        return (self.x ** 2 + self.y ** 2) ** 0.5
-square = lambda v: v * v
-'''
+{NOTEBOOK_DEFINITIONS}square = lambda v: v * v
+"""
 
 
 def notebook_namespace() -> dict:
