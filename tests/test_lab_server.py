@@ -653,16 +653,26 @@ def test_through_a_gateway_the_snapshot_carries_the_keys_budget(
         assert ADA not in lab.get("/gpucloud/instances").text
 
 
+@contextlib.contextmanager
+def lab_through_the_personal_gateway(home: Path, upstream: Any) -> Iterator[httpx.Client]:
+    """A Jupyter server whose poller goes through the personal gateway that ``connect()`` starts
+    for the upstream's key (its home under ``home``), and a client of its ``/gpucloud/`` routes."""
+    from tests.test_gateway import UPSTREAM_KEY
+
+    with jupyter_server(home, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
+                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
+                         timeout=60) as lab:
+        yield lab
+
+
 def test_the_sidebar_goes_through_the_personal_gateway_as_connect_does(
         tmp_path: Path, upstream: Any) -> None:
     from tests.test_gateway import UPSTREAM_KEY
 
     with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as console:
         made = launch(console, "made-elsewhere").id
-    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
-                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
-            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
-                         timeout=60) as lab:
+    with lab_through_the_personal_gateway(tmp_path, upstream) as lab:
         snapshot = wait_for(lab, lambda s: row_of(s, made) is not None, timeout=60)
         runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
         assert runtime is not None and snapshot["url"] == runtime.management_url
@@ -677,10 +687,7 @@ def test_through_the_personal_gateway_the_poller_reads_the_gateways_idle_clocks(
     itself. The gateway keeps them: the row shows its clock, by the gateway, and Keep reaches it."""
     from tests.test_gateway import UPSTREAM_KEY
 
-    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
-                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
-            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
-                         timeout=60) as lab:
+    with lab_through_the_personal_gateway(tmp_path, upstream) as lab:
         first = wait_for(lab, lambda s: s.get("polledAt") is not None, timeout=60)
         assert first["error"] is None, first["error"]
         runtime = personal.find(next((tmp_path / "gateways").glob("*/")))
@@ -706,10 +713,7 @@ def test_when_the_personal_gateway_stops_the_poller_starts_it_again_and_recovers
 
     from tests.test_gateway import UPSTREAM_KEY
 
-    with jupyter_server(tmp_path, GPUCLOUD_API_KEY=UPSTREAM_KEY, GPUCLOUD_GATEWAY="on",
-                        GPUCLOUD_BASE_URL=upstream.management_url) as url, \
-            httpx.Client(base_url=url, headers={"Authorization": f"token {TOKEN}"},
-                         timeout=60) as lab:
+    with lab_through_the_personal_gateway(tmp_path, upstream) as lab:
         first = wait_for(lab, lambda s: s.get("polledAt") is not None, timeout=60)
         assert first["error"] is None, first["error"]
         home = next((tmp_path / "gateways").glob("*/"))
