@@ -48,12 +48,10 @@ import io
 import shlex
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import yaml
-
-if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.ssh import _InstanceServer
 
 __all__ = ["UserData", "cloud_init_keys", "read", "run_scripts_once"]
 
@@ -195,7 +193,22 @@ def cloud_init_keys(doc: dict[str, Any], username: str, default_user: str) -> li
     return [key for key in found if isinstance(key, str)] if isinstance(found, list) else []
 
 
-async def run_scripts_once(server: _InstanceServer) -> None:
+class BootingInstance(Protocol):
+    """What first boot needs of an instance's server (:class:`gpucloud_nb.sandbox.ssh`'s).
+
+    Named here, not imported, so that this module stays below the SSH server that calls it.
+    """
+
+    record: Any
+    home: Path
+    bin: Path
+    groups: set[int]
+    boot_tasks: set[asyncio.Task[int]]
+
+    def environment(self) -> dict[str, str]: ...
+
+
+async def run_scripts_once(server: BootingInstance) -> None:
     """Start the shell-script parts of ``server``'s instance, once in its life (first boot).
 
     Each runs detached in the instance's home with its environment, so it is the instance's

@@ -106,8 +106,8 @@ from gpucloud_nb.sandbox.lifecycle import status_at
 from gpucloud_nb.sandbox.machines import machines_dir
 
 if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.config import SandboxConfig
     from gpucloud_nb.sandbox.gpu_use import Snapshot
-    from gpucloud_nb.sandbox.server import SandboxConfig
     from gpucloud_nb.sandbox.store import InstanceRecord, Store
 
 __all__ = [
