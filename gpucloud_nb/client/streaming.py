@@ -2,9 +2,8 @@
 
 A stream is never retried; one cut off before its ``finish_reason`` or ``[DONE]`` raises at its
 end rather than passing a truncated reply off as whole, and every error text is scrubbed of the
-secret. After ``[DONE]`` the async stream reads on to the body's end (at most
-:data:`DRAIN_SECONDS`), so its connection goes back to the client's pool for the next request
-instead of being dropped.
+secret. After ``[DONE]`` both streams read on to the body's end (at most :data:`DRAIN_SECONDS`),
+so the connection goes back to the client's pool for the next request instead of being dropped.
 
     >>> with chat.chat("Count to ten", stream=True) as stream:  # doctest: +SKIP
     ...     print(stream.read())
@@ -15,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 
@@ -37,7 +37,7 @@ __all__ = ["DRAIN_SECONDS", "AsyncChatStream", "ChatStream"]
 
 
 _DONE = object()
-#: How long an async stream waits, after ``[DONE]``, for the body's end that frees its connection.
+#: How long a stream reads on, after ``[DONE]``, for the body's end that frees its connection.
 DRAIN_SECONDS = 5.0
 
 
@@ -212,11 +212,20 @@ class ChatStream(_StreamBase):
                 self.close()
                 raise
             if chunk is _DONE:
+                self._drain()
                 break
             if isinstance(chunk, ChatChunk):
                 return chunk
         self.close()
         raise StopIteration
+
+    def _drain(self) -> None:
+        """Read what follows ``[DONE]`` (the body's end), so the connection can be reused."""
+        deadline = time.monotonic() + DRAIN_SECONDS
+        with contextlib.suppress(Exception):  # not drained: the connection is dropped, as before
+            for _ in self._events:
+                if time.monotonic() > deadline:
+                    break
 
     def read(self) -> str:
         """Read the rest of the reply and return the whole text."""
