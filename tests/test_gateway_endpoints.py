@@ -148,3 +148,30 @@ def test_without_a_gateway_delete_after_and_budget_are_refused_before_anything_i
         with pytest.raises(InvalidInputError, match="kept by a gateway"):
             direct_cloud.inference_instances.create(name="x", model=MODEL, budget=1)
         assert direct_cloud.inference_instances.list() == []
+
+
+def test_an_image_of_several_megabytes_reaches_the_endpoint_through_the_gateway(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path) -> None:
+    """Bodies to ``/gateway/endpoints`` are bounded as the endpoint's own are (the spec's 20 MB
+    images, 25 MB audio), not at the management interface's 1 MB."""
+    import os
+
+    from PIL import Image
+
+    picture = tmp_path / "noise.png"
+    Image.frombytes("RGB", (1200, 1200), os.urandom(1200 * 1200 * 3)).save(picture)
+    assert picture.stat().st_size > 3_000_000
+    gateway = gateway_factory(f"{ADA} - Ada\n{PEOPLE}")
+    with cloud(gateway, ADA) as ada:
+        ada.inference_instances.create(name="look", model=MODEL, min=1, max=1)
+        ada.inference_instances.wait_until_active("look", poll_interval=0.05)
+        with ada.inference_instances.chat_client("look") as chat:
+            reply = chat.chat("What is in this picture?", images=[picture]).text
+        address = ada.inference_instances.get("look").address
+    assert "1200" in reply or "image" in reply.lower(), reply
+    with as_key(gateway, ADA) as raw:  # past the bound: OpenAI's body, as the endpoint's own
+        answer = raw.post(address + "v1/chat/completions", content=b"x" * (64_000_000 + 1))
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "request_too_large"
+    assert "the limit is 64 MB" in answer.json()["error"]["message"]
+

@@ -3,7 +3,8 @@
     >>> app = create_app(config)  # doctest: +SKIP
 
 Behind :class:`~gpucloud_nb.sandbox.guards.Guard`: a ``Host`` that does not name the bound
-address is a 421 (DNS rebinding) and any body over 1 MB a 413, read no further. An unknown path is
+address is a 421 (DNS rebinding) and any body over 1 MB a 413 (64 MB, with the OpenAI error body,
+under ``/gateway/endpoints/``, where images and audio go), read no further. An unknown path is
 the spec's 404 body, a wrong method its 405. A JupyterHub's gateway (``config.hub``) tells
 people by their hub tokens (:mod:`gpucloud_nb.gateway.hub_people`), answers under the hub's
 service prefix as well as without it, and accepts any ``Host`` (the hub's proxy passes on the
@@ -27,7 +28,7 @@ from starlette.responses import Response
 from gpucloud_nb.gateway.budgets import budget_routes
 from gpucloud_nb.gateway.cloud_routes import Gate, cloud_routes
 from gpucloud_nb.gateway.config import GatewayConfig
-from gpucloud_nb.gateway.endpoint_routes import endpoint_routes
+from gpucloud_nb.gateway.endpoint_routes import ENDPOINT_BODY_BYTES, ENDPOINTS, endpoint_routes
 from gpucloud_nb.gateway.gateway_routes import gateway_routes
 from gpucloud_nb.gateway.gpu_reader import GPUReader
 from gpucloud_nb.gateway.hub import strip_prefix
@@ -41,10 +42,19 @@ from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
 from gpucloud_nb.gateway.upstream import Upstream
+from gpucloud_nb.media.limits import MB
 from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
-from gpucloud_nb.sandbox.http import MAX_BODY_BYTES, spec_error
+from gpucloud_nb.sandbox.http import MAX_BODY_BYTES, Problem, spec_error
 
 __all__ = ["create_app"]
+
+
+def _guard_error(status: int, message: str, path: str) -> Response:
+    """The guard's refusal: OpenAI's error body under an endpoint's path, the spec's elsewhere."""
+    if path.startswith(ENDPOINTS + "/"):
+        code = {413: "request_too_large", 421: "misdirected_request"}.get(status)
+        return Problem(status, message, code=code).openai_response()
+    return spec_error(status, message, path)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -110,7 +120,10 @@ def create_app(config: GatewayConfig) -> Any:
 
         app.router.routes.extend(personal_routes(config.home))
     guarded = Guard(app, hosts=allowed_hosts(config.host) if roster is None else None,
-                    limits=[("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
-                    error=spec_error)
+                    limits=[(ENDPOINTS + "/", ENDPOINT_BODY_BYTES,
+                             f"The request body is too large (over {ENDPOINT_BODY_BYTES // MB} "
+                             f"MB); the limit is {ENDPOINT_BODY_BYTES // MB} MB."),
+                            ("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
+                    error=_guard_error)
     return guarded if config.hub is None else strip_prefix(guarded, config.hub.prefix)
 

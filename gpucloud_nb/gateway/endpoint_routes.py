@@ -22,7 +22,10 @@ GPU instances). Choices where the appendix is silent:
   as its secret, which no student may hold; so ``address`` is rewritten to the gateway's
   ``/gateway/endpoints/{id}/``, where the person's own key is the secret and the gateway sends
   the request on to the upstream's address with its key (the answer streamed back as it comes;
-  an error answer's text scrubbed of the key). Bodies are bounded at 1 MB there as everywhere.
+  an error answer's text scrubbed of the key). Bodies there are bounded as the sandbox bounds
+  its endpoint's, at :data:`ENDPOINT_BODY_BYTES` (64 MB: the spec's 20 MB images travel as
+  base64 in JSON, and 25 MB audio as a form); the upstream's endpoint applies the spec's exact
+  limits and its answer is relayed. Everywhere else a body is bounded at 1 MB.
 - ``/ai-inference/registries`` (an account's private registry credentials) is a 400 through a
   class gateway (they would be shared by the whole class); a personal gateway passes it on.
 - A create whose answer is lost is not adopted later by name (as a GPU instance's is): its
@@ -44,12 +47,16 @@ from gpucloud_nb.gateway.cloud_routes import Gate, mine_only
 from gpucloud_nb.gateway.endpoint_meter import ENDPOINT, INSTANCES, per_container, upstream_path
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.upstream import UpstreamUnreachable, decode
+from gpucloud_nb.media.limits import MB
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
-__all__ = ["ENDPOINTS", "endpoint_routes", "most_containers"]
+__all__ = ["ENDPOINTS", "ENDPOINT_BODY_BYTES", "endpoint_routes", "most_containers"]
 
 ENDPOINTS = "/gateway/endpoints"
 """Where the gateway serves each inference instance's endpoint: ``{ENDPOINTS}/{id}/v1/...``."""
+
+ENDPOINT_BODY_BYTES = 64 * MB
+"""The largest body sent on to an endpoint (the upstream's endpoint applies the spec's limits)."""
 
 
 def most_containers(body: dict[str, Any]) -> int | None:
