@@ -235,3 +235,19 @@ def test_the_class_panel_and_table_group_people_by_hub_group(
                 ">physics</th>") < html.index(">ada<")
         finally:
             panel.close()
+
+
+def test_an_endpoints_address_keeps_the_hubs_prefix(upstream: Sandbox, hub: StandInHub,
+                                                     hub_gateway: Callable[..., Gateway]) -> None:
+    gateway = hub_gateway()
+    prefixed = f"{gateway.url}/services/{SERVICE}"
+    with GPUCloud(api_key=ADA_TOKEN, base_url=prefixed, max_retries=0, timeout=30.0) as ada:
+        ada.inference_instances.create(name="talk", model="sandbox-vision-1", min=1, max=1)
+        details = ada.inference_instances.wait_until_active("talk", poll_interval=0.05)
+        assert details.address.startswith(f"{prefixed}/gateway/endpoints/{details.id}"), \
+            details.address
+        with ada.inference_instances.chat_client("talk") as chat:
+            assert "2 + 2" in chat.chat("What is 2+2?").text
+    with as_token(gateway, ADA_TOKEN) as ada_bare:  # the service's own URL: no prefix to keep
+        bare = ada_bare.get(f"/ai-inference/instances/{details.id}").json()["address"]
+    assert bare == f"{gateway.url}/gateway/endpoints/{details.id}/"

@@ -221,6 +221,8 @@ def strip_prefix(app: Any, prefix: str) -> Any:
     """``app`` also answered under ``prefix`` (the hub's proxy keeps it in the path).
 
     Requests that come straight to the service's own URL without the prefix are answered too.
+    The prefix a request came under becomes its ``root_path``, so the addresses the gateway
+    writes into answers (an endpoint's ``address``) keep it.
     """
     bare = prefix.rstrip("/")
 
@@ -231,7 +233,8 @@ def strip_prefix(app: Any, prefix: str) -> Any:
                 raw = scope.get("raw_path") or path.encode()
                 if raw.startswith(bare.encode()):
                     raw = raw[len(bare):] or b"/"
-                scope = {**scope, "path": path[len(bare):] or "/", "raw_path": raw}
+                scope = {**scope, "path": path[len(bare):] or "/", "raw_path": raw,
+                         "root_path": scope.get("root_path", "") + bare}
         await app(scope, receive, send)
 
     return stripped
