@@ -35,6 +35,7 @@ from gpucloud_nb.gateway.hub import strip_prefix
 from gpucloud_nb.gateway.hub_routes import hub_roster, hub_routes
 from gpucloud_nb.gateway.idle import IdleWatch
 from gpucloud_nb.gateway.idle_routes import idle_routes
+from gpucloud_nb.gateway.key_book_routes import key_book_routes
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.meter import Meter
 from gpucloud_nb.gateway.ssh_key import gateway_key, public_line
@@ -106,7 +107,8 @@ def create_app(config: GatewayConfig) -> Any:
             if roster is not None:
                 await roster.hub.aclose()
 
-    app = Starlette(routes=extra + cloud_routes(gate) + endpoint_routes(gate) + gateway_routes(gate)
+    app = Starlette(routes=extra + cloud_routes(gate) + endpoint_routes(gate) + key_book_routes(gate)
+                    + gateway_routes(gate)
                     + timer_routes(gate)
                     + budget_routes(gate) + idle_routes(gate, meter.idle),
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
