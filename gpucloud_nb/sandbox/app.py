@@ -433,12 +433,8 @@ def create_app(config: SandboxConfig) -> Starlette:
     routes += budget_routes(management.route, management.budgets)
     routes += idle_routes(management.route, store)
     from gpucloud_nb.sandbox.inference import create_inference_app
-    from gpucloud_nb.sandbox.inference_instances import (
-        ENDPOINTS_PREFIX,
-        Endpoints,
-        endpoint_app,
-        inference_instance_routes,
-    )
+    from gpucloud_nb.sandbox.inference_instance_routes import endpoint_app, inference_instance_routes
+    from gpucloud_nb.sandbox.inference_instances import ENDPOINTS_PREFIX, Endpoints
     from gpucloud_nb.sandbox.ssh_key_book import KeyBook, key_book_routes
 
     endpoints = Endpoints(config, user_id, store)  # the appendix: inference instances
