@@ -27,6 +27,7 @@ from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
 from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, run_all, save_screenshot
+from .test_gpucloud_sidebar import CONTRAST_JS, set_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -154,8 +155,20 @@ def test_the_sidebar_lists_an_endpoint_and_stops_and_starts_it(
     assert row.locator(".gpucloud-Endpoint-start").is_disabled()
     section = page.locator(".gpucloud-Endpoints")
     assert f"1 endpoint · {per_hour(price)} now" in section.inner_text()
+    page.mouse.move(1300, 500)  # no hover colours
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    section.screenshot(path=str(SCREENSHOTS / "gpucloud-sidebar-endpoints.png"))
+    for theme, look in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
+        set_theme(page, theme)
+        section.screenshot(path=str(SCREENSHOTS / f"gpucloud-sidebar-endpoints-{look}.png"))
+        texts = page.evaluate(CONTRAST_JS, [["#gpucloud-sidebar .gpucloud-Endpoints"], "none"])
+        seen = {t["where"] for t in texts}
+        for part in ("Endpoints-title", "Endpoints-total", "Endpoint-name", "Endpoint-status",
+                     "Endpoint-containers", "Endpoint-price", "Endpoint-stop", "Endpoint-delete"):
+            assert any(part in where for where in seen), (look, part, sorted(seen))
+        low = [t for t in texts if t["ratio"] < 4.5]
+        assert not low, (look, low)  # AA, as every other text of the sidebar
+    heading = section.locator(".gpucloud-Endpoints-total")
+    assert heading.evaluate("node => node.scrollWidth <= node.clientWidth")  # not cut
 
     row.locator(".gpucloud-Endpoint-stop").click()
     assert wait_cloud(observer, made.id, ("DISABLED",)) == "DISABLED"  # it reached the cloud
