@@ -5,15 +5,17 @@ what a kernel deploys through that gateway is listed with its containers and $/h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from gpucloud_nb import GPUCloud
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.gateway import personal
+from gpucloud_nb.lab.poller import Poller
 from gpucloud_nb.sandbox import Sandbox
 from tests.test_gateway import UPSTREAM_KEY
 from tests.test_lab_server import lab_through_the_personal_gateway, wait_for
@@ -117,3 +119,27 @@ def test_endpoint_routes_refuse_without_the_token(lab: httpx.Client, method: str
                                                   path: str) -> None:
     with httpx.Client(base_url=str(lab.base_url), timeout=30) as anonymous:
         assert anonymous.request(method, path).status_code == 403
+
+
+def test_endpoints_that_cannot_be_read_are_one_sentence_and_the_instances_still_show(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """A cloud whose inference instances fail (every request there a 500) costs the sidebar one
+    sentence in ``endpointsError``; the GPU instances' list is read and shown as before."""
+    from gpucloud_nb.sandbox.faults import Faults
+
+    box = sandbox_factory(faults=Faults(error_every=1, prefix="/ai-inference/instances"))
+
+    async def one_poll() -> dict[str, Any]:
+        poller = Poller(lambda: AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url,
+                                              max_retries=0))
+        try:
+            return await poller.snapshot()
+        finally:
+            await poller.stop()
+
+    snapshot = asyncio.run(one_poll())
+    assert snapshot["error"] is None and snapshot["instances"] == []
+    assert snapshot["endpoints"] == []
+    sentence = snapshot["endpointsError"]
+    assert sentence.startswith("The endpoints could not be read: ") and sentence.endswith(".")
+    assert "\n" not in sentence and box.api_key not in sentence
