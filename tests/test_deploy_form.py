@@ -92,3 +92,18 @@ def test_the_chat_says_waking_up_and_answers_after_a_cold_start(cloud: GPUCloud)
     finally:
         chat.close()
         client.close()
+
+
+def test_a_form_opened_on_a_model_shows_its_regions_and_price_at_once(cloud: GPUCloud) -> None:
+    """Seen in the browser: a form opened on a model whose default hardware is not the first
+    listed (the A10 after the T4) showed no region and no price until a field changed, since
+    the hardware was set before anything observed it."""
+    form = DeployForm(cloud, model="sandbox-vision-1")
+    try:
+        region, price = form.children[3], form.children[7]
+        assert form.children[2].value == "a10-24gb" and region.options
+        assert region.value == "eu-central-1" and "capacity" in dict(
+            (v, label) for label, v in region.options)["eu-central-1"]
+        assert "$0.75/h per container: $0.00/h at min 0, up to $0.75/h at max 1." in price.value
+    finally:
+        form.close()

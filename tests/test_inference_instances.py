@@ -249,3 +249,30 @@ def test_a_lost_deploy_that_made_nothing_is_sent_again_not_answered_by_a_deleted
         assert made.id != old.id and made.status != "DELETED", made
         assert len(posts) == 3  # sent again once the lookup found no live one
     upstream.close()
+
+
+def test_deploy_scale_start_stop_and_delete_each_move_the_change_stamp(cloud: GPUCloud) -> None:
+    """The Lab sidebar watches the cloud's change stamp (client/changes.py): an endpoint deployed,
+    rescaled, stopped, started or deleted from a kernel shows there at once, not a poll later."""
+    from gpucloud_nb.client import changes
+
+    url = str(cloud.base_url)
+    seen = [changes.stamp(url)]
+
+    def moved() -> bool:
+        seen.append(changes.stamp(url))
+        return seen[-1] is not None and seen[-1] != seen[-2]
+
+    made = cloud.inference_instances.create(name="stamped", model=MODEL, min=1, max=1)
+    assert moved()
+    cloud.inference_instances.update("stamped", max=2)
+    assert moved()
+    cloud.inference_instances.stop("stamped")
+    assert moved()
+    cloud.inference_instances.start(made.id)
+    assert moved()
+    cloud.inference_instances.delete("stamped")
+    assert moved()
+    cloud.inference_instances.list()
+    cloud.inference_instances.get(made.id)
+    assert not moved()  # reads change nothing

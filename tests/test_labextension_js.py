@@ -46,6 +46,6 @@ def test_the_frontend_unit_tests_pass() -> None:
     assert "passed" in summary and "failed" not in summary, output[-2000:]
     for suite in ("formatRow", "formatCountdown", "counts down in m:ss under an hour", "status bar",
                   "matches Python's format_price on every case pytest sends", "formatAutoDelete",
-                  "SpendFloor"):
+                  "SpendFloor", "formatEndpoint", "formatEndpointsTotal"):
         assert suite in output, f"jest did not run {suite!r}:\n{output[-2000:]}"
     print("jest:", summary.strip())

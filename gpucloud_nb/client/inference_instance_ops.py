@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from gpucloud_nb.client import changes
 from gpucloud_nb.client._core import Core, D, json_list, path_id
 from gpucloud_nb.client._ops import Call, Op
 from gpucloud_nb.client.autodelete import seconds
@@ -208,6 +209,7 @@ class InferenceInstanceOps(Generic[D]):
         data = yield from self.core.create_once(INSTANCES_PATH, body, "inference instance",
                                                 "deployed")
         endpoint = InferenceInstance.from_json(data)
+        self._changed()
         if after is not None:
             self.core.auto_delete.schedule(endpoint.id, after)
         if dollars is not None:
@@ -325,6 +327,7 @@ class InferenceInstanceOps(Generic[D]):
                 raise InvalidInputError(problem)
         yield from self.core.send(Call("PATCH", f"{INSTANCES_PATH}/{details.id}", json=patch,
                                        what=f"Inference instance {given}"))
+        self._changed()
         return (yield from self._get(details.id))
 
     def start(self, given: str) -> Op[InferenceInstanceDetails]:
@@ -336,6 +339,7 @@ class InferenceInstanceOps(Generic[D]):
     def _act(self, id: str, action: str) -> Op[InferenceInstanceDetails]:
         yield from self.core.send(Call("POST", f"{INSTANCES_PATH}/{id}/{action}",
                                        what=f"Inference instance {id}"))
+        self._changed()
         return (yield from self._get(id))
 
     def delete(self, given: str) -> Op[None]:
@@ -344,6 +348,11 @@ class InferenceInstanceOps(Generic[D]):
     def _delete(self, id: str) -> Op[None]:
         yield from self.core.send(Call("DELETE", f"{INSTANCES_PATH}/{id}",
                                        what=f"Inference instance {id}"))
+        self._changed()
+
+    def _changed(self) -> None:
+        """Touch the cloud's change stamp: the Lab sidebar shows the endpoint's change now."""
+        changes.touch(str(self.core.driver.http.base_url))
 
     def wait_until_active(self, given: str, timeout: float,
                           on_progress: EndpointProgress | None, poll_interval: float,

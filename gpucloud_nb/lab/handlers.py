@@ -1,11 +1,14 @@
 """The ``/gpucloud/`` REST routes of the server extension, behind Jupyter's own auth and XSRF.
 
 =================================  ========================================================
-``GET /gpucloud/instances``        the poller's snapshot: instances with spend, totals
+``GET /gpucloud/instances``        the poller's snapshot: instances with spend, totals, endpoints
 ``GET /gpucloud/instances/ID``     what deleting ID loses (``{"fate": "..."}``)
 ``DELETE /gpucloud/instances/ID``  delete ID in the cloud (204)
 ``POST /gpucloud/instances/ID/kernel``  install ID's kernelspec: ``{"name", "displayName"}``
 ``POST /gpucloud/instances/ID/keep`` start ID's idle clock again (204; 404 without a limit)
+``POST /gpucloud/endpoints/ID/start``  start the stopped endpoint ID (204)
+``POST /gpucloud/endpoints/ID/stop``   stop the endpoint ID (204)
+``DELETE /gpucloud/endpoints/ID``  delete the endpoint ID (204)
 ``POST /gpucloud/refresh``         poll soon (a notebook cell just ran)
 ``PUT /gpucloud/settings``         the poller's intervals: ``{"busyInterval", "idleInterval"}``
 ``GET /gpucloud/info``             ``{"sandbox", "url", "cap"}``
@@ -28,12 +31,14 @@ from typing import Any
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
-from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.lab.endpoints import Action
 from gpucloud_nb.lab.poller import Poller
 
 __all__ = ["handlers"]
 
 _ID = r"(?P<instance_id>[^/?#]+)"
+_ENDPOINT = r"(?P<endpoint_id>[^/?#]+)"
 
 
 class _Handler(APIHandler):
@@ -132,6 +137,36 @@ class KeepHandler(_Handler):
             self.finish()
 
 
+class EndpointHandler(_Handler):
+    """Start, stop or delete an endpoint (an inference instance): 204, or one sentence with 404
+    (unknown), 400 (refused by the cloud, such as a start of a deleted one) or 502."""
+
+    async def _act(self, endpoint_id: str, action: Action) -> None:
+        try:
+            await self.poller.endpoint_action(endpoint_id, action)
+        except NotFoundError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 404)
+        except (BadRequestError, InvalidInputError) as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 400)
+        except GPUCloudError as error:
+            self._answer({"message": self.poller.scrub(str(error))}, 502)
+        else:
+            self.set_status(204)
+            self.finish()
+
+    @tornado.web.authenticated
+    async def post(self, endpoint_id: str, action: str | None = None) -> None:
+        if action is None:
+            raise tornado.web.HTTPError(405)
+        await self._act(endpoint_id, "start" if action == "start" else "stop")
+
+    @tornado.web.authenticated
+    async def delete(self, endpoint_id: str, action: str | None = None) -> None:
+        if action is not None:
+            raise tornado.web.HTTPError(405)
+        await self._act(endpoint_id, "delete")
+
+
 class RefreshHandler(_Handler):
     @tornado.web.authenticated
     def post(self) -> None:
@@ -154,6 +189,8 @@ def handlers(poller: Poller) -> list[tuple[str, type[APIHandler], dict[str, Any]
         (f"/gpucloud/instances/{_ID}", InstanceHandler, bound),
         (f"/gpucloud/instances/{_ID}/kernel", KernelHandler, bound),
         (f"/gpucloud/instances/{_ID}/keep", KeepHandler, bound),
+        (f"/gpucloud/endpoints/{_ENDPOINT}", EndpointHandler, bound),
+        (f"/gpucloud/endpoints/{_ENDPOINT}/(?P<action>start|stop)", EndpointHandler, bound),
         ("/gpucloud/refresh", RefreshHandler, bound),
         ("/gpucloud/settings", SettingsHandler, bound),
         ("/gpucloud/info", InfoHandler, bound),

@@ -36,6 +36,11 @@ warning or what was deleted when the budget was spent; ``None`` off a gateway), 
 list (:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the
 real cloud and the sandbox never get past their first 404).
 
+Each list also reads the endpoints (the cloud's inference instances, their details for
+containers ready/total and $/h): the snapshot's ``endpoints`` and ``endpointsError``
+(:mod:`gpucloud_nb.lab.endpoints`); ``endpoint_action(id, action)`` starts, stops or deletes one.
+While an endpoint is changing or has containers the poller keeps its ``fast`` interval.
+
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
 
@@ -61,6 +66,7 @@ from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
+from gpucloud_nb.lab.endpoints import Action, EndpointRows
 from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
@@ -96,6 +102,7 @@ class Poller:
         self._listed: tuple[list[Instance], dict[str, datetime]] = ([], {})
         self._ssh_work: asyncio.Future[None] | None = None
         self._confirm = Confirmations(confirm)
+        self._endpoints = EndpointRows()
         self.fast = fast
         self.slow = slow
         self.cap = cap
@@ -128,7 +135,7 @@ class Poller:
         instances = (self._snapshot or {}).get("instances", [])
         if self._chase is not None and any(i["status"] == "deleting" for i in instances):
             return min(self.fast, MIN_INTERVAL * 2 ** self._chase)
-        if self._nudged:
+        if self._nudged or self._endpoints.busy():
             return self.fast
         return self.fast if any(i["status"] in BUSY for i in instances) else self.slow
 
@@ -187,6 +194,16 @@ class Poller:
             for row in self._snapshot["instances"]:
                 if row["id"] == instance_id and row["status"] != "deleted":
                     row["status"] = "deleting"
+        self._chase = 0
+        self.nudge()
+
+    async def endpoint_action(self, endpoint_id: str, action: Action) -> None:
+        """Start, stop or delete the endpoint ``endpoint_id``; the snapshot shows it at once."""
+        cloud = await self._client()
+        await self._endpoints.act(cloud, endpoint_id, action)
+        self._stamp = changes.stamp(cloud.base_url)  # our own change: the nudge below covers it
+        if self._snapshot is not None:
+            self._snapshot.update(self._endpoints.snapshot())
         self._chase = 0
         self.nudge()
 
@@ -261,6 +278,7 @@ class Poller:
             self._stamp = stamp
             self.list_requests += 1
             instances = await cloud.instances.list()
+            await self._endpoints.read(cloud)  # the inference instances (lab/endpoints.py)
             self._gateway = _gateway_row(await cloud.gateway_status())  # first: who keeps timers
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, lambda: cloud.auto_delete.deadlines())
@@ -376,6 +394,7 @@ class Poller:
             "polledAt": _iso(now), "error": None,
             "deleteProblems": [problems[r["id"]] for r in rows if r["id"] in problems],
             "gateway": self._gateway,
+            **self._endpoints.snapshot(),
         }
 
 

@@ -85,7 +85,9 @@ class DeployForm(widgets.VBox):
                           self._max, self._cooldown, self._price, self._deploy, self.status],
                          **kwargs)
         self.add_class(CSS_CLASSES["form"])
+        self._observing = False  # while loading, _on_model reads the regions itself
         self._load(model)
+        self._observing = True
         self._model.observe(lambda _: self._on_model(), names="value")
         self._hardware.observe(lambda _: self._on_hardware(), names="value")
         for field in (self._min, self._max, self._region):
@@ -178,11 +180,11 @@ class DeployForm(widgets.VBox):
     def _on_model(self) -> None:
         chosen = next((m for m in self._models if m.id == self._model.value), None)
         if chosen is not None and any(h.id == chosen.default_hardware_id for h in self._hardwares):
-            if self._hardware.value == chosen.default_hardware_id:
-                self._on_hardware()
+            if self._hardware.value != chosen.default_hardware_id and self._observing:
+                self._hardware.value = chosen.default_hardware_id  # observed: _on_hardware runs
+                return
             self._hardware.value = chosen.default_hardware_id
-        else:
-            self._on_hardware()
+        self._on_hardware()
 
     def _on_hardware(self) -> None:
         try:
@@ -198,7 +200,9 @@ class DeployForm(widgets.VBox):
             options.append((f"{region.name or region.id} ({region.country_code}) · {room}",
                             region.id))
         able = next((r.id for r in self._regions if r.capacity_for(hardware) > 0), None)
-        set_options(self._region, options, able)
+        kept = next((r for r in self._regions if r.id == self._region.value), None)
+        set_options(self._region, options, able,  # the region chosen, while it has room
+                    keep=kept is not None and kept.capacity_for(hardware) > 0)
         self._show_price()
 
     def _price_sentence(self) -> str:

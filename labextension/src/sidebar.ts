@@ -1,6 +1,7 @@
 import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { EndpointsSection } from './endpoints';
 import { chipIcon } from './icon';
 import {
   formatAutoDelete,
@@ -66,7 +67,9 @@ export class GpuCloudSidebar extends Widget {
       'Talking to the cloud directly (GPUCLOUD_GATEWAY=off): nothing here deletes by timer, budget or idle limit, so delete what you are done with.'
     );
     this._note.hidden = true;
-    this.node.append(header, this._totals, this._warning, this._message, this._list, this._note);
+    this._endpoints = new EndpointsSection(model);
+    this.node.append(header, this._totals, this._warning, this._message, this._list,
+      this._endpoints.node, this._note);
     model.changed.connect(this._render, this);
     this._render();
   }
@@ -129,6 +132,7 @@ export class GpuCloudSidebar extends Widget {
     this._warning.hidden = warn === null;
     this._warning.classList.toggle('gpucloud-mod-error', (snapshot?.deleteProblems ?? []).length > 0);
     this._renderRows(rows, now, snapshot?.polledAt);
+    this._endpoints.render(snapshot);
   }
 
   private _renderRows(rows: IInstanceRow[], now: number, polledAt?: string | null): void {
@@ -375,6 +379,7 @@ export class GpuCloudSidebar extends Widget {
     }
   }
 
+  private _endpoints: EndpointsSection;
   private _badge: HTMLElement;
   private _totals: HTMLElement;
   private _left: HTMLElement;
