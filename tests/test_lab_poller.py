@@ -1,0 +1,91 @@
+"""The JupyterLab poller (``lab/poller.py``) through a gateway in front of a sandbox, over real HTTP:
+deletes the gateway makes itself, budgets kept per instance, and a key that stops working.
+
+The poller runs on this test's event loop (as on Jupyter's), without a Jupyter server; the
+handlers only pass its snapshot on (``tests/test_lab_server.py`` covers them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import ADA, UPSTREAM_KEY, launch_active
+
+from gpucloud_nb import AsyncGPUCloud, GPUCloud
+from gpucloud_nb.client import changes
+from gpucloud_nb.gateway import Gateway
+from gpucloud_nb.lab.poller import Poller
+from gpucloud_nb.sandbox import Sandbox
+
+
+async def until(poller: Poller, predicate: Callable[[dict[str, Any]], Any],
+                timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = await poller.snapshot()
+        if predicate(snapshot):
+            return snapshot
+        assert time.monotonic() < deadline, {k: v for k, v in snapshot.items() if k != "totals"}
+        await asyncio.sleep(0.1)
+
+
+def row(snapshot: dict[str, Any], instance_id: str) -> dict[str, Any]:
+    return next((r for r in snapshot["instances"] if r["id"] == instance_id),
+                {"status": "deleted"})
+
+
+def run(poller: Poller, body: Callable[[Poller], Awaitable[None]]) -> None:
+    async def main() -> None:
+        try:
+            await body(poller)
+        finally:
+            await poller.stop()
+
+    asyncio.run(main())
+
+
+def client_of(gateway: Gateway, key: str = ADA) -> Callable[[], AsyncGPUCloud]:
+    return lambda: AsyncGPUCloud(api_key=key, base_url=gateway.url, timeout=5, max_retries=1)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The change stamps live under this test's own cache dir (the gateway runs in-process)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder
+
+
+def test_a_delete_the_gateway_makes_itself_shows_at_the_next_watch_not_the_slow_poll(
+        gateway_factory: Callable[..., Gateway], upstream: Sandbox, cache: Path) -> None:
+    """#36: a timer (or idle limit, or budget) kept by the gateway deletes with no client making
+    the change: the gateway touches its URL's change stamp, so the poller lists at once."""
+    gateway = gateway_factory()
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
+    made = launch_active(cloud, "timed").id
+    slow = 40.0  # the poller lists every 40 s unless the stamp moves
+
+    async def body(poller: Poller) -> None:
+        await until(poller, lambda s: row(s, made)["status"] == "active", 60)
+        before = changes.stamp(gateway.url)
+        cloud.auto_delete.schedule(made, 1)  # a timer the gateway keeps and fires
+        with httpx.Client(base_url=upstream.management_url,
+                          headers={"x-api-key": UPSTREAM_KEY}) as real:
+            deadline = time.monotonic() + 60
+            while real.get(f"/gpu-cloud/instances/{made}").json()["status"] == "active":
+                assert time.monotonic() < deadline, "the gateway never fired the timer"
+                await asyncio.sleep(0.1)
+        deleted = time.monotonic()
+        await until(poller, lambda s: row(s, made)["status"] != "active", slow)
+        shown = time.monotonic() - deleted
+        assert changes.stamp(gateway.url) != before  # the gateway's own delete touched it
+        assert shown < slow / 4, f"shown {shown:.1f} s after the gateway's delete"
+
+    run(Poller(client_of(gateway), fast=slow, slow=slow), body)
+    cloud.close()
