@@ -20,7 +20,7 @@ from helpers import ADA, UPSTREAM_KEY, launch_active
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import changes
 from gpucloud_nb.gateway import Gateway
-from gpucloud_nb.lab.poller import Poller
+from gpucloud_nb.lab.poller import REFUSED, Poller
 from gpucloud_nb.sandbox import Sandbox
 
 
@@ -89,3 +89,29 @@ def test_a_delete_the_gateway_makes_itself_shows_at_the_next_watch_not_the_slow_
 
     run(Poller(client_of(gateway), fast=slow, slow=slow), body)
     cloud.close()
+
+
+def test_a_refused_key_rebuilds_the_client_from_the_current_settings_and_recovers(
+        gateway_factory: Callable[..., Gateway], cache: Path) -> None:
+    """#36: the poller kept its client, so after the key changed (a new GPUCLOUD_API_KEY, a
+    personal gateway back with a new local key) every poll was the same 403 for good. Now a
+    refused key drops the client: one sentence meanwhile, and the next poll uses the settings."""
+    gateway = gateway_factory()
+    settings = {"key": "gk-old-0000000000000009"}  # a key the gateway does not know (any more)
+    built: list[str] = []
+
+    def connect() -> AsyncGPUCloud:
+        built.append(settings["key"])
+        return AsyncGPUCloud(api_key=settings["key"], base_url=gateway.url, timeout=5,
+                             max_retries=1)
+
+    async def body(poller: Poller) -> None:
+        refused = await until(poller, lambda s: s["error"] is not None, 60)
+        assert refused["error"] == REFUSED
+        assert settings["key"] not in str(refused)
+        settings["key"] = ADA  # the settings now hold the working key
+        recovered = await until(poller, lambda s: s["error"] is None, 60)
+        assert recovered["gateway"]["name"] == "Ada"
+
+    run(Poller(connect, fast=1.0, slow=1.0), body)
+    assert built[0] != ADA and built[-1] == ADA

@@ -19,6 +19,9 @@ The blocking bits (finding or starting the sandbox, the sandbox service's auto-d
 deadlines) run in one thread of the poller's own. A list that gets no answer (the personal
 gateway or the sandbox stopped or crashed) drops the client: the next poll finds or starts the
 gateway (or the sandbox) again, as a kernel's ``connect()`` does, so the sidebar recovers by itself.
+A key refused (403, or 401: the key in the environment changed, or the personal gateway came back
+with a new local key) drops the client the same way, and the snapshot says :data:`REFUSED` (one
+sentence, no key) until a poll with the current settings gets through.
 
 Each poll also asks every active instance for its GPU use, advances the idle clocks and checks
 that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``gpu`` (``util``,
@@ -60,11 +63,11 @@ from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
+from gpucloud_nb.errors import AuthenticationError, ConnectionFailedError, GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
-__all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
+__all__ = ["BUSY", "REFUSED", "RETRIES", "TIMEOUT", "Poller"]
 
 BUSY = ("pending", "active", "deleting")
 MIN_INTERVAL = 1.0
@@ -72,6 +75,8 @@ WATCH = 0.5
 TIMEOUT = 5.0
 RETRIES = 1
 REPORT_MAX = 600.0  # the longest use a gateway takes from one report
+REFUSED = ("The cloud refused this server's key; the sidebar connects again with the current "
+           "settings at each poll.")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -276,7 +281,9 @@ class Poller:
             message = self.scrub(str(error) if isinstance(error, GPUCloudError)
                                  else f"Could not read the instances ({type(error).__name__}: "
                                  f"{error}).")
-            if isinstance(error, ConnectionFailedError):
+            if isinstance(error, AuthenticationError):
+                message = REFUSED  # the key changed: the next poll builds a client from settings
+            if isinstance(error, ConnectionFailedError | AuthenticationError):
                 await self._drop()  # the next poll connects again (a restarted gateway)
             old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
             self._snapshot = {**old, "error": message,
