@@ -115,3 +115,37 @@ def test_a_refused_key_rebuilds_the_client_from_the_current_settings_and_recover
 
     run(Poller(connect, fast=1.0, slow=1.0), body)
     assert built[0] != ADA and built[-1] == ADA
+
+
+def test_the_budget_line_shows_each_instances_budget_and_its_spend_through_a_gateway(
+        gateway_factory: Callable[..., Gateway], cache: Path) -> None:
+    """#36: through a personal gateway (one person, no budget of the key) the sidebar read
+    "$0.00 spent; no budget on this key" even with ``create(..., budget=)`` on its instances.
+    The snapshot now carries each live instance's budget and a line that names them."""
+    gateway = gateway_factory()  # Ada's key has no budget, as the personal gateway's person
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
+    train = launch_active(cloud, "train", budget=5).id
+    launch_active(cloud, "eval", budget=2)
+    plain = launch_active(cloud, "plain").id
+
+    async def body(poller: Poller) -> None:
+        snapshot = await until(poller, lambda s: s["gateway"] is not None and len(
+            s["gateway"].get("instanceBudgets") or []) == 2, 60)
+        shown = snapshot["gateway"]
+        assert shown["budget"] is None
+        budgets = {b["name"]: b for b in shown["instanceBudgets"]}
+        assert {name: b["dollars"] for name, b in budgets.items()} == {"eval": 2.0, "train": 5.0}
+        assert plain not in {b["instanceId"] for b in shown["instanceBudgets"]}
+        assert budgets["train"]["instanceId"] == train
+        assert all(b["spend"] >= 0 and b["left"] == pytest.approx(b["dollars"] - b["spend"])
+                   for b in budgets.values())
+        line = shown["line"]
+        assert line.startswith("Instance budgets: eval $") and " of $2.00 spent, train $" in line
+        assert line.endswith(" of $5.00 spent") and "no budget" not in line
+        cloud.instances.delete(train)  # a deleted instance's budget leaves the line
+        after = await until(poller, lambda s: row(s, train)["status"] != "active"
+                            and len(s["gateway"]["instanceBudgets"]) == 1, 60)
+        assert after["gateway"]["line"].startswith("Instance budget: eval $")
+
+    run(Poller(client_of(gateway), fast=1.0, slow=1.0), body)
+    cloud.close()

@@ -33,11 +33,16 @@ service's): the poller reads them and reports the instances whose kernel of this
 executing code as in use (:mod:`gpucloud_nb.lab.idle`); it deletes nothing for idleness. Those
 requests run in the poller's thread, never on the event loop.
 
-Through a class gateway the snapshot's ``gateway`` is this key's budget as the gateway keeps it
-(``{"name", "budget", "spend", "left", "warning", "sentence"}``, the sentence being the 80 %
-warning or what was deleted when the budget was spent; ``None`` off a gateway), read with each
-list (:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the
-real cloud and the sandbox never get past their first 404).
+Through a gateway (a class's or the personal one) the snapshot's ``gateway`` is this key's money
+as the gateway keeps it (``{"name", "budget", "spend", "left", "warning", "sentence",
+"instanceBudgets", "line"}``, the sentence being the 80 % warning or what was deleted when the
+budget was spent; ``instanceBudgets`` the ``create(..., budget=)`` of each live instance,
+``{"instanceId", "name", "dollars", "spend", "left", "warning"}``; ``line`` the sidebar's budget
+line about both, e.g. ``Instance budgets: train $0.40 of $5.00 spent, eval $0.10 of $2.00
+spent``; ``None`` off a gateway), read with each list
+(:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the real
+cloud and the sandbox never get past their first 404; through a gateway one more,
+``GET /gateway/budgets``).
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
@@ -60,9 +65,11 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import AuthenticationError, ConnectionFailedError, GPUCloudError
 from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
@@ -266,7 +273,10 @@ class Poller:
             self._stamp = stamp
             self.list_requests += 1
             instances = await cloud.instances.list()
-            self._gateway = _gateway_row(await cloud.gateway_status())  # first: who keeps timers
+            status = await cloud.gateway_status()  # first: who keeps timers
+            budgets = {} if status is None else await asyncio.get_running_loop().run_in_executor(
+                self._thread, lambda: cloud.budgets.states())
+            self._gateway = _gateway_row(status, budgets, instances)
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, lambda: cloud.auto_delete.deadlines())
             await self._forget_kernels(cloud, instances)
@@ -386,13 +396,40 @@ class Poller:
         }
 
 
-def _gateway_row(status: GatewayStatus | None) -> dict[str, Any] | None:
-    """A class gateway's view of this key for the sidebar, or ``None`` off a gateway."""
+def _gateway_row(status: GatewayStatus | None, budgets: dict[str, BudgetState],
+                 instances: list[Instance]) -> dict[str, Any] | None:
+    """A gateway's view of this key for the sidebar, or ``None`` off a gateway: the key's own
+    budget, the budgets of its live instances, and the sidebar's ``line`` about them."""
     if status is None:
         return None
+    live = {i.id: i.name for i in instances if i.status not in ("deleting", "deleted")}
+    held = sorted((live[id], state) for id, state in budgets.items() if id in live)
+    rows = [{"instanceId": state.instance_id, "name": name, "dollars": state.dollars,
+             "spend": round(state.spend, 6), "left": round(state.left, 6),
+             "warning": state.warning} for name, state in held]
     return {"name": status.name, "budget": status.budget, "spend": round(status.spend, 6),
             "left": None if status.left is None else round(status.left, 6),
-            "warning": status.warning, "sentence": status.sentence()}
+            "warning": status.warning, "sentence": status.sentence(),
+            "instanceBudgets": rows, "line": _budget_line(status, rows)}
+
+
+def _budget_line(status: GatewayStatus, rows: list[dict[str, Any]]) -> str:
+    """The sidebar's budget line: the key's budget left, then each live instance's budget.
+
+        >>> _budget_line(GatewayStatus("me", None, 0.5, None, False),
+        ...              [{"name": "train", "spend": 0.4, "dollars": 5.0}])
+        'Instance budget: train $0.40 of $5.00 spent'
+        >>> _budget_line(GatewayStatus("me", None, 0.5, None, False), [])
+        '$0.50 spent; no budget set'
+    """
+    parts = [f"{row['name']} {format_price(row['spend'])} of {format_price(row['dollars'])} spent"
+             for row in rows]
+    if status.budget is not None and status.left is not None:
+        head = f"{format_price(status.left)} left of your {format_price(status.budget)} budget"
+        return head + (f"; instance budgets: {', '.join(parts)}" if parts else "")
+    if parts:
+        return f"Instance budget{'s' if len(parts) > 1 else ''}: {', '.join(parts)}"
+    return f"{format_price(status.spend)} spent; no budget set"
 
 
 def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:
