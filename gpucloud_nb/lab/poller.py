@@ -1,16 +1,16 @@
 """One poller per Jupyter server: it lists the instances, prices them, and caches the answer.
 
-Every open tab reads the cached snapshot, so however many tabs are open the cloud sees at most
-one list request per interval: ``fast`` seconds (5) while an instance is pending, active or
-deleting, ``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was
-sent) brings the next list forward, but never closer than ``fast`` seconds to the last one.
-A create or delete made by this package anywhere on this machine touches the cloud's change
-stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and lists
-at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
-shows within a second or two and costs no request beyond the one that shows it. A delete seen
-that way (or sent from the sidebar) is then followed until it is done: while an instance is
-``deleting`` the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``),
-so the sidebar stops showing it and its $/h when the notebook does, at a few extra lists.
+Every open tab reads the cached snapshot, so however many tabs are open the cloud sees at most one
+list request per interval: ``fast`` seconds (5) while an instance is pending, active or deleting,
+``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was sent) brings
+the next list forward, but never closer than ``fast`` seconds to the last one. A create or delete
+made by this package anywhere on this machine (a gateway's own deletes too) touches the cloud's
+change stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and
+lists at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
+shows within a second or two and costs no request beyond the one that shows it. A delete seen that
+way (or sent from the sidebar) is then followed until it is done: while an instance is ``deleting``
+the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``), so the sidebar
+stops showing it and its $/h when the notebook does, at a few extra lists.
 
 The cloud is reached through the async client with short timeouts (``TIMEOUT`` seconds per
 request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
