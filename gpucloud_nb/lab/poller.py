@@ -420,7 +420,7 @@ def _budget_line(status: GatewayStatus, rows: list[dict[str, Any]]) -> str:
         ...              [{"name": "train", "spend": 0.4, "dollars": 5.0}])
         'Instance budget: train $0.40 of $5.00 spent'
         >>> _budget_line(GatewayStatus("me", None, 0.5, None, False), [])
-        '$0.50 spent; no budget set'
+        '$0.50 spent; no budget on this key'
     """
     parts = [f"{row['name']} {format_price(row['spend'])} of {format_price(row['dollars'])} spent"
              for row in rows]
@@ -429,7 +429,7 @@ def _budget_line(status: GatewayStatus, rows: list[dict[str, Any]]) -> str:
         return head + (f"; instance budgets: {', '.join(parts)}" if parts else "")
     if parts:
         return f"Instance budget{'s' if len(parts) > 1 else ''}: {', '.join(parts)}"
-    return f"{format_price(status.spend)} spent; no budget set"
+    return f"{format_price(status.spend)} spent; no budget on this key"
 
 
 def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:
