@@ -29,8 +29,9 @@ long as a notebook holds a ``Client``, the same trap as an idle kernel.)
 Who sees what: the sandbox service (:mod:`gpucloud_nb.sandbox.idle`) sees every session and
 measures every process of an instance, so a kernel executing code is CPU there; a gateway
 (:mod:`gpucloud_nb.gateway.idle`) reads the GPU over SSH and is told the rest: a client's open
-commands, copies and forwards (:mod:`gpucloud_nb.client.use_report`), and the JupyterLab
-extension's kernels while they execute code (:mod:`gpucloud_nb.lab.idle`).
+commands, copies and forwards (:mod:`gpucloud_nb.client.use_report`), and kernels while they
+execute code (by their provisioner, :mod:`gpucloud_nb.kernel.busy`, and the JupyterLab
+extension, :mod:`gpucloud_nb.lab.idle`).
 """
 
 from __future__ import annotations

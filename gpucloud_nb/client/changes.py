@@ -1,14 +1,15 @@
 """A change stamp per cloud: a file this package touches after each create or delete.
 
-Whatever makes the change (any kernel, any script of this user on this machine), the
-JupyterLab poller (:mod:`gpucloud_nb.lab.poller`) notices it with one ``stat`` and lists the
-instances again at once, instead of at its next idle poll. The stamp is an empty file in the
-user cache dir (``platformdirs.user_cache_dir("gpucloud-nb")/changes``), named by a hash of the
-base URL without any credentials, so one user's clouds never share a stamp. Touching it never
-raises: a read-only cache dir only costs the sidebar its quick update. With a key, kernels and
-the Lab poller both talk to the user's personal gateway, so they share its URL's stamp; a client
-with ``GPUCLOUD_GATEWAY=off`` touches the cloud's own, which that poller does not watch (it sees
-such a change at its next poll).
+Whatever makes the change (any kernel, any script of this user on this machine, or a gateway served
+here deleting by itself: a timer, an idle limit, a budget; see :mod:`gpucloud_nb.gateway.server`),
+the JupyterLab poller (:mod:`gpucloud_nb.lab.poller`) notices it with one ``stat`` and lists the
+instances again at once, instead of at its next idle poll. The stamp is an empty file in the user
+cache dir (``platformdirs.user_cache_dir("gpucloud-nb")/changes``), named by a hash of the base URL
+without any credentials, so one user's clouds never share a stamp. Touching it never raises: a
+read-only cache dir only costs the sidebar its quick update. With a key, kernels and the Lab poller
+both talk to the user's personal gateway, so they share its URL's stamp; a client with
+``GPUCLOUD_GATEWAY=off`` touches the cloud's own, which that poller does not watch (it sees such a
+change at its next poll).
 
     >>> from gpucloud_nb.client import changes
     >>> changes.touch("http://127.0.0.1:8000")  # doctest: +SKIP

@@ -243,6 +243,16 @@ class Remote:
             ended = since is not None and self._ended.get(id, -1.0) >= since
             return self._open.get(id, 0) + int(ended)
 
+    def in_use(self, id: str) -> contextlib.AbstractContextManager[None]:
+        """A context during which instance ``id`` is in use, as while a command of this client
+        runs there: counted by :meth:`open_on` and told to the client's use reporter (a kernel
+        on it executing a cell, :mod:`gpucloud_nb.kernel.busy`).
+
+            >>> with Remote().in_use("i-1"):
+            ...     pass
+        """
+        return self._using(id)
+
     @contextlib.contextmanager
     def _using(self, id: str) -> Iterator[None]:
         with self._open_lock:

@@ -16,9 +16,10 @@ first report and remembered; the sandbox service and the cloud directly are neve
 report that fails is dropped quietly (the next one, or the gateway's own GPU reading, stands in
 for it), and never holds up the run it reports. Closing the client stops the thread and waits for
 a report in flight (at most one request) before the HTTP client closes, so nothing is sent on a
-closed client; a change after that is ignored. Kernels executing code on an instance are the
-Jupyter server's to report (the Lab extension's poller does, :mod:`gpucloud_nb.lab.idle`); a
-kernel's CPU shows in the sandbox's measured GPU use.
+closed client; a change after that is ignored. A kernel executing a cell on an instance is
+reported the same way, by its provisioner (:mod:`gpucloud_nb.kernel.busy`, under JupyterLab,
+nbclient or a plain ``KernelManager``; the Lab extension's poller reports it too,
+:mod:`gpucloud_nb.lab.idle`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -74,8 +74,9 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return spec_error(500, "The gateway failed to handle this request.", request.url.path)
 
 
-def create_app(config: GatewayConfig) -> Any:
-    """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it."""
+def create_app(config: GatewayConfig, changed: Callable[[], None] | None = None) -> Any:
+    """The gateway for ``config``, guarded; its ``state.store`` is open until its server closes it;
+    ``changed()`` after each delete the gateway itself makes (see :mod:`gpucloud_nb.gateway.meter`)."""
     path = ":memory:" if config.home is None else config.home / STATE_FILE
     store = Store(path)
     upstream = Upstream(config.upstream_url, config.upstream_key)
@@ -86,6 +87,8 @@ def create_app(config: GatewayConfig) -> Any:
     keyring = Keyring(people) if roster is None else roster
     key = gateway_key(config.home)
     meter = Meter(store, keyring, upstream, config.poll)
+    if changed is not None:
+        meter.changed = changed
     gate = Gate(config, store, upstream, meter, public_key=public_line(key))
     reader = GPUReader(key)
     meter.idle = IdleWatch(store, reader, meter.delete)

@@ -28,6 +28,10 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
   its admission, it is closed as failed. The gateway never sends that create again. Two keys'
   creates of one name are never in flight at once (:func:`gpucloud_nb.gateway.money.admit`), so
   one is never adopted by the other; one key's, the earliest instance to the earliest reservation.
+
+Each delete the upstream accepts calls ``changed()`` (the server touches the change stamp of the
+gateway's own URL, :mod:`gpucloud_nb.client.changes`), so a JupyterLab sidebar on this machine
+polling the gateway lists again at once instead of at its next slow poll.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -84,6 +89,8 @@ class Meter:
         self.retries: dict[str, int] = {}
         #: the idle clocks (:mod:`gpucloud_nb.gateway.idle`), stepped once per pass
         self.idle: IdleWatch | None = None
+        #: called after each delete the upstream accepted (the server touches the change stamp)
+        self.changed: Callable[[], None] = lambda: None
 
     async def run(self) -> None:
         """Tick every ``poll`` seconds until cancelled; a failed tick is logged, not fatal."""
@@ -213,4 +220,7 @@ class Meter:
             status, _ = await self.upstream.call("DELETE", _path(record))
         except UpstreamUnreachable:
             return False
-        return status in (200, 202, 204, 404)
+        accepted = status in (200, 202, 204, 404)
+        if accepted:
+            self.changed()
+        return accepted

@@ -5,7 +5,10 @@
     {'name': 'Ada', 'budget': 20.0, 'spend': 0.0, 'left': 20.0, ...}
 
 Binding, the keep-alive time and the SIGTERM handling are the sandbox's
-(:mod:`gpucloud_nb.serving`); the gateway's state file is closed after the server stops.
+(:mod:`gpucloud_nb.serving`); the gateway's state file is closed after the server stops. Once it
+listens, each delete the gateway makes itself (a timer, an idle limit, a budget, a teacher's stop)
+touches the change stamp of the URL it serves at (:mod:`gpucloud_nb.client.changes`), as a
+client's own delete does, so a sidebar on this machine shows it at once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ from gpucloud_nb.gateway.config import GatewayConfig
 from gpucloud_nb.serving import url_host
 
 __all__ = ["Gateway", "serve", "serve_home"]
+
+
+class _Stamp:
+    """Touch the change stamp of the gateway's URL (known once it listens; nothing before)."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+
+    def __call__(self) -> None:
+        from gpucloud_nb.client import changes
+
+        if self.url is not None:
+            changes.touch(self.url)
 
 
 class Gateway:
@@ -43,9 +59,11 @@ class Gateway:
         """Serve in a daemon thread; return once connections are accepted."""
         from gpucloud_nb.gateway.app import create_app
 
-        self._served = serving.Served.start(create_app(self.config), self.config.host,
+        stamp = _Stamp()
+        self._served = serving.Served.start(create_app(self.config, stamp), self.config.host,
                                             self.config.port, "gateway")
         self._port = self._served.port
+        stamp.url = self.url
         return self
 
     def stop(self) -> None:
@@ -72,7 +90,14 @@ def serve(config: GatewayConfig, ready: Callable[[str], None] | None = None) -> 
     """
     from gpucloud_nb.gateway.app import create_app
 
-    serving.serve(create_app(config), config.host, config.port, ready)
+    stamp = _Stamp()
+
+    def listening(url: str) -> None:
+        stamp.url = url
+        if ready is not None:
+            ready(url)
+
+    serving.serve(create_app(config, stamp), config.host, config.port, listening)
 
 
 def serve_home(config: GatewayConfig, home: Path,

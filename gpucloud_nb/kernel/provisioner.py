@@ -87,6 +87,7 @@ from gpucloud_nb.errors import (
     NotFoundError,
 )
 from gpucloud_nb.kernel import sync
+from gpucloud_nb.kernel.busy import BusyWatch
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
 from gpucloud_nb.kernel.move import Movable
 
@@ -142,6 +143,7 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         self._asked: concurrent.futures.Future[str] | None = None
         self._asked_at = 0.0
         self._reconnecting: concurrent.futures.Future[None] | None = None
+        self._executing: BusyWatch | None = None  # executing cells told as use (kernel/busy.py)
         #: The sentence said when the cloud reported the instance lost ("" until then).
         self.lost = ""
 
@@ -203,7 +205,14 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         info.update({name: Forwards.number(i) for i, name in enumerate(PORT_NAMES)})
         self.connection_info = info  # type: ignore[assignment]
         await self._on_loop(self.start_relay())  # the kernel's line to us (kernel/agent.py)
+        if not self._shares_client:  # a move's sibling: the adopting provisioner watches
+            self._executing = BusyWatch(info, self._in_use)
         return self.connection_info
+
+    def _in_use(self) -> contextlib.AbstractContextManager[object]:
+        """Use of the kernel's instance now (after a move, the new one's), told as the client's."""
+        remote = self._remote
+        return contextlib.nullcontext() if remote is None else remote.in_use(self.instance_id)
 
     async def poll(self) -> int | None:
         """``None`` while the kernel runs, else an exit code (1 when it is simply gone).
@@ -288,6 +297,9 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
 
     async def cleanup(self, restart: bool = False) -> None:
         """Remove the remote files; unless restarting, close the forwards, then keep or delete."""
+        busy, self._executing = self._executing, None
+        if busy is not None:
+            await asyncio.to_thread(busy.stop)
         if restart:
             if self._remote is not None:
                 with contextlib.suppress(Exception):

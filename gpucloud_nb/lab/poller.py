@@ -1,16 +1,16 @@
 """One poller per Jupyter server: it lists the instances, prices them, and caches the answer.
 
-Every open tab reads the cached snapshot, so however many tabs are open the cloud sees at most
-one list request per interval: ``fast`` seconds (5) while an instance is pending, active or
-deleting, ``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was
-sent) brings the next list forward, but never closer than ``fast`` seconds to the last one.
-A create or delete made by this package anywhere on this machine touches the cloud's change
-stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and lists
-at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
-shows within a second or two and costs no request beyond the one that shows it. A delete seen
-that way (or sent from the sidebar) is then followed until it is done: while an instance is
-``deleting`` the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``),
-so the sidebar stops showing it and its $/h when the notebook does, at a few extra lists.
+Every open tab reads the cached snapshot, so however many tabs are open the cloud sees at most one
+list request per interval: ``fast`` seconds (5) while an instance is pending, active or deleting,
+``slow`` seconds (30) otherwise. ``nudge()`` (a notebook cell just ran, a delete was sent) brings
+the next list forward, but never closer than ``fast`` seconds to the last one. A create or delete
+made by this package anywhere on this machine (a gateway's own deletes too) touches the cloud's
+change stamp (:mod:`gpucloud_nb.client.changes`); the poller stats it every ``WATCH`` seconds and
+lists at once when it moved (never closer than ``MIN_INTERVAL`` to the last list), so such a change
+shows within a second or two and costs no request beyond the one that shows it. A delete seen that
+way (or sent from the sidebar) is then followed until it is done: while an instance is ``deleting``
+the next lists come ``MIN_INTERVAL`` × 1, 2, 4... seconds apart (at most ``fast``), so the sidebar
+stops showing it and its $/h when the notebook does, at a few extra lists.
 
 The cloud is reached through the async client with short timeouts (``TIMEOUT`` seconds per
 request, ``RETRIES`` retries), on Jupyter's own event loop: a cloud that never answers costs
@@ -19,6 +19,9 @@ The blocking bits (finding or starting the sandbox, the sandbox service's auto-d
 deadlines) run in one thread of the poller's own. A list that gets no answer (the personal
 gateway or the sandbox stopped or crashed) drops the client: the next poll finds or starts the
 gateway (or the sandbox) again, as a kernel's ``connect()`` does, so the sidebar recovers by itself.
+A key refused (403, or 401: the key in the environment changed, or the personal gateway came back
+with a new local key) drops the client the same way, and the snapshot says :data:`REFUSED` (one
+sentence, no key) until a poll with the current settings gets through.
 
 Each poll also asks every active instance for its GPU use, advances the idle clocks and checks
 that automatic deletes happened (:mod:`gpucloud_nb.lab.idle`): a row carries ``gpu`` (``util``,
@@ -30,11 +33,16 @@ service's): the poller reads them and reports the instances whose kernel of this
 executing code as in use (:mod:`gpucloud_nb.lab.idle`); it deletes nothing for idleness. Those
 requests run in the poller's thread, never on the event loop.
 
-Through a class gateway the snapshot's ``gateway`` is this key's budget as the gateway keeps it
-(``{"name", "budget", "spend", "left", "warning", "sentence"}``, the sentence being the 80 %
-warning or what was deleted when the budget was spent; ``None`` off a gateway), read with each
-list (:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the
-real cloud and the sandbox never get past their first 404).
+Through a gateway (a class's or the personal one) the snapshot's ``gateway`` is this key's money
+as the gateway keeps it (``{"name", "budget", "spend", "left", "warning", "sentence",
+"instanceBudgets", "line"}``, the sentence being the 80 % warning or what was deleted when the
+budget was spent; ``instanceBudgets`` the ``create(..., budget=)`` of each live instance,
+``{"instanceId", "name", "dollars", "spend", "left", "warning"}``; ``line`` the sidebar's budget
+line about both, e.g. ``Instance budgets: train $0.40 of $5.00 spent, eval $0.10 of $2.00
+spent``; ``None`` off a gateway), read with each list
+(:meth:`~gpucloud_nb.client.management.AsyncGPUCloud.gateway_status`, one request that the real
+cloud and the sandbox never get past their first 404; through a gateway one more,
+``GET /gateway/budgets``).
 
 Each list also reads the endpoints (the cloud's inference instances, their details for
 containers ready/total and $/h): the snapshot's ``endpoints`` and ``endpointsError``
@@ -62,15 +70,17 @@ from typing import Any
 from gpucloud_nb._secrets import without_userinfo
 from gpucloud_nb.client import changes, clusters
 from gpucloud_nb.client.billing import Ledger
+from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.client.management import AsyncGPUCloud
-from gpucloud_nb.errors import ConnectionFailedError, GPUCloudError
+from gpucloud_nb.display import format_price
+from gpucloud_nb.errors import AuthenticationError, ConnectionFailedError, GPUCloudError
 from gpucloud_nb.lab.endpoints import Action, EndpointRows
 from gpucloud_nb.lab.idle import CONFIRM, Confirmations, GpuUse, idle_row
 from gpucloud_nb.models import Instance
 
-__all__ = ["BUSY", "RETRIES", "TIMEOUT", "Poller"]
+__all__ = ["BUSY", "REFUSED", "RETRIES", "TIMEOUT", "Poller"]
 
 BUSY = ("pending", "active", "deleting")
 MIN_INTERVAL = 1.0
@@ -78,6 +88,8 @@ WATCH = 0.5
 TIMEOUT = 5.0
 RETRIES = 1
 REPORT_MAX = 600.0  # the longest use a gateway takes from one report
+REFUSED = ("The cloud refused this server's key; the sidebar connects again with the current "
+           "settings at each poll.")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -279,7 +291,10 @@ class Poller:
             self.list_requests += 1
             instances = await cloud.instances.list()
             await self._endpoints.read(cloud)  # the inference instances (lab/endpoints.py)
-            self._gateway = _gateway_row(await cloud.gateway_status())  # first: who keeps timers
+            status = await cloud.gateway_status()  # first: who keeps timers
+            budgets = {} if status is None else await asyncio.get_running_loop().run_in_executor(
+                self._thread, lambda: cloud.budgets.states())
+            self._gateway = _gateway_row(status, budgets, instances)
             deadlines = await asyncio.get_running_loop().run_in_executor(
                 self._thread, lambda: cloud.auto_delete.deadlines())
             await self._forget_kernels(cloud, instances)
@@ -294,7 +309,9 @@ class Poller:
             message = self.scrub(str(error) if isinstance(error, GPUCloudError)
                                  else f"Could not read the instances ({type(error).__name__}: "
                                  f"{error}).")
-            if isinstance(error, ConnectionFailedError):
+            if isinstance(error, AuthenticationError):
+                message = REFUSED  # the key changed: the next poll builds a client from settings
+            if isinstance(error, ConnectionFailedError | AuthenticationError):
                 await self._drop()  # the next poll connects again (a restarted gateway)
             old = self._snapshot or {"instances": [], "totals": _totals([], [], None)}
             self._snapshot = {**old, "error": message,
@@ -398,13 +415,40 @@ class Poller:
         }
 
 
-def _gateway_row(status: GatewayStatus | None) -> dict[str, Any] | None:
-    """A class gateway's view of this key for the sidebar, or ``None`` off a gateway."""
+def _gateway_row(status: GatewayStatus | None, budgets: dict[str, BudgetState],
+                 instances: list[Instance]) -> dict[str, Any] | None:
+    """A gateway's view of this key for the sidebar, or ``None`` off a gateway: the key's own
+    budget, the budgets of its live instances, and the sidebar's ``line`` about them."""
     if status is None:
         return None
+    live = {i.id: i.name for i in instances if i.status not in ("deleting", "deleted")}
+    held = sorted((live[id], state) for id, state in budgets.items() if id in live)
+    rows = [{"instanceId": state.instance_id, "name": name, "dollars": state.dollars,
+             "spend": round(state.spend, 6), "left": round(state.left, 6),
+             "warning": state.warning} for name, state in held]
     return {"name": status.name, "budget": status.budget, "spend": round(status.spend, 6),
             "left": None if status.left is None else round(status.left, 6),
-            "warning": status.warning, "sentence": status.sentence()}
+            "warning": status.warning, "sentence": status.sentence(),
+            "instanceBudgets": rows, "line": _budget_line(status, rows)}
+
+
+def _budget_line(status: GatewayStatus, rows: list[dict[str, Any]]) -> str:
+    """The sidebar's budget line: the key's budget left, then each live instance's budget.
+
+        >>> _budget_line(GatewayStatus("me", None, 0.5, None, False),
+        ...              [{"name": "train", "spend": 0.4, "dollars": 5.0}])
+        'Instance budget: train $0.40 of $5.00 spent'
+        >>> _budget_line(GatewayStatus("me", None, 0.5, None, False), [])
+        '$0.50 spent; no budget on this key'
+    """
+    parts = [f"{row['name']} {format_price(row['spend'])} of {format_price(row['dollars'])} spent"
+             for row in rows]
+    if status.budget is not None and status.left is not None:
+        head = f"{format_price(status.left)} left of your {format_price(status.budget)} budget"
+        return head + (f"; instance budgets: {', '.join(parts)}" if parts else "")
+    if parts:
+        return f"Instance budget{'s' if len(parts) > 1 else ''}: {', '.join(parts)}"
+    return f"{format_price(status.spend)} spent; no budget on this key"
 
 
 def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:

@@ -70,10 +70,17 @@ export interface IGateway {
   warning: boolean;
   /** The 80 % warning, or what was deleted when the budget was spent; '' otherwise. */
   sentence: string;
+  /** The budget line as the server writes it: the key's budget left, then each live
+   * instance's `create(..., budget=)` and its spend. */
+  line?: string;
 }
 
-/** The sidebar's budget line through a class gateway: `$3.50 left of your $20.00 budget`. */
+/** The sidebar's budget line through a gateway: the server's `line` (`Instance budgets: train
+ * $0.40 of $5.00 spent`), else `$3.50 left of your $20.00 budget`. */
 export function formatGatewayLeft(gateway: IGateway): string {
+  if (gateway.line) {
+    return gateway.line;
+  }
   if (gateway.budget === null || gateway.left === null) {
     return `${formatMoney(gateway.spend)} spent; no budget on this key`;
   }

@@ -183,6 +183,8 @@ describe('status bar', () => {
     expect(warning(snapshot({ gateway }), 0, NOW)).toBe(gateway.sentence);
     expect(formatGatewayLeft({ ...gateway, budget: null, left: null, sentence: '' })).toBe(
       '$16.50 spent; no budget on this key');
+    const line = 'Instance budgets: eval $0.10 of $2.00 spent, train $0.40 of $5.00 spent';
+    expect(formatGatewayLeft({ ...gateway, budget: null, left: null, line })).toBe(line);
     expect(warning(snapshot({ gateway: { ...gateway, sentence: '' } }), 0, NOW)).toBeNull();
   });
 });
