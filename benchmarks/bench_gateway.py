@@ -22,9 +22,9 @@ Rows, every latency measured in the same run and the machine's load (1-minute av
   against 40 clients doing the same directly;
 - 40 creates at once (one per student) through the gateway, against 40 at once direct: the p99
   admission adds (<= +20 ms); and, from the gateway's ``Server-Timing`` header
-  (:mod:`gpucloud_nb.gateway.timing`), the p99 of its own work inside its app per create
-  (admission included) against the p99 of the upstream's part: what is left of the first row is
-  time spent outside the app, waiting for the gateway's one event loop.
+  (:mod:`gpucloud_nb.gateway.timing`), the p99 of the part of each create inside its app not
+  spent waiting for the upstream (admission, and waiting for its one event loop while the other
+  creates run) against the p99 of the upstream's part.
 
 The temporary folder (keys file, the gateway's state) is removed at the end.
 Run standalone with ``python -m benchmarks.bench_gateway`` (``--quick``: smaller sizes).
@@ -254,8 +254,9 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                      ours, base, _ratio(ours, base), "<= +20 ms", UNIT))
         own = percentile([app - up for app, up in inside], 99)
         upstream_p99 = percentile([up for _, up in inside], 99)
-        rows.append((f"  the same creates, inside the gateway's app (Server-Timing): its own "
-                     f"work p99 (admission included) vs the upstream's part p99 [{load}]",
+        rows.append((f"  the same creates, inside the gateway's app (Server-Timing): the part "
+                     f"not waiting for the upstream p99 (admission, and waiting for its loop) vs "
+                     f"the upstream's part p99 [{load}]",
                      own, upstream_p99, _ratio(own, upstream_p99), "", UNIT))
         ours, base = (spent[name] / (creates * students) for name in ("gateway", "upstream"))
         rows.append((f"  CPU per create through the gateway: gateway vs upstream server [{load}]",
