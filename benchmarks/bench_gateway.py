@@ -53,6 +53,17 @@ Where the time goes (27 Nov 2026, 2 cores shared, load 8-15; figures seen in two
 - What is left per request on the gateway's side is uvicorn + Starlette (~0.4 ms of CPU), the
   ``httpcore``/anyio client (~0.6 ms) and the access log the CLI writes (uvicorn at ``info``);
   ``httptools`` (uvicorn's C parser, not installed) would cut the first by about a quarter.
+
+28 Nov 2026, two runs (load 14.9 and 10.6): list p50 1.90x and 1.77x direct, get 2.91x and
+2.40x, the empty proxy 1.89-2.0x and 2.4-3.0x (the gateway stays at the floor of any Python
+second hop); gateway CPU per list/get 1.97x and 1.99x the upstream's. A client with a C parser
+would lower that floor: against a trivial server, in one process, ``aiohttp`` (installed with
+jupyterhub, not a dependency) spent 430-490 µs of CPU a request where the ``httpcore`` pool the
+gateway uses spent 860-1160 µs (three rounds, load 22), about a quarter of the gateway's CPU per
+request; ``1.2x`` direct would still need the server side's parse to shrink too. The access log
+is written by a thread of its own now (``gpucloud_nb.serving``): with the line written on the
+event loop, a cProfile of the gateway under this benchmark's load showed 4 ms of wall time per
+request in that write (stdout a pipe the benchmark drains from a busy process).
 """
 
 from __future__ import annotations
