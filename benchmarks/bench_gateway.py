@@ -21,7 +21,10 @@ Rows, every latency measured in the same run and the machine's load (1-minute av
   information, the p99 of one burst in which all list and get at the same instant,
   against 40 clients doing the same directly;
 - 40 creates at once (one per student) through the gateway, against 40 at once direct: the p99
-  admission adds (<= +20 ms).
+  admission adds (<= +20 ms); and, from the gateway's ``Server-Timing`` header
+  (:mod:`gpucloud_nb.gateway.timing`), the p99 of the part of each create inside its app not
+  spent waiting for the upstream (admission, and waiting for its one event loop while the other
+  creates run) against the p99 of the upstream's part.
 
 The temporary folder (keys file, the gateway's state) is removed at the end.
 Run standalone with ``python -m benchmarks.bench_gateway`` (``--quick``: smaller sizes).
@@ -50,6 +53,17 @@ Where the time goes (27 Nov 2026, 2 cores shared, load 8-15; figures seen in two
 - What is left per request on the gateway's side is uvicorn + Starlette (~0.4 ms of CPU), the
   ``httpcore``/anyio client (~0.6 ms) and the access log the CLI writes (uvicorn at ``info``);
   ``httptools`` (uvicorn's C parser, not installed) would cut the first by about a quarter.
+
+28 Nov 2026, two runs (load 14.9 and 10.6): list p50 1.90x and 1.77x direct, get 2.91x and
+2.40x, the empty proxy 1.89-2.0x and 2.4-3.0x (the gateway stays at the floor of any Python
+second hop); gateway CPU per list/get 1.97x and 1.99x the upstream's. A client with a C parser
+would lower that floor: against a trivial server, in one process, ``aiohttp`` (installed with
+jupyterhub, not a dependency) spent 430-490 µs of CPU a request where the ``httpcore`` pool the
+gateway uses spent 860-1160 µs (three rounds, load 22), about a quarter of the gateway's CPU per
+request; ``1.2x`` direct would still need the server side's parse to shrink too. The access log
+is written by a thread of its own now (``gpucloud_nb.serving``): with the line written on the
+event loop, a cProfile of the gateway under this benchmark's load showed 4 ms of wall time per
+request in that write (stdout a pipe the benchmark drains from a busy process).
 """
 
 from __future__ import annotations
@@ -57,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -126,10 +141,16 @@ def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
             "vm": {"os": offer["configuration"]["os"][0]}}
 
 
-async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,)) -> Any:
+async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,),
+                 split: list[tuple[float, float]] | None = None) -> Any:
+    """Await ``call``, its time appended to ``times``; with ``split``, also the gateway's
+    ``Server-Timing`` (its app's time and the upstream's part, seconds)."""
     start = time.perf_counter()
     response = await call
     times.append(time.perf_counter() - start)
+    found = dict(re.findall(r"(\w+);dur=([0-9.]+)", response.headers.get("server-timing", "")))
+    if split is not None and "app" in found and "upstream" in found:
+        split.append((float(found["app"]) / 1e3, float(found["upstream"]) / 1e3))
     if response.status_code not in ok:
         raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
                            f"{response.status_code} {response.text[:200]}")
@@ -226,13 +247,15 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
 
         # creates at once, one per student
         made_times: dict[str, list[float]] = {"gateway": [], "direct": []}
+        inside: list[tuple[float, float]] = []  # the gateway's Server-Timing of each create
         spent = {"gateway": 0.0, "upstream": 0.0}
         for r in range(creates):
             for where, clients in (("direct", direct), ("gateway", gw)):
                 before = {name: cpu_seconds(pids[name]) for name in spent}
                 await asyncio.gather(*(_timed(made_times[where], c.post(
                     "/gpu-cloud/instances", json=_create_body(offer, f"{where}-{r}-{n}")),
-                    ok=(201,)) for n, c in enumerate(clients)))
+                    ok=(201,), split=inside if where == "gateway" else None)
+                    for n, c in enumerate(clients)))
                 if where == "gateway":
                     spent = {name: spent[name] + cpu_seconds(pids[name]) - before[name]
                              for name in spent}
@@ -240,6 +263,12 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         ours, base = percentile(made_times["gateway"], 99), percentile(made_times["direct"], 99)
         rows.append((f"gateway create p99, {students} at once, vs direct [{load}]",
                      ours, base, _ratio(ours, base), "<= +20 ms", UNIT))
+        own = percentile([app - up for app, up in inside], 99)
+        upstream_p99 = percentile([up for _, up in inside], 99)
+        rows.append((f"  the same creates, inside the gateway's app (Server-Timing): the part "
+                     f"not waiting for the upstream p99 (admission, and waiting for its loop) vs "
+                     f"the upstream's part p99 [{load}]",
+                     own, upstream_p99, _ratio(own, upstream_p99), "", UNIT))
         ours, base = (spent[name] / (creates * students) for name in ("gateway", "upstream"))
         rows.append((f"  CPU per create through the gateway: gateway vs upstream server [{load}]",
                      ours, base, _ratio(ours, base), "", UNIT))

@@ -7,11 +7,14 @@ The one serve path of the sandbox (:mod:`gpucloud_nb.sandbox.server`) and the cl
 (:mod:`gpucloud_nb.gateway.server`): the socket is bound (and listening) before uvicorn starts,
 connections are kept alive :data:`KEEP_ALIVE_SECONDS`, the app's lifespan runs its background
 tasks, and the app's state store (``app.state.store``) is closed once the server stops, whether
-it served or not. Importing this module is cheap: uvicorn loads on start.
+it served or not. In the foreground, the access log is written by a thread of its own, so a slow
+or unread stdout never holds up an answer. Importing this module is cheap: uvicorn loads on
+start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -139,11 +142,13 @@ def serve(app: Any, host: str, port: int, ready: Callable[[str], None] | None = 
     previous = signal.getsignal(signal.SIGTERM)
     in_main = threading.current_thread() is threading.main_thread()
     sock = None
+    stop_log: Callable[[], None] | None = None
     try:
         sock = bind(host, port)
         if in_main:
             signal.signal(signal.SIGTERM, _raise_stop)
         server = _server(app, host, sock, log_level=log_level, access_log=access_log)
+        stop_log = _access_log_in_a_thread()
         if ready is not None:
             ready(f"http://{url_host(host)}:{sock.getsockname()[1]}")
         server.run(sockets=[sock])
@@ -155,3 +160,54 @@ def serve(app: Any, host: str, port: int, ready: Callable[[str], None] | None = 
         if sock is not None:
             sock.close()
         close_app(app)
+        if stop_log is not None:
+            stop_log()
+
+
+ACCESS_LOG_BACKLOG = 10_000
+"""Access lines waiting for a stdout nobody reads, past which new ones are dropped."""
+
+
+def _access_log_in_a_thread() -> Callable[[], None]:
+    """uvicorn's access lines written by a thread of their own; returns what stops it.
+
+    A line a request is then a queue put on the event loop, never a write that waits for a slow
+    terminal or a pipe (a full pipe nobody read used to stop the server answering at all, some
+    600 requests in). Past :data:`ACCESS_LOG_BACKLOG` waiting lines, new ones are dropped.
+    """
+    import logging
+    import queue
+
+    logger = logging.getLogger("uvicorn.access")
+    handlers = list(logger.handlers)
+    if not handlers:
+        return lambda: None
+    lines: queue.Queue[logging.LogRecord | None] = queue.Queue(ACCESS_LOG_BACKLOG)
+
+    class Handoff(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            with contextlib.suppress(queue.Full):  # formatted by uvicorn's handler, in the thread
+                lines.put_nowait(record)
+
+    def write() -> None:
+        while (record := lines.get()) is not None:
+            for handler in handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+
+    handoff = Handoff()
+    for handler in handlers:
+        logger.removeHandler(handler)
+    logger.addHandler(handoff)
+    thread = threading.Thread(target=write, name="access log", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        logger.removeHandler(handoff)
+        for handler in handlers:
+            logger.addHandler(handler)
+        with contextlib.suppress(queue.Full):
+            lines.put_nowait(None)
+        thread.join(5)  # what is queued is written, unless nobody reads the stream
+
+    return stop

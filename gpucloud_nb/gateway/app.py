@@ -5,10 +5,12 @@
 Behind :class:`~gpucloud_nb.sandbox.guards.Guard`: a ``Host`` that does not name the bound
 address is a 421 (DNS rebinding) and any body over 1 MB a 413 (64 MB, with the OpenAI error body,
 under ``/gateway/endpoints/``, where images and audio go), read no further. An unknown path is
-the spec's 404 body, a wrong method its 405. A JupyterHub's gateway (``config.hub``) tells
-people by their hub tokens (:mod:`gpucloud_nb.gateway.hub_people`), answers under the hub's
-service prefix as well as without it, and accepts any ``Host`` (the hub's proxy passes on the
-public name; every request carries a token, no cookie a rebinding page could ride on).
+the spec's 404 body, a wrong method its 405. Every answer carries a ``Server-Timing`` header
+(:mod:`gpucloud_nb.gateway.timing`): the app's time and the upstream's. A JupyterHub's gateway
+(``config.hub``) tells people by their hub tokens (:mod:`gpucloud_nb.gateway.hub_people`),
+answers under the hub's service prefix as well as without it, and accepts any ``Host`` (the
+hub's proxy passes on the public name; every request carries a token, no cookie a rebinding
+page could ride on).
 ``app.state.store`` is the :class:`~gpucloud_nb.gateway.store.Store`; whoever serves the app
 closes it.
 """
@@ -42,6 +44,7 @@ from gpucloud_nb.gateway.ssh_key import gateway_key, public_line
 from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.gateway.teacher_routes import effective_people, teacher_routes
 from gpucloud_nb.gateway.timers import timer_routes
+from gpucloud_nb.gateway.timing import ServerTiming
 from gpucloud_nb.gateway.upstream import Upstream
 from gpucloud_nb.media.limits import MB
 from gpucloud_nb.sandbox.guards import Guard, allowed_hosts
@@ -130,5 +133,5 @@ def create_app(config: GatewayConfig, changed: Callable[[], None] | None = None)
                              f"MB); the limit is {ENDPOINT_BODY_BYTES // MB} MB."),
                             ("/", MAX_BODY_BYTES, "The request body is larger than 1 MB.")],
                     error=_guard_error)
-    return guarded if config.hub is None else strip_prefix(guarded, config.hub.prefix)
+    return ServerTiming(guarded if config.hub is None else strip_prefix(guarded, config.hub.prefix))
 

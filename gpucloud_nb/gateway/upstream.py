@@ -38,6 +38,7 @@ import httpx
 import msgspec
 
 from gpucloud_nb._secrets import mask
+from gpucloud_nb.gateway.timing import UPSTREAM_SPENT
 
 __all__ = ["OFFERS_TTL", "POOLS", "POOL_SIZE", "RETRY_AFTER", "Upstream", "UpstreamUnreachable"]
 
@@ -133,6 +134,7 @@ class Upstream:
             content = msgspec.json.encode(json)
         which = self._inflight.index(min(self._inflight))
         self._inflight[which] += 1
+        spent, start = UPSTREAM_SPENT.get(), time.perf_counter()
         try:
             response = await self._pools[which].request(method, url, headers=headers,
                                                         content=content, extensions=self._timeouts)
@@ -141,6 +143,8 @@ class Upstream:
             raise UpstreamUnreachable(type(error).__name__) from None
         finally:
             self._inflight[which] -= 1
+            if spent is not None:  # the request's Server-Timing (gateway.timing)
+                spent[0] += time.perf_counter() - start
         wait = next((value for name, value in response.headers
                      if name.lower() == b"retry-after"), None)
         RETRY_AFTER.set(None if wait is None else wait.decode("latin-1")[:64])
