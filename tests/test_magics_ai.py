@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from helpers import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpucloud_nb import GPUCloud, magics_ai
+from gpucloud_nb import GPUCloud, magics, magics_ai
+from gpucloud_nb.gateway import Gateway
+from gpucloud_nb.sandbox import Sandbox
+from tests.helpers import ADA, UPSTREAM_KEY, gateway_cloud
 from tests.test_magics import (  # noqa: F401 (fixtures)
     API_KEY,
     Magic,
@@ -29,6 +32,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 pytestmark = pytest.mark.skipif(not magics_ai.installed(),
                                 reason="the [ai] extra (jupyter-ai-magic-commands) is not installed")
+
+
+@pytest.fixture
+def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
+    """The sandbox as the real cloud behind a gateway, its endpoints quick to deploy and wake."""
+    return sandbox_factory(api_key=UPSTREAM_KEY, launch_seconds=0.3, cold_start_seconds=0.5)
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +94,25 @@ def test_a_stopped_endpoint_is_one_sentence_before_and_after_the_alias(
     assert _one_sentence(magic("ai-alias other chat")) == (
         "Endpoint chat is stopped; start it with %gpucloud endpoints start chat, then run this "
         "again.")
+
+
+def test_through_a_gateway_a_scaled_to_zero_endpoint_wakes_for_the_cell(
+        magic: Magic, gateway_factory: Callable[..., Gateway]) -> None:  # noqa: F811
+    gateway = gateway_factory(f"{ADA} - Ada\n")
+    with gateway_cloud(gateway, ADA) as ada:
+        magics.use(ada)
+        ada.inference_instances.create(name="talk", model="sandbox-vision-1", min=0, max=1,
+                                       cooldown=0.3)
+        ada.inference_instances.wait_until_active("talk", poll_interval=0.05)
+        wait_for(lambda: ada.inference_instances.get("talk").ready == 0)  # scaled to zero
+        assert magic("ai-alias mine talk").out.startswith("%%ai mine now chats with endpoint talk")
+        ai = magic.shell.magics_manager.registry["AiMagics"]
+        assert ai.aliases["mine"]["api_base"].startswith(gateway.url.rstrip("/") + "/gateway/")
+        reply, printed = _ai_cell(magic, "mine", "What is 2+2?")  # a cold start, then the reply
+        assert "2 + 2" in reply, printed
+        magic.transcript.append(repr(ai.aliases))
+        seen = "\n".join(magic.transcript)
+        assert ADA not in seen and UPSTREAM_KEY not in seen
 
 
 @pytest.mark.parametrize(("line", "words"), [
