@@ -31,7 +31,6 @@ the kernel, so an alias made here does not reach it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import io
@@ -58,9 +57,6 @@ SYNOPSIS = """\
   %gpucloud ai-alias NAME ENDPOINT           (jupyter-ai: %%ai NAME chats with ENDPOINT)"""
 NOT_INSTALLED = ("jupyter-ai's %%ai magic is not installed in this kernel's environment; "
                  "run %pip install \"gpucloud-nb[ai]\" and then this command again.")
-#: Parameters of ``litellm.completion`` passed on to the endpoint's chat.
-_PASSED_ON = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed",
-              "presence_penalty", "frequency_penalty", "n", "user")
 
 # alias name -> the endpoint's chat client (which holds the secret); kernel memory only
 _clients: dict[str, EndpointClient] = {}
@@ -150,27 +146,24 @@ def _register_provider() -> None:
 
 
 def _handler() -> Any:
-    """A ``litellm.CustomLLM`` that answers ``gpucloud/NAME`` through the alias's client."""
+    """A ``litellm.CustomLLM`` that answers ``gpucloud/NAME`` through the alias's client (sync
+    only: ``%%ai`` calls ``litellm.completion`` without streaming)."""
     import litellm
+    from litellm.llms.custom_llm import CustomLLMError
 
     class EndpointLLM(litellm.CustomLLM):
         def completion(self, model: str, messages: list[Any], *_: Any,
-                       optional_params: dict[str, Any] | None = None,
                        **__: Any) -> litellm.ModelResponse:
             alias = model.split("/", 1)[-1]
             client = _clients.get(alias)
             if client is None:
-                raise litellm.CustomLLMError(
+                raise CustomLLMError(
                     status_code=404, message=f"No endpoint is aliased as {alias}; run "
                     f"%gpucloud ai-alias {alias} ENDPOINT in this kernel.")
-            params = {k: v for k, v in (optional_params or {}).items() if k in _PASSED_ON}
-            reply = client.chat(messages, **params)
+            reply = client.chat(messages)
             return litellm.ModelResponse(
                 id=reply.id, model=reply.model, created=reply.created,
                 choices=[{"index": 0, "finish_reason": reply.finish_reason or "stop",
                           "message": {"role": "assistant", "content": reply.text}}])
-
-        async def acompletion(self, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
-            return await asyncio.to_thread(self.completion, *args, **kwargs)
 
     return EndpointLLM()

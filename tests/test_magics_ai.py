@@ -65,6 +65,7 @@ def test_ai_cell_chats_with_the_endpoint_and_the_secret_stays_in_the_kernel(
     cloud.inference_instances.create(name="chat", model="sandbox-vision-1", min=1)
     run = magic("ai-alias mine chat")
     assert run.out.startswith("%%ai mine now chats with endpoint chat (") and run.value is None
+    assert run.err == ""  # not jupyter-ai's notice that no .env file holds provider keys
     # The sandbox answers only with x-api-key set to the owner's key: a reply proves the header.
     reply, printed = _ai_cell(magic, "mine", "What is 2+2?")
     assert "2 + 2" in reply, printed
@@ -91,6 +92,10 @@ def test_a_stopped_endpoint_is_one_sentence_before_and_after_the_alias(
     _, printed = _ai_cell(magic, "mine", "Hello")
     assert "Inference instance chat is stopped; start it to send requests." in printed
     assert "Traceback" not in printed and "Give Feedback" not in printed
+    # jupyter-ai's own alias to the provider, with no endpoint behind it, says how to make one.
+    magic.shell.run_line_magic("ai", "alias ghost gpucloud/ghost")
+    _, printed = _ai_cell(magic, "ghost", "Hello")
+    assert "No endpoint is aliased as ghost; run %gpucloud ai-alias ghost ENDPOINT" in printed
     assert _one_sentence(magic("ai-alias other chat")) == (
         "Endpoint chat is stopped; start it with %gpucloud endpoints start chat, then run this "
         "again.")
