@@ -492,6 +492,11 @@ class GPUCloudMagics(Magics):
 
         return magics_endpoints.run(self.cloud, args, say=_say, confirm=_confirm, stop=Stop)
 
+    def _ai_alias(self, args: argparse.Namespace) -> None:
+        from gpucloud_nb import magics_ai
+
+        magics_ai.run(self.cloud, args, self.shell, say=_say, stop=Stop)
+
     # ------------------------------------------------------------------ volumes
 
     def _volumes_list(self, args: argparse.Namespace) -> pandas.DataFrame:

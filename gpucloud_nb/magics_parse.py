@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from gpucloud_nb import magics_endpoints, magics_move
+from gpucloud_nb import magics_ai, magics_endpoints, magics_move
 from gpucloud_nb.client.management import DEPLOYMENT_TYPES
 from gpucloud_nb.durations import parse_duration
 
@@ -26,7 +26,8 @@ __all__ = ["COMMANDS", "PROG", "SECRET_OPTIONS", "VOLUME_COMMANDS", "HelpShown",
 
 PROG = "%gpucloud"
 COMMANDS = ("connect", "offers", "instances", "instance", "delete", "launch", "chat", "spend",
-            "budget", "kernel", "volumes", "endpoints", *magics_move.COMMANDS)
+            "budget", "kernel", "volumes", "endpoints", *magics_move.COMMANDS,
+            *magics_ai.COMMANDS)
 VOLUME_COMMANDS = ("list", "offers", "create", "get", "delete")
 #: Options that would put a secret into a cell; refused before parsing.
 SECRET_OPTIONS = ("--api-key", "--api_key", "--apikey", "--key", "--secret", "--inference-secret")
@@ -113,6 +114,7 @@ commands (each has its own --help):
   %gpucloud volumes get ID
   %gpucloud volumes delete ID [--yes]
 {endpoints}
+{ai}
   %%gpucloud run INSTANCE [--python] [--timeout S]   (the cell runs on the instance)
   %%gpucloud run --nodes NAME1,NAME2,… [--python]   (on every node at once, ranks set)
   %gpucloud put LOCAL INSTANCE:REMOTE
@@ -122,7 +124,8 @@ commands (each has its own --help):
 
 Results are returned, so `df = %gpucloud offers --gpu H100` works.
 Quote names with spaces: %gpucloud volumes create "my data" --size 100 --region us-east-1""".replace(
-    "{endpoints}", magics_endpoints.SYNOPSIS).replace("{move}", magics_move.SYNOPSIS)
+    "{endpoints}", magics_endpoints.SYNOPSIS).replace("{move}", magics_move.SYNOPSIS).replace(
+    "{ai}", magics_ai.SYNOPSIS)
 
 
 def _sub(subparsers: Any, name: str, summary: str, example: str) -> _Parser:
@@ -251,6 +254,7 @@ def _parser() -> _Parser:
 
     magics_endpoints.add_parser(commands, _sub, _Parser)
     magics_move.add_parser(commands, _sub, _Parser)
+    magics_ai.add_parser(commands, _sub, _Parser)
     return root
 
 
