@@ -9,6 +9,7 @@ import asyncio
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import wait_for
+from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
 
@@ -164,3 +166,52 @@ def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_del
     started = time.monotonic()
     wait_for(lambda: not live(box, ids), timeout=90, what=lambda: f"live {live(box, ids)}")
     assert time.monotonic() - started >= 1  # deleted by the timer, not at exit
+
+
+def test_a_cluster_found_again_keeps_its_budget_and_what_it_has_cost_so_adapt_stays_within_it(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#40: ``from_name`` reads the cluster's budget, and bills it from the cluster's start (the
+    instance an earlier scale-down deleted too), not from when it was found. At a cent a second,
+    a budget of two instances' hour ($72) and 25 cents: once the cluster has cost more than 25
+    cents, the object found again refuses a second worker, and its ``adapt`` under a burst never
+    rents one."""
+    sandbox = sandbox_factory(offers=one_offer(36.0), launch_seconds=0.3, delete_seconds=0.2)
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox
+        out = second_process(sandbox, """
+            from tests.helpers import wait_for
+            cluster = GPUCloudCluster(cloud, 2, name="frugal", budget=72.25,
+                                      shutdown_on_close=False)
+            ids = cluster.instance_ids
+            cluster.scale(1)
+            wait_for(lambda: cloud.instances.get(ids[1]).status == "deleted", timeout=60)
+            print(" ".join(ids))
+        """)
+        ids = out.strip().splitlines()[-1].split()
+
+        def cost() -> float:
+            bills = cloud.spend(include_deleted=True).set_index("_id")["spend"]
+            return float(bills[ids[0]] + bills[ids[1]])
+
+        wait_for(lambda: cost() > 0.3, timeout=120, what=lambda: f"cost {cost():.2f}")
+        before = cost()
+        found = GPUCloudCluster.from_name("frugal", cloud)
+        with found, distributed.Client(found) as client:
+            assert found.budget == 72.25
+            with pytest.raises(InvalidInputError) as refused:
+                found.scale(2)
+            said = re.fullmatch(r"Cluster 'frugal' has cost \$(\d+\.\d\d); one more hour of 2 × "
+                                r"\$36\.00/h would bring it past its budget of \$72\.25, so no "
+                                r"worker was added\.", str(refused.value))
+            assert said, str(refused.value)
+            assert before - 0.01 <= float(said[1]) <= cost() + 0.01  # both instances' bills
+            found.adapt(minimum=1, maximum=3, interval="200ms", target_duration="0.1s")
+            tasks = client.map(lambda i: time.sleep(1) or i, range(24))
+            most, deadline = 0, time.monotonic() + 12
+            while time.monotonic() < deadline:
+                most = max(most, len(live(cloud, [i.id for i in cloud.instances.list()])))
+                time.sleep(0.05)
+            assert sum(client.gather(tasks)) == sum(range(24))
+            assert most == 1, f"{most} instances under adapt past a found cluster's budget"
+            assert any("past its budget of $72.25" in n for n in found.notices), found.notices
+        assert not live(cloud, [i.id for i in cloud.instances.list()])
