@@ -215,3 +215,67 @@ def test_a_cluster_found_again_keeps_its_budget_and_what_it_has_cost_so_adapt_st
             assert most == 1, f"{most} instances under adapt past a found cluster's budget"
             assert any("past its budget of $72.25" in n for n in found.notices), found.notices
         assert not live(cloud, [i.id for i in cloud.instances.list()])
+
+
+def test_after_a_literal_kernel_restart_from_name_in_the_new_kernel_reconnects_and_closes_it(
+        box: GPUCloud, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#40: a cluster made in a real IPython kernel (jupyter_client's ``KernelManager``, the
+    local python kernel) with ``shutdown_on_close=False`` survives that kernel's restart; in the
+    new kernel ``GPUCloudCluster.from_name`` reconnects to it, runs a task on its workers and
+    closes it, every instance deleted."""
+    from jupyter_client.manager import KernelManager
+
+    handle = {name: getattr(sandbox, name) for name in (
+        "management_url", "inference_url", "api_key", "inference_secret", "launch_seconds")}
+    handle["home"] = str(sandbox.home) if sandbox.home is not None else None
+    monkeypatch.setenv("TEST_SANDBOX", json.dumps(handle))
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+
+    def run(code: str) -> list[str]:
+        """Run :data:`PRELUDE` and ``code`` in the kernel; the lines it printed that start with
+        ``=``."""
+        printed: list[str] = []
+
+        def keep(message: dict) -> None:
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+            elif message["msg_type"] == "error":
+                printed.append("\n".join(message["content"]["traceback"]))
+
+        reply = client.execute_interactive(PRELUDE + textwrap.dedent(code), timeout=180,
+                                           output_hook=keep)
+        assert reply["content"]["status"] == "ok", "".join(printed)[-3000:]
+        return [line[1:] for line in "".join(printed).splitlines() if line.startswith("=")]
+
+    try:
+        client.wait_for_ready(timeout=90)
+        first = run("""
+            cluster = GPUCloudCluster(cloud, 2, name="reborn", shutdown_on_close=False)
+            print("=" + " ".join(cluster.instance_ids))
+            print("=" + str(os.getpid()))
+        """)
+        ids, pid = first[0].split(), first[1]
+        assert len(ids) == 2 and live(box, ids) == set(ids)
+        manager.restart_kernel()  # as JupyterLab's "Restart Kernel": the kernel ends cleanly
+        client.wait_for_ready(timeout=90)
+        assert live(box, ids) == set(ids)  # the kernel's end left the cluster running
+        second = run("""
+            from distributed import Client
+            print("=" + str(os.getpid()), "cluster" in globals())
+            found = GPUCloudCluster.from_name("reborn", cloud)
+            with Client(found) as client:
+                print("=" + str(client.submit(lambda: 6 * 7).result()),
+                      len(client.scheduler_info()["workers"]))
+            print("=" + " ".join(found.instance_ids))
+            found.close()
+        """)
+        assert second[0] != f"{pid} False" and second[0].endswith(" False")  # a new kernel
+        assert second[1] == "42 2"  # the same two workers, taken over
+        assert sorted(second[2].split()) == sorted(ids)
+        assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
