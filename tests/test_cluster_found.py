@@ -126,9 +126,12 @@ def test_from_name_of_no_such_cluster_is_one_sentence_and_deletes_nothing(box: G
 
 def test_discovery_entry_point_lists_the_running_cluster_as_dask_ctl_reads_it(
         box: GPUCloud, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    """dask-ctl 2024.1.0 does not import with distributed 2026 (it imports a removed
-    ``install_signal_handlers``), so its protocol is exercised here as it runs it: the entry
-    point of group ``dask_cluster_discovery``, an async iterator of ``(name, class)``."""
+    """dask-ctl cannot run here: its last release (2024.1.0) and its main branch (1aed52e,
+    2024-01-25) import ``install_signal_handlers`` from ``distributed.cli.utils`` at the top of
+    ``dask_ctl/utils.py``, which its ``discovery``, ``lifecycle`` and ``cli`` modules import, and
+    distributed removed that function (dask/distributed#9240), so ``import dask_ctl.discovery``
+    raises ImportError with distributed 2026.8. Its protocol is exercised here as it runs it: the
+    entry point of group ``dask_cluster_discovery``, an async iterator of ``(name, class)``."""
     points = [p for p in importlib.metadata.entry_points(group="dask_cluster_discovery")
               if p.name == "gpucloud"]
     assert [p.value for p in points] == ["gpucloud_nb.cluster.discovery:discover"]
@@ -144,6 +147,42 @@ def test_discovery_entry_point_lists_the_running_cluster_as_dask_ctl_reads_it(
     with GPUCloudCluster(box, 1, name="listed"):
         assert asyncio.run(names()) == [("listed", GPUCloudCluster)]
     assert asyncio.run(names()) == []
+
+
+def test_dask_ctls_discover_clusters_steps_find_use_and_delete_the_cluster_inside_its_loop(
+        box: GPUCloud, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What dask-ctl's ``discover_clusters`` (and so ``dask-ctl list`` and ``delete``) does with
+    the entry point, step by step: inside its running event loop, each ``(name, class)`` the
+    discovery method yields becomes ``class.from_name(name)``, called synchronously there; the
+    object it gives must work and its ``close()`` delete the cluster."""
+    monkeypatch.setenv("GPUCLOUD_API_KEY", sandbox.api_key)
+    monkeypatch.setenv("GPUCLOUD_BASE_URL", sandbox.management_url)
+    monkeypatch.setenv("GPUCLOUD_GATEWAY", "off")
+    # The user's own client, as a notebook's: its SSH key is the one connect() finds again.
+    mine = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cluster = GPUCloudCluster(mine, 2, name="ctl", shutdown_on_close=False)
+    ids = cluster.instance_ids
+    method = next(p for p in importlib.metadata.entry_points(group="dask_cluster_discovery")
+                  if p.name == "gpucloud").load()
+
+    async def discover_clusters() -> list[tuple[str, str, list[str]]]:
+        seen = []
+        async for name, cluster_class in method():
+            found = cluster_class.from_name(name)  # as dask-ctl calls it, in its loop
+            with distributed.Client(found) as client:
+                answer = client.submit(lambda: 6 * 7).result()
+            seen.append((name, f"{answer} {len(found.scheduler_info['workers'])}",
+                         found.instance_ids))
+            found.close()  # dask-ctl's delete
+        return seen
+
+    [(name, answer, found_ids)] = asyncio.run(discover_clusters())
+    assert (name, answer) == ("ctl", "42 2") and sorted(found_ids) == sorted(ids)
+    assert {i.id: i.status for i in box.instances.list()} == dict.fromkeys(ids, "deleted")
+    wait_for(lambda: cluster.status.name == "closed", timeout=60,
+             what=lambda: f"status {cluster.status.name}")
+    cluster.close()
+    mine.close()
 
 
 def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_deletes_it(
