@@ -128,7 +128,7 @@ def test_the_dask_sidebars_new_scale_and_shutdown_rent_resize_and_delete_our_clu
         dask_lab: Lab, observer: GPUCloud) -> None:
     """#40: dask-labextension's NEW button rents the factory's GPUCloudCluster on the sandbox,
     its listing shows it with its worker, its dashboard panes open, SCALE to 2 rents a second
-    instance, SHUTDOWN deletes both."""
+    instance, adaptive scaling between 1 and 1 deletes it again, SHUTDOWN deletes the rest."""
     assert live_dask_instances(observer) == {}
     page = open_dask_sidebar(dask_lab)
     manager = page.locator(".dask-DaskClusterManager")
@@ -173,6 +173,23 @@ def test_the_dask_sidebars_new_scale_and_shutdown_rent_resize_and_delete_our_clu
     assert len(scaled) == 2 and set(rented) < set(scaled), scaled
     cluster = next(iter(rented.values())).removesuffix("-0")
     assert sorted(scaled.values()) == [f"{cluster}-0", f"{cluster}-1"]
+
+    # SCALE's "Adaptive Scaling" (adapt between 1 and 1): Dask retires a worker. Dask's
+    # Adaptive picks which: the newest's instance is then deleted; the first's leaves its
+    # instance holding the scheduler alone, never deleted before close (see cluster/spec.py).
+    item.locator(".dask-ClusterListingItem-scale").click()
+    dialog.wait_for(state="visible")
+    dialog.locator(".dask-ScalingCheckbox").check()
+    inputs = dialog.locator(".dask-ScalingInput")
+    inputs.nth(1).fill("1")
+    inputs.nth(2).fill("1")
+    dialog.locator("button.jp-mod-accept").click()
+    dialog.wait_for(state="detached")
+    item.get_by_text("Maximum Workers: 1").wait_for(timeout=30_000)
+    assert "Minimum Workers: 1" in item.inner_text()
+    item.get_by_text("Number of Workers: 1").wait_for(timeout=180_000)
+    adapted = live_dask_instances(observer)
+    assert f"{cluster}-0" in adapted.values() and set(adapted) <= set(scaled), adapted
 
     # SHUTDOWN: the listing empties and the cloud shows every instance deleted.
     item.locator(".dask-ClusterListingItem-stop").click()
