@@ -65,7 +65,12 @@ Choices where nothing says otherwise:
   ``cluster.notices``); at the budget the cluster closes itself, as ``close()`` does (every
   instance deleted and confirmed), and says so in ``cluster.notices``. So it may overshoot by
   2 s of its instances' price plus the time their deletes take. Nothing watches the budget of a
-  cluster no process holds (its orphan timer still runs).
+  cluster no process holds (its orphan timer still runs). A cluster found again with
+  ``from_name`` keeps its budget (from ``cluster.json``) and counts what the cluster has cost
+  since it began, not since it was found: its live instances from when they turned active, and
+  the instances of its name already deleted that were created since its scheduler's instance
+  (an older namesake's are not counted; one first seen deleted is billed from its ``createdAt``,
+  an upper bound).
 - **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook when
   ``shutdown_on_close`` is true, and ``connect(cleanup_on_exit=True)``) stops the processes,
   deletes every instance the cluster rented, and confirms each delete: the cloud must show it
@@ -436,10 +441,12 @@ class GPUCloudCluster(SpecCluster):
         scheduler's instance, and write the specs that take its processes over (blocking)."""
         cloud, name = self.cloud, self._name_given
         ids: dict[int, str] = {}
-        for instance in cloud.instances.list():
-            parsed = parse_instance_name(instance.name)
-            if parsed and parsed[0] == name and instance.status in ("pending", "active"):
-                ids[parsed[1]] = instance.id
+        listed = cloud.instances.list()
+        ours = [(parsed[1], i) for i in listed
+                if (parsed := parse_instance_name(i.name)) and parsed[0] == name]
+        for index, instance in ours:
+            if instance.status in ("pending", "active"):
+                ids[index] = instance.id
         if 0 not in ids:
             also = (f" (instances {', '.join(ids.values())} still run: delete them with "
                     "cloud.instances.delete)" if ids else "")
@@ -471,7 +478,22 @@ class GPUCloudCluster(SpecCluster):
         self.rental.admit = self._admit
         for index, instance_id in sorted(ids.items()):
             self.rental.rented(instance_id, instance_name(name, index))
+        self._bill_found(ours, ids[0])
         self._plan(ids, adopt=True)
+
+    def _bill_found(self, ours: list[tuple[int, Instance]], scheduler_id: str) -> None:
+        """A cluster found again starts its budget from what it has cost since it began: its
+        live instances from when they turned active, and those already gone (a scale-down by an
+        earlier object) whose name is the cluster's and that were created since its scheduler's
+        instance (an older namesake's are not this cluster's)."""
+        plan, moment = self.rental, datetime.now(timezone.utc)
+        began = next(i.created_at for _, i in ours if i.id == scheduler_id)
+        for index, instance in ours:
+            if instance.id not in plan.names and (
+                    began is None or instance.created_at is None or instance.created_at < began):
+                continue
+            plan.names.setdefault(instance.id, instance_name(plan.name, index))
+            self._spent[instance.id] = plan.ledger.bill(instance, moment).spend
 
     def _launch(self, n: int, timeout: float) -> dict[int, str]:
         """Create the ``n`` instances, wait for them with one progress line, check Dask on each;
