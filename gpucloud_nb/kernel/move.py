@@ -352,7 +352,8 @@ class Movable:
         offer = fitting[0]
         suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(4))
         base = (self.instance_name or "kernel")[:40]
-        name = f"{base}-{(gpu or offer.gpu_name or 'gpu').lower()}-{suffix}"
+        model = "".join(c if c.isalnum() else "-" for c in (gpu or offer.gpu_name or "gpu"))
+        name = f"{base}-{model.lower().strip('-')}-{suffix}"  # "L4 24GB": no space in a name
         reply.progress(f"Launching {name}: {offer.gpu_name} × {offer.gpu_count} at "
                        f"${offer.hourly_price:g}/h ({offer.cloud.id}, "
                        f"{offer.available_regions[0]})…")
