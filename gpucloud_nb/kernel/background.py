@@ -20,7 +20,9 @@ Choices (the issue leaves them open):
 - **Quiet.** A background checkpoint prints nothing (a thread's output would land in whichever
   cell ran last); :func:`status` (and ``%gpucloud checkpoint --every`` without a duration)
   says how many were made, the last one, and the last failure, if any.
-- **One schedule per kernel**: a new ``--every`` replaces the old one.
+- **One schedule per kernel**: a new ``--every`` replaces the old one. Stopping waits for a
+  checkpoint whose copy is under way to finish, so once ``--every off`` has answered nothing
+  more is written.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from typing import Any
 from gpucloud_nb.durations import duration_text
 
 __all__ = ["Schedule", "every", "status"]
+
+#: How long ``--every off`` (or a new ``--every``) waits for a checkpoint's copy under way.
+_FINISH_SECONDS = 600.0
 
 
 @dataclass
@@ -110,8 +115,10 @@ def every(seconds: float | None, *, keep: int = 5, limit_gb: float | None = None
     """Checkpoint every ``seconds`` while idle (``None``: stop); the sentence that says so."""
     global _schedule
     old, _schedule = _schedule, None
-    if old is not None:
+    if old is not None:  # a copy under way finishes first: once stopped, nothing more is written
         old.stop.set()
+        if old.thread is not None and old.thread is not threading.current_thread():
+            old.thread.join(_FINISH_SECONDS)
     if seconds is None:
         if old is None:
             return "No background checkpoints were running."
