@@ -125,3 +125,47 @@ def test_an_instance_unreachable_for_the_set_time_counts_as_lost(
     assert cloud.instances.get(dark.id).status == "active"  # named as billing, not deleted
     assert kernel_processes(dark.id) != []  # the kernel was only cut off
 
+
+
+def test_under_jupyterlabs_restarter_the_kernel_is_not_restarted_and_the_cell_says_so(
+        box: GPUCloud, notebook_folder: Path) -> None:
+    """JupyterLab's kernel manager with its restarter (polling ``is_alive`` every 3 s): no
+    "restart" or "dead" event follows the loss; the next cell gets the sentence."""
+    import asyncio
+
+    from jupyter_client.ioloop import AsyncIOLoopKernelManager
+
+    lost = launch(box, "lab-standin")
+    name = install_kernel(box, lost.id)
+
+    async def scenario() -> tuple[list[str], dict[str, Any]]:
+        manager = AsyncIOLoopKernelManager(kernel_name=name)
+        await manager.start_kernel(cwd=str(notebook_folder))
+        events: list[str] = []
+        manager.add_restart_callback(lambda: events.append("restart"), "restart")
+        manager.add_restart_callback(lambda: events.append("dead"), "dead")
+        manager.start_restarter()
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=120)
+            await client.execute_interactive("kept = 7", timeout=120)
+            box.instances.delete(lost.id)
+            deadline = asyncio.get_running_loop().time() + 120
+            while not manager.provisioner.lost:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(10)  # three of the restarter's polls (an absence: no condition)
+            reply = await client.execute_interactive("print(kept)", timeout=120,
+                                                     output_hook=lambda message: None)
+            return events, reply["content"]
+        finally:
+            client.stop_channels()
+            manager.stop_restarter()
+            await manager.shutdown_kernel(now=True)
+
+    events, content = asyncio.run(scenario())
+    assert events == []
+    assert content["status"] == "error" and content["ename"] == "InstanceLost"
+    assert content["evalue"].startswith(f"Instance lab-standin ({lost.id}) was deleted from "
+                                        "outside this notebook")
