@@ -3,6 +3,7 @@ and carried to another instance. Its grammar is added to ``magics_parse`` by :fu
 ``magics`` calls :func:`run`, which calls :mod:`gpucloud_nb.kernel.session`.
 
     %gpucloud checkpoint                        # to .gpucloud/checkpoints/ here, newest 5 kept
+    %gpucloud checkpoint --every 15min          # in the background while idle; --every off
     %gpucloud restore                           # the newest checkpoint, into this kernel
     %gpucloud restore 20261128T1502 big-box     # that checkpoint, onto instance big-box
     %gpucloud move big-box                      # this session, to instance big-box
@@ -22,7 +23,7 @@ __all__ = ["COMMANDS", "SYNOPSIS", "add_parser", "run"]
 
 COMMANDS = ("checkpoint", "restore", "move")
 SYNOPSIS = """\
-  %gpucloud checkpoint [--keep N]            (this kernel's variables, to .gpucloud/checkpoints/)
+  %gpucloud checkpoint [--keep N] [--every 15min|off]  (this kernel's variables, to .gpucloud/checkpoints/)
   %gpucloud restore [CHECKPOINT] [INSTANCE]  (into this kernel, or onto INSTANCE)
   %gpucloud move INSTANCE | --gpu MODEL [--max-price DOLLARS] [--keep] [--limit-gb GB]"""
 
@@ -43,6 +44,17 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _every(text: str) -> float | str:
+    from gpucloud_nb.durations import parse_duration
+
+    if text.strip().lower() in ("off", "status"):  # status: --every alone
+        return text.strip().lower()
+    try:
+        return parse_duration(text, "--every")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
+
+
 def add_parser(commands: Any, sub: Callable[..., Any], parser_class: type) -> None:
     """Add ``checkpoint``, ``restore`` and ``move`` to ``commands`` (``sub`` makes a parser)."""
     p = sub(commands, "checkpoint", "Save this kernel's variables to the notebook's folder "
@@ -50,6 +62,9 @@ def add_parser(commands: Any, sub: Callable[..., Any], parser_class: type) -> No
     p.add_argument("--keep", type=_count, default=5, help="checkpoints kept (default 5)")
     p.add_argument("--limit-gb", type=_positive, default=None,
                    help="refuse above this size (default GPUCLOUD_MOVE_LIMIT_GB or 20)")
+    p.add_argument("--every", type=_every, nargs="?", const="status", default=None,
+                   metavar="DURATION", help="checkpoint in the background every DURATION while "
+                   "the kernel is idle (e.g. 15min); 'off' stops; alone, says what it did")
     p.set_defaults(handler="session")
 
     p = sub(commands, "restore", "Restore a checkpoint (default: the newest) into this kernel, "
@@ -85,7 +100,15 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> None:
     :mod:`gpucloud_nb.kernel.session` also return it)."""
     from gpucloud_nb.kernel import session
 
-    if args.command == "checkpoint":
+    if args.command == "checkpoint" and args.every is not None:
+        from gpucloud_nb.kernel import background
+
+        if args.every == "status":
+            say(background.status())
+        else:
+            say(background.every(None if args.every == "off" else float(args.every),
+                                 keep=args.keep, limit_gb=args.limit_gb))
+    elif args.command == "checkpoint":
         session.checkpoint(keep=args.keep, limit_gb=args.limit_gb, say=say)
     elif args.command == "restore":
         session.restore(args.checkpoint, args.target, gpu=args.gpu, max_price=args.max_price,

@@ -167,7 +167,7 @@ def test_a_checkpoint_is_restored_after_its_instance_is_deleted_from_outside(
     assert len(saved) == 2 and all("lost-box" in path.name for path in saved)
 
     box.instances.delete(lost.id)
-    wait_for(lambda: not kernel.manager.is_alive(), 60)
+    wait_for(lambda: kernel.manager.provisioner.lost != "", 60)
 
     fresh = launch(box, "fresh-box")
     again = kernels(install_kernel(box, fresh.id), notebook_folder)
@@ -201,8 +201,8 @@ def test_a_kernel_whose_instance_is_lost_names_its_newest_checkpoint(
     saved = next((notebook_folder / ".gpucloud" / "checkpoints").iterdir()).name
     stem = saved.removesuffix(".gpucloud")
     caplog.set_level("WARNING")
-    box.instances.delete(lost.id)  # from outside: the poll that finds it dead says so, once
-    wait_for(lambda: not kernel.manager.is_alive(), 60)
+    box.instances.delete(lost.id)  # from outside: the poll that finds it lost says so, once
+    wait_for(lambda: kernel.manager.provisioner.lost != "", 60)
     sentence = (f"Instance gone-box ({lost.id}) was deleted from outside this notebook, so its "
                 "kernel and variables are gone; to launch an instance like it and restore "
                 f"checkpoint {stem} (0 min old), run %gpucloud restore {stem} --gpu "
@@ -210,7 +210,7 @@ def test_a_kernel_whose_instance_is_lost_names_its_newest_checkpoint(
     assert kernel.manager.provisioner.lost == sentence
     said = [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()]
     assert said == [f"gpucloud-nb: {sentence}"]
-    assert not kernel.manager.is_alive()  # polled again: said once only
+    assert kernel.manager.is_alive()  # polled again (a stand-in answers): said once only
     assert [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()] \
         == said
     assert "gone-box" not in live(box)  # nothing keeps billing
@@ -265,29 +265,3 @@ def test_a_cell_queued_behind_the_move_never_runs_on_the_old_kernel(
     wait_for(lambda: kernel_processes(old.id) == [], 60)
     assert kernel.run("import os; print(kept, 'marker' in globals(), "
                       "os.environ['GPUCLOUD_INSTANCE_ID'])") == ("ok", f"5 False {new.id}\n")
-
-
-def test_under_nbclient_the_next_cell_after_a_lost_instance_fails_and_the_log_says_why(
-        box: GPUCloud, notebook_folder: Path, caplog: pytest.LogCaptureFixture) -> None:
-    import nbformat
-    from jupyter_core.utils import run_sync
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    lost = launch(box, "nbclient-box")
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("%load_ext gpucloud_nb\nkept = 7\n%gpucloud checkpoint"),
-        nbformat.v4.new_code_cell("print(kept)")])
-    client = NotebookClient(notebook, kernel_name=install_kernel(box, lost.id), timeout=120,
-                            resources={"metadata": {"path": str(notebook_folder)}})
-    caplog.set_level("WARNING")
-    with client.setup_kernel():
-        client.execute_cell(notebook.cells[0], 0)
-        box.instances.delete(lost.id)  # from outside, between two cells
-        alive = run_sync(client.km.is_alive)  # an AsyncKernelManager under nbclient
-        wait_for(lambda: not alive(), 60)  # gone before the next cell is run
-        with pytest.raises(DeadKernelError):
-            client.execute_cell(notebook.cells[1], 1)
-    said = [r.getMessage() for r in caplog.records if "gpucloud restore" in r.getMessage()]
-    assert len(said) == 1 and f"Instance nbclient-box ({lost.id}) was deleted" in said[0]
-    assert "nbclient-box" not in live(box)

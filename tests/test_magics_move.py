@@ -19,10 +19,14 @@ def test_move_and_restore_take_an_instance_or_a_new_one_by_gpu_and_price() -> No
         "20261128T1502", "big-box", None, None)
     assert parse("restore --gpu L4").gpu == "L4"
     assert parse("checkpoint --keep 2").keep == 2
+    assert parse("checkpoint --every 15min --keep 3").every == 900.0
+    assert (parse("checkpoint --every off").every, parse("checkpoint --every").every,
+            parse("checkpoint").every) == ("off", "status", None)
 
 
 @pytest.mark.parametrize("line", ["move --max-price -1", "restore --max-price nothing",
-                                  "checkpoint --keep 0"])
+                                  "checkpoint --keep 0", "checkpoint --every 15",
+                                  "checkpoint --every soon"])
 def test_a_bad_price_or_count_is_one_sentence(line: str) -> None:
     with pytest.raises(Stop) as stopped:
         parse(line)

@@ -168,7 +168,9 @@ class Forwards:
                 return
             await asyncio.sleep(0.01)
 
-    async def close(self) -> None:
+    async def release(self) -> None:
+        """Stop listening and close every connection; keep the folder (a stand-in takes the
+        paths: :mod:`gpucloud_nb.kernel.standin`)."""
         for server in self.servers:
             server.close()
         for writer in list(self.writers):
@@ -179,5 +181,8 @@ class Forwards:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
         self.servers.clear()
+
+    async def close(self) -> None:
+        await self.release()
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)

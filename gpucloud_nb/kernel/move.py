@@ -352,7 +352,8 @@ class Movable:
         offer = fitting[0]
         suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(4))
         base = (self.instance_name or "kernel")[:40]
-        name = f"{base}-{(gpu or offer.gpu_name or 'gpu').lower()}-{suffix}"
+        model = "".join(c if c.isalnum() else "-" for c in (gpu or offer.gpu_name or "gpu"))
+        name = f"{base}-{model.lower().strip('-')}-{suffix}"  # "L4 24GB": no space in a name
         reply.progress(f"Launching {name}: {offer.gpu_name} × {offer.gpu_count} at "
                        f"${offer.hourly_price:g}/h ({offer.cloud.id}, "
                        f"{offer.available_regions[0]})…")
@@ -566,21 +567,34 @@ def checkpoint_hint(folder: Path) -> str:
             "on another instance and run %gpucloud restore there")
 
 
-def lost_sentence(label: str, status: str, folder: Path, gpu: str = "") -> str:
-    """The one sentence a kernel says when the cloud reports its instance ``label`` lost
-    (``status``: deleting, deleted or failed), with the exact restore line for the newest
-    checkpoint in ``folder`` (its notebook's folder).
+def lost_sentence(label: str, status: str, folder: Path, gpu: str = "",
+                  since: float = 0.0) -> str:
+    """The one sentence a kernel says when its instance ``label`` is lost (``status``:
+    deleting, deleted, failed, or unreachable over SSH for ``since`` seconds), with the exact
+    restore line for the newest checkpoint in ``folder`` (its notebook's folder).
 
         >>> print(lost_sentence("box (i-1)", "failed", Path("/nonexistent")))
         ... # doctest: +NORMALIZE_WHITESPACE
         Instance box (i-1) is in an error state (failed), so its kernel and variables are gone;
         there is no checkpoint of them in .gpucloud/checkpoints/.
+        >>> print(lost_sentence("box (i-1)", "unreachable", Path("/nonexistent"), since=300))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        Instance box (i-1) has not answered over SSH for 5 min (it still exists and bills until
+        you delete it: %gpucloud delete box), so this kernel and its variables count as lost;
+        there is no checkpoint of them in .gpucloud/checkpoints/.
     """
     from gpucloud_nb.kernel.session import checkpoints
 
-    what = ("is in an error state (failed)" if status == "failed"
-            else "was deleted from outside this notebook")
-    text = f"Instance {label} {what}, so its kernel and variables are gone; "
+    if status == "unreachable":
+        name = label.split(" (")[0]
+        span = f"{since:.0f} s" if since < 120 else f"{since / 60:.0f} min"
+        text = (f"Instance {label} has not answered over SSH for {span} (it still exists and "
+                f"bills until you delete it: %gpucloud delete {name}), so this kernel and its "
+                "variables count as lost; ")
+    else:
+        what = ("is in an error state (failed)" if status == "failed"
+                else "was deleted from outside this notebook")
+        text = f"Instance {label} {what}, so its kernel and variables are gone; "
     found = checkpoints(folder / CHECKPOINTS)
     if not found:
         return text + f"there is no checkpoint of them in {CHECKPOINTS.as_posix()}/."

@@ -54,9 +54,17 @@ Choices (the issue leaves them open):
 - **Messages.** Progress (waiting for a pending instance, pip, the copy and what it skipped) is
   logged at INFO on the kernel manager's log: the Jupyter server's terminal under JupyterLab.
   A failed start is one sentence, leaves no process and no listener, and keeps the instance.
-  An instance the cloud reports lost under a running kernel is said once at WARNING, with the
-  newest checkpoint's ``%gpucloud restore`` line (where users see it:
-  :mod:`gpucloud_nb.kernel.session`).
+  An instance lost under a running kernel is said once at WARNING, with the newest
+  checkpoint's ``%gpucloud restore`` line, and the kernel's next execution says the same as its
+  only output (:mod:`gpucloud_nb.kernel.standin`).
+- **Lost.** An instance is lost when the cloud says it is deleting, deleted or failed, or when
+  it has not answered over SSH (while the cloud calls it there) for ``lost_after`` seconds,
+  5 minutes unless set (``c.GPUCloudProvisioner.lost_after``, or the kernelspec's provisioner
+  config): long enough for a rebooting machine or a network blip, short enough that nobody
+  waits on a cell for long. An unreachable instance is not deleted: it may come back, and
+  the sentence names it as still billing. Besides JupyterLab's own polls, the provisioner
+  checks every 3 s on the SSH layer's loop, so a plain ``KernelManager`` (which polls nobody)
+  finds it too; then a stand-in answers in the kernel's place.
 - **Cleanup.** Removes the remote connection file and log (if SSH answers within 5 s), closes
   the listeners and the client; with ``on_shutdown="delete"`` it then deletes the instance over
   HTTP, whether or not SSH answers, and logs that the cloud confirms it (``deleting`` or
@@ -72,6 +80,7 @@ import contextlib
 import json
 import shlex
 import signal
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -90,6 +99,7 @@ from gpucloud_nb.kernel import sync
 from gpucloud_nb.kernel.busy import BusyWatch
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
 from gpucloud_nb.kernel.move import Movable
+from gpucloud_nb.kernel.standin import StandIn
 
 if TYPE_CHECKING:
     import asyncssh
@@ -112,6 +122,8 @@ _SIGNAL_SECONDS = 5.0
 _RETRY_SECONDS = 10.0
 #: How often ``poll`` asks the cloud about the instance while SSH is down.
 _ASK_EVERY = 1.0
+#: How often the provisioner itself checks its kernel (a plain ``KernelManager`` polls nobody).
+_WATCH_SECONDS = 3.0
 
 
 class GPUCloudProvisioner(Movable, KernelProvisionerBase):
@@ -128,6 +140,8 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
     account = Unicode("", help="The account that installed the kernelspec (a digest, never "
                                "the key).").tag(config=True)
     wait_seconds = Float(600.0, help="How long to wait for a pending instance.").tag(config=True)
+    lost_after = Float(300.0, help="How long the instance may stay unreachable over SSH before "
+                                   "its kernel counts as lost.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -144,8 +158,12 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         self._asked_at = 0.0
         self._reconnecting: concurrent.futures.Future[None] | None = None
         self._executing: BusyWatch | None = None  # executing cells told as use (kernel/busy.py)
-        #: The sentence said when the cloud reported the instance lost ("" until then).
+        #: The sentence said when the instance was found lost ("" until then).
         self.lost = ""
+        self._standin: StandIn | None = None  # answers in the kernel's place once it is lost
+        self._losing = threading.Lock()  # poll runs on Jupyter's loop and on the SSH loop
+        self._unreachable_since: float | None = None
+        self._watching: concurrent.futures.Future[None] | None = None
 
     # -- what jupyter_client asks --------------------------------------------------------------
 
@@ -207,12 +225,24 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         await self._on_loop(self.start_relay())  # the kernel's line to us (kernel/agent.py)
         if not self._shares_client:  # a move's sibling: the adopting provisioner watches
             self._executing = BusyWatch(info, self._in_use)
+        self._unreachable_since = None
+        if self._watching is None or self._watching.done():
+            self._watching = remote.submit(self._watch())
         return self.connection_info
 
     def _in_use(self) -> contextlib.AbstractContextManager[object]:
         """Use of the kernel's instance now (after a move, the new one's), told as the client's."""
         remote = self._remote
         return contextlib.nullcontext() if remote is None else remote.in_use(self.instance_id)
+
+    async def _watch(self) -> None:
+        """Poll every :data:`_WATCH_SECONDS` (on the SSH loop) until the kernel is gone or a
+        stand-in answers for it: nothing else polls under a plain ``KernelManager``."""
+        while self._pid is not None and self._standin is None:
+            await asyncio.sleep(_WATCH_SECONDS)
+            with contextlib.suppress(Exception):
+                if await self.poll() is not None:
+                    return
 
     async def poll(self) -> int | None:
         """``None`` while the kernel runs, else an exit code (1 when it is simply gone).
@@ -224,6 +254,8 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         """
         if self._pid is None:
             return self._exit if self._exit is not None else 0
+        if self._standin is not None:  # the instance is lost; a stand-in answers until shutdown
+            return 0 if self._standin.exited.is_set() else None
         if self._moving:  # the sockets are being handed to the kernel it moved to
             return None
         if self._gone:
@@ -241,27 +273,60 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
                                                        bookkeeping=True)),
                         _POLL_SECONDS / 2)
                     if "alive" in result.stdout:
+                        self._unreachable_since = None
                         return None
                     self._exit = 1
                     return 1
             else:
                 self._reconnect_soon()
         if await self._instance_gone(max(deadline - loop.time(), 0.1)):
-            self._gone = True
-            self._say_lost()
+            status = self._asked.result() if self._asked is not None and self._asked.done() \
+                and self._asked.exception() is None else "deleted"
+            return await self._lose(status)
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elif now - self._unreachable_since >= self.lost_after:
+            return await self._lose("unreachable")
+        return None
+
+    async def _lose(self, status: str) -> int | None:
+        """The instance is lost (``status``: deleting, deleted, failed or unreachable): say so
+        once, at WARNING on the kernel manager's log, with the exact ``%gpucloud restore`` line
+        for the newest checkpoint, and start a stand-in that says it to every cell (see the
+        module); what ``poll`` answers now."""
+        from gpucloud_nb.kernel.move import lost_sentence
+
+        gpu = self._details.gpu_model if self._details is not None else ""
+        since = self.lost_after if status == "unreachable" else 0.0
+        forwards, key = self._forwards, self.connection_info.get("key", b"")
+        with self._losing:  # said once; polls meanwhile see the stand-in (None: alive)
+            if self._gone:
+                return None if self._standin is not None else 1
+            self.lost = lost_sentence(self._label(), status, self.notebook_folder, gpu, since)
+            standin = None if forwards is None or self._remote is None else StandIn(
+                forwards.stem, key.encode() if isinstance(key, str) else bytes(key), self.lost)
+            self._standin, self._gone = standin, True
+        self.log.warning("gpucloud-nb: %s", self.lost)
+        if standin is None or forwards is None:
+            return 1
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
+            await self._on_loop(forwards.release())
+            await asyncio.to_thread(standin.start)
+        except Exception as error:
+            self._standin = None
+            self.log.warning("gpucloud-nb: no stand-in could answer for the lost kernel: %s",
+                             error)
             return 1
         return None
 
-    def _say_lost(self) -> None:
-        """Say once, at WARNING on the kernel manager's log, that the instance is lost, with
-        the exact ``%gpucloud restore`` line for the newest checkpoint (see the module)."""
-        from gpucloud_nb.kernel.move import lost_sentence
-
-        status = self._asked.result() if self._asked is not None and self._asked.done() \
-            and self._asked.exception() is None else "deleted"
-        gpu = self._details.gpu_model if self._details is not None else ""
-        self.lost = lost_sentence(self._label(), status, self.notebook_folder, gpu)
-        self.log.warning("gpucloud-nb: %s", self.lost)
+    async def _stop_standin(self) -> None:
+        standin, self._standin = self._standin, None
+        if standin is not None:
+            standin.exited.set()
+            await asyncio.to_thread(standin.stop)
 
     async def wait(self) -> int | None:
         """Wait until the kernel is gone; its exit code."""
@@ -277,6 +342,10 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         must reach its cleanup (and the delete) when the instance cannot be reached. A signal
         that could not be sent within :data:`_SIGNAL_SECONDS` is a warning in the log.
         """
+        if self._standin is not None:  # no process: terminate and kill stop the stand-in
+            if signum in (signal.SIGTERM, signal.SIGKILL):
+                self._standin.exited.set()
+            return
         if self._pid is None or self._gone or self._remote is None:
             return
         try:
@@ -300,6 +369,9 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         busy, self._executing = self._executing, None
         if busy is not None:
             await asyncio.to_thread(busy.stop)
+        if self._watching is not None:
+            self._watching.cancel()
+        await self._stop_standin()
         if restart:
             if self._remote is not None:
                 with contextlib.suppress(Exception):

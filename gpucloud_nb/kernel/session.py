@@ -20,25 +20,18 @@ Choices (the issue leaves them open):
 - **The size limit.** A move or checkpoint larger than ``GPUCLOUD_MOVE_LIMIT_GB`` (default 20
   GB), or the ``limit_gb=`` given, is refused before anything is written, with the size and
   how to raise the limit.
-- **A lost instance.** The provisioner's ``poll`` (what jupyter_client's ``is_alive``, its
-  restarter and nbclient ask) returns exit code 1 once the cloud reports the instance deleting,
-  deleted or failed, and says once, at WARNING on the kernel manager's log, one sentence: the
-  instance, what happened to it, the newest checkpoint and the exact line to run, e.g. ``Instance
-  box (id) was deleted from outside this notebook, so its kernel and variables are gone; to
-  launch an instance like it and restore checkpoint 20261128T1502…-box (3 min old), run
-  %gpucloud restore 20261128T1502…-box --gpu 'L4 24GB' in a kernel on another instance.``
-  (``provisioner.lost`` holds it.) Precisely where users see it: in the kernel manager's log
-  (the Jupyter server's terminal under JupyterLab), never as the output of the next cell. Under
-  JupyterLab the restarter (``AsyncIOLoopKernelRestarter``, polling ``is_alive`` every 3 s)
-  then fires its "restart" callback (the notebook shows "Kernel Restarting"), and the restart
-  fails at ERROR with the start's sentence (the newest checkpoint named again); observed once
-  with a sandbox instance: one "restart" event and no "dead" event within 60 s after it, so
-  the notebook is not told "dead" by the restarter. Under nbclient the next execution raises
-  ``DeadKernelError("Kernel died")``; a plain ``KernelManager`` sees ``is_alive()`` turn False.
-- **Not yet.** ``--every 15min`` (a checkpoint in the background while the kernel is idle), the
-  sidebar's restore button, a lifeboat kernel that would print the lost sentence as the next
-  cell's output, and "unreachable for a set time" (while SSH is down and the cloud says the
-  instance is there, the kernel is taken as alive).
+- **A lost instance** (deleted, failed, or unreachable over SSH for the provisioner's
+  ``lost_after``): the provisioner says once, at WARNING on the kernel manager's log, one
+  sentence: the instance, what happened to it, the newest checkpoint and the exact line to
+  run, e.g. ``Instance box (id) was deleted from outside this notebook, so its kernel and
+  variables are gone; to launch an instance like it and restore checkpoint 20261128T1502…-box
+  (3 min old), run %gpucloud restore 20261128T1502…-box --gpu 'L4 24GB' in a kernel on another
+  instance.`` (``provisioner.lost`` holds it.) A stand-in then answers in the kernel's place
+  (:mod:`gpucloud_nb.kernel.standin`), so the next cell's only output is that sentence, under
+  JupyterLab, nbclient (a ``CellExecutionError``) or a plain ``KernelManager`` alike.
+- **Background checkpoints**: :mod:`gpucloud_nb.kernel.background`.
+- **Not yet.** The sidebar's restore button, and ``%gpucloud restore`` run in the stand-in
+  itself (the sentence says to run it in a kernel on another instance).
 - **Restore is all or nothing on a move** (a name that cannot be restored there keeps the
   session where it is); a restore into this kernel brings every name it can and names the
   others.
@@ -49,6 +42,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -170,17 +164,22 @@ def stamp(label: str) -> str:
 
 
 def checkpoint(*, keep: int = DEFAULT_KEEP, limit_gb: float | None = None,
-               say: Callable[[str], None] = print) -> Outcome:
-    """Save this kernel's variables to the notebook's folder, ``.gpucloud/checkpoints/``."""
+               say: Callable[[str], None] = print,
+               guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Outcome:
+    """Save this kernel's variables to the notebook's folder, ``.gpucloud/checkpoints/``.
+
+    ``guard()`` is held while the variables are read and written to a file, not while the
+    file is copied (:mod:`gpucloud_nb.kernel.background` holds cells back with it)."""
     if keep < 1:
         raise InvalidInputError("keep must be at least 1.")
     started = time.monotonic()
-    prepared = _prepared(limit_gb, "checkpoint")
     relay = agent.relay_path()
     if relay is None:
         folder = Path.cwd() / CHECKPOINTS
         path = folder / stamp("local")
-        prepared.write(path)
+        with guard():
+            prepared = _prepared(limit_gb, "checkpoint")
+            prepared.write(path)
         prune(folder, keep)
         text = (f"Checkpoint {path.name}: {len(prepared.names)} names, {human(prepared.size)} "
                 f"in {time.monotonic() - started:.1f} s: {_listing(prepared)}."
@@ -189,8 +188,10 @@ def checkpoint(*, keep: int = DEFAULT_KEEP, limit_gb: float | None = None,
         return Outcome(True, text, prepared.names, prepared.skipped, str(path))
     scratch = _scratch()
     try:
-        say(f"Saving {len(prepared.names)} names ({human(prepared.size)}) to this machine…")
-        prepared.write(scratch)
+        with guard():
+            prepared = _prepared(limit_gb, "checkpoint")
+            say(f"Saving {len(prepared.names)} names ({human(prepared.size)}) to this machine…")
+            prepared.write(scratch)
         saved = time.monotonic() - started
         answer = agent.ask({"op": "checkpoint", "file": _home(scratch), "keep": keep,
                             "size": os.path.getsize(scratch)}, say, relay)
