@@ -173,8 +173,8 @@ def connect(
                 # Once per process (per kernel), in short lines: JupyterLab breaks a long output
                 # line anywhere, even mid-word, so no line here needs wrapping.
                 _announced.add(box.management_url)
-                keeper = (f"\n  Your personal gateway at {url} keeps timers, budgets and idle "
-                          "deletes." if through_gateway else "")
+                keeper = (f"\n  Timers, budgets and idle deletes: your personal gateway at {url}"
+                          if through_gateway else "")
                 print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
                       f"no charges.\n  It runs at {box.management_url}{keeper}\n  To use the "
                       "real cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)

@@ -9,7 +9,9 @@
 With ``GPUCLOUD_API_KEY`` set, ``connect()`` does not talk to the cloud itself: it talks to this
 gateway, which holds the money rules (timers, budgets) for the user whether or not a kernel runs,
 and forwards everything else to the cloud with the user's key (:mod:`gpucloud_nb.gateway`).
-``GPUCLOUD_GATEWAY=off`` talks to the cloud directly; no gateway then watches money.
+``GPUCLOUD_GATEWAY=off`` talks to the cloud directly; no gateway then watches money. Without a
+key, ``connect()`` puts one in front of the user's sandbox service in the same way (its home
+:func:`sandbox_home`; it ends when the sandbox process does, ``--upstream-pid``).
 
 Each cloud and key has a home of its own, ``<root>/<16 hex digits of a digest of the base URL
 and the key>``; the root is ``GPUCLOUD_GATEWAY_HOME``, else the user data dir's ``gateways``. A
