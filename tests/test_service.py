@@ -309,14 +309,14 @@ def test_keyless_connect_talks_through_a_personal_gateway_that_keeps_every_money
 def test_a_sandbox_restarted_on_another_port_keeps_its_gateways_timers(fast: Path) -> None:
     cloud = connect(quiet=True)
     instance = launch(cloud, "timed", delete_after=3600)
-    gateway = gateways_running()
-    assert len(gateway) == 1
+    gateway = gateway_running(cloud.sandbox)
+    assert gateway is not None
     old = killed_leaving_its_runtime_file(fast)  # and the gateway in front ended with it
     port = int(old.management_url.rsplit(":", 1)[1])
     with FakeService(port, pid=os.getpid()) as fake:  # the old port is taken: a new one is chosen
         again = connect(quiet=True)
     assert again.sandbox.management_url != old.management_url
-    assert gateways_running() not in ([], gateway)  # the same home's gateway, started again
+    assert gateway_running(again.sandbox) not in (None, gateway)  # the same home's, again
     assert again.auto_delete.remaining(instance.id) > 3500  # its state kept
     assert not carried_a_secret(fake.requests, old)
     assert again.instances.get(instance.id).status == "active"
@@ -344,9 +344,9 @@ def test_a_hung_service_is_replaced(fast: Path) -> None:
             os.kill(hung.pid, signal.SIGKILL)
 
 
-def gateways_running() -> list[int]:
-    """The pids of the personal gateways running (connect()'s, in front of the sandbox)."""
-    return [pid for home in personal.homes() if (pid := service.running_pid(home)) is not None]
+def gateway_running(box: service.Runtime) -> int | None:
+    """The pid of the personal gateway running in front of ``box`` (connect()'s), if any."""
+    return service.running_pid(personal.sandbox_home(box.home, box.api_key))
 
 
 def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
@@ -354,7 +354,7 @@ def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
     old = connect(quiet=True).sandbox
     os.kill(old.pid, signal.SIGKILL)
     wait_for(lambda: not service.pid_alive(old.pid), 10)
-    wait_for(lambda: not gateways_running(), 10)  # the personal gateway in front ends with it
+    wait_for(lambda: gateway_running(old) is None, 10)  # the gateway in front ends with it
     # A child the service forked an instant before (a process-tree measure) can hold the lock
     # until it execs: wait for it to be free, as a restart after a crash would find it.
     wait_for(lambda: service.lock_holder(home) is None, 10)
