@@ -1,5 +1,5 @@
-"""``connect()``: the real cloud (through the user's personal gateway) when a key is set,
-otherwise the local sandbox.
+"""``connect()``: the real cloud when a key is set, otherwise the local sandbox; either one
+through the user's personal gateway, which keeps the money rules.
 
     >>> from gpucloud_nb import connect
     >>> cloud = connect()  # doctest: +SKIP
@@ -22,7 +22,7 @@ from gpucloud_nb.errors import GPUCloudError, NotFoundError
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.service import Runtime
 
-__all__ = ["DIRECT_SENTENCE", "cloud_settings", "connect", "shared_sandbox"]
+__all__ = ["DIRECT_SENTENCE", "cloud_settings", "connect", "sandbox_settings", "shared_sandbox"]
 
 #: What ``connect()`` says when ``GPUCLOUD_GATEWAY=off``.
 DIRECT_SENTENCE = ("gpucloud-nb: GPUCLOUD_GATEWAY=off: talking to the cloud directly, so no "
@@ -80,6 +80,27 @@ def cloud_settings() -> tuple[str, str, bool]:
     return runtime.api_key, runtime.management_url, True
 
 
+def sandbox_settings(launch_seconds: float | None = None) -> tuple[Runtime, str, str, bool]:
+    """``(box, api_key, base_url, through_gateway)`` for the user's sandbox service (see
+    :func:`shared_sandbox`): the personal gateway in front of it, found or started in the
+    background as for the real cloud (:func:`gpucloud_nb.gateway.personal.sandbox_home`), which
+    keeps timers, budgets and idle deletes; with ``GPUCLOUD_GATEWAY=off``, the sandbox itself.
+
+    The sandbox's key goes only to the gateway, through its environment, and to the sandbox's
+    own service routes (``POST /sandbox/ssh-keys``); the key returned is the gateway's own.
+    """
+    from gpucloud_nb.gateway import personal  # no web stack: the gateway's process has it
+
+    box = shared_sandbox(launch_seconds)
+    if personal.off():
+        return box, box.api_key, box.management_url, False
+    with _lock:
+        runtime = personal.find_or_start(box.management_url, box.api_key,
+                                         home=personal.sandbox_home(box.home, box.api_key),
+                                         upstream_pid=box.pid)
+    return box, runtime.api_key, runtime.management_url, True
+
+
 _gateways: dict[tuple[str, str], bool] = {}  # (url, key) -> whether it is a gateway already
 
 
@@ -125,8 +146,10 @@ def connect(
     sentence says so, and a create with any of them is refused).
 
     The sandbox is the user's sandbox service, found or started in the background (see
-    :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one. It is
-    announced on stdout, once per kernel, so nobody mistakes it for the real cloud. Pass
+    :func:`shared_sandbox`): one cloud for every kernel, whose instances outlive this one,
+    reached through a personal gateway of its own, as the real cloud is (see
+    :func:`sandbox_settings`). It is announced on stdout, once per kernel, so nobody mistakes it
+    for the real cloud. Pass
     ``sandbox=True`` to use it even with a key set. ``cleanup_on_exit=True`` deletes, when the
     Python process ends normally, every instance this client launched (a killed kernel cannot).
     ``ssh_identity`` is the private key file SSH use offers first (else ``GPUCLOUD_SSH_KEY``).
@@ -141,18 +164,20 @@ def connect(
         return hub  # a JupyterHub's gateway service, found from the hub's environment
     use_sandbox = sandbox if sandbox is not None else not os.environ.get("GPUCLOUD_API_KEY")
     if use_sandbox:
-        box = shared_sandbox(launch_seconds)
-        cloud = GPUCloud(api_key=box.api_key, base_url=box.management_url,
-                         max_hourly_cost=max_hourly_cost, ssh_identity=ssh_identity)
+        box, key, url, through_gateway = sandbox_settings(launch_seconds)
+        cloud = GPUCloud(api_key=key, base_url=url, max_hourly_cost=max_hourly_cost,
+                         ssh_identity=ssh_identity)
         cloud.sandbox = box
         if not quiet:
             if box.management_url not in _announced:
                 # Once per process (per kernel), in short lines: JupyterLab breaks a long output
                 # line anywhere, even mid-word, so no line here needs wrapping.
                 _announced.add(box.management_url)
+                keeper = (f"\n  Timers, budgets and idle deletes: your personal gateway at {url}"
+                          if through_gateway else "")
                 print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
-                      f"no charges.\n  It runs at {box.management_url}\n  To use the real "
-                      "cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
+                      f"no charges.\n  It runs at {box.management_url}{keeper}\n  To use the "
+                      "real cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
             differing = _differences(box, launch_seconds)
             if differing:
                 print(f"gpucloud-nb: the sandbox service was already running and keeps its own "

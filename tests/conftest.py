@@ -50,11 +50,17 @@ def _private_config_dir(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(autouse=True)
 def _personal_gateways_stopped() -> Iterator[None]:
     """A personal gateway a test's ``connect()`` started (under the run's
-    ``GPUCLOUD_GATEWAY_HOME``) stops when the test ends, as its upstream usually does."""
+    ``GPUCLOUD_GATEWAY_HOME``) stops when the test ends, as its upstream usually does; one in
+    front of a sandbox service that still runs (the run's shared one) ends with that service
+    (``--upstream-pid``), so the next test's keyless ``connect()`` finds it warm."""
     yield
     from gpucloud_nb.gateway import personal
+    from gpucloud_nb.sandbox import service
 
     for home in personal.homes():
+        runtime = personal.read_runtime(home)
+        if runtime is not None and service.pid_alive(runtime.upstream_pid):
+            continue
         personal.stop(home)
 
 

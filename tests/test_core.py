@@ -3,7 +3,9 @@ whoever keeps them (the sandbox service, a gateway, or nobody): never a thread o
 
 from __future__ import annotations
 
+import asyncssh
 import httpx
+import pytest
 
 from gpucloud_nb._secrets import Secret
 from gpucloud_nb.client._core import Blocking, Core
@@ -11,6 +13,7 @@ from gpucloud_nb.client._ops import RetryPolicy, SyncDriver
 from gpucloud_nb.client.autodelete import ServiceAutoDelete, UnkeptAutoDelete
 from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
 from gpucloud_nb.client.idle import ServiceIdleDelete, UnkeptIdleDelete
+from gpucloud_nb.errors import BadRequestError
 from gpucloud_nb.sandbox import Sandbox
 
 
@@ -27,7 +30,14 @@ def test_a_core_hands_its_money_rules_to_whoever_keeps_them(sandbox: Sandbox) ->
         kept = (core.auto_delete, core.idle_delete, core.budgets)
         assert [type(k) for k in kept] == [UnkeptAutoDelete, UnkeptIdleDelete, UnkeptBudgets]
         assert {k.where for k in kept} == {"nobody"}  # the cloud directly, until a gateway
-        core.use_sandbox(sandbox)  # the same reach builds the service's kind
+        core.use_sandbox(sandbox, direct=False)  # through a gateway in front: not yet known
+        assert {k.where for k in (core.auto_delete, core.idle_delete, core.budgets)} == {"nobody"}
+        public = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
+        core.register_keys([public])  # to the sandbox itself, over real HTTP
+        assert sent == []
+        with pytest.raises(BadRequestError, match="Not an OpenSSH public key"):
+            core.register_keys(["ssh-ed25519 AAAA test"])  # the sandbox read it and said so
+        core.use_sandbox(sandbox, direct=True)  # the same reach builds the service's kind
         assert isinstance(core.auto_delete, ServiceAutoDelete)
         assert isinstance(core.idle_delete, ServiceIdleDelete)
         assert isinstance(core.budgets, ServiceBudgets)

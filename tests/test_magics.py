@@ -608,7 +608,8 @@ def test_first_use_connects_to_the_sandbox_without_a_key(magic: Magic,
     assert magics.current_cloud().is_sandbox
     # Short lines, broken at spaces: JupyterLab would break a long one mid-word.
     banner = run.out[run.out.index("gpucloud-nb: SANDBOX"):].splitlines()[:3]
-    assert magics.current_cloud().base_url in banner[1]
+    assert magics.current_cloud().sandbox.management_url in banner[1]
+    assert magics.current_cloud().base_url in banner[2]  # its personal gateway, in front
     assert all(len(line) <= 88 for line in banner), banner
     # Once per kernel: neither the next magic nor another connect() repeats it.
     magics.use(None)

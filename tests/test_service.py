@@ -25,6 +25,7 @@ from helpers import FakeService, as_other_user, launch, wait_for
 
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.errors import ConnectionFailedError
+from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox, SandboxConfig, service
 from gpucloud_nb.sandbox.cli import main
 
@@ -222,7 +223,7 @@ def test_two_keys_on_one_server_never_see_each_others_resources(
             GPUCloud(api_key="student-b-key-0123456789", base_url=box.management_url) as b:
         instance = launch(a, "mine")
         volume = create_volume(a)
-        a.sandbox = b.sandbox = object()  # service-kept timers, as connect() does
+        a.sandbox = b.sandbox = box  # service-kept timers, on the sandbox itself
         a.auto_delete.schedule(instance.id, 3600)
         assert b.instances.list() == [] and b.volumes.list() == []
         assert b.auto_delete.deadlines() == {}
@@ -275,15 +276,50 @@ def test_a_running_service_keeps_its_settings_and_says_so(
     assert "already running and keeps its own launch_seconds" in out
 
 
-def test_service_timers_fire_after_the_kernel_is_gone(fast: Path) -> None:
+def test_timers_fire_after_the_kernel_is_gone(fast: Path) -> None:
     instance_id, _, _ = launch_in_a_process("timed", delete_after=1.0)
     cloud = connect(quiet=True)
-    assert cloud.auto_delete.where == "sandbox service"
-    deadline = time.monotonic() + 15
+    assert cloud.auto_delete.where == "gateway"  # the personal gateway in front of the sandbox
+    deadline = time.monotonic() + 30
     while cloud.instances.get(instance_id).status not in ("deleting", "deleted"):
-        assert time.monotonic() < deadline, "the service's timer did not fire"
+        assert time.monotonic() < deadline, "the gateway's timer did not fire"
         time.sleep(0.2)
     assert cloud.auto_delete.remaining(instance_id) is None
+
+
+def test_keyless_connect_talks_through_a_personal_gateway_that_keeps_every_money_rule(
+        fast: Path, own_home: Path) -> None:
+    cloud = connect(quiet=True)
+    box = cloud.sandbox
+    assert cloud.is_sandbox and cloud.base_url != box.management_url
+    assert cloud.gateway_status() is not None  # GET /gateway/me answers: a gateway
+    assert {cloud.auto_delete.where, cloud.budgets.where, cloud.idle_delete.where} == {"gateway"}
+    instance = launch(cloud, "kept", delete_after=3600, budget=5, delete_when_idle=600)
+    assert cloud.auto_delete.remaining(instance.id) > 3500
+    assert cloud.budgets.states()[instance.id].dollars == 5
+    assert instance.id in cloud.idle_delete.states()
+    cloud.instances.wait_until_active(instance.id, timeout=30)
+    # SSH keys go to the sandbox itself (POST /sandbox/ssh-keys), not to the gateway
+    assert cloud.instances.run(instance.id, "echo hello").stdout.strip() == "hello"
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as direct:
+        assert [i.id for i in direct.instances.list()] == [instance.id]  # one account
+    cloud.close()
+
+
+def test_a_sandbox_restarted_on_another_port_keeps_its_gateways_timers(fast: Path) -> None:
+    cloud = connect(quiet=True)
+    instance = launch(cloud, "timed", delete_after=3600)
+    gateway = gateway_running(cloud.sandbox)
+    assert gateway is not None
+    old = killed_leaving_its_runtime_file(fast)  # and the gateway in front ended with it
+    port = int(old.management_url.rsplit(":", 1)[1])
+    with FakeService(port, pid=os.getpid()) as fake:  # the old port is taken: a new one is chosen
+        again = connect(quiet=True)
+    assert again.sandbox.management_url != old.management_url
+    assert gateway_running(again.sandbox) not in (None, gateway)  # the same home's, again
+    assert again.auto_delete.remaining(instance.id) > 3500  # its state kept
+    assert not carried_a_secret(fake.requests, old)
+    assert again.instances.get(instance.id).status == "active"
 
 
 def test_cleanup_on_exit_still_deletes_what_the_process_launched(fast: Path) -> None:
@@ -308,11 +344,17 @@ def test_a_hung_service_is_replaced(fast: Path) -> None:
             os.kill(hung.pid, signal.SIGKILL)
 
 
+def gateway_running(box: service.Runtime) -> int | None:
+    """The pid of the personal gateway running in front of ``box`` (connect()'s), if any."""
+    return service.running_pid(personal.sandbox_home(box.home, box.api_key))
+
+
 def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
     """Start the home's service, kill -9 it (its runtime file stays); return what it was."""
     old = connect(quiet=True).sandbox
     os.kill(old.pid, signal.SIGKILL)
     wait_for(lambda: not service.pid_alive(old.pid), 10)
+    wait_for(lambda: gateway_running(old) is None, 10)  # the gateway in front ends with it
     # A child the service forked an instant before (a process-tree measure) can hold the lock
     # until it execs: wait for it to be free, as a restart after a crash would find it.
     wait_for(lambda: service.lock_holder(home) is None, 10)

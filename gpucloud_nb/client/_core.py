@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
+import httpx
+
 from gpucloud_nb._secrets import Secret
+from gpucloud_nb.client._auth import ApiKeyAuth
 from gpucloud_nb.client._ops import (
     AsyncDriver,
     Call,
@@ -125,6 +128,8 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.blocking = blocking
         self.sandbox: SandboxHandle | None = None
+        #: Whether this client talks to the sandbox itself, not to a gateway in front of it.
+        self.sandbox_direct = False
         self.remote: Remote | None = None
         self.ssh_identity = ssh_identity
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
@@ -140,7 +145,7 @@ class Core(Generic[D]):
 
     def reports_use(self) -> bool:
         """Whether use is reported to the server: a class gateway (asked once, blocking)."""
-        if self.sandbox is not None:
+        if self.sandbox_direct:
             return False
         if self.gateway is None:
             try:
@@ -164,22 +169,25 @@ class Core(Generic[D]):
 
     def use_gateway(self) -> None:
         """The server is a gateway: it keeps timers and budgets (under ``/gateway``). Nothing
-        moves while on a sandbox."""
-        if self.sandbox is not None:
+        moves while on the sandbox itself."""
+        if self.sandbox_direct:
             return
         send = self.blocking.send
         self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
         self.budgets = ServiceBudgets(send, prefix="/gateway")
         self.idle_delete = ServiceIdleDelete(send, prefix="/gateway")
 
-    def use_sandbox(self, box: SandboxHandle | None) -> None:
-        """Talk to ``box`` (``None``: the real cloud). Timers, idle deletes and budgets move to
-        whoever keeps them there: the sandbox service, a recognised gateway, or nobody."""
+    def use_sandbox(self, box: SandboxHandle | None, *, direct: bool = False) -> None:
+        """Talk to ``box`` (``None``: the real cloud), ``direct``-ly or through a gateway in
+        front of it (``connect()``'s). Timers, idle deletes and budgets move to whoever keeps
+        them there: the sandbox service when direct, a recognised gateway, or nobody."""
         self.sandbox = box
-        if (box is not None) == (self.auto_delete.where == ServiceAutoDelete.where):
+        direct = direct and box is not None
+        if direct == self.sandbox_direct:
             return
+        self.sandbox_direct = direct
         send = self.blocking.send
-        if box is not None:
+        if direct:
             self.auto_delete = ServiceAutoDelete(send)
             self.idle_delete = ServiceIdleDelete(send)
             self.budgets = ServiceBudgets(send)
@@ -198,9 +206,18 @@ class Core(Generic[D]):
         return self.remote
 
     def register_keys(self, publics: list[str]) -> None:
-        """Tell the sandbox to accept these public keys (blocking; from the SSH thread)."""
-        if self.sandbox is not None:
-            self.blocking.send("POST", "/sandbox/ssh-keys", {"keys": publics})
+        """Tell the sandbox to accept these public keys (blocking; from the SSH thread): a
+        service route of the sandbox itself, sent to it even through a gateway in front."""
+        box = self.sandbox
+        if box is None:
+            return
+        call = Call("POST", "/sandbox/ssh-keys", json={"keys": publics})
+        if self.sandbox_direct:
+            self.blocking.send(call.method, call.path, call.json)
+            return
+        with httpx.Client(base_url=box.management_url, auth=ApiKeyAuth(Secret(box.api_key)),
+                          timeout=30.0) as http:
+            SyncDriver(http).run(send(call, self.policy, secrets=(box.api_key,)))
 
     def send(self, call: Call) -> Op[Any]:
         """One request, retried by the policy, with the key masked in any error."""

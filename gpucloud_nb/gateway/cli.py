@@ -83,6 +83,8 @@ def add_parser(commands: Any) -> None:
     from gpucloud_nb.gateway.hub_cli import add_arguments as add_hub_arguments
 
     add_hub_arguments(gateway)
+    gateway.add_argument("--upstream-pid", type=int, default=0, metavar="PID",
+                         help=argparse.SUPPRESS)  # with --personal: end when the sandbox does
     gateway.add_argument("--personal", action="store_true",
                          help="serve as the personal gateway of --home (what connect() starts: "
                               "one person, the home's own key, owning the whole account)")
@@ -218,7 +220,8 @@ def _serve_personal(args: argparse.Namespace) -> int:
                            upstream_key=key, host=args.host, port=args.port, home=home,
                            reserve_hours=args.reserve_hours, personal=True)
     try:
-        serve_home(config, home, lambda url: print(f"management: {url}", flush=True))
+        serve_home(config, home, lambda url: print(f"management: {url}", flush=True),
+                   upstream_pid=args.upstream_pid)
     except (ConnectionFailedError, OSError) as error:
         return _fail(str(error), 1)
     return 0

@@ -9,7 +9,9 @@
 With ``GPUCLOUD_API_KEY`` set, ``connect()`` does not talk to the cloud itself: it talks to this
 gateway, which holds the money rules (timers, budgets) for the user whether or not a kernel runs,
 and forwards everything else to the cloud with the user's key (:mod:`gpucloud_nb.gateway`).
-``GPUCLOUD_GATEWAY=off`` talks to the cloud directly; no gateway then watches money.
+``GPUCLOUD_GATEWAY=off`` talks to the cloud directly; no gateway then watches money. Without a
+key, ``connect()`` puts one in front of the user's sandbox service in the same way (its home
+:func:`sandbox_home`; it ends when the sandbox process does, ``--upstream-pid``).
 
 Each cloud and key has a home of its own, ``<root>/<16 hex digits of a digest of the base URL
 and the key>``; the root is ``GPUCLOUD_GATEWAY_HOME``, else the user data dir's ``gateways``. A
@@ -66,6 +68,7 @@ __all__ = [
     "off",
     "read_runtime",
     "root",
+    "sandbox_home",
     "stop",
 ]
 
@@ -86,6 +89,8 @@ class GatewayRuntime:
     upstream_url: str
     started_at: float
     home: str
+    #: The sandbox service's pid when the upstream is one (the gateway ends with it), else 0.
+    upstream_pid: int = 0
 
     def __repr__(self) -> str:
         return (f"GatewayRuntime({self.management_url}, pid={self.pid}, "
@@ -149,7 +154,8 @@ def read_runtime(home: Path) -> GatewayRuntime | None:
     if data is None:
         return None
     try:
-        return GatewayRuntime(**{name: data[name] for name in GatewayRuntime.__dataclass_fields__})
+        return GatewayRuntime(**{name: data[name] for name in GatewayRuntime.__dataclass_fields__
+                                 if name in data})
     except (KeyError, TypeError):
         return None
 
@@ -179,23 +185,49 @@ def find(home: Path) -> GatewayRuntime | None:
     return _verified(read_runtime(home), home)
 
 
-def find_or_start(upstream_url: str, upstream_key: str, *,
-                  timeout: float = START_TIMEOUT) -> GatewayRuntime:
+def sandbox_home(sandbox_home: str | os.PathLike[str], upstream_key: str) -> Path:
+    """The home of the personal gateway in front of the sandbox service of ``sandbox_home``:
+    named by that home and the sandbox's key, not its URL, so that a sandbox restarted on
+    another port keeps its gateway's state (timers, idle clocks, budgets).
+
+        >>> sandbox_home("/tmp/box", "sk-0").parent == root()
+        True
+    """
+    return home_for(f"sandbox:{Path(sandbox_home).resolve()}", upstream_key)
+
+
+def find_or_start(upstream_url: str, upstream_key: str, *, home: Path | None = None,
+                  upstream_pid: int = 0, timeout: float = START_TIMEOUT) -> GatewayRuntime:
     """The user's running gateway for this cloud and key, or a freshly started one.
 
-    Finding and starting happen under the home's ``start.lock``, so concurrent callers (two
-    kernels) end on one gateway. A home another user could write in, or one that cannot be
-    written, is a :class:`ConnectionFailedError` of one sentence.
+    ``home`` is :func:`home_for` the cloud and key unless given (:func:`sandbox_home` for the
+    sandbox service, whose pid is ``upstream_pid``: the gateway ends when that process does, so
+    it never sends the sandbox's key to whatever takes its port next). A gateway of that home
+    whose upstream has moved (a sandbox restarted) is stopped and started again in front of the
+    new one, its state kept. Finding and
+    starting happen under the home's ``start.lock``, so concurrent callers (two kernels) end on
+    one gateway. A home another user could write in, or one that cannot be written, is a
+    :class:`ConnectionFailedError` of one sentence.
     """
     upstream_url = upstream_url.rstrip("/")
+
+    def current() -> GatewayRuntime | None:
+        found = find(checked)
+        return found if found is not None and same(found) else None
+
+    def same(found: GatewayRuntime) -> bool:
+        return found.upstream_url == upstream_url and found.upstream_pid == upstream_pid
+
     try:
-        home = checked_home(home_for(upstream_url, upstream_key))
-        found = find(home)
-        if found is not None and found.upstream_url == upstream_url:
+        checked = checked_home(home if home is not None else home_for(upstream_url, upstream_key))
+        found = find(checked)
+        if found is not None and same(found):
             return found
+        if found is not None:
+            stop(checked)  # its upstream moved: the same state, served in front of the new one
         return service.find_or_start_locked(
-            home, lambda: find(home),
-            lambda: _start(home, upstream_url, upstream_key, timeout),
+            checked, current,
+            lambda: _start(checked, upstream_url, upstream_key, upstream_pid, timeout),
             timeout=timeout, what="personal gateway", command="gpucloud-nb gateway")
     except OSError as error:
         reason = error.strerror.lower() if error.strerror else str(error)
@@ -205,7 +237,8 @@ def find_or_start(upstream_url: str, upstream_key: str, *,
             "cloud directly.") from None
 
 
-def _start(home: Path, upstream_url: str, upstream_key: str, timeout: float) -> GatewayRuntime:
+def _start(home: Path, upstream_url: str, upstream_key: str, upstream_pid: int,
+           timeout: float) -> GatewayRuntime:
     """Start the gateway of ``home`` detached; the cloud's key through its environment only."""
     local_key(home)
     env = {key: value for key, value in os.environ.items()
@@ -213,6 +246,8 @@ def _start(home: Path, upstream_url: str, upstream_key: str, timeout: float) -> 
     env[UPSTREAM_KEY_VARIABLE] = upstream_key
     command = [sys.executable, "-m", "gpucloud_nb", "gateway", "--personal", "--home", str(home),
                "--upstream", upstream_url, "--port", "0"]
+    if upstream_pid:
+        command += ["--upstream-pid", str(upstream_pid)]
 
     def ready(pid: int) -> GatewayRuntime | None:
         runtime = read_runtime(home)

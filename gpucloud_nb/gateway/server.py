@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,9 +103,11 @@ def serve(config: GatewayConfig, ready: Callable[[str], None] | None = None) -> 
 
 
 def serve_home(config: GatewayConfig, home: Path,
-               ready: Callable[[str], None] | None = None) -> None:
+               ready: Callable[[str], None] | None = None, *, upstream_pid: int = 0) -> None:
     """Serve ``config`` in the foreground as the personal gateway of ``home`` (see
-    :mod:`gpucloud_nb.gateway.personal`), until SIGTERM or Ctrl-C.
+    :mod:`gpucloud_nb.gateway.personal`), until SIGTERM or Ctrl-C, or until the process
+    ``upstream_pid`` (the sandbox service in front of which it stands) ends: its port may then
+    be anyone's, and the sandbox's key is never sent to it.
 
     As the sandbox's :func:`~gpucloud_nb.sandbox.server.serve_home`: holds ``service.lock`` with
     its pid in it (a :class:`ConnectionFailedError` when another gateway has it), reuses the
@@ -133,13 +137,17 @@ def serve_home(config: GatewayConfig, home: Path,
         try:
             service.remember_port(home, int(url.rsplit(":", 1)[1]))
             personal.write_runtime(home, personal.GatewayRuntime(
-                url, os.getpid(), key, config.upstream_url, time.time(), str(home)))
+                url, os.getpid(), key, config.upstream_url, time.time(), str(home),
+                upstream_pid))
         except OSError as error:
             raise ConnectionFailedError(f"Cannot write the runtime file in {home}: "
                                         f"{error.strerror or error}.") from None
         if ready is not None:
             ready(url)
 
+    if upstream_pid:
+        threading.Thread(target=_end_with, args=(upstream_pid,), daemon=True,
+                         name="gpucloud-upstream-watch").start()
     try:
         remembered = service.remembered_port(home) if config.port == 0 else 0
         try:
@@ -151,3 +159,12 @@ def serve_home(config: GatewayConfig, home: Path,
     finally:
         personal.remove_runtime(home, os.getpid())
         lock.close()
+
+
+def _end_with(pid: int) -> None:
+    """SIGTERM this process (a clean stop) once ``pid`` has ended; checked every 50 ms."""
+    from gpucloud_nb.sandbox import service
+
+    while service.pid_alive(pid):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)

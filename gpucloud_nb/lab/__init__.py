@@ -53,7 +53,7 @@ class GPUCloudExtension(ExtensionApp):
     def _connect(self) -> Any:
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""
         from gpucloud_nb import AsyncGPUCloud
-        from gpucloud_nb._connect import cloud_settings, shared_sandbox
+        from gpucloud_nb._connect import cloud_settings, sandbox_settings
         from gpucloud_nb.client.hub import find_hub_gateway
         from gpucloud_nb.lab.poller import RETRIES, TIMEOUT
 
@@ -65,8 +65,8 @@ class GPUCloudExtension(ExtensionApp):
             key, url, _ = cloud_settings()
             return AsyncGPUCloud(api_key=key, base_url=url, timeout=TIMEOUT, max_retries=RETRIES,
                                  max_hourly_cost=cap)
-        box = shared_sandbox()
-        cloud = AsyncGPUCloud(api_key=box.api_key, base_url=box.management_url, timeout=TIMEOUT,
+        box, key, url, _ = sandbox_settings()  # through its personal gateway, as connect()
+        cloud = AsyncGPUCloud(api_key=key, base_url=url, timeout=TIMEOUT,
                               max_retries=RETRIES, max_hourly_cost=cap)
         cloud.sandbox = box
         return cloud

@@ -56,7 +56,7 @@ def test_launch_with_the_form(lab, run_all, cell_errors, screenshot) -> None:
     assert cell_errors(page) == []
     text = output_text(page)
     assert "Refused: Launching this" in text  # the cost cap at work
-    assert "lesson-3-timed is deleted; its timer was kept by the sandbox service" in text
+    assert "lesson-3-timed is deleted; its timer was kept by the gateway" in text
 
     # Run All launched "lesson-3" from code; the form shows the result.
     form = in_notebook(page, ".gpucloud-launch-form").first

@@ -232,7 +232,7 @@ def test_a_students_first_hour(flow_lab: Lab, theme: str) -> None:
     after.fill("30m")
     after.press("Tab")
     form.locator(".gpucloud-launch-cost").filter(has_text="Auto-deletes after 30 min").wait_for()
-    assert "by the sandbox service, even if this kernel stops" in form.inner_text()
+    assert "by the gateway, even if this kernel stops" in form.inner_text()
     launch = form.locator("button.gpucloud-launch-button")
     page.wait_for_function("(b) => !b.disabled", arg=launch.element_handle())
     shot(page, f"{theme}-03-form", FORM)
@@ -288,7 +288,7 @@ def test_a_students_first_hour(flow_lab: Lab, theme: str) -> None:
     [listed] = [r for r in table_rows(panel.locator(".gpucloud-instances-table"))
                 if "flow-1" in r.values()]
     assert listed["status"] == "active", listed
-    assert re.fullmatch(r"in (29|30) min( \d+ s)? \(sandbox service\)", listed["autoDelete"]), listed
+    assert re.fullmatch(r"in (29|30) min( \d+ s)? \(gateway\)", listed["autoDelete"]), listed
     choice = panel.locator(".gpucloud-instances-select option", has_text="flow-1").inner_text()
     panel.locator(".gpucloud-instances-select select").select_option(label=choice)
     panel.locator(".gpucloud-instance-details-button").click()

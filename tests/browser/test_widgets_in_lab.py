@@ -323,8 +323,8 @@ def test_the_widgets_look_right_in_light_and_dark(widgets_lab: Lab) -> None:
         assert "0 = no limit" in page.locator(".gpucloud-chat-max-tokens").inner_text()
         assert page.locator(".gpucloud-launch-name input").get_attribute("placeholder") == "e.g. train-1"
 
-        # The form says who keeps the auto-delete timer (the sandbox's service).
-        assert "by the sandbox service, even if this kernel stops" in page.locator(
+        # The form says who keeps the auto-delete timer (the personal gateway in front).
+        assert "by the gateway, even if this kernel stops" in page.locator(
             ".gpucloud-launch-form").inner_text()
 
         # WCAG AA: every visible text of every widget at 4.5:1 or more.
