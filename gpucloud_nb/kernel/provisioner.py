@@ -308,6 +308,9 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
                 forwards.stem, key.encode() if isinstance(key, str) else bytes(key), self.lost)
             self._standin, self._gone = standin, True
         self.log.warning("gpucloud-nb: %s", self.lost)
+        busy, self._executing = self._executing, None
+        if busy is not None:  # a lost kernel executes nothing; and its subscription to IOPub
+            await asyncio.to_thread(busy.stop)  # would pass for the client's at the stand-in
         if standin is None or forwards is None:
             return 1
         try:
