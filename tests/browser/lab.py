@@ -34,6 +34,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -419,3 +420,50 @@ def save_screenshot(page: Page, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@contextlib.contextmanager
+def keyed_lab(base: Path, url: str, key: str, log_name: str,
+              **env: str) -> Iterator[LabServer]:
+    """A :class:`LabServer` running this checkout whose sidebar and kernels reach the cloud at
+    ``url`` with ``key`` through Lab's personal gateway, kept in a home of its own under
+    ``base`` (out of reach of the per-test cleanup of the run's gateways) and stopped with Lab.
+
+        with keyed_lab(base, box.management_url, box.api_key, "lab-x.log") as server: ...
+    """
+    from gpucloud_nb.gateway import personal
+
+    settings = {"GPUCLOUD_API_KEY": key, "GPUCLOUD_BASE_URL": url,
+                "XDG_CACHE_HOME": str(base / "cache"),
+                "GPUCLOUD_GATEWAY_HOME": str(base / "gateways"), **this_checkout(base), **env}
+    server = LabServer(root=base / "root", home=base / "home", log_path=ARTIFACTS / log_name,
+                       env=settings)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        for home in (base / "gateways").glob("*/"):
+            personal.stop(home)
+
+
+@contextlib.contextmanager
+def lab_session(server: LabServer, browser: Any, node: Any, *,
+                height: int = 1000) -> Iterator[Lab]:
+    """One test's :class:`Lab` on ``server`` in a fresh context of ``browser``; the pages are
+    saved as screenshots when the test (pytest's ``node``) failed.
+
+        with lab_session(server, chromium, request.node) as lab: ...
+    """
+    context = browser.new_context(viewport={"width": 1400, "height": height})
+    context.set_default_timeout(60_000)
+    session = Lab(server, context, node.name)
+    try:
+        yield session
+    finally:
+        report = getattr(node, "_report_call", None)
+        if report is not None and report.failed:
+            for index, page in enumerate(session.pages):
+                with contextlib.suppress(Exception):  # a dead page must not hide the failure
+                    save_screenshot(page, f"{node.name}-failed-{index}")
+        session.close()

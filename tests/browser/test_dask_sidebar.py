@@ -22,10 +22,9 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import ARTIFACTS, Lab, LabServer, this_checkout
+from .lab import Lab, LabServer, keyed_lab, lab_session
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("dask_labextension", reason="dask-labextension comes with the [cluster] extra")
@@ -67,31 +66,16 @@ def dask_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
     config = base / "home" / "home" / ".config" / "dask" / "labextension.yaml"
     config.parent.mkdir(parents=True)
     config.write_text(LABEXTENSION_YAML, encoding="utf-8")
-    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
-           "XDG_CACHE_HOME": str(base / "cache"), "PATH": os.environ["PATH"],
-           # Lab's personal gateway lives as long as this module's Lab, in a home of its own.
-           "GPUCLOUD_GATEWAY_HOME": str(base / "gateways"), **this_checkout(base)}
-    server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-dask.log", env=env)
-    try:
-        server.start()
+    with keyed_lab(base, box.management_url, box.api_key, "lab-dask.log",
+                   PATH=os.environ["PATH"]) as server:
         yield server
-    finally:
-        server.stop()
-        for home in (base / "gateways").glob("*/"):
-            personal.stop(home)
 
 
 @pytest.fixture
 def dask_lab(dask_lab_server: LabServer, chromium: Browser,
              request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(60_000)
-    session = Lab(dask_lab_server, context, request.node.name)
-    try:
+    with lab_session(dask_lab_server, chromium, request.node, height=900) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture

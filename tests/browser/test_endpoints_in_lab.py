@@ -23,10 +23,9 @@ from playwright.sync_api import Browser, Page
 from gpucloud_nb import GPUCloud
 from gpucloud_nb._connect import cloud_settings
 from gpucloud_nb.display import per_hour
-from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, run_all, save_screenshot
+from .lab import SCREENSHOTS, Lab, LabServer, keyed_lab, lab_session, run_all, save_screenshot
 from .test_gpucloud_sidebar import CONTRAST_JS, set_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -53,39 +52,16 @@ def box() -> Iterator[Sandbox]:
 @pytest.fixture(scope="module")
 def endpoints_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
                          chromium: Browser) -> Iterator[LabServer]:
-    base = tmp_path_factory.mktemp("endpoints-lab")
-    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
-           "XDG_CACHE_HOME": str(base / "cache"), "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
-    built = REPO / "gpucloud_nb" / "labextension"
-    if (built / "package.json").exists():  # this checkout's build first on Lab's search path
-        (base / "jupyter-path" / "labextensions").mkdir(parents=True)
-        (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
-        env.update(JUPYTER_PATH=str(base / "jupyter-path"), PYTHONPATH=str(REPO))
-    server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-endpoints.log", env=env)
-    try:
-        server.start()
+    with keyed_lab(tmp_path_factory.mktemp("endpoints-lab"), box.management_url, box.api_key,
+                   "lab-endpoints.log") as server:
         yield server
-    finally:
-        server.stop()
-        for home in (base / "gateways").glob("*/"):
-            personal.stop(home)
 
 
 @pytest.fixture
 def endpoints_lab(endpoints_lab_server: LabServer, chromium: Browser,
                   request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(60_000)
-    session = Lab(endpoints_lab_server, context, request.node.name)
-    try:
+    with lab_session(endpoints_lab_server, chromium, request.node) as session:
         yield session
-    finally:
-        report = getattr(request.node, "_report_call", None)
-        if report is not None and report.failed:
-            for index, page in enumerate(session.pages):
-                save_screenshot(page, f"{request.node.name}-failed-{index}")
-        session.close()
 
 
 @pytest.fixture

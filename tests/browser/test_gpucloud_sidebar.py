@@ -29,7 +29,7 @@ from gpucloud_nb.display import per_hour
 from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, save_screenshot
+from .lab import SCREENSHOTS, Lab, LabServer, keyed_lab, lab_session, save_screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -58,38 +58,16 @@ def box() -> Iterator[Sandbox]:
 @pytest.fixture(scope="module")
 def cloud_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
                      chromium: Browser) -> Iterator[LabServer]:
-    base = tmp_path_factory.mktemp("cloud-lab")
-    env = {"GPUCLOUD_API_KEY": box.api_key, "GPUCLOUD_BASE_URL": box.management_url,
-           "GPUCLOUD_MAX_HOURLY_COST": str(CAP), "XDG_CACHE_HOME": str(base / "cache"),
-           # Lab's personal gateway lives as long as this module's Lab: a home of its own, out
-           # of reach of the per-test cleanup of the run's gateways.
-           "GPUCLOUD_GATEWAY_HOME": str(base / "gateways")}
-    built = REPO / "gpucloud_nb" / "labextension"
-    if (built / "package.json").exists():  # this checkout's build first on Lab's search path
-        (base / "jupyter-path" / "labextensions").mkdir(parents=True)
-        (base / "jupyter-path" / "labextensions" / "gpucloud-nb").symlink_to(built)
-        env.update(JUPYTER_PATH=str(base / "jupyter-path"), PYTHONPATH=str(REPO))
-    server = LabServer(root=base / "root", home=base / "home",
-                       log_path=ARTIFACTS / "lab-gpucloud.log", env=env)
-    try:
-        server.start()
+    with keyed_lab(tmp_path_factory.mktemp("cloud-lab"), box.management_url, box.api_key,
+                   "lab-gpucloud.log", GPUCLOUD_MAX_HOURLY_COST=str(CAP)) as server:
         yield server
-    finally:
-        server.stop()
-        for home in (base / "gateways").glob("*/"):
-            personal.stop(home)
 
 
 @pytest.fixture
 def cloud_lab(cloud_lab_server: LabServer, chromium: Browser,
               request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(60_000)
-    session = Lab(cloud_lab_server, context, request.node.name)
-    try:
+    with lab_session(cloud_lab_server, chromium, request.node, height=900) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture
