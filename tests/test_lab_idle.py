@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from helpers import ADA, UPSTREAM_KEY, launch_active, wait_for
+from poller_helpers import row, run, until
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.gateway import Gateway
@@ -40,30 +41,6 @@ def polling(sandbox: Sandbox, *, as_sandbox: bool, transport: Any = None,
     return poller
 
 
-async def until(poller: Poller, predicate: Callable[[dict[str, Any]], Any],
-                timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        snapshot = await poller.snapshot()
-        if predicate(snapshot):
-            return snapshot
-        assert time.monotonic() < deadline, {k: v for k, v in snapshot.items() if k != "totals"}
-        await asyncio.sleep(0.2)
-
-
-def row(snapshot: dict[str, Any], instance_id: str) -> dict[str, Any]:
-    return next((r for r in snapshot["instances"] if r["id"] == instance_id),
-                {"status": "deleted"})
-
-
-def run(poller: Poller, body: Callable[[Poller], Awaitable[None]]) -> None:
-    async def main() -> None:
-        try:
-            await body(poller)
-        finally:
-            await poller.stop()
-
-    asyncio.run(main())
 
 
 def test_busy_kernels_name_their_instances() -> None:

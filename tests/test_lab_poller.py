@@ -9,45 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from helpers import ADA, UPSTREAM_KEY, launch_active
+from poller_helpers import row, run, until
 
 from gpucloud_nb import AsyncGPUCloud, GPUCloud
 from gpucloud_nb.client import changes
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.lab.poller import REFUSED, Poller
 from gpucloud_nb.sandbox import Sandbox
-
-
-async def until(poller: Poller, predicate: Callable[[dict[str, Any]], Any],
-                timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        snapshot = await poller.snapshot()
-        if predicate(snapshot):
-            return snapshot
-        assert time.monotonic() < deadline, {k: v for k, v in snapshot.items() if k != "totals"}
-        await asyncio.sleep(0.1)
-
-
-def row(snapshot: dict[str, Any], instance_id: str) -> dict[str, Any]:
-    return next((r for r in snapshot["instances"] if r["id"] == instance_id),
-                {"status": "deleted"})
-
-
-def run(poller: Poller, body: Callable[[Poller], Awaitable[None]]) -> None:
-    async def main() -> None:
-        try:
-            await body(poller)
-        finally:
-            await poller.stop()
-
-    asyncio.run(main())
 
 
 def client_of(gateway: Gateway, key: str = ADA) -> Callable[[], AsyncGPUCloud]:
