@@ -71,14 +71,12 @@ class ServiceAutoDelete(_Timers):
     says what it deleted (``gpucloud-nb sandbox logs``, a gateway's audit).
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, str] | None], object], *,
-                 refresh: float = 0.25, prefix: str = "/sandbox") -> None:
+                 refresh: float = 0.25, prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
         self._refresh = refresh
         self._cached: tuple[float, dict[str, datetime]] | None = None
         self._lock = threading.Lock()

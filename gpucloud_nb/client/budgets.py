@@ -76,14 +76,12 @@ class ServiceBudgets:
     ``send(method, path, body)`` makes one request and returns the decoded JSON.
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, Any] | None], Any], *,
-                 prefix: str = "/sandbox") -> None:
+                 prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
         self.failures: dict[str, str] = {}
 
     def _path(self, instance_id: str) -> str:

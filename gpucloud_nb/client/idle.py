@@ -126,14 +126,12 @@ class ServiceIdleDelete:
     :class:`~gpucloud_nb.errors.GPUCloudError`.
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object], *,
-                 prefix: str = "/sandbox") -> None:
+                 prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
 
     def _path(self, instance_id: str, tail: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
