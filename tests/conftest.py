@@ -150,15 +150,29 @@ def cloud(sandbox: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
-def box_gateway(sandbox: Sandbox) -> Iterator[Gateway]:
-    """A personal gateway in front of ``sandbox`` (its key upstream, ``ADA`` its one person's),
-    as keyless ``connect()`` starts one; it keeps timers, idle deletes and budgets."""
-    config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
-                           upstream_url=sandbox.management_url, upstream_key=sandbox.api_key,
-                           poll=0.2)
-    gateway = Gateway(config).start()
-    yield gateway
-    gateway.stop()
+def front_gateway() -> Iterator[Callable[[Sandbox], Gateway]]:
+    """``factory(sandbox)``: a personal gateway in front of ``sandbox`` (its key upstream,
+    ``ADA`` its one person's), as keyless ``connect()`` starts one; it keeps timers, idle
+    deletes and budgets. Stopped at teardown."""
+    started: list[Gateway] = []
+
+    def start(sandbox: Sandbox) -> Gateway:
+        config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
+                               upstream_url=sandbox.management_url,
+                               upstream_key=sandbox.api_key, poll=0.2)
+        gateway = Gateway(config).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+@pytest.fixture
+def box_gateway(sandbox: Sandbox, front_gateway: Callable[[Sandbox], Gateway]) -> Gateway:
+    """The ``sandbox`` fixture's personal gateway (see ``front_gateway``)."""
+    return front_gateway(sandbox)
 
 
 @pytest.fixture
