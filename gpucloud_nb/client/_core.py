@@ -4,8 +4,8 @@
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
 no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
 of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
-Who keeps its money rules (auto-delete timers, idle deletes, budgets) is held here too: the
-sandbox service, a gateway, or nobody (the cloud directly); never a thread of this process.
+Who keeps its money rules (auto-delete timers, idle deletes, budgets) is held here too: a
+gateway, or nobody (the cloud or the sandbox directly); never a thread of this process.
 
     >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60, blocking)  # doctest: +SKIP
     >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
@@ -90,7 +90,7 @@ def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
 @dataclass(frozen=True)
 class Blocking:
     """What a client does from its threads, blocking, away from any event loop (use reports,
-    the money rules' routes of a gateway or the sandbox service).
+    the money rules' routes of a gateway).
 
         >>> Blocking(send=send)  # doctest: +SKIP
     """
@@ -131,7 +131,7 @@ class Core(Generic[D]):
         self.remote: Remote | None = None
         self.ssh_identity = ssh_identity
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
-        # Who keeps the money rules: nobody until a gateway or the sandbox is known.
+        # Who keeps the money rules: nobody until a gateway is recognised.
         self.auto_delete: UnkeptAutoDelete | ServiceAutoDelete = UnkeptAutoDelete()
         self.idle_delete: UnkeptIdleDelete | ServiceIdleDelete = UnkeptIdleDelete()
         #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.

@@ -141,8 +141,8 @@ class InstanceOps(Generic[D]):
 
         Everything that can refuse it runs before the POST: the options, the rules and the cap
         (:func:`~gpucloud_nb.client.create.launch_problems`), and whether anyone keeps the
-        ``delete_after``, ``budget`` and ``delete_when_idle`` asked for (a gateway or the sandbox
-        service; the cloud directly: nobody, so the create is refused unsent).
+        ``delete_after``, ``budget`` and ``delete_when_idle`` asked for (a gateway; the
+        cloud or the sandbox directly: nobody, so the create is refused unsent).
         """
         if not isinstance(request, CreateInstance):
             raise InvalidInputError(

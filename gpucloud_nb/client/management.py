@@ -208,7 +208,7 @@ class _CloudBase(abc.ABC):
     @property
     def budgets(self) -> UnkeptBudgets | ServiceBudgets:
         """Spend budgets: ``set(id, dollars)``, ``cancel(id)``, ``states()``; ``where`` says who
-        watches (the sandbox service, a gateway, or ``nobody`` on the real cloud without a
+        watches (a gateway, or ``nobody`` on the cloud or the sandbox without a
         gateway; see :mod:`gpucloud_nb.client.budgets`).
 
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
@@ -232,8 +232,8 @@ class _CloudBase(abc.ABC):
     @property
     def idle_delete(self) -> UnkeptIdleDelete | ServiceIdleDelete:
         """This client's idle deletes: ``watch(id, seconds)``, ``keep(id)``, ``cancel(id)``,
-        ``states()``; ``where`` says who watches (a gateway, the sandbox service, or ``nobody``
-        on the cloud directly: see :mod:`gpucloud_nb.client.idle`)."""
+        ``states()``; ``where`` says who watches (a gateway, or ``nobody``
+        on the cloud or the sandbox directly: see :mod:`gpucloud_nb.client.idle`)."""
         self._recognise_quietly()
         return self._core.idle_delete
 
