@@ -169,15 +169,18 @@ def connect(
                          ssh_identity=ssh_identity)
         cloud.sandbox = box
         if not quiet:
-            if box.management_url not in _announced:
+            said = f"{through_gateway}:{box.management_url}"
+            if said not in _announced:
                 # Once per process (per kernel), in short lines: JupyterLab breaks a long output
                 # line anywhere, even mid-word, so no line here needs wrapping.
-                _announced.add(box.management_url)
+                _announced.add(said)
                 keeper = (f"\n  Timers, budgets and idle deletes: your personal gateway at {url}"
                           if through_gateway else "")
                 print("gpucloud-nb: SANDBOX — a simulated cloud on this machine: no real GPUs, "
                       f"no charges.\n  It runs at {box.management_url}{keeper}\n  To use the "
                       "real cloud, set GPUCLOUD_API_KEY and GPUCLOUD_BASE_URL.", flush=True)
+                if not through_gateway:  # the sandbox keeps no money rule either
+                    print(DIRECT_SENTENCE, flush=True)
             differing = _differences(box, launch_seconds)
             if differing:
                 print(f"gpucloud-nb: the sandbox service was already running and keeps its own "

@@ -150,11 +150,37 @@ def cloud(sandbox: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
-def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
-    """A client of ``sandbox`` that knows it is the sandbox, as ``connect()`` makes it (its
-    service keeps timers, idle clocks and budgets; SSH keys go through its route). A test file
-    may define a ``box`` of its own."""
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+def front_gateway() -> Iterator[Callable[[Sandbox], Gateway]]:
+    """``factory(sandbox)``: a personal gateway in front of ``sandbox`` (its key upstream,
+    ``ADA`` its one person's), as keyless ``connect()`` starts one; it keeps timers, idle
+    deletes and budgets. Stopped at teardown."""
+    started: list[Gateway] = []
+
+    def start(sandbox: Sandbox) -> Gateway:
+        config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
+                               upstream_url=sandbox.management_url,
+                               upstream_key=sandbox.api_key, poll=0.2)
+        gateway = Gateway(config).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+@pytest.fixture
+def box_gateway(sandbox: Sandbox, front_gateway: Callable[[Sandbox], Gateway]) -> Gateway:
+    """The ``sandbox`` fixture's personal gateway (see ``front_gateway``)."""
+    return front_gateway(sandbox)
+
+
+@pytest.fixture
+def box(sandbox: Sandbox, box_gateway: Gateway) -> Iterator[GPUCloud]:
+    """A client of ``sandbox`` as keyless ``connect()`` makes it: through ``box_gateway`` (the
+    sandbox keeps no money rule), knowing the sandbox (SSH keys go to its own route). A test
+    file may define a ``box`` of its own."""
+    cloud = GPUCloud(api_key=ADA, base_url=box_gateway.url)
     cloud.sandbox = sandbox
     yield cloud
     cloud.close()

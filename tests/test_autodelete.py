@@ -1,4 +1,4 @@
-"""Auto-delete timers, kept by a gateway (or the sandbox service), never by this process."""
+"""Auto-delete timers, kept by a gateway, never by this process nor by the sandbox."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import gc
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -117,51 +117,31 @@ def test_the_cloud_directly_refuses_delete_after_before_the_post_and_starts_no_t
     assert not [name for name in started if "timer" in name.lower() or "idle" in name]
 
 
-def test_sandbox_timers_are_kept_by_the_service_and_outlive_the_client(sandbox, observer) -> None:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox  # as connect() does
-    assert cloud.auto_delete.where == "sandbox service"
-    # Timers long enough that a busy machine cancels and extends them before they fire.
-    kept = launch(cloud, "service-kept", delete_after=30)
-    longer = launch(cloud, "service-extended", delete_after=2)
-    gone = launch(cloud, "service-timed", delete_after=0.4)
-    left = cloud.auto_delete.remaining(gone.id)
-    assert left is None or 0 < left <= 0.4  # None: already fired on a busy machine
-    assert cloud.auto_delete.cancel(kept.id) and not cloud.auto_delete.cancel(kept.id)
-    before = cloud.auto_delete.remaining(longer.id)
-    cloud.auto_delete.extend(longer.id, 3)
-    after = cloud.auto_delete.remaining(longer.id)
-    assert before is not None and after is not None and after > before + 2.5
-    longer_due = time.monotonic() + after
-    cloud.close()  # the client (the kernel, say) is gone: the service still deletes on time
-    observer.sandbox = sandbox
-    wait_for(lambda: observer.instances.get(gone.id).status in ("deleting", "deleted"),
-             timeout=60)
-    assert observer.instances.get(kept.id).status == "active"
-    status = observer.instances.get(longer.id).status
-    if time.monotonic() < longer_due:  # read before its extended time (a busy machine may not)
-        assert status == "active"
-    wait_for(lambda: observer.instances.get(longer.id).status in ("deleting", "deleted"),
-             timeout=60)
-    assert observer.auto_delete.deadlines() == {}
-    with pytest.raises(InvalidInputError, match="has no auto-delete timer to extend"):
-        observer.auto_delete.extend(kept.id, 10)
+def test_a_client_on_the_sandbox_itself_is_refused_as_on_the_cloud_directly(
+        sandbox: Sandbox) -> None:
+    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
+        cloud.sandbox = sandbox  # GPUCLOUD_GATEWAY=off without a key: the sandbox keeps no timer
+        assert cloud.auto_delete.where == "nobody"
+        with pytest.raises(InvalidInputError) as refused:
+            launch(cloud, "unkept-on-sandbox", delete_after=60)
+        assert str(refused.value) == unkept("delete_after", at_create=True)
+        assert cloud.instances.list() == []  # nothing was sent
+    routes = httpx.get(f"{sandbox.management_url}/sandbox/auto-deletes",
+                       headers={"x-api-key": sandbox.api_key})
+    assert routes.status_code == 404  # the sandbox has no timers of its own
 
 
-def test_a_service_timer_outlives_a_restart_of_the_service(sandbox_factory, tmp_path) -> None:
-    state = tmp_path / "state.db"
-    first = sandbox_factory(state=state)
-    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
-    cloud.sandbox = first
-    instance = launch(cloud, "durable-timer", delete_after=1.5)
+def test_a_gateway_timer_outlives_a_restart_of_the_gateway(gateway_factory, tmp_path) -> None:
+    first: Gateway = gateway_factory(home=tmp_path)
+    with GPUCloud(api_key=ADA, base_url=first.url) as cloud:
+        instance = launch(cloud, "durable-timer", delete_after=3)
     first.stop()
-    second = sandbox_factory(state=state)
-    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
-    again.sandbox = second
-    left = again.auto_delete.remaining(instance.id)
-    assert left is None or 0 < left <= 1.5  # None: already due on a busy machine
-    wait_for(lambda: again.instances.get(instance.id).status in ("deleting", "deleted"),
-             timeout=60)
+    second: Gateway = gateway_factory(home=tmp_path)
+    with GPUCloud(api_key=ADA, base_url=second.url) as again:
+        left = again.auto_delete.remaining(instance.id)
+        assert left is None or 0 < left <= 3  # None: already due on a busy machine
+        wait_for(lambda: again.instances.get(instance.id).status in GONE, timeout=60)
+
 
 def test_a_timer_still_deletes_after_the_client_is_closed(
         gateway_factory, upstream: Sandbox) -> None:
@@ -197,32 +177,3 @@ def test_async_client_closes_its_sync_twin_and_timers_keep_working(gateway_facto
     with GPUCloud(api_key=ADA, base_url=gateway.url) as observer:
         for made in (first, second):  # the second fires after aclose()
             wait_for(lambda made=made: observer.instances.get(made).status in GONE, timeout=60)
-
-
-def test_a_timer_due_while_the_service_was_down_bills_only_up_to_its_due_time(
-        sandbox_factory, tmp_path) -> None:
-    state = tmp_path / "state.db"
-    first = sandbox_factory(state=state)  # deleting lasts 0.2 s
-    cloud = GPUCloud(api_key=first.api_key, base_url=first.management_url)
-    cloud.sandbox = first
-    instance = launch(cloud, "overdue", delete_after=1.0)
-    cloud.instances.wait_until_active(instance.id, timeout=10)
-    activated = next(i for i in cloud.instances.list() if i.id == instance.id).updated_at
-    due = cloud.auto_delete.deadlines()[instance.id]
-    first.stop()
-    time.sleep(max((due - datetime.now(timezone.utc)).total_seconds(), 0) + 3.0)  # down, past due
-
-    second = sandbox_factory(state=state)
-    again = GPUCloud(api_key=second.api_key, base_url=second.management_url)
-    again.sandbox = second
-    restarted = datetime.now(timezone.utc)
-    wait_for(lambda: again.instances.get(instance.id).status == "deleted", timeout=60)
-    ended = again.instances.get(instance.id).deleted_at
-    assert ended is not None and timedelta(0) <= ended - due <= timedelta(seconds=1)
-    assert restarted - ended > timedelta(seconds=2)  # not the restart time
-    assert abs((again.spend().set_index("_id").loc[instance.id, "billedUntil"] - due)
-               .total_seconds()) <= 1.0
-    billed = httpx.get(f"{second.management_url}/sandbox/status",
-                       headers={"x-api-key": second.api_key}).json()["spend"]
-    hours = (ended - activated).total_seconds() / 3600
-    assert billed == pytest.approx(hours * instance.hourly_price, abs=2e-6)

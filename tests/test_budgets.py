@@ -1,4 +1,4 @@
-"""Spend budgets from the client: kept by the sandbox service or a gateway, never by this kernel
+"""Spend budgets from the client: kept by a gateway, never by this kernel nor by the sandbox
 (through a gateway: tests/test_client_gateway.py)."""
 
 from __future__ import annotations
@@ -7,16 +7,14 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from helpers import wait_for
 from samples import one_offer
 
 from gpucloud_nb import GPUCloud
-from gpucloud_nb.client.budgets import ServiceBudgets, UnkeptBudgets
+from gpucloud_nb.client.budgets import UnkeptBudgets
 from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.models import Instance
 from gpucloud_nb.sandbox import Sandbox
-from gpucloud_nb.sandbox.budgets import POLL
 
 
 def launch(cloud: GPUCloud) -> Instance:
@@ -38,25 +36,6 @@ def cloud_of(dollar_a_second: Sandbox) -> Iterator[GPUCloud]:
     with GPUCloud(api_key=dollar_a_second.api_key,
                   base_url=dollar_a_second.management_url) as cloud:
         yield cloud
-
-
-def test_the_sandbox_service_keeps_the_budget_and_deletes_at_it(
-        dollar_a_second: Sandbox, cloud_of: GPUCloud) -> None:
-    cloud_of.sandbox = dollar_a_second
-    budgets = cloud_of.budgets
-    assert isinstance(budgets, ServiceBudgets) and budgets.where == "sandbox service"
-    instance = launch(cloud_of)
-    cloud_of.instances.wait_until_active(instance.id, timeout=10)
-    state = budgets.set(instance.id, 2.0)
-    assert state.dollars == 2.0 and state.status == "active" and state.left > 0
-    wait_for(lambda: budgets.states()[instance.id].status in ("deleting", "deleted"), timeout=10)
-    wait_for(lambda: cloud_of.instances.get(instance.id).status == "deleted")
-    final = budgets.states()[instance.id]
-    assert 2.0 <= final.spend <= 2.0 + POLL + dollar_a_second.config.delete_seconds + 0.3
-    assert final.warning and final.left == 0.0
-    assert budgets.account_left() is None  # not a class account
-    with pytest.raises(InvalidInputError, match="budget must be a positive number of dollars"):
-        budgets.set(instance.id, float("nan"))
 
 
 def test_on_the_real_cloud_without_a_gateway_nobody_keeps_a_budget_and_none_is_set(
@@ -93,9 +72,11 @@ def test_create_with_a_budget_hands_it_to_whoever_watches(
                                   vm={"os": offer.configuration.os[0]}, budget=1e6)
     assert str(unkept_.value) == unkept("budget", at_create=True)
     assert cloud_of.instances.list() == []
-    cloud_of.sandbox = dollar_a_second
-    served = cloud_of.instances.create(name="job2", cloud_provider=offer.cloud.id,
-                                       instance_id=offer.instance_id, region=region,
-                                       vm={"os": offer.configuration.os[0]}, budget=1e6)
-    assert cloud_of.budgets.where == "sandbox service"
-    assert cloud_of.budgets.states()[served.id].dollars == 1e6  # the service keeps it
+    cloud_of.sandbox = dollar_a_second  # the sandbox itself keeps no budget either
+    assert cloud_of.budgets.where == "nobody"
+    with pytest.raises(InvalidInputError) as unkept_on_sandbox:
+        cloud_of.instances.create(name="job2", cloud_provider=offer.cloud.id,
+                                  instance_id=offer.instance_id, region=region,
+                                  vm={"os": offer.configuration.os[0]}, budget=1e6)
+    assert str(unkept_on_sandbox.value) == unkept("budget", at_create=True)
+    assert cloud_of.instances.list() == []

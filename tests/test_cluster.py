@@ -47,9 +47,12 @@ def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def box(sandbox_factory: Callable[..., Sandbox]) -> Iterator[GPUCloud]:
+def box(sandbox_factory: Callable[..., Sandbox],
+        front_gateway: Callable[[Sandbox], Any]) -> Iterator[GPUCloud]:
+    """As keyless ``connect()`` makes it: through a gateway in front (which keeps the orphan
+    timers), knowing the sandbox."""
     sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2)
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cloud = GPUCloud(api_key=ADA, base_url=front_gateway(sandbox).url)
     cloud.sandbox = sandbox
     yield cloud
     cloud.close()
@@ -202,7 +205,7 @@ def test_a_cluster_whose_instances_are_deleted_from_outside_closes_with_one_noti
     workers' first and the scheduler's 1.5 s later, most likely with a 2 s watch between)."""
     cluster = GPUCloudCluster(box, 2, name="orphan")
     ids = cluster.instance_ids
-    with GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as sidebar:
+    with GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url) as sidebar:
         for instance_id in (ids[::-1] if workers_first else ids):
             sidebar.instances.delete(instance_id)
             if workers_first and instance_id == ids[1]:
@@ -231,7 +234,7 @@ def test_a_cluster_whose_instances_are_deleted_from_outside_closes_with_one_noti
 def test_the_cost_cap_refuses_the_whole_cluster_before_any_launch(box: GPUCloud) -> None:
     offer = min((o for o in box.instances.offers(available=True)
                  if o.deployment_type == "vm"), key=lambda o: o.hourly_price)
-    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url,
+    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url,
                       max_hourly_cost=offer.hourly_price * 2.5)
     capped.sandbox = box.sandbox
     with capped, pytest.raises(InvalidInputError) as refused:
@@ -251,7 +254,7 @@ def test_the_cost_cap_counts_endpoints_at_their_most_containers_before_any_launc
                  if o.deployment_type == "vm"), key=lambda o: o.hourly_price)
     cap = offer.hourly_price * 3 + 1.0  # 3 workers fit; with the endpoint's $1.50/h they do not
     box.inference_instances.create(name="served", model="sandbox-vision-1", min=1, max=2)
-    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url, max_hourly_cost=cap)
+    capped = GPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url, max_hourly_cost=cap)
     capped.sandbox = box.sandbox
     with capped, pytest.raises(InvalidInputError) as refused:
         GPUCloudCluster(capped, 3, offer=offer)
@@ -337,7 +340,7 @@ def test_without_the_extra_cluster_names_it_and_launches_nothing(box: GPUCloud) 
         except GPUCloudError as error:
             print(type(error).__name__, error)
     """)
-    env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
+    env = dict(os.environ, GPUCLOUD_API_KEY=ADA, GPUCLOUD_BASE_URL=box.base_url)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout == (
@@ -373,7 +376,7 @@ def test_the_async_run_all_gives_each_node_its_rank(box: GPUCloud) -> None:
     ids = launch_nodes(box, 2)
 
     async def both() -> list[str]:
-        async with AsyncGPUCloud(api_key=box.sandbox.api_key, base_url=box.base_url) as acloud:
+        async with AsyncGPUCloud(api_key=box.sandbox.api_key, base_url=box.sandbox.management_url) as acloud:
             acloud.sandbox = box.sandbox
             results = await acloud.instances.run_all(
                 ids, 'echo "$GPUCLOUD_NODE_RANK/$GPUCLOUD_NUM_NODES $GPUCLOUD_INSTANCE_ID"')

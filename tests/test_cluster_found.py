@@ -16,13 +16,14 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import wait_for
+from tests.helpers import ADA, wait_for
 from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
@@ -39,7 +40,9 @@ PRELUDE = textwrap.dedent("""
     from gpucloud_nb import GPUCloud
     from gpucloud_nb.cluster import GPUCloudCluster
     box = json.loads(os.environ["TEST_SANDBOX"])
-    cloud = GPUCloud(api_key=box["api_key"], base_url=box["management_url"])
+    front = json.loads(os.environ.get("TEST_GATEWAY") or "null")  # a gateway in front, if any
+    cloud = GPUCloud(api_key=front["key"] if front else box["api_key"],
+                     base_url=front["url"] if front else box["management_url"])
     cloud.sandbox = types.SimpleNamespace(**box)
 """)
 
@@ -63,12 +66,15 @@ def box(sandbox: Sandbox) -> Iterator[GPUCloud]:
     cloud.close()
 
 
-def second_process(sandbox: Sandbox, script: str, timeout: float = 180) -> str:
-    """Run ``script`` after :data:`PRELUDE` in a new interpreter; its stdout."""
+def second_process(sandbox: Sandbox, script: str, timeout: float = 180,
+                   gateway_url: str | None = None) -> str:
+    """Run ``script`` after :data:`PRELUDE` in a new interpreter (through ``gateway_url`` as
+    ``ADA`` if given, as keyless ``connect()`` goes); its stdout."""
     handle = {name: getattr(sandbox, name) for name in (
         "management_url", "inference_url", "api_key", "inference_secret", "launch_seconds")}
     handle["home"] = str(sandbox.home) if sandbox.home is not None else None
-    env = dict(os.environ, TEST_SANDBOX=json.dumps(handle))
+    front = {"url": gateway_url, "key": ADA} if gateway_url else None
+    env = dict(os.environ, TEST_SANDBOX=json.dumps(handle), TEST_GATEWAY=json.dumps(front))
     done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -186,11 +192,12 @@ def test_dask_ctls_discover_clusters_steps_find_use_and_delete_the_cluster_insid
 
 
 def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_deletes_it(
-        box: GPUCloud, sandbox: Sandbox) -> None:
+        box: GPUCloud, sandbox: Sandbox, front_gateway: Any) -> None:
     """The first process keeps its instances past their 8 s orphan timer while it lives (the
     cluster object starts their idle clocks again), ends without closing the cluster, and the
-    sandbox service deletes them once nobody has kept them for 8 s."""
-    out = second_process(sandbox, """
+    gateway in front of the sandbox deletes them once nobody has kept them for 8 s."""
+    gateway_url = front_gateway(sandbox).url
+    out = second_process(sandbox, gateway_url=gateway_url, script="""
         import time
         cluster = GPUCloudCluster(cloud, 2, name="kept", shutdown_on_close=False,
                                   delete_when_orphaned=8)

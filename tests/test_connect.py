@@ -16,6 +16,8 @@ import pytest
 from helpers import OTHER_UID, FakeService, as_other_user
 
 from gpucloud_nb import connect
+from gpucloud_nb._connect import DIRECT_SENTENCE
+from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import ConnectionFailedError, InvalidInputError
 from gpucloud_nb.sandbox import service
 
@@ -30,6 +32,26 @@ def test_without_a_key_connect_starts_the_sandbox_and_says_so(monkeypatch, capsy
     again = connect(quiet=True)
     assert again.base_url == cloud.base_url  # one sandbox per process
     assert capsys.readouterr().out == ""
+
+
+def test_without_a_key_and_gateway_off_the_sandbox_itself_keeps_no_money_rule(
+        monkeypatch, capsys) -> None:
+    monkeypatch.delenv("GPUCLOUD_API_KEY", raising=False)
+    monkeypatch.setenv("GPUCLOUD_GATEWAY", "off")
+    with connect() as cloud:
+        assert cloud.is_sandbox and cloud.base_url == cloud.sandbox.management_url
+        out = capsys.readouterr().out
+        assert "SANDBOX" in out and DIRECT_SENTENCE in out
+        assert {k.where for k in (cloud.auto_delete, cloud.budgets, cloud.idle_delete)} == {
+            "nobody"}
+        offer = cloud.instances.offers(deployment_type="vm", available=True)[0]
+        with pytest.raises(InvalidInputError) as refused:
+            cloud.instances.create(name="unkept", cloud_provider=offer.cloud.id,
+                                   instance_id=offer.instance_id,
+                                   region=offer.available_regions[0],
+                                   vm={"os": offer.configuration.os[0]}, delete_after=60)
+        assert str(refused.value) == unkept("delete_after", at_create=True)
+        assert "unkept" not in {i.name for i in cloud.instances.list()}  # nothing was sent
 
 
 def test_with_a_key_connect_uses_the_configured_cloud(monkeypatch, capsys, sandbox) -> None:
@@ -138,6 +160,8 @@ def test_a_read_only_home_is_one_sentence(shared_tmp: Path) -> None:
 
 READ_ONLY = """
 from gpucloud_nb import connect
+from gpucloud_nb._connect import DIRECT_SENTENCE
+from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import GPUCloudError
 try:
     connect(quiet=True)

@@ -1,5 +1,5 @@
 """A client's core gets its ``Blocking`` reach when it is built, and hands its money rules to
-whoever keeps them (the sandbox service, a gateway, or nobody): never a thread of its own."""
+whoever keeps them (a gateway, or nobody): never a thread of its own, never the sandbox."""
 
 from __future__ import annotations
 
@@ -30,23 +30,17 @@ def test_a_core_hands_its_money_rules_to_whoever_keeps_them(sandbox: Sandbox) ->
         kept = (core.auto_delete, core.idle_delete, core.budgets)
         assert [type(k) for k in kept] == [UnkeptAutoDelete, UnkeptIdleDelete, UnkeptBudgets]
         assert {k.where for k in kept} == {"nobody"}  # the cloud directly, until a gateway
-        core.use_sandbox(sandbox, direct=False)  # through a gateway in front: not yet known
+        core.sandbox = sandbox  # the sandbox itself keeps no money rule either
         assert {k.where for k in (core.auto_delete, core.idle_delete, core.budgets)} == {"nobody"}
         public = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
         core.register_keys([public])  # to the sandbox itself, over real HTTP
         assert sent == []
         with pytest.raises(BadRequestError, match="Not an OpenSSH public key"):
             core.register_keys(["ssh-ed25519 AAAA test"])  # the sandbox read it and said so
-        core.use_sandbox(sandbox, direct=True)  # the same reach builds the service's kind
+        core.gateway = True
+        core.use_gateway()
         assert isinstance(core.auto_delete, ServiceAutoDelete)
         assert isinstance(core.idle_delete, ServiceIdleDelete)
         assert isinstance(core.budgets, ServiceBudgets)
-        core.register_keys(["ssh-ed25519 AAAA test"])
-        assert sent == [("POST", "/sandbox/ssh-keys")]
-        core.use_sandbox(None)
-        assert isinstance(core.auto_delete, UnkeptAutoDelete)
-        assert isinstance(core.idle_delete, UnkeptIdleDelete)
-        assert isinstance(core.budgets, UnkeptBudgets)
-        core.gateway = True
-        core.use_gateway()
         assert {k.where for k in (core.auto_delete, core.idle_delete, core.budgets)} == {"gateway"}
+        assert sent == []

@@ -19,6 +19,7 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._common import iter_widgets
+from tests.helpers import ADA
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -209,15 +210,10 @@ def test_on_the_cloud_directly_a_timer_is_refused_in_one_sentence(cloud, panels)
     assert "\n" not in panel.status.text and cloud.auto_delete.remaining(instance.id) is None
 
 
-@pytest.mark.parametrize("kept_by", ["gateway", "sandbox service"])
+@pytest.mark.parametrize("kept_by", ["gateway"])  # the cloud or sandbox directly: above
 def test_auto_delete_from_the_panel_deletes_by_whoever_keeps_timers(request, panels,
                                                                      kept_by) -> None:
-    if kept_by == "gateway":
-        cloud = observer = request.getfixturevalue("through_gateway")
-    else:
-        sandbox = request.getfixturevalue("sandbox")
-        cloud, observer = request.getfixturevalue("cloud"), request.getfixturevalue("observer")
-        cloud.sandbox = observer.sandbox = sandbox  # as connect() does: the service keeps them
+    cloud = observer = request.getfixturevalue("through_gateway")
     instance = launch(observer, "short-lived")
     panel = make_panel(panels, cloud, interval=0.05)
     message = panel.set_auto_delete(instance.id, after=0.3)
@@ -335,13 +331,14 @@ def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
         wait_for(lambda: gc.collect() is not None and _gpucloud_threads() <= before, timeout=10)
 
 
-def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels) -> None:
+def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, front_gateway,
+                                                        panels) -> None:
     from helpers import wait_for
     from samples import one_offer
 
     box = sandbox_factory(offers=one_offer(3600.0))  # a dollar a second
-    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
-        cloud.sandbox = box  # as connect() does: the service watches the budget
+    with GPUCloud(api_key=ADA, base_url=front_gateway(box).url) as cloud:
+        cloud.sandbox = box  # as connect() makes it: its gateway watches the budget
         instance = launch(cloud, "metered")
         cloud.instances.wait_until_active(instance.id, timeout=10)
         panel = make_panel(panels, cloud, interval=0.05)
@@ -351,7 +348,7 @@ def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels)
         panel.budget_dollars.value = 3
         panel.budget_set.click()
         assert panel.status.text == ("metered will be deleted once it has cost $3.00, by the "
-                                     "sandbox service, even if this kernel stops.")
+                                     "gateway, even if this kernel stops.")
         assert panel.frame["budget"].iloc[0].endswith(" of $3.00")
         wait_for(lambda: panel.refresh()["budget"].iloc[0].startswith("⚠ "), timeout=60)
         assert "⚠" in panel.table.value
@@ -361,11 +358,10 @@ def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, panels)
             panel.set_budget(instance.id, dollars=10)
 
 
-def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(cloud, panels,
-                                                                     sandbox) -> None:
+def test_the_idle_column_warns_before_the_delete_and_keep_resets_it(box, panels) -> None:
     from datetime import timedelta
 
-    cloud.sandbox = sandbox  # as connect() does: the service watches
+    cloud = box  # as connect() makes it: its gateway watches
     instance = launch(cloud, "idle-panel", delete_when_idle=timedelta(seconds=8))
     cloud.instances.wait_until_active(instance.id, timeout=30)
     panel = make_panel(panels, cloud, interval=0.05)

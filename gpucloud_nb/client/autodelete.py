@@ -3,9 +3,9 @@
 Never by this process (issue #36: every money rule in one place). Through a gateway (the personal
 gateway ``connect()`` puts in front of the real cloud, or a class's), the gateway keeps the
 timers (:class:`ServiceAutoDelete` with ``prefix="/gateway"``, see
-:mod:`gpucloud_nb.client.gateway`); on the sandbox, the sandbox service does
-(:class:`ServiceAutoDelete`). Both fire whether or not a kernel runs. A client of the cloud
-directly (``GPUCLOUD_GATEWAY=off``, or ``GPUCloud`` built on the cloud's own URL) has
+:mod:`gpucloud_nb.client.gateway`), whether or not a kernel runs; on the sandbox, the personal
+gateway in front of it. A client of the cloud (or the sandbox) directly (``GPUCLOUD_GATEWAY=off``,
+or ``GPUCloud`` built on its own URL) has
 :class:`UnkeptAutoDelete`: nothing would fire a timer, so one is refused in one sentence, and a
 create with ``delete_after`` is refused before the POST.
 
@@ -58,27 +58,22 @@ class _Timers:
 
 
 class ServiceAutoDelete(_Timers):
-    """Auto-delete timers kept by the sandbox service or a gateway: they fire whether or not a
-    kernel runs.
+    """Auto-delete timers kept by a gateway: they fire whether or not a kernel runs.
 
-    Over the sandbox-only endpoints ``/sandbox/instances/{id}/auto-delete`` and
-    ``/sandbox/auto-deletes`` (:mod:`gpucloud_nb.sandbox.service_api`), or a gateway's (personal
-    or a class's) mirror of them under ``prefix`` ``/gateway``
-    (:mod:`gpucloud_nb.gateway.timers`; ``where`` is then ``gateway``).
+    Over a gateway's (personal or a class's) ``/gateway/instances/{id}/auto-delete`` and
+    ``/gateway/auto-deletes`` (:mod:`gpucloud_nb.gateway.timers`).
     ``send(method, path, body)`` makes one request and returns the decoded JSON (``None`` for
     an empty answer), raising :class:`GPUCloudError`.
     The deadlines are read at most every ``refresh`` seconds; the keeper does the deleting, and
-    says what it deleted (``gpucloud-nb sandbox logs``, a gateway's audit).
+    says what it deleted (the gateway's audit).
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, str] | None], object], *,
-                 refresh: float = 0.25, prefix: str = "/sandbox") -> None:
+                 refresh: float = 0.25, prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
         self._refresh = refresh
         self._cached: tuple[float, dict[str, datetime]] | None = None
         self._lock = threading.Lock()

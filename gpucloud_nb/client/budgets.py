@@ -6,13 +6,12 @@
 
 Who watches, plainly (issue #36: every money rule in one place, never a thread of this kernel):
 
-- **Sandbox**: the sandbox service (:class:`ServiceBudgets`, over the sandbox-only routes of
-  :mod:`gpucloud_nb.sandbox.budgets`), whether or not a kernel runs.
 - **A gateway** (a class's ``gpucloud-nb gateway``, which also keeps each key's own budget,
   ``KEY 20`` in its keys file, :meth:`ServiceBudgets.account_left`; or the personal gateway
-  ``connect()`` puts in front of the real cloud): the gateway (:class:`ServiceBudgets` with
+  ``connect()`` puts in front of the real cloud or the sandbox): the gateway (:class:`ServiceBudgets` with
   ``prefix="/gateway"``), whether or not a kernel runs; see :mod:`gpucloud_nb.client.gateway`.
-- **The real cloud directly** (``GPUCLOUD_GATEWAY=off``, or a client built on the cloud's URL):
+- **The real cloud or the sandbox directly** (``GPUCLOUD_GATEWAY=off``, or a client built on
+  its own URL; the sandbox keeps no budgets):
   nobody (:class:`UnkeptBudgets`): a budget is refused in one sentence, before anything is sent.
 """
 
@@ -62,28 +61,24 @@ class BudgetState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BudgetState:
-        """A state from the sandbox service's JSON (``GET /sandbox/budgets``)."""
+        """A state from the gateway's JSON (``GET /gateway/budgets``)."""
         return cls(instance_id=str(data["instanceId"]), dollars=float(data["dollars"]),
                    spend=float(data["spend"]), warning=bool(data["warning"]),
                    status=str(data["status"]))
 
 
 class ServiceBudgets:
-    """Budgets kept by the sandbox service (see the module docstring), or by a class gateway
-    (``prefix`` ``/gateway``: :mod:`gpucloud_nb.gateway.budgets`, the same routes; ``where`` is
-    then ``gateway``).
+    """Budgets kept by a gateway (see the module docstring; :mod:`gpucloud_nb.gateway.budgets`).
 
     ``send(method, path, body)`` makes one request and returns the decoded JSON.
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, Any] | None], Any], *,
-                 prefix: str = "/sandbox") -> None:
+                 prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
         self.failures: dict[str, str] = {}
 
     def _path(self, instance_id: str) -> str:
@@ -112,7 +107,7 @@ class ServiceBudgets:
 
     def account_left(self) -> float | None:
         """Dollars left of this key's budget on a class gateway, or ``None`` without one (and
-        always on the sandbox, which keeps no class)."""
+        on a personal gateway)."""
         account = self._send("GET", f"{self._prefix}/budgets", None).get("account")
         return None if account is None else float(account["left"])
 

@@ -17,8 +17,6 @@ Who watches (issue #36: every money rule in one place, never a thread of this pr
   ``prefix="/gateway"``, with no kernel or JupyterLab running; it reads GPU use over SSH with
   its own key and counts what clients report (:mod:`gpucloud_nb.client.use_report`; the Lab
   server extension reports its kernels while they execute, :meth:`ServiceIdleDelete.report_use`).
-- **Sandbox**: the sandbox service (:class:`ServiceIdleDelete`, over the sandbox-only routes of
-  :mod:`gpucloud_nb.sandbox.idle`), whether or not a kernel or JupyterLab runs.
 - **The cloud directly** (``GPUCLOUD_GATEWAY=off``): nobody (:class:`UnkeptIdleDelete`); a
   create with ``delete_when_idle`` is refused in one sentence before anything is sent.
 
@@ -102,7 +100,7 @@ class IdleState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> IdleState:
-        """A state from the sandbox service's JSON (``GET /sandbox/idle``)."""
+        """A state from the gateway's JSON (``GET /gateway/idle``)."""
         util, memory = data.get("gpuUtil"), data.get("memoryMiB")
         return cls(instance_id=str(data["instanceId"]), limit=float(data["seconds"]),
                    idle=float(data["idleSeconds"]), delete_at=_when(data["deleteAt"]),
@@ -117,8 +115,8 @@ class IdleState:
 
 
 class ServiceIdleDelete:
-    """Idle deletes kept by the sandbox service, or by a class gateway's mirror of its routes
-    under ``prefix`` ``/gateway`` (:mod:`gpucloud_nb.gateway.idle_routes`; ``where`` is then
+    """Idle deletes kept by a gateway, under ``prefix`` ``/gateway``
+    (:mod:`gpucloud_nb.gateway.idle_routes`; ``where`` is
     ``gateway``, and the limit travels in the create itself, so :meth:`watch_created` sends
     nothing). See the module docstring.
 
@@ -126,14 +124,12 @@ class ServiceIdleDelete:
     :class:`~gpucloud_nb.errors.GPUCloudError`.
     """
 
-    where = "sandbox service"
+    where = "gateway"
 
     def __init__(self, send: Callable[[str, str, dict[str, Any] | None], object], *,
-                 prefix: str = "/sandbox") -> None:
+                 prefix: str = "/gateway") -> None:
         self._send = send
         self._prefix = prefix
-        if prefix != "/sandbox":
-            self.where = "gateway"
 
     def _path(self, instance_id: str, tail: str) -> str:
         if not isinstance(instance_id, str) or not instance_id.strip() or "/" in instance_id:
@@ -150,22 +146,13 @@ class ServiceIdleDelete:
         return IdleState.from_json(answer)  # type: ignore[arg-type]
 
     def watch_created(self, instance_id: str, seconds: float) -> None:
-        """The limit of an instance just created, told to the service (a gateway had it in
-        the create)."""
-        if self.where != "gateway":
-            self.watch(instance_id, seconds)
+        """The limit of an instance just created: nothing to send, the gateway had it in the
+        create."""
 
     def report_use(self, instance_id: str, seconds: float) -> None:
         """``instance_id`` is in use for the next ``seconds`` (a kernel on it executing code):
-        a gateway's ``POST /gateway/instances/{id}/use``; the sandbox service, which has no such
-        route, starts the clock again (a Keep) if the instance has a limit."""
-        if self.where == "gateway":
-            self._send("POST", self._path(instance_id, "use"), {"seconds": seconds})
-            return
-        try:
-            self.keep(instance_id)
-        except NotFoundError:
-            return  # no limit: nothing to keep
+        the gateway's ``POST /gateway/instances/{id}/use``."""
+        self._send("POST", self._path(instance_id, "use"), {"seconds": seconds})
 
     def cancel(self, instance_id: str) -> bool:
         """Stop watching ``instance_id``; it keeps running. True if it was watched."""

@@ -166,7 +166,7 @@ class InferenceInstanceOps(Generic[D]):
         after = None if delete_after is None else seconds(delete_after)
         dollars = None if budget is None else budget_dollars(budget)
         if (after is not None or dollars is not None) and not self.core.gateway:
-            if not self.core.sandbox_direct and self.core.gateway is None:
+            if self.core.gateway is None:
                 yield from self.core.recognise_gateway()
             if not self.core.gateway:
                 raise InvalidInputError(

@@ -141,8 +141,8 @@ class InstanceOps(Generic[D]):
 
         Everything that can refuse it runs before the POST: the options, the rules and the cap
         (:func:`~gpucloud_nb.client.create.launch_problems`), and whether anyone keeps the
-        ``delete_after``, ``budget`` and ``delete_when_idle`` asked for (a gateway or the sandbox
-        service; the cloud directly: nobody, so the create is refused unsent).
+        ``delete_after``, ``budget`` and ``delete_when_idle`` asked for (a gateway; the
+        cloud or the sandbox directly: nobody, so the create is refused unsent).
         """
         if not isinstance(request, CreateInstance):
             raise InvalidInputError(
@@ -152,8 +152,7 @@ class InstanceOps(Generic[D]):
             request = yield from key_book.keyed(
                 self.core, request, default_public_key(identity=self.core.ssh_identity))
         if (request.delete_after is not None or request.budget is not None
-                or request.delete_when_idle is not None) \
-                and not self.core.sandbox_direct and self.core.gateway is None:
+                or request.delete_when_idle is not None) and self.core.gateway is None:
             yield from self.core.recognise_gateway()  # a gateway keeps them, not this kernel
         problems, ticket = yield from self.checked(request, keep=True)
         if problems:

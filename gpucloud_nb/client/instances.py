@@ -151,13 +151,12 @@ class Instances:
         lets you log in; on the real cloud, with neither, the client's own key is sent
         (``~/.ssh/id_ed25519.pub``, else one it generates; see :mod:`gpucloud_nb.client.remote`).
         ``delete_after`` (seconds or a ``timedelta``) deletes the instance when the time is up
-        (see ``cloud.auto_delete``): on the sandbox the service keeps the timer; on the real
-        cloud it runs in this Python process, and a killed kernel cannot delete. ``budget``
+        (see ``cloud.auto_delete``): a gateway keeps the timer, with no kernel running; without
+        one it is refused before anything is sent. ``budget``
         (dollars) deletes it once it has cost that much, with a warning at 80 % (see
-        ``cloud.budgets``: the sandbox service watches; on the real cloud, this kernel).
+        ``cloud.budgets``: a gateway watches; without one it is refused).
         ``delete_when_idle`` (seconds or a ``timedelta``) deletes it once idle that long (see
-        :mod:`gpucloud_nb.client.idle`: the sandbox service watches; on the real cloud, the
-        JupyterLab extension while JupyterLab runs, else this kernel). A launch
+        :mod:`gpucloud_nb.client.idle`: a gateway watches; without one it is refused). A launch
         :meth:`check_create` finds a reason against raises
         :class:`~gpucloud_nb.errors.InvalidInputError` with the first one.
 

@@ -95,25 +95,21 @@ class _CloudBase(abc.ABC):
     def sandbox(self) -> SandboxHandle | None:
         """The sandbox this client talks to (``connect()`` sets it), or ``None`` for the cloud.
 
-        A client whose base URL is a gateway in front of the sandbox (``connect()``'s) hands
-        timers, idle deletes and budgets to that gateway; one on the sandbox's own URL hands
-        them to the sandbox service (:class:`ServiceAutoDelete`...); ``None`` hands them back to
-        a gateway, if the cloud is one, else to nobody. SSH keys are registered with the
-        sandbox itself over HTTP (``POST /sandbox/ssh-keys``).
+        Timers, idle deletes and budgets are kept by a gateway in front of it (``connect()``'s),
+        never by the sandbox: a client on the sandbox's own URL is like one on the cloud
+        directly (they are refused before the POST). SSH keys are registered with the sandbox
+        itself over HTTP (``POST /sandbox/ssh-keys``).
         """
         return self._core.sandbox
 
     @sandbox.setter
     def sandbox(self, box: SandboxHandle | None) -> None:
-        direct = box is not None and (without_userinfo(box.management_url).rstrip("/")
-                                      == without_userinfo(self.base_url).rstrip("/"))
-        self._core.use_sandbox(box, direct=direct)
+        self._core.sandbox = box
 
     def _recognise_quietly(self) -> None:
         """Ask once whether the cloud is a gateway, before its timers or budgets are read
         (unanswered, it is asked again at a create with ``delete_after`` or ``budget``)."""
-        if self._core.gateway is None and not self._core.sandbox_direct \
-                and not self._asked_gateway:
+        if self._core.gateway is None and not self._asked_gateway:
             self._asked_gateway = True
             with contextlib.suppress(GPUCloudError):
                 self._blocking_core().driver.run(self._core.recognise_gateway())
@@ -212,7 +208,7 @@ class _CloudBase(abc.ABC):
     @property
     def budgets(self) -> UnkeptBudgets | ServiceBudgets:
         """Spend budgets: ``set(id, dollars)``, ``cancel(id)``, ``states()``; ``where`` says who
-        watches (the sandbox service, a gateway, or ``nobody`` on the real cloud without a
+        watches (a gateway, or ``nobody`` on the cloud or the sandbox without a
         gateway; see :mod:`gpucloud_nb.client.budgets`).
 
             >>> cloud.budgets.set(instance.id, 5)  # doctest: +SKIP
@@ -236,8 +232,8 @@ class _CloudBase(abc.ABC):
     @property
     def idle_delete(self) -> UnkeptIdleDelete | ServiceIdleDelete:
         """This client's idle deletes: ``watch(id, seconds)``, ``keep(id)``, ``cancel(id)``,
-        ``states()``; ``where`` says who watches (a gateway, the sandbox service, or ``nobody``
-        on the cloud directly: see :mod:`gpucloud_nb.client.idle`)."""
+        ``states()``; ``where`` says who watches (a gateway, or ``nobody``
+        on the cloud or the sandbox directly: see :mod:`gpucloud_nb.client.idle`)."""
         self._recognise_quietly()
         return self._core.idle_delete
 
@@ -321,8 +317,6 @@ class GPUCloud(_CloudBase):
             >>> cloud.gateway_status().left  # doctest: +SKIP
             3.5
         """
-        if self._core.sandbox_direct:
-            return None
         status: GatewayStatus | None = self._core.driver.run(self._core.recognise_gateway())
         return status
 
@@ -330,8 +324,8 @@ class GPUCloud(_CloudBase):
         return self._core
 
     def close(self) -> None:
-        """Close the HTTP and SSH connections; timers, budgets and idle deletes are kept by the
-        gateway or the sandbox service, not by this client, and go on."""
+        """Close the HTTP and SSH connections; timers, budgets and idle deletes are kept by a
+        gateway, not by this client, and go on."""
         self._closed = True
         self._core.use_reports.stop()  # its thread sends with self._http: stopped first
         self._http.close()
@@ -385,8 +379,6 @@ class AsyncGPUCloud(_CloudBase):
     async def gateway_status(self) -> GatewayStatus | None:
         """This key's budget as its class gateway keeps it, or ``None`` when the cloud is not
         a gateway (see :meth:`GPUCloud.gateway_status`)."""
-        if self._core.sandbox_direct:
-            return None
         status: GatewayStatus | None = await self._core.driver.run(
             self._core.recognise_gateway())
         return status

@@ -18,7 +18,7 @@ At each pass of the watcher (:mod:`gpucloud_nb.gateway.meter`) every instance wi
 
 Once idle for its limit, it is deleted (audit reason ``idle``), and the delete is confirmed with
 the upstream like every delete of the watcher. The warning starts
-:func:`~gpucloud_nb.sandbox.idle.warn_seconds` before (5 minutes, or half a short limit), in
+:func:`warn_seconds` before (5 minutes, or half a short limit), in
 the idle state the client reads (``GET /gateway/idle``, the sandbox's shape).
 
 Choices: the limits live in SQLite and outlive a restart; the idle clocks and reported use do
@@ -39,7 +39,6 @@ from gpucloud_nb.gateway.gpu_reader import GPUReader
 from gpucloud_nb.gateway.store import Owned, Store
 from gpucloud_nb.idle_rule import THRESHOLD, in_use
 from gpucloud_nb.sandbox.http import Problem
-from gpucloud_nb.sandbox.idle import warn_seconds
 from gpucloud_nb.sandbox.lifecycle import iso
 
 __all__ = ["FIELD", "MAX_USE_SECONDS", "USE_SECONDS", "IdleWatch", "idle_seconds_of",
@@ -53,6 +52,18 @@ _GONE = ("deleting", "deleted", "error")
 FIELD = "deleteWhenIdle"
 """The create body's field that hands ``delete_when_idle`` to the gateway (taken out before the
 body goes on to the upstream)."""
+
+WARN = 300.0  # seconds: the warning shows this long before an idle delete (or half the limit)
+
+
+def warn_seconds(limit: float) -> float:
+    """How long before an idle delete the warning shows: 5 minutes, or half a short limit.
+
+        >>> warn_seconds(1800), warn_seconds(60)
+        (300.0, 30.0)
+    """
+    return min(WARN, limit / 2)
+
 
 
 def positive_seconds(value: Any, name: str) -> float:
@@ -113,7 +124,7 @@ class IdleWatch:
         return until
 
     def state(self, id: str, limit: float) -> dict[str, Any]:
-        """The idle state of ``id`` in the sandbox's shape (see :mod:`gpucloud_nb.sandbox.idle`)."""
+        """The idle state of ``id`` as the routes answer it (see :mod:`gpucloud_nb.gateway.idle_routes`)."""
         now = time.time()
         since = self.since.setdefault(id, now)
         warn_at = since + limit - warn_seconds(limit)

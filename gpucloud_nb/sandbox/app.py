@@ -54,7 +54,6 @@ from gpucloud_nb.models import InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox import cloud_init
-from gpucloud_nb.sandbox.budgets import Budgets, budget_routes, budget_watching
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
 from gpucloud_nb.sandbox.http import (
     MAX_BODY_BYTES,
@@ -67,7 +66,7 @@ from gpucloud_nb.sandbox.http import (
     spec_error,
 )
 from gpucloud_nb.sandbox.lifecycle import FAIL_SUFFIX, details_json, instance_json, volume_json
-from gpucloud_nb.sandbox.service_api import auto_delete_timers, service_routes
+from gpucloud_nb.sandbox.service_api import service_routes
 from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
 
@@ -201,8 +200,6 @@ class _Management:
         # ... and has its own inference secret (GET /sandbox/inference tells it).
         self.inference_secrets = {user_id(key): config.inference_secret_for(key)
                                   for key in config.account_keys}
-        self.budgets = Budgets(store, factor=config.bill_factor,
-                               delete_seconds=config.delete_seconds)
         self.launch_ms = round(config.launch_seconds * 1000)
         self.delete_ms = round(config.delete_seconds * 1000)
 
@@ -430,7 +427,6 @@ def create_app(config: SandboxConfig) -> Starlette:
     routes = management.routes() + service_routes(
         management.route, store, home=config.home, inference_secrets=management.inference_secrets,
         bill_factor=config.bill_factor)
-    routes += budget_routes(management.route, management.budgets)
     routes += idle_routes(management.route, store)
     from gpucloud_nb.sandbox.inference import create_inference_app
     from gpucloud_nb.sandbox.inference_instance_routes import endpoint_app, inference_instance_routes
@@ -448,8 +444,9 @@ def create_app(config: SandboxConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Background work on the server's loop: auto-delete timers and the instances' SSH servers.
-        async with auto_delete_timers(app), budget_watching(app), idle_watching(app):
+        # Background work on the server's loop: the idle watcher (to go: issue #36, stage 2) and
+        # the instances' SSH servers.
+        async with idle_watching(app):
             await servers.start()
             try:
                 yield
@@ -464,7 +461,6 @@ def create_app(config: SandboxConfig) -> Starlette:
     # An id is one path segment: "/gpu-cloud/instances/%2F" is a 404, never a redirect to the list.
     app.router.redirect_slashes = False
     app.state.store = store
-    app.state.budgets = management.budgets
     app.state.ssh = servers
     app.state.config = config
     app.state.endpoints = endpoints

@@ -376,7 +376,6 @@ def _status(home: Path) -> int:
     print(f"home: {home}")
     print(f"instances: {shown}")
     print(f"volumes: {status.get('volumes', 0)}")
-    print(f"auto-delete timers: {status.get('autoDeletes', 0)}")
     print(f"spend so far: {format_price(float(spend) if isinstance(spend, (int, float)) else 0.0)}")
     return 0
 

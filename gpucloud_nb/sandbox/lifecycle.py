@@ -151,3 +151,22 @@ def volume_json(record: VolumeRecord) -> dict[str, Any]:
         "updatedAt": created,
         "cloudProvider": record.doc["cloudProvider"],
     }
+
+
+def spend(record: InstanceRecord, now: int, factor: float = 1.0) -> float:
+    """Dollars ``record`` has cost at ``now`` (Unix ms): price × hours active or deleting × factor.
+
+        >>> from gpucloud_nb.sandbox.store import InstanceRecord
+        >>> record = InstanceRecord(1, "i", "u", "vm", None, 0, 1000, False, None, None,
+        ...                         {"hourlyPrice": 2.0})
+        >>> spend(record, 1000 + 1_800_000)   # half an hour active at $2/h
+        1.0
+    """
+    if record.fails:
+        return 0.0
+    status = status_of(record, now)
+    if status.name == "pending":
+        return 0.0
+    start = record.ready_ms if record.delete_ms is None else min(record.ready_ms, record.delete_ms)
+    end = now if status.deleted_ms is None else status.deleted_ms
+    return max(end - start, 0) / 3_600_000 * float(record.doc.get("hourlyPrice") or 0.0) * factor

@@ -55,8 +55,8 @@ def cost_html(offer: InstanceOffer | None, *, volume: Volume | None,
     the inference endpoints at their most containers; the cap counts both.
 
     ``kept_by`` is who keeps the auto-delete timer (``cloud.auto_delete.where``) and
-    ``budget_by`` who watches a ``budget`` in dollars (``cloud.budgets.where``): a gateway or the
-    sandbox service deletes even if the kernel stops; ``nobody`` (the cloud without a gateway)
+    ``budget_by`` who watches a ``budget`` in dollars (``cloud.budgets.where``): a gateway
+    deletes even if the kernel stops; ``nobody`` (the cloud or sandbox without a gateway)
     refuses either. ``delete_after`` is in seconds.
     """
     if offer is None:

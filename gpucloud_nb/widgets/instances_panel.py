@@ -12,7 +12,7 @@ Choices, written down once:
   while an instance is active or deleting.
 - Auto-delete: the ``autoDelete`` column counts down each instance's timer (see
   ``cloud.auto_delete``); for the selected instance, "Auto-delete in" (a duration: 1h, 30m) sets or extends it
-  and "Cancel auto-delete" stops it. The gateway (or the sandbox service) keeps the timers, so they
+  and "Cancel auto-delete" stops it. The gateway keeps the timers, so they
   fire with no kernel running; on the cloud directly (``GPUCLOUD_GATEWAY=off``) a timer is
   refused in one sentence.
 - Budget: the ``budget`` column shows what an instance with a budget has cost of it (see
@@ -23,7 +23,7 @@ Choices, written down once:
 - Idle delete: the ``idle`` column reads ``cloud.idle_delete`` (``delete_when_idle``): "idle
   25 min, deletes in 5:00" once the warning is on (five minutes before), "idle 16 min of 30
   min" past half the limit, else the limit; "Keep" starts the selected instance's idle clock
-  again. The gateway (or the sandbox service) keeps the clock, whether or not a kernel runs.
+  again. The gateway keeps the clock, whether or not a kernel runs.
 - The list refreshes in a daemon thread: every ``interval`` seconds (2 by default) while any
   instance is pending or deleting, every ``LIVE_INTERVAL`` (10 s) while instances are active or
   auto-delete timers run (spend and countdowns move), and not at all otherwise; it also stops

@@ -396,9 +396,11 @@ class LaunchForm(LaunchFields):
                 budget=self.budget.value, budget_by=self._cloud.budgets.where,
                 used_hourly=self._used_hourly, endpoints=self._endpoints_hourly,
                 over_cap=self._cap_problem(offer) is not None)
+            watcher = self._cloud.idle_delete.where
             self.idle_note.value = "" if not self.idle_delete.value.strip() else hint(escape(
-                f"Idle: no SSH session, no busy kernel, GPU under 5 %; watched by the "
-                f"{self._cloud.idle_delete.where}."))
+                "Idle: no SSH session, no busy kernel, GPU under 5 %; " + (
+                    f"watched by the {watcher}." if watcher != "nobody" else
+                    "nothing watches it without a gateway, so the launch is refused.")))
             launching = self.launching
             problem = self.problem
             self.launch_button.disabled = launching or problem is not None
