@@ -48,51 +48,34 @@ def test_busy_kernels_name_their_instances() -> None:
     assert busy_instance_ids(kernels) == {"a"}
 
 
-@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
-                         "now; this test must run the Lab poller through a gateway in front")
-@pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
-def test_sandbox_rows_show_gpu_use_and_the_services_idle_clock_and_keep_resets_it(
-        sandbox: Sandbox) -> None:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
+@pytest.mark.slow  # 20-60 s: the full run has it, the fast lane does not
+def test_rows_show_gpu_use_and_the_gateways_idle_clock_and_keep_resets_it(
+        gateway_factory: Callable[..., Gateway]) -> None:
+    """The Lab poller through a gateway (as Lab's personal one): GPU use read by the gateway over
+    SSH, its idle clock, the warning halfway, Keep, and the delete it makes itself."""
+    gateway = gateway_factory()
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
     busy = launch_active(cloud, "busy", delete_when_idle=timedelta(seconds=3)).id
     cloud.instances.run(busy, LOOP)
     idle = launch_active(cloud, "idle", delete_when_idle=timedelta(seconds=16)).id
 
+    def connect() -> AsyncGPUCloud:
+        return AsyncGPUCloud(api_key=ADA, base_url=gateway.url, timeout=5, max_retries=1)
+
     async def body(poller: Poller) -> None:
         seen = await until(poller, lambda s: (row(s, busy).get("gpu") or {}).get("util", 0) >= 50
-                           and len(row(s, busy)["gpu"]["history"]) >= 2, 20)
-        assert row(seen, busy)["gpu"]["memoryMiB"] > 0
-        assert row(seen, busy)["idle"]["by"] == "the sandbox service"
-        warned = await until(poller, lambda s: (row(s, idle).get("idle") or {}).get("warning"), 16)
+                           and len(row(s, busy)["gpu"]["history"]) >= 2, 60)
+        assert row(seen, busy)["idle"]["by"] == "the gateway"
+        warned = await until(poller, lambda s: (row(s, idle).get("idle") or {}).get("warning"), 60)
         assert row(warned, idle)["idle"]["halfway"] and row(warned, idle)["status"] == "active"
-        assert row(warned, idle)["gpu"]["util"] < 5
         await poller.keep(idle)
-        kept = await until(poller, lambda s: not row(s, idle)["idle"]["warning"], 8)
-        assert row(kept, idle)["idle"]["idleSeconds"] < 3
-        gone = await until(poller, lambda s: row(s, idle)["status"] in ("deleting", "deleted"), 22)
+        kept = await until(poller, lambda s: not row(s, idle)["idle"]["warning"], 30)
+        assert row(kept, idle)["idle"]["idleSeconds"] < 8
+        gone = await until(poller, lambda s: row(s, idle)["status"] in GONE, 60)
         assert row(gone, busy)["status"] == "active"  # past its 3 s limit: the loop keeps it
         assert gone["deleteProblems"] == []
 
-    run(polling(sandbox, as_sandbox=True), body)
-    cloud.close()
-
-
-@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
-                         "now; this test must run the Lab poller through a gateway in front")
-def test_a_busy_kernel_keeps_a_sandbox_instance(sandbox: Sandbox) -> None:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
-    instance = launch_active(cloud, "kernel").id
-
-    async def body(poller: Poller) -> None:
-        await until(poller, lambda s: row(s, instance).get("gpu") is not None, 10)
-        cloud.idle_delete.watch(instance, timedelta(seconds=3))  # nothing runs on it
-        await asyncio.sleep(7)
-        assert row(await poller.snapshot(), instance)["status"] == "active"
-
-    run(polling(sandbox, as_sandbox=True, busy=lambda: {instance}), body)
-    assert cloud.instances.get(instance).status == "active"
+    run(Poller(connect, fast=1.0, slow=1.0), body)
     cloud.close()
 
 
@@ -152,28 +135,30 @@ class ReportsActive(httpx.AsyncHTTPTransport):
                               content=body)
 
 
-@pytest.mark.skip(reason="#36 stage 2, not yet ported: the sandbox itself keeps no idle limit "
-                         "now; this test must run the Lab poller through a gateway in front")
-def test_a_delete_that_never_shows_turns_red(sandbox: Sandbox) -> None:
-    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    cloud.sandbox = sandbox
+def test_a_delete_that_never_shows_turns_red(gateway_factory: Callable[..., Gateway]) -> None:
+    gateway = gateway_factory()
+    cloud = GPUCloud(api_key=ADA, base_url=gateway.url)
     instance = launch_active(cloud, "stuck", delete_when_idle=600).id
     confirm = 3.0  # the default is a minute
 
+    def connect() -> AsyncGPUCloud:
+        return AsyncGPUCloud(api_key=ADA, base_url=gateway.url, transport=ReportsActive(),
+                             timeout=5, max_retries=1)
+
     async def body(poller: Poller) -> None:
-        await until(poller, lambda s: row(s, instance).get("idle") is not None, 20)
+        await until(poller, lambda s: row(s, instance).get("idle") is not None, 30)
         cloud.idle_delete.watch(instance, 3)  # the poller sees this limit before it is due
         await until(poller, lambda s: (row(s, instance).get("idle") or {}).get(
-            "limitSeconds") == 3, 10)
+            "limitSeconds") == 3, 30)
         start = time.monotonic()
-        red = await until(poller, lambda s: s["deleteProblems"], 3 + 2 + confirm + 20)
+        red = await until(poller, lambda s: s["deleteProblems"], 3 + 2 + confirm + 60)
         assert time.monotonic() - start >= confirm - 1
         sentence = row(red, instance)["deleteProblem"]
         assert red["deleteProblems"] == [sentence] and row(red, instance)["status"] == "active"
         assert sentence.startswith("stuck was to be deleted by its idle limit at ")
         assert "is still active" in sentence and sentence.endswith("delete it by hand.")
-        assert sandbox.api_key not in sentence
+        assert ADA not in sentence and UPSTREAM_KEY not in sentence
 
-    run(polling(sandbox, as_sandbox=True, transport=ReportsActive(), confirm=confirm), body)
+    run(Poller(connect, fast=1.0, slow=1.0, confirm=confirm), body)
     assert CONFIRM == 60
     cloud.close()
