@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb._secrets import mask_url
+from gpucloud_nb.errors import GPUCloudError
 from gpucloud_nb.inference_records import FAILED_STATUSES
 
 if TYPE_CHECKING:
@@ -128,10 +129,28 @@ def _ai_magics(shell: InteractiveShell) -> Any:
         # It says that no .env file holds provider keys: true, and needless for these aliases.
         with contextlib.redirect_stderr(io.StringIO()):
             shell.extension_manager.load_extension("jupyter_ai_magic_commands")
+        _keep_our_errors_short(shell)
         found = shell.magics_manager.registry.get("AiMagics")
     if found is None:
         raise RuntimeError("jupyter_ai_magic_commands did not register its AiMagics")
     return found
+
+
+def _keep_our_errors_short(shell: InteractiveShell) -> None:
+    """jupyter-ai's magics take every exception (to keep it for ``%ai fix``) and print its
+    traceback; ours stay one sentence (:func:`gpucloud_nb._notebook.install_error_display`), the
+    others go on to jupyter-ai's handler."""
+    from jupyter_ai_magic_commands.exception import store_exception
+
+    from gpucloud_nb._notebook import _show_error
+
+    def handler(shell: Any, etype: type[BaseException], value: BaseException, tb: Any,
+                tb_offset: int | None = None) -> Any:
+        if isinstance(value, GPUCloudError):
+            return _show_error(shell, etype, value, tb, tb_offset)
+        return store_exception(shell, etype, value, tb, tb_offset)
+
+    shell.set_custom_exc((BaseException,), handler)
 
 
 def _register_provider() -> None:

@@ -209,9 +209,8 @@ def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_del
     assert sorted(alive_at_exit) == sorted(ids) and len(ids) == 2
     assert live(box, ids) == set(ids)  # the process has ended; the cluster has not
     assert cluster_names(box) == ["kept"]
-    started = time.monotonic()
     wait_for(lambda: not live(box, ids), timeout=90, what=lambda: f"live {live(box, ids)}")
-    assert time.monotonic() - started >= 1  # deleted by the timer, not at exit
+    # (deleted by the timer, not at exit: they were live above, after the process ended)
 
 
 def test_a_cluster_found_again_keeps_its_budget_and_what_it_has_cost_so_adapt_stays_within_it(

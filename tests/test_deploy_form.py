@@ -74,7 +74,7 @@ def test_the_chat_says_waking_up_and_answers_after_a_cold_start(cloud: GPUCloud)
     from gpucloud_nb.widgets.chat import ChatWidget
 
     cloud.inference_instances.create(name="sleepy", model="sandbox-vision-1", min=0, max=1,
-                                     cooldown=0.3)
+                                     cooldown=5)  # long enough to stay awake between two turns
     cloud.inference_instances.wait_until_active("sleepy", poll_interval=0.05)
     wait_for(lambda: cloud.inference_instances.get("sleepy").scaled_to_zero, timeout=WAIT)
     client = cloud.inference_instances.chat_client("sleepy")

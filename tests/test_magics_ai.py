@@ -42,6 +42,7 @@ def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
 
 @pytest.fixture(autouse=True)
 def _forget_aliases(shell: InteractiveShell) -> Iterator[None]:  # noqa: F811 (fixture)
+    handled = shell.custom_exceptions, shell.CustomTB
     yield
     for client in magics_ai._clients.values():
         client.close()
@@ -49,6 +50,7 @@ def _forget_aliases(shell: InteractiveShell) -> Iterator[None]:  # noqa: F811 (f
     if "jupyter_ai_magic_commands" in shell.extension_manager.loaded:
         # it replaced the shell's exception handler; give it back to the other modules' tests
         shell.extension_manager.unload_extension("jupyter_ai_magic_commands")
+    shell.custom_exceptions, shell.CustomTB = handled  # (its unload keeps BaseException's)
 
 
 def _ai_cell(runner: Magic, alias: str, prompt: str) -> tuple[Any, str]:
@@ -81,6 +83,10 @@ def test_ai_cell_chats_with_the_endpoint_and_the_secret_stays_in_the_kernel(
     # A conversation: the second cell carries the first exchange, as jupyter-ai does.
     reply, _ = _ai_cell(magic, "mine", "And 3+3?")
     assert "3 + 3" in reply
+    # jupyter-ai's magics take every exception; ours still show as one sentence.
+    failed = magic.cell("from gpucloud_nb import GPUCloud\nGPUCloud(api_key='k', base_url='ftp://x')")
+    assert failed.err.strip().startswith("InvalidInputError: ") and "Traceback" not in failed.err
+    assert len(failed.err.strip().splitlines()) == 1
 
 
 def test_a_stopped_endpoint_is_one_sentence_before_and_after_the_alias(
