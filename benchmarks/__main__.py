@@ -31,6 +31,7 @@ even when targets are missed; it is 1 only when a benchmark module failed to run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import math
@@ -140,6 +141,18 @@ def _load() -> str:
     return f"{load:.1f}{'*' if load > cores else ''}"
 
 
+GATEWAY_HOME = "GPUCLOUD_GATEWAY_HOME"
+
+
+def _stop_gateways(root: str) -> None:
+    """Stop the personal gateways the modules started under ``root``."""
+    from gpucloud_nb.gateway import personal
+
+    for home in sorted(Path(root).glob("*/")):
+        with contextlib.suppress(Exception):
+            personal.stop(home)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
@@ -159,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch = tempfile.mkdtemp(prefix="gpucloud-bench-run-")
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = scratch, scratch  # subprocesses inherit TMPDIR
+    # Personal gateways the modules start (through connect(), in kernels) live in this run's
+    # folder too, not in the user's data dir, and are stopped with it.
+    gateways = saved_gateways = os.environ.get(GATEWAY_HOME)
+    if gateways is None:
+        gateways = os.environ[GATEWAY_HOME] = os.path.join(scratch, "gateways")
     sys.stderr = errors
     try:
         for name in names:
@@ -180,7 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             errors.line(f"# {name}: {time.perf_counter() - module_start:.1f} s, load {load}")
     finally:
         sys.stderr = errors.stream
-        left = sorted(os.listdir(scratch))
+        if saved_gateways is None:
+            _stop_gateways(gateways)
+            os.environ.pop(GATEWAY_HOME)
+        left = sorted(name for name in os.listdir(scratch) if name != "gateways")
         shutil.rmtree(scratch, ignore_errors=True)
         os.environ.pop("TMPDIR")
         if saved[0] is not None:

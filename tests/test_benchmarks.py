@@ -110,3 +110,20 @@ def test_quick_gateway_benchmark_prints_its_table_with_load_and_leaves_no_folder
         assert re.search(r"\d+\.\d+ (ms|µs|s)\b", line), line
     assert re.search(r"^\d+ pass, \d+ miss, \d+ info, 0 error", result.stdout, re.M), result.stdout
     assert set(Path(tempfile.gettempdir()).glob("gpucloud-bench-gateway-*")) == before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_benchmark_run_by_hand_leaves_no_personal_gateway_in_the_users_data_dir(
+        tmp_path: Path) -> None:
+    """``bench_session`` starts kernels whose ``connect()`` starts a personal gateway: without
+    ``GPUCLOUD_GATEWAY_HOME`` (a run by hand) it lives in the run's folder and stops with it."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "GPUCLOUD_GATEWAY_HOME"}
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "session"],
+                            capture_output=True, text=True, cwd=REPO, timeout=280,
+                            env={**env, "XDG_DATA_HOME": str(data),
+                                 "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert not (data / "gpucloud-nb" / "gateways").exists() or \
+        not any((data / "gpucloud-nb" / "gateways").iterdir())

@@ -19,7 +19,8 @@ which the provisioner sees as the request cancelled.
 Choices (the issue leaves them open):
 
 - **Where the socket is.** In a fresh ``gpucloud-agent-*`` folder of the instance's temporary
-  directory (a Unix socket path has at most 107 bytes; an instance home can be longer), named in
+  directory, or of ``/tmp`` when that directory's path is too long for one (a Unix socket path
+  has at most 107 bytes; an instance home or ``TMPDIR`` can be longer), named in
   ``<connection file>.agent`` (0600) next to the connection file, so a kernel finds its own
   relay from :func:`ipykernel.connect.get_connection_file` alone.
 - **One answer per request.** A second request while one is running is refused by the
@@ -49,6 +50,9 @@ _RELAY = r"""
 import json, os, socket, sys, tempfile, threading
 info = sys.argv[1]
 folder = tempfile.mkdtemp(prefix="gpucloud-agent-")
+if len(os.path.join(folder, "s").encode()) > 100:  # a socket path has at most 107 bytes
+    os.rmdir(folder)
+    folder = tempfile.mkdtemp(prefix="gpucloud-agent-", dir="/tmp")
 path = os.path.join(folder, "s")
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
