@@ -58,6 +58,14 @@ def box(sandbox_factory: Callable[..., Sandbox],
     cloud.close()
 
 
+def fronted(sandbox: Sandbox, front_gateway: Callable[[Sandbox], Any], **options: Any) -> GPUCloud:
+    """A client of ``sandbox`` through a gateway in front (which keeps the cluster's orphan
+    timer, as for ``connect()``), knowing the sandbox; ``options`` go to ``GPUCloud``."""
+    cloud = GPUCloud(api_key=ADA, base_url=front_gateway(sandbox).url, **options)
+    cloud.sandbox = sandbox
+    return cloud
+
+
 def dask_processes() -> list[psutil.Process]:
     """Scheduler, nanny and worker processes of this run's sandboxes still running (any
     cluster; not those of another pytest-xdist worker's sandboxes)."""
@@ -268,15 +276,14 @@ def test_the_cost_cap_counts_endpoints_at_their_most_containers_before_any_launc
 
 @pytest.mark.parametrize("latency", [0.0, 0.3])
 def test_adapt_to_six_under_a_one_dollar_cap_runs_at_most_two(
-        sandbox_factory: Callable[..., Sandbox], latency: float) -> None:
+        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any],
+        latency: float) -> None:
     """adapt calls scale on Dask's event loop and starts its workers at once: each create
     must still see the others' (#34: five $0.45/h instances ran under a $1/h cap, six with
     0.3 s of latency)."""
     sandbox = sandbox_factory(latency=latency)
     observer = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    capped = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url,
-                      max_hourly_cost=1.0)
-    capped.sandbox = sandbox
+    capped = fronted(sandbox, front_gateway, max_hourly_cost=1.0)
     offer = vm_offer(observer)
     assert 2 * offer.hourly_price <= 1.0 < 3 * offer.hourly_price
     peak = 0
@@ -416,14 +423,14 @@ def test_the_end_of_the_python_process_deletes_a_cluster_left_open(box: GPUCloud
         cloud = GPUCloud()
         cluster = GPUCloudCluster(cloud, 2, name="forgotten")
         from gpucloud_nb.cluster.spec import ORPHANS_UNWATCHED
-        assert ORPHANS_UNWATCHED in cluster.notices  # the cloud directly: no orphan timer kept
+        assert ORPHANS_UNWATCHED not in cluster.notices  # the gateway keeps its orphan timer
         from distributed import Client
         client = Client(cluster)
         assert client.submit(sum, [1, 2]).result() == 3
         print(" ".join(cluster.instance_ids), flush=True)
         # no close() of either: the interpreter's exit closes them, as a kernel shutdown would
     """)
-    env = dict(os.environ, GPUCLOUD_API_KEY=box.sandbox.api_key, GPUCLOUD_BASE_URL=box.base_url)
+    env = dict(os.environ, GPUCLOUD_API_KEY=ADA, GPUCLOUD_BASE_URL=box.base_url)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -498,13 +505,13 @@ def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud
 
 @pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
-        sandbox_factory: Callable[..., Sandbox], caplog: pytest.LogCaptureFixture) -> None:
+        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any],
+        caplog: pytest.LogCaptureFixture) -> None:
     # $360/h: each instance costs 10 cents a second, billed as cloud.spend() bills.
     sandbox = sandbox_factory(offers=one_offer(360.0), launch_seconds=0.3, delete_seconds=0.2)
     budget = 4.0
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud, \
+    with fronted(sandbox, front_gateway) as cloud, \
             caplog.at_level(logging.WARNING, logger="gpucloud_nb.cluster"):
-        cloud.sandbox = sandbox
         cluster = GPUCloudCluster(cloud, 2, name="thrifty", budget=budget)
         assert cluster.budget == budget
         ids = cluster.instance_ids
@@ -530,7 +537,7 @@ def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
         assert budget <= bills[ids[0]] + bills[ids[1]] <= budget + 0.1 * 2 * (2 + 3)
         assert bills[ids[0]] < budget and bills[ids[1]] > 0.3
         cluster.close()  # already closed: nothing more to do
-    assert clusters.members(sandbox.management_url) == {}
+    assert clusters.members(cloud.base_url) == {}
 
 
 @pytest.mark.parametrize(("cuda", "kind", "resources"), [
@@ -582,14 +589,13 @@ def test_adapt_under_a_burst_wanting_three_times_its_maximum_never_rents_past_it
 
 
 def test_a_worker_instance_that_fails_to_start_is_named_and_the_others_go_on(
-        sandbox_factory: Callable[..., Sandbox]) -> None:
+        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any]) -> None:
     """#40 (dask-cloudprovider #277, #470): one of three instances goes to ``error``; it is
     named with its reason as soon as the cloud says so, deleted, and the cluster starts on the
     other two."""
     sandbox = sandbox_factory(launch_seconds=0.5, delete_seconds=0.2,
                               faults=Faults(fail_names="dask-flaky-2"))
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        cloud.sandbox = sandbox
+    with fronted(sandbox, front_gateway) as cloud:
         with GPUCloudCluster(cloud, 3, name="flaky") as cluster:
             failed = next(i for i in cloud.instances.list() if i.name == "dask-flaky-2")
             assert cluster.notices == [
@@ -636,14 +642,13 @@ def test_a_scale_down_confirms_its_delete_and_sends_it_again_to_a_cloud_that_ign
 
 
 def test_a_worker_instance_active_but_unreachable_over_ssh_is_named_and_the_others_go_on(
-        sandbox_factory: Callable[..., Sandbox]) -> None:
+        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any]) -> None:
     """#40: an instance the cloud calls active whose SSH port nobody answers on is named with
     the reason (bounded by 30 s after the instances are active), deleted, and the cluster starts
     on the others instead of hanging."""
     sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
                               faults=Faults(unreachable_names="dask-dark-1"))
-    with GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url) as cloud:
-        cloud.sandbox = sandbox
+    with fronted(sandbox, front_gateway) as cloud:
         with GPUCloudCluster(cloud, 3, name="dark") as cluster:
             dark = next(i for i in cloud.instances.list() if i.name == "dask-dark-1")
             assert len(cluster.notices) == 1, cluster.notices

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from gpucloud_nb import GPUCloud
@@ -32,8 +33,11 @@ from tests.helpers import (
     TEACHER,
     UPSTREAM_KEY,
     as_key,
+    connected,
     create_body,
     direct,
+    echo_port,
+    launch_active,
     wait_for,
 )
 from tests.test_gateway_cloud_init import active, cloud_init_offer
@@ -243,3 +247,114 @@ def test_the_teachers_view_shows_each_students_idle_minutes_from_the_gateways_cl
             assert "idle min" in panel.table.value
         finally:
             panel.close()
+
+
+# -- what is use, through a personal gateway in front of the sandbox (as connect() makes it) -----
+# The gateway alone keeps the clock: its own GPU read over SSH and the use this client reports.
+# (Moved here from the sandbox's own idle watcher, which is gone; a kernel, busy or idle:
+# tests/test_kernel_busy.py.)
+
+LIMIT = 3.0
+own_home = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
+
+LOOP = "sh -c 'while :; do :; done'"
+DETACHED = {  # each starts a busy loop that leaves the SSH session, and prints its pid
+    "setsid": f"setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "nohup": f"nohup {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "double fork": f"( setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $! )",
+    "tmux": f"tmux new-session -d {LOOP!r} && tmux list-panes -F '#{{pane_pid}}'",
+}
+
+
+def watched(box: GPUCloud) -> str:
+    """An active instance launched through ``box``'s gateway with a long idle limit (a test
+    shortens it once its work runs)."""
+    return launch_active(box, "idle", delete_when_idle=3600).id
+
+
+def gone_after(observer: GPUCloud, id: str, timeout: float) -> float | None:
+    """Seconds until the upstream says ``id`` is deleting or deleted, or None by ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if observer.instances.get(id).status in ("deleting", "deleted"):
+            return time.monotonic() - start
+        time.sleep(0.1)
+    return None
+
+
+@own_home
+def test_an_instance_with_nothing_running_is_deleted_at_its_limit_not_before(
+        box: GPUCloud, observer: GPUCloud) -> None:
+    id = watched(box)
+    state = box.idle_delete.watch(id, LIMIT)
+    assert state.limit == LIMIT and state.idle < 1 and not state.warning
+    took = gone_after(observer, id, LIMIT + 30)
+    assert took is not None and took >= LIMIT - 0.1
+
+
+@own_home
+def test_a_busy_loop_keeps_its_instance_and_once_killed_it_idles_away(
+        box: GPUCloud, observer: GPUCloud) -> None:
+    """The gateway's GPU read keeps a loop nobody watches; the run that kills it ends its use
+    at the gateway's next pass (its end report used to count 30 s more)."""
+    id = watched(box)
+    pid = box.instances.run(id, f"nohup {LOOP} >/dev/null 2>&1 & echo $!").stdout.strip()
+    box.idle_delete.watch(id, LIMIT)
+    assert gone_after(observer, id, LIMIT * 3) is None
+    state = box.idle_delete.states()[id]
+    assert state.gpu_util is not None and state.gpu_util >= 50 and state.idle < LIMIT, state
+    box.instances.run(id, f"kill {pid}")
+    assert gone_after(observer, id, LIMIT + 20) is not None
+
+
+@own_home
+def test_an_open_run_keeps_its_instance_and_its_end_lets_it_go(
+        box: GPUCloud, observer: GPUCloud) -> None:
+    """Sleeping uses no GPU: only the run this client reports keeps the instance."""
+    id = watched(box)
+    box.idle_delete.watch(id, LIMIT)
+    session = threading.Thread(target=box.instances.run, args=(id, "sleep 8"))
+    session.start()
+    try:
+        assert gone_after(observer, id, 6) is None
+    finally:
+        session.join(60)
+    assert gone_after(observer, id, LIMIT + 20) is not None
+
+
+@pytest.mark.parametrize("how", list(DETACHED))
+@own_home
+def test_a_detached_job_keeps_its_instance_by_its_gpu_use(
+        box: GPUCloud, observer: GPUCloud, how: str) -> None:
+    """A loop that left the SSH session (setsid, nohup, a double fork, tmux) is the instance's
+    GPU use, read by the gateway, after the run that started it has ended."""
+    id = watched(box)
+    pid = int(box.instances.run(id, DETACHED[how]).stdout.split()[-1])
+    try:
+        box.idle_delete.watch(id, LIMIT)
+        assert gone_after(observer, id, LIMIT * 3) is None
+        state = box.idle_delete.states()[id]
+        assert state.gpu_util is not None and state.gpu_util >= 50, state
+    finally:
+        box.instances.delete(id)
+        wait_for(lambda: not psutil.pid_exists(pid) or
+                 psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, timeout=30)
+
+
+@pytest.mark.parametrize("bookkeeping", [False, True], ids=["the user's", "bookkeeping"])
+@own_home
+def test_a_connection_through_a_forward_the_user_opened_is_use(
+        box: GPUCloud, observer: GPUCloud, bookkeeping: bool) -> None:
+    """A forward that only listens is not use; a connection through it is, while open, unless
+    the package opened the forward for its own bookkeeping (a cluster's scheduler)."""
+    id = watched(box)
+    with echo_port() as port, box.instances.forward(id, port, bookkeeping=bookkeeping) as url:
+        with connected(url):
+            box.idle_delete.watch(id, LIMIT)
+            took = gone_after(observer, id, LIMIT * 3)
+            if bookkeeping:
+                assert took is not None
+                return
+            assert took is None, "an open connection through the forward is use"
+        # closed; the forward still listens: that is not use, so it idles away
+        assert gone_after(observer, id, LIMIT + 20) is not None

@@ -8,7 +8,8 @@ A gateway deletes an idle instance with no notebook open (:mod:`gpucloud_nb.gate
 reads GPU use itself, but a ``run``, a copy or a port forward of this client may use no GPU at
 all. While one is open on an instance, this client says so: ``POST /gateway/instances/{id}/use``
 with ``{"seconds": 3 × EVERY}`` when it opens, every :data:`EVERY` seconds (10) while it stays
-open (one daemon thread, started at the first), and once when it ends. :class:`Remote
+open (one daemon thread, started at the first), and ``{"seconds": 0}`` once when the last thing
+open on it ends (use until the gateway's next pass, not for the 30 s the last report gave). :class:`Remote
 <gpucloud_nb.client.remote.Remote>` calls :meth:`UseReports.change` around each of them.
 
 Choices: reports go only to a gateway, personal or a class's (``is_gateway()``, asked at the
@@ -95,6 +96,7 @@ class UseReports:
                 if self._stopped:
                     return
                 ids = set(self._open) | self._told
+                still_open = set(self._open)
                 self._told.clear()
                 gateway = self._gateway
             if not ids:
@@ -111,4 +113,4 @@ class UseReports:
                     return
                 with contextlib.suppress(GPUCloudError):
                     self._send("POST", f"/gateway/instances/{id}/use",
-                               {"seconds": 3 * self.every})
+                               {"seconds": 3 * self.every if id in still_open else 0})

@@ -116,9 +116,11 @@ class IdleWatch:
                    default=None)
 
     def report(self, id: str, seconds: float = USE_SECONDS) -> float:
-        """A client says ``id`` is in use for the next ``seconds``; when that ends (Unix s)."""
+        """A client says ``id`` is in use for the next ``seconds``; when that ends (Unix s).
+        ``0`` says what was open has ended: in use at the next pass only."""
         now = time.time()
-        until = max(self.used_until.get(id, 0.0), now + min(max(seconds, 0.0), MAX_USE_SECONDS))
+        until = now if seconds <= 0 else \
+            max(self.used_until.get(id, 0.0), now + min(seconds, MAX_USE_SECONDS))
         self.used_until[id] = until
         self.reported_at[id] = now
         return until

@@ -27,6 +27,11 @@ only its own instances, another's is a 404):
 - ``POST /gateway/instances/{id}/use`` with ``{"seconds": S}`` (optional; 30 by default, at most
   600): a client says the instance is in use for the next ``S`` seconds (a run, a copy, a forward
   or an executing kernel of its own is open); 200 with ``{"instanceId", "until"}``.
+  ``{"seconds": 0}`` says what was open has ended: the instance counts as in use at the next
+  pass only, as a session closed since the last measure does, not for the rest of the ``S``
+  seconds an earlier report gave. Choice: one report of an end ends every report of that
+  instance; another client still holding something open tells again within its 10 s, so only
+  a limit under that could see a gap.
 """
 
 from __future__ import annotations
@@ -99,7 +104,8 @@ def idle_routes(gate: Gate, watch: IdleWatch) -> list[BaseRoute]:
         id = owned(request, person)
         body = await read_json_object(request) if await request.body() else {}
         seconds = body.get("seconds", USE_SECONDS)
-        until = watch.report(id, positive_seconds(seconds, "seconds"))
+        ended = seconds == 0 and not isinstance(seconds, bool)
+        until = watch.report(id, 0.0 if ended else positive_seconds(seconds, "seconds"))
         return json_response({"instanceId": id, "until": iso(round(until * 1000))})
 
     return [
