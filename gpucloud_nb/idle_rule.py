@@ -26,9 +26,9 @@ use, and its instances idle away like any other; tasks running show as CPU (GPU 
 workers, which is use. (Counting the client's connection would keep a cluster billing for as
 long as a notebook holds a ``Client``, the same trap as an idle kernel.)
 
-Who sees what: the sandbox service (:mod:`gpucloud_nb.sandbox.idle`) sees every session and
-measures every process of an instance, so a kernel executing code is CPU there; a gateway
-(:mod:`gpucloud_nb.gateway.idle`) reads the GPU over SSH and is told the rest: a client's open
+Who sees what: a gateway (:mod:`gpucloud_nb.gateway.idle`), the one keeper of idle deletes,
+reads the GPU over SSH (on the sandbox, every process of an instance measured as its GPU use,
+:mod:`gpucloud_nb.sandbox.gpu_use`) and is told the rest: a client's open
 commands, copies and forwards (:mod:`gpucloud_nb.client.use_report`), and kernels while they
 execute code (by their provisioner, :mod:`gpucloud_nb.kernel.busy`, and the JupyterLab
 extension, :mod:`gpucloud_nb.lab.idle`).

@@ -807,23 +807,6 @@ def ssh_cloud(cloud: GPUCloud, sandbox_box: Any, tmp_path: Any,
     return cloud
 
 
-def test_a_run_cell_that_starts_with_nvidia_smi_is_use(magic: Magic, ssh_cloud: GPUCloud,
-                                                       sandbox_box: Any) -> None:
-    """Looking at the GPU first is the habit of every training cell: the job after it is use,
-    so the instance's idle delete waits for it."""
-    import httpx
-
-    details = launch_active(ssh_cloud, "trainer")
-    watched = httpx.put(f"{sandbox_box.management_url}/sandbox/instances/{details.id}/idle-delete",
-                        json={"seconds": 2}, headers={"x-api-key": API_KEY})
-    assert watched.status_code == 200, watched.text
-    ran = magic.cell("%%gpucloud run trainer\nnvidia-smi\n"
-                     "end=$(( $(date +%s) + 8 )); while [ $(date +%s) -lt $end ]; do :; done\n"
-                     "echo trained")
-    assert "trained" in ran.out and ran.err == "", ran.err
-    assert ssh_cloud.instances.get(details.id).status == "active"
-
-
 def test_cell_run_streams_output_and_a_failure_is_one_line(magic: Magic,
                                                            ssh_cloud: GPUCloud) -> None:
     details = launch_active(ssh_cloud, "box-1")

@@ -12,9 +12,7 @@ on an offer without cloud-init (``cloudInitAvailable`` false: every container of
 sentence, before anything is admitted or sent: the gateway could not read such an instance's
 GPU, and a limit it cannot watch must not be taken quietly.
 
-**Routes** (the sandbox's idle routes, :mod:`gpucloud_nb.sandbox.idle`, mirrored under
-``/gateway/``, so a client asks the gateway exactly as it asks the sandbox service; each key sees
-only its own instances, another's is a 404):
+**Routes** (under ``/gateway/``; each key sees only its own instances, another's is a 404):
 
 - ``PUT /gateway/instances/{id}/idle-delete`` with ``{"seconds": N}``: 200 with its state;
   400 for a bad ``seconds``, an instance deleting or deleted, or one launched without

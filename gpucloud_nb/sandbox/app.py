@@ -55,6 +55,7 @@ from gpucloud_nb.rules import instance_create_problem, volume_create_problem
 from gpucloud_nb.sandbox import catalogue as default_catalogue
 from gpucloud_nb.sandbox import cloud_init
 from gpucloud_nb.sandbox.catalogue import DEPLOYMENT_TYPES, select_offers
+from gpucloud_nb.sandbox.gpu_use import measuring
 from gpucloud_nb.sandbox.http import (
     MAX_BODY_BYTES,
     Handler,
@@ -422,12 +423,9 @@ def create_app(config: SandboxConfig) -> Starlette:
     )
     store = Store(config.state)
     management = _Management(config, store, offers)
-    from gpucloud_nb.sandbox.idle import idle_routes, idle_watching
-
     routes = management.routes() + service_routes(
         management.route, store, home=config.home, inference_secrets=management.inference_secrets,
         bill_factor=config.bill_factor)
-    routes += idle_routes(management.route, store)
     from gpucloud_nb.sandbox.inference import create_inference_app
     from gpucloud_nb.sandbox.inference_instance_routes import endpoint_app, inference_instance_routes
     from gpucloud_nb.sandbox.inference_instances import ENDPOINTS_PREFIX, Endpoints
@@ -444,9 +442,9 @@ def create_app(config: SandboxConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Background work on the server's loop: the idle watcher (to go: issue #36, stage 2) and
-        # the instances' SSH servers.
-        async with idle_watching(app):
+        # Background work on the server's loop: the instances' GPU-use meter and SSH servers.
+        async with measuring(servers) as meter:
+            app.state.gpu_meter = meter
             await servers.start()
             try:
                 yield

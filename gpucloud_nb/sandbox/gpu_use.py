@@ -22,18 +22,37 @@ used. A process first seen at a sample counts from when it started if that was a
 previous sample, else from that sample on. A process that ended since the last sample and whose
 parent is still measured shows again in its parent's reaped-children time: what was counted of
 it already is taken off.
+
+While the service runs, :func:`measuring` samples every running instance each :data:`POLL`
+seconds (1) and hands the figures to the instance's ``nvidia-smi``
+(:mod:`gpucloud_nb.sandbox.nvidia_smi`), as a VM's driver would. A server with shells off
+(several accounts under one OS user) runs nothing on its instances, so it walks no ``/proc``
+(some 14 ms of CPU a second, holding the GIL while the event loop answers). The sandbox deletes
+nothing for being idle: a gateway in front of it does (issue #36), reading that ``nvidia-smi``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
-__all__ = ["MARKER", "ProcessTable", "Snapshot", "TreeMeter", "Use"]
+if TYPE_CHECKING:
+    from gpucloud_nb.sandbox.ssh import InstanceServers
+
+__all__ = ["MARKER", "POLL", "GPUMeter", "ProcessTable", "Snapshot", "TreeMeter", "Use",
+           "measuring"]
+
+log = logging.getLogger("uvicorn.error")  # the service log, next to uvicorn's own lines
+POLL = 1.0
+"""Seconds between two measures of every running instance."""
 
 MARKER = "GPUCLOUD_MACHINE"
 """The environment variable that marks a process as an instance's: its value is the instance home."""
@@ -169,3 +188,52 @@ class TreeMeter:
         self._cpu, self._at = cpu, now
         util = 0.0 if not window or window <= 0 else 100.0 * used / window
         return Use(util=round(util, 1), rss=rss, processes=len(cpu))
+
+
+class GPUMeter:
+    """Measures the running instances of one sandbox and writes their use for ``nvidia-smi``."""
+
+    def __init__(self, servers: InstanceServers, poll: float = POLL) -> None:
+        self.servers = servers
+        self.poll = poll
+        self.uses: dict[str, Use] = {}
+        self._meters: dict[str, TreeMeter] = {}
+        self._table = ProcessTable()
+
+    def _measure(self, running: dict[str, Any]) -> dict[str, Use]:
+        snapshot = self._table.snapshot()
+        return {id_: self._meters.setdefault(id_, TreeMeter()).sample(server.processes(snapshot))
+                for id_, server in running.items()}
+
+    async def step(self) -> None:
+        """Measure every running instance once (none with shells off)."""
+        running = self.servers.running() if self.servers.shell else {}
+        uses = await asyncio.to_thread(self._measure, running) if running else {}
+        for id_, use in uses.items():
+            with contextlib.suppress(OSError):
+                running[id_].write_use(use.util, use.memory_mib)
+        self.uses = uses
+        for gone_id in [i for i in self._meters if i not in running]:
+            del self._meters[gone_id]
+
+
+async def _watch(meter: GPUMeter) -> None:
+    while True:
+        try:
+            await meter.step()
+        except Exception:  # a bug must not end the measuring: log it and try again
+            log.exception("The GPU-use meter failed; trying again.")
+        await asyncio.sleep(meter.poll)
+
+
+@contextlib.asynccontextmanager
+async def measuring(servers: InstanceServers) -> AsyncIterator[GPUMeter]:
+    """Run a :class:`GPUMeter` over ``servers`` while the app is served (part of its lifespan)."""
+    meter = GPUMeter(servers)
+    task = asyncio.create_task(_watch(meter), name="gpucloud-nb-gpu-use")
+    try:
+        yield meter
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -42,12 +42,12 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
   (:data:`gpucloud_nb.sandbox.gpu_use.MARKER`) and a ``TMUX_TMPDIR`` of its own, so whatever it
   starts (``setsid``, ``nohup … &``, ``tmux new -d``, a daemon) is known to be the instance's:
   measured as its use, and killed when the instance is deleted.
-- **Use.** Every session (command, shell, SFTP, scp) counts as use of the instance while it is
-  open (:mod:`gpucloud_nb.sandbox.idle`), except one whose client sent
-  :data:`gpucloud_nb.idle_rule.BOOKKEEPING` in its environment (a watcher's GPU measure, a
-  kernel provisioner's poll): neither it nor the CPU of its process group while it is open
-  counts. What it leaves running (a kernel started under ``nohup``) is the instance's like
-  anything else.
+- **Use.** The CPU of every session (command, shell, SFTP, scp) is the instance's GPU use
+  (:mod:`gpucloud_nb.sandbox.gpu_use`), except one whose client sent
+  :data:`gpucloud_nb.idle_rule.BOOKKEEPING` in its environment (a gateway's GPU read, a
+  kernel provisioner's poll): the CPU of its process group while it is open does not count.
+  What it leaves running (a kernel started under ``nohup``) is the instance's like anything
+  else.
 - **Deleting.** When the instance's server closes (it is deleting), every process of the
   instance is killed and its home (with its files: synced notebooks, a cluster's key) removed;
   only its volumes, outside the home, remain.

@@ -61,12 +61,6 @@ CREATE TABLE IF NOT EXISTS instances (
 );
 CREATE INDEX IF NOT EXISTS instances_user ON instances (user, seq);
 CREATE INDEX IF NOT EXISTS instances_volume ON instances (volume_id);
-CREATE TABLE IF NOT EXISTS budgets (
-    instance_id TEXT PRIMARY KEY,
-    user TEXT NOT NULL,
-    dollars REAL NOT NULL,
-    warned INTEGER NOT NULL DEFAULT 0
-);
 CREATE TABLE IF NOT EXISTS volumes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -75,16 +69,6 @@ CREATE TABLE IF NOT EXISTS volumes (
     doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS volumes_user ON volumes (user, seq);
-CREATE TABLE IF NOT EXISTS auto_deletes (
-    instance_id TEXT PRIMARY KEY,
-    user TEXT NOT NULL,
-    at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS idle_deletes (
-    instance_id TEXT PRIMARY KEY,
-    user TEXT NOT NULL,
-    limit_ms INTEGER NOT NULL
-);
 CREATE TABLE IF NOT EXISTS documents (
     kind TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -92,6 +76,10 @@ CREATE TABLE IF NOT EXISTS documents (
     doc TEXT NOT NULL,
     PRIMARY KEY (kind, id)
 );
+-- The money rules' tables of older state files: a gateway keeps those rules now (issue #36).
+DROP TABLE IF EXISTS budgets;
+DROP TABLE IF EXISTS auto_deletes;
+DROP TABLE IF EXISTS idle_deletes;
 """
 _INSTANCE_COLUMNS = (
     "seq, id, user, deployment_type, volume_id, created_ms, ready_ms, fails, delete_ms, gone_ms, doc"
@@ -436,88 +424,6 @@ class Store:
             db.execute("DELETE FROM volumes WHERE id = ? AND user = ?", (id_, user))
         return True
 
-    # -- spend budgets (sandbox-only; the spend itself is derived from the instances' times) ----
-
-    def set_budget(self, user: str, id_: str, dollars: float) -> bool:
-        """Delete instance ``id_`` of ``user`` once it has cost ``dollars``; replaces a budget.
-
-        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
-        """
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
-                          (id_, user)).fetchone() is None:
-                return False
-            db.execute("INSERT OR REPLACE INTO budgets (instance_id, user, dollars, warned)"
-                       " VALUES (?, ?, ?, 0)", (id_, user, dollars))
-        return True
-
-    def cancel_budget(self, user: str, id_: str) -> bool:
-        """Drop the budget of instance ``id_``; ``True`` if it had one."""
-        with self._transaction() as db:
-            found = db.execute("DELETE FROM budgets WHERE instance_id = ? AND user = ?",
-                               (id_, user)).rowcount
-        return found > 0
-
-    def budgets(self, user: str | None = None) -> dict[str, tuple[str, float, bool]]:
-        """Instance id → ``(user, dollars, warned)`` of every budget (of ``user``, or everyone's)."""
-        query = "SELECT instance_id, user, dollars, warned FROM budgets"
-        with self._lock:
-            rows = (self._db.execute(query).fetchall() if user is None
-                    else self._db.execute(query + " WHERE user = ?", (user,)).fetchall())
-        return {id_: (owner, float(dollars), bool(warned)) for id_, owner, dollars, warned in rows}
-
-    def mark_budget_warned(self, id_: str) -> None:
-        """Record that the 80 % warning of instance ``id_``'s budget was given."""
-        with self._transaction() as db:
-            db.execute("UPDATE budgets SET warned = 1 WHERE instance_id = ?", (id_,))
-
-    # -- auto-delete timers (sandbox-only; kept here so they outlive every kernel) ----------------
-
-    def set_auto_delete(self, user: str, id_: str, at_ms: int) -> bool:
-        """Delete instance ``id_`` of ``user`` at ``at_ms``; replaces an earlier time.
-
-        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
-        """
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
-                          (id_, user)).fetchone() is None:
-                return False
-            db.execute("INSERT OR REPLACE INTO auto_deletes (instance_id, user, at_ms)"
-                       " VALUES (?, ?, ?)", (id_, user, at_ms))
-        return True
-
-    def cancel_auto_delete(self, user: str, id_: str) -> bool:
-        """Drop the timer of instance ``id_``; ``True`` if it had one that had not yet fired."""
-        with self._transaction() as db:
-            live = db.execute(
-                "SELECT 1 FROM auto_deletes JOIN instances ON id = instance_id"
-                " WHERE instance_id = ? AND auto_deletes.user = ? AND delete_ms IS NULL",
-                (id_, user)).fetchone() is not None
-            db.execute("DELETE FROM auto_deletes WHERE instance_id = ? AND user = ?", (id_, user))
-        return live
-
-    def auto_deletes(self, user: str) -> dict[str, int]:
-        """When each instance of ``user`` that is not being deleted is due, in Unix ms."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT instance_id, at_ms FROM auto_deletes JOIN instances ON id = instance_id"
-                " WHERE auto_deletes.user = ? AND delete_ms IS NULL ORDER BY at_ms", (user,),
-            ).fetchall()
-        return dict(rows)
-
-    def next_auto_delete(self) -> int | None:
-        """The earliest time any timer is due (Unix ms), or ``None``."""
-        with self._lock:
-            return self._db.execute("SELECT MIN(at_ms) FROM auto_deletes").fetchone()[0]
-
-    def due_auto_deletes(self, now_ms: int) -> list[tuple[str, str, int]]:
-        """Remove and return the ``(user, instance id, due ms)`` of every timer due at ``now_ms``."""
-        with self._transaction() as db:
-            rows = db.execute("SELECT user, instance_id, at_ms FROM auto_deletes WHERE at_ms <= ?",
-                              (now_ms,)).fetchall()
-            db.execute("DELETE FROM auto_deletes WHERE at_ms <= ?", (now_ms,))
-        return [(user, id_, at) for user, id_, at in rows]
-
     # -- documents: the appendix's inference instances and SSH-key books, each as one JSON ------
 
     def put_document(self, kind: str, id_: str, user: str, doc: dict[str, Any]) -> None:
@@ -534,40 +440,3 @@ class Store:
             rows = self._db.execute("SELECT id, user, doc FROM documents WHERE kind = ? "
                                     "ORDER BY rowid", (kind,)).fetchall()
         return [(id_, user, json.loads(doc)) for id_, user, doc in rows]
-
-    # -- idle deletes (sandbox-only): the limit is kept here, the idle clock by the service ------
-
-    def set_idle_delete(self, user: str, id_: str, limit_ms: int) -> bool:
-        """Delete instance ``id_`` of ``user`` once idle for ``limit_ms``; replaces a limit.
-
-        ``False`` (nothing stored) for an unknown id or an instance already being deleted.
-        """
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM instances WHERE id = ? AND user = ? AND delete_ms IS NULL",
-                          (id_, user)).fetchone() is None:
-                return False
-            db.execute("INSERT OR REPLACE INTO idle_deletes (instance_id, user, limit_ms)"
-                       " VALUES (?, ?, ?)", (id_, user, limit_ms))
-        return True
-
-    def cancel_idle_delete(self, user: str, id_: str) -> bool:
-        """Drop the idle limit of instance ``id_``; ``True`` if a live instance had one."""
-        with self._transaction() as db:
-            live = db.execute(
-                "SELECT 1 FROM idle_deletes JOIN instances ON id = instance_id"
-                " WHERE instance_id = ? AND idle_deletes.user = ? AND delete_ms IS NULL",
-                (id_, user)).fetchone() is not None
-            db.execute("DELETE FROM idle_deletes WHERE instance_id = ? AND user = ?", (id_, user))
-        return live
-
-    def idle_deletes(self, user: str | None = None) -> dict[str, tuple[str, int]]:
-        """Instance id → ``(user, limit ms)`` of every idle limit of a live instance (of
-        ``user``, or of everyone)."""
-        query = ("SELECT instance_id, idle_deletes.user, limit_ms FROM idle_deletes"
-                 " JOIN instances ON id = instance_id WHERE delete_ms IS NULL")
-        with self._lock:
-            if user is None:
-                rows = self._db.execute(query).fetchall()
-            else:
-                rows = self._db.execute(query + " AND idle_deletes.user = ?", (user,)).fetchall()
-        return {id_: (owner, limit) for id_, owner, limit in rows}
