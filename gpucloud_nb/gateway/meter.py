@@ -13,7 +13,10 @@ Every ``poll`` seconds (1) :meth:`Meter.tick` reads the upstream's list of insta
 - **meters inference instances** (:mod:`gpucloud_nb.gateway.endpoint_meter`): their containers
   times the price per container, as billing spans;
 - **fires timers**: an instance whose ``delete_after`` timer is due is deleted (audit reason
-  ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`);
+  ``delete_after timer``; see :mod:`gpucloud_nb.gateway.timers`). A timer that fell due while
+  the gateway was not running fires at the first pass after its restart, and its audit reason
+  says how late (:func:`timer_reason`): the upstream billed the instance up to that delete, and
+  the gateway's spend counts it so (it cannot end an upstream's bill at a time already past);
 - **deletes at 100 %**: a person whose spend reaches their budget has every instance and
   inference instance deleted (audit reason ``budget spent``), and one whose own cost reaches its
   own budget (:mod:`gpucloud_nb.gateway.budgets`) is deleted (audit reason ``instance budget spent``);
@@ -51,7 +54,7 @@ from gpucloud_nb.gateway.store import Owned, Store
 from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
 from gpucloud_nb.sandbox.http import now_ms
 
-__all__ = ["RECONCILE_GRACE", "UNCONFIRMED_AFTER", "Meter", "parse_ms"]
+__all__ = ["RECONCILE_GRACE", "UNCONFIRMED_AFTER", "Meter", "parse_ms", "timer_reason"]
 
 log = logging.getLogger("uvicorn.error")
 RECONCILE_GRACE = 180.0
@@ -72,6 +75,18 @@ def parse_ms(text: Any) -> int | None:
         return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
+
+
+def timer_reason(late_ms: int, poll: float) -> str:
+    """The audit reason of a ``delete_after`` timer that fired ``late_ms`` after it was due: how
+    late, when that is more than the watcher's own lag (two passes and 5 s).
+
+        >>> timer_reason(300, 1.0), timer_reason(125_000, 1.0)
+        ('delete_after timer', 'delete_after timer, 125 s late (the gateway was not watching)')
+    """
+    if late_ms <= _SLACK_MS + 2 * poll * 1000:
+        return "delete_after timer"
+    return f"delete_after timer, {late_ms / 1000:.0f} s late (the gateway was not watching)"
 
 
 def _path(record: Owned) -> str:
@@ -120,7 +135,7 @@ class Meter:
             if at <= now:
                 due = self.store.find(id)
                 if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
-                    await self.delete(due, "delete_after timer", "gateway")
+                    await self.delete(due, timer_reason(now - at, self.poll), "gateway")
                 self.store.drop_timer(id)
         if self.idle is not None:
             await self.idle.step(listed)
