@@ -180,17 +180,28 @@ def test_the_kernel_runs_on_the_instance_in_the_notebook_folder(
 def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_waiting(
         box: GPUCloud, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A notebook in a home-like folder: the walk runs off Jupyter's event loop and stops at
-    the file cap, environments stay here, and the files go over in one archive."""
+    the file cap, environments stay here, and the files go over in one archive.
+
+    No fixed clock: Jupyter's longest stall while the kernel starts in that folder is held
+    against two figures of the same run, the stall of a start in a small folder (what a start
+    costs the loop anyway) and the stall of the same walk run on the loop (what it would cost
+    if it were there): the walk may add less than half of the latter."""
+    from gpucloud_nb.kernel import sync
+
     folder = tmp_path / "home-like"
     (folder / "many").mkdir(parents=True)
     (folder / "node_modules" / "pkg").mkdir(parents=True)
     (folder / "node_modules" / "pkg" / "index.js").write_text("x")
     for index in range(100_000):
         os.close(os.open(folder / "many" / f"{index:06}", os.O_CREAT | os.O_WRONLY, 0o644))
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "one.txt").write_text("1")
     instance = launch(box)
     name = install_kernel(box, instance.id)
 
-    async def start() -> list[float]:
+    async def stall(work: Callable[[], Any]) -> float:
+        """The longest the loop went without a tick while ``work()`` ran on it."""
         loop = asyncio.get_running_loop()
         gaps: list[float] = []
 
@@ -201,22 +212,40 @@ def test_a_folder_of_100k_files_neither_stalls_jupyter_nor_keeps_the_kernel_wait
                 gaps.append(loop.time() - last)
                 last = loop.time()
 
-        manager = AsyncKernelManager(kernel_name=name)
         ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.2)  # the ticker runs
         try:
-            await asyncio.wait_for(manager.start_kernel(cwd=str(folder)), 180)
+            await work()
         finally:
             ticker.cancel()
-            if manager.has_kernel:
-                await manager.shutdown_kernel(now=True)
-        return gaps
+        return max(gaps)
+
+    def start_in(where: Path) -> Callable[[], Any]:
+        async def start() -> None:
+            manager = AsyncKernelManager(kernel_name=name)
+            try:
+                await asyncio.wait_for(manager.start_kernel(cwd=str(where)), 180)
+            finally:
+                if manager.has_kernel:
+                    await manager.shutdown_kernel(now=True)
+
+        return start
+
+    async def walk_on_the_loop() -> None:
+        sync.plan(folder, sync.cap_bytes(), sync.cap_files())  # what the provisioner must not do
+        await asyncio.sleep(0.2)
+
+    async def measure() -> tuple[float, float, float]:
+        return (await stall(start_in(small)), await stall(walk_on_the_loop),
+                await stall(start_in(folder)))
 
     with caplog.at_level(logging.INFO):
         started = time.monotonic()
-        gaps = asyncio.run(start())
-    print(f"100k files: start and shutdown in {time.monotonic() - started:.1f} s, Jupyter's "
-          f"loop never stalled more than {max(gaps):.2f} s")
-    assert max(gaps) < 1.5  # Jupyter's loop kept answering (a walk on it stalled it 3.6 s)
+        anyway, blocking, walked = asyncio.run(measure())
+    print(f"100k files: run in {time.monotonic() - started:.1f} s; Jupyter's longest stall: "
+          f"{walked:.2f} s starting there, {anyway:.2f} s starting in a small folder, "
+          f"{blocking:.2f} s for the walk on the loop (load {os.getloadavg()[0]:.1f})")
+    assert walked < anyway + blocking / 2  # the walk ran off Jupyter's loop
     copied = box.instances.run(instance.id, "ls home-like/many | wc -l; ls home-like").stdout
     assert copied.split() == ["5000", "many"]
     assert "Stopped at 5000 files" in caplog.text
