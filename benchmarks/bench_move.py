@@ -1,7 +1,7 @@
 """Benchmark: a move's instance-to-instance copy against the SSH layer's own copy, same run.
 
 - ``megabytes`` MB of random bytes on one sandbox instance, carried to another through this
-  machine by :func:`gpucloud_nb.kernel.move.stream_between` (two SFTP sessions, the next piece
+  machine by :func:`gpucloud_nb.kernel.carry.stream_between` (two SFTP sessions, the next piece
   read while the last is written, nothing on this machine's disk), against the SSH layer alone
   doing the same: ``download_async`` to a local file, then ``upload_async`` of it. Best of
   ``copies``, taken one ours, one baseline, in turn. Target ``<= 1.5x`` (the issue's bound for a
@@ -26,7 +26,7 @@ QUICK = {"megabytes": 8, "copies": 1}
 def run(megabytes: int = 1000, copies: int = 2) -> list[Row]:
     """One row: seconds to carry ``megabytes`` MB from one instance to another."""
     from gpucloud_nb import GPUCloud
-    from gpucloud_nb.kernel.move import stream_between
+    from gpucloud_nb.kernel.carry import stream_between
     from gpucloud_nb.sandbox import Sandbox
 
     with tempfile.TemporaryDirectory() as scratch, Sandbox(launch_seconds=0.0) as box:

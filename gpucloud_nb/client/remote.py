@@ -9,6 +9,9 @@
 One code path for the sandbox and the real cloud: the instance's ``ip``, ``sshPort`` and
 ``sshUser`` from the management API, and asyncssh. The connections live on one background event
 loop per client and are cached per instance, so a second ``run`` costs one round trip.
+:class:`Remote` keeps the loop, the connections and what is in use; the jobs are in modules of
+their own: logging in (:mod:`.ssh_login`), a command (:mod:`.ssh_run`), a file copy
+(:mod:`.ssh_files`), a forward (:mod:`.forwards`).
 
 - **Keys.** The client offers keys as OpenSSH does (an explicit ``ssh_identity=`` /
   ``GPUCLOUD_SSH_KEY``, the ssh-agent, ``~/.ssh/id_ed25519``, ``id_ecdsa``, ``id_rsa``), and last
@@ -44,24 +47,24 @@ import concurrent.futures
 import contextlib
 import os
 import queue
-import shlex
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud_nb.client import ssh_keys
+from gpucloud_nb.client import ssh_files, ssh_keys, ssh_run
 from gpucloud_nb.client.forwards import Forward
-from gpucloud_nb.client.run_output import TAIL_BYTES, Lines, RunResult, Tail
+from gpucloud_nb.client.run_output import TAIL_BYTES, RunResult
+from gpucloud_nb.client.ssh_files import refuse_existing
+from gpucloud_nb.client.ssh_login import default_public_key, key_dir, log_in
+from gpucloud_nb.client.ssh_run import deliver
 from gpucloud_nb.errors import (  # the three SSH errors are re-exported: they were public here
-    ConnectionFailedError,
     InvalidInputError,
     KeysRefusedError,
     RemoteCommandError,
     RemoteTimeoutError,
 )
-from gpucloud_nb.idle_rule import BOOKKEEPING
 
 if TYPE_CHECKING:
     import asyncssh
@@ -81,52 +84,6 @@ __all__ = [
     "reachable",
     "refuse_existing",
 ]
-
-_CONNECT_TRIES = 20
-_BACKLOG = 64  # batches of lines waiting for the caller's thread before the reader pauses
-
-
-def key_dir(sandbox: SandboxHandle | None) -> Path:
-    """Where the client keeps its key pair and known_hosts for ``sandbox`` (or the real cloud)."""
-    home = sandbox.home if sandbox is not None else None
-    if home is not None:
-        directory = Path(home) / "client"
-    else:
-        import platformdirs
-
-        directory = Path(platformdirs.user_config_dir("gpucloud-nb", appauthor=False)) / "ssh"
-    directory.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        directory.chmod(0o700)
-    return directory
-
-
-def default_public_key(sandbox: SandboxHandle | None = None,
-                       identity: str | os.PathLike[str] | None = None) -> str:
-    """The OpenSSH public key ``create`` sends when none is given: the first key the client
-    offers (see :mod:`gpucloud_nb.client.ssh_keys`)."""
-    return ssh_keys.identities_sync(identity, key_dir(sandbox))[0].public
-
-
-class _KnownHosts:
-    """The client's own known_hosts: ``<instance id> <public key>`` lines, accept-new."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def get(self, name: str) -> str | None:
-        if not self.path.exists():
-            return None
-        for line in self.path.read_text().splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2 and parts[0] == name:
-                return parts[1].strip()
-        return None
-
-    def add(self, name: str, key: str) -> None:
-        with self._lock, self.path.open("a") as file:
-            file.write(f"{name} {key}\n")
 
 
 def reachable(details: InstanceDetails) -> InstanceDetails:
@@ -281,61 +238,15 @@ class Remote:
 
     async def connection(self, details: InstanceDetails) -> asyncssh.SSHClientConnection:
         """The cached connection to the instance, opened (and its host key checked) if needed."""
-        import asyncssh
-
         cached = self._connections.get(details.id)
         if cached is not None and not cached.is_closed():
             return cached
         directory = key_dir(self._sandbox)
         offered = await ssh_keys.identities(self._identity, directory)
         await self._register_with_sandbox([identity.public for identity in offered])
-        known = _KnownHosts(directory / "known_hosts")
-        stored = known.get(details.id)
-        trusted: tuple[list[asyncssh.SSHKey], list[Any], list[Any]] | None
-        trusted = ([asyncssh.import_public_key(stored)], [], []) if stored else None
-        error: Exception | None = None
-        for attempt in range(_CONNECT_TRIES):
-            offers = _offering([identity.pair for identity in offered])
-            try:
-                connection = await asyncssh.connect(
-                    details.ip, details.ssh_port, username=details.ssh_user or "ubuntu",
-                    client_factory=lambda chosen=offers: chosen, client_keys=None, known_hosts=trusted,
-                    agent_path=None,
-                    config=[], preferred_auth="publickey", connect_timeout=15,
-                )
-                break
-            except asyncssh.HostKeyNotVerifiable:
-                raise ConnectionFailedError(
-                    f"Instance {details.id} shows a different SSH host key than before; refusing "
-                    f"to connect (if it was rebuilt, remove its line from {known.path})."
-                ) from None
-            except asyncssh.PermissionDenied:
-                if stored is None:  # still learn the host key, for a command using another key
-                    with contextlib.suppress(OSError, asyncssh.Error):
-                        shown = await asyncssh.get_server_host_key(details.ip, details.ssh_port)
-                        if shown is not None:
-                            known.add(details.id, shown.export_public_key().decode().strip())
-                tried = ", ".join(identity.label for identity in offered)
-                raise KeysRefusedError(
-                    f"Instance {details.id} refused this client's SSH keys (tried {tried}); "
-                    "give the private key whose public half the instance was created with as "
-                    "connect(ssh_identity=...) or GPUCloud(ssh_identity=...), or in "
-                    "GPUCLOUD_SSH_KEY."
-                ) from None
-            except (OSError, asyncssh.Error) as failure:  # the server may be seconds from ready
-                error = failure
-                await asyncio.sleep(min(0.1 * (attempt + 1), 0.5))
-        else:
-            raise ConnectionFailedError(
-                f"Could not connect to instance {details.id} over SSH at "
-                f"{details.ip}:{details.ssh_port}: {error}."
-            )
-        if stored is None:
-            key = connection.get_server_host_key()
-            if key is not None:
-                known.add(details.id, key.export_public_key().decode().strip())
-        if offers.accepted is not None:
-            self._accepted[details.id] = offered[offers.accepted]
+        connection, accepted = await log_in(details, offered, directory)
+        if accepted is not None:
+            self._accepted[details.id] = accepted
         self._connections[details.id] = connection
         self._targets[details.id] = details
         return connection
@@ -396,7 +307,7 @@ class Remote:
                       backlog: Callable[[], int] = lambda: 0,
                       bookkeeping: bool = False) -> RunResult:
         """Run ``command``: ``emit`` gets batches of lines; reading pauses while ``backlog()``
-        is above ``_BACKLOG`` (so a flood waits for the reader instead of filling memory).
+        is above :data:`~.ssh_run.BACKLOG` (so a flood waits for the reader instead of filling memory).
 
         A ``timeout`` (seconds, from when the command starts) stops the remote process and
         raises :class:`RemoteTimeoutError`. A ``bookkeeping`` command is not use of the
@@ -411,44 +322,8 @@ class Remote:
                        emit: Callable[[list[str]], None] | None,
                        backlog: Callable[[], int], bookkeeping: bool) -> RunResult:
         connection = await self.connection(details)
-        with _channel(details):
-            process = await connection.create_process(
-                command, encoding=None, env={BOOKKEEPING: "1"} if bookkeeping else ())
-        tails = (Tail(TAIL_BYTES), Tail(TAIL_BYTES))
-
-        async def pump(stream: Any, tail: Tail) -> None:
-            lines = Lines()
-            while True:
-                chunk = await stream.read(65536)
-                if not chunk:
-                    break
-                tail.add(chunk)
-                if emit is not None:
-                    batch = lines.feed(chunk)
-                    if batch:
-                        emit(batch)
-                    while backlog() > _BACKLOG:
-                        await asyncio.sleep(0.005)
-            if emit is not None and (rest := lines.end()):
-                emit(rest)
-
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(pump(process.stdout, tails[0]), pump(process.stderr, tails[1]),
-                               process.wait_closed()), timeout)
-        except (asyncio.TimeoutError, TimeoutError):  # one class on 3.11+, two on 3.10
-            _stop(process)
-            raise RemoteTimeoutError(
-                f"The command on instance {details.id} did not finish within {timeout:g} s "
-                "and was stopped.") from None
-        except BaseException:
-            _stop(process)
-            raise
-        status = process.exit_status
-        if status is None:
-            status = 128 + 15 if process.exit_signal else -1
-        return RunResult(tails[0].text(), tails[1].text(), status,
-                         tails[0].dropped, tails[1].dropped)
+        return await ssh_run.execute(connection, details, command, timeout, emit, backlog,
+                                     bookkeeping)
 
     def run(self, details: InstanceDetails, command: str, *, timeout: float | None = None,
             on_output: Callable[[str], None] | None = None,
@@ -473,26 +348,17 @@ class Remote:
                     batch = batches.get(timeout=0.05)
                 except queue.Empty:  # no `continue` here: on 3.11 a Ctrl-C arriving at that
                     batch = []       # jump escapes the enclosing try (seen in tests)
-                _deliver(batch, on_output)
+                deliver(batch, on_output)
             while not batches.empty():
-                _deliver(batches.get_nowait(), on_output)
+                deliver(batches.get_nowait(), on_output)
         except BaseException:
             future.cancel()
             concurrent.futures.wait([future], timeout=5)
             raise
         return self.checked(details, command, future.result())
 
-    @staticmethod
-    def checked(details: InstanceDetails, command: str, result: RunResult) -> RunResult:
-        """``result``, unless the command was not found (exit status 127): one sentence."""
-        if result.exit_status == 127:
-            try:
-                word = shlex.split(command)[0]
-            except (ValueError, IndexError):
-                word = command.strip()
-            raise RemoteCommandError(
-                f"{word!r} was not found on instance {details.id} (exit status 127).")
-        return result
+    checked = staticmethod(ssh_run.checked)
+
 
     async def upload_async(self, details: InstanceDetails, local: str | os.PathLike[str],
                            remote: str, progress: Callable[[int, int], None] | None = None
@@ -501,9 +367,8 @@ class Remote:
         if not Path(local).is_file():
             raise InvalidInputError(f"{os.fspath(local)!r} is not a file.")
         connection = await self.connection(details)
-        with self._using(details.id), _channel(details):
-            async with connection.start_sftp_client() as sftp:
-                await sftp.put(os.fspath(local), remote, progress_handler=_progress(progress))
+        with self._using(details.id):
+            await ssh_files.upload(connection, details, local, remote, progress)
 
     async def download_async(self, details: InstanceDetails, remote: str,
                              local: str | os.PathLike[str],
@@ -513,33 +378,14 @@ class Remote:
 
         An existing ``local`` is refused unless ``overwrite`` (as ``cp -n``): the copy goes to a
         temporary file beside it and is moved into place only once complete, so a refused or
-        failed download leaves nothing behind.
+        failed download leaves nothing behind (:mod:`.ssh_files`).
         """
-        import asyncssh
-
-        destination = Path(local)
-        refuse_existing(destination, overwrite)
+        refuse_existing(Path(local), overwrite)
         connection = await self.connection(details)
-        partial = destination.with_name(f".{destination.name}.gpucloud-partial")
-        try:
-            with self._using(details.id), _channel(details):
-                async with connection.start_sftp_client() as sftp:
-                    try:
-                        await sftp.get(remote, os.fspath(partial),
-                                       progress_handler=_progress(progress))
-                    except asyncssh.SFTPNoSuchFile:
-                        raise InvalidInputError(
-                            f"{remote!r} does not exist on instance {details.id}.") from None
-            if overwrite:
-                partial.replace(destination)
-            else:
-                try:
-                    os.link(partial, destination)  # fails if the file appeared meanwhile
-                except FileExistsError:
-                    refuse_existing(destination, overwrite)
-        finally:
-            with contextlib.suppress(OSError):
-                partial.unlink()
+        with self._using(details.id):
+            await ssh_files.download(connection, details, remote, local, progress,
+                                     overwrite=overwrite)
+
 
     async def open_forward(self, details: InstanceDetails, remote_port: int,
                            bookkeeping: bool = False) -> Forward:
@@ -576,62 +422,3 @@ class Remote:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wrap_future(self.submit(self.close_forward(listener)))
-
-
-@contextlib.contextmanager
-def _channel(details: InstanceDetails) -> Iterator[None]:
-    """An instance's refusal to open a channel (a command, SFTP) as one sentence of its own."""
-    import asyncssh
-
-    try:
-        yield
-    except asyncssh.ChannelOpenError as refused:
-        raise RemoteCommandError(
-            f"Instance {details.id} refused the request: {refused.reason}") from None
-
-
-def refuse_existing(local: Path, overwrite: bool) -> None:
-    """One sentence if ``local`` exists and ``overwrite`` is false (a download never clobbers)."""
-    if not overwrite and (local.exists() or local.is_symlink()):
-        raise InvalidInputError(f"{os.fspath(local)!r} already exists; pass overwrite=True "
-                                "(--force in %gpucloud get) to replace it.")
-
-
-def _deliver(batch: list[str], on_output: Callable[[str], None] | None) -> None:
-    if on_output is not None:
-        for line in batch:
-            on_output(line)
-
-
-def _stop(process: Any) -> None:
-    """Interrupt the remote process and close its channel (the server kills its group)."""
-    with contextlib.suppress(Exception):
-        process.send_signal("INT")
-    with contextlib.suppress(Exception):
-        process.close()
-
-
-def _progress(progress: Callable[[int, int], None] | None) -> Any:
-    if progress is None:
-        return None
-    return lambda source, destination, done, total: progress(done, total)
-
-
-def _offering(pairs: list[Any]) -> Any:
-    """An asyncssh client that offers ``pairs`` one at a time; ``.accepted`` is the index of the
-    key the server accepted (None if none was)."""
-    import asyncssh
-
-    class Offers(asyncssh.SSHClient):
-        def __init__(self) -> None:
-            self.index = -1
-            self.accepted: int | None = None
-
-        def public_key_auth_requested(self) -> Any:
-            self.index += 1
-            return pairs[self.index] if self.index < len(pairs) else None
-
-        def auth_completed(self) -> None:
-            self.accepted = self.index if 0 <= self.index < len(pairs) else None
-
-    return Offers()

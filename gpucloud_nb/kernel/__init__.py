@@ -6,14 +6,17 @@
 - :func:`install_kernel` / :func:`install_kernel_async`: install the kernelspec of an instance
   with a client (:mod:`gpucloud_nb.kernel.spec`; the client itself knows nothing of kernels).
 - :mod:`gpucloud_nb.kernel.provisioner`: ``GPUCloudProvisioner``, registered as the
-  ``gpucloud-provisioner`` entry point of ``jupyter_client.kernel_provisioners``.
+  ``gpucloud-provisioner`` entry point of ``jupyter_client.kernel_provisioners``; its start's
+  steps (:mod:`~gpucloud_nb.kernel.launch`), its poll and a lost instance
+  (:mod:`~gpucloud_nb.kernel.lost`).
 - :mod:`gpucloud_nb.kernel.forwards`: the kernel's channels, from local Unix sockets over SSH.
 - :mod:`gpucloud_nb.kernel.spec`: the ``gpucloud-<name>`` kernelspecs.
 - :mod:`gpucloud_nb.kernel.sync`: the notebook's folder, copied to the instance at start.
 - :func:`checkpoint`, :func:`restore`, :func:`move` (:mod:`gpucloud_nb.kernel.session`, in the
   kernel): its variables saved (:mod:`~gpucloud_nb.kernel.namespace`), brought back, carried to
-  another instance by the provisioner (:mod:`~gpucloud_nb.kernel.move`), asked over the
-  kernel's relay (:mod:`~gpucloud_nb.kernel.agent`).
+  another instance by the provisioner (:mod:`~gpucloud_nb.kernel.move`; the bytes:
+  :mod:`~gpucloud_nb.kernel.carry`; the target: :mod:`~gpucloud_nb.kernel.move_target`), asked
+  over the kernel's relay (:mod:`~gpucloud_nb.kernel.agent`).
 
 Importing this package imports only :mod:`~gpucloud_nb.kernel.spec` (no jupyter_client, which is
 loaded by the modules that need it).

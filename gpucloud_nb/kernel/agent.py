@@ -208,9 +208,12 @@ class Relay:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, 5)
-        for running in list(self._handling):
-            if running is not asyncio.current_task():  # a move stops the old relay itself
-                running.cancel()
+        others = [running for running in self._handling
+                  if running is not asyncio.current_task()]  # a move stops the old relay itself
+        for running in others:
+            running.cancel()
+        if others:  # let them end (a copy removes its partial file) before the loop may stop
+            await asyncio.wait(others, timeout=5)
 
     async def _keep(self) -> None:
         while True:

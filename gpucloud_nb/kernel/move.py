@@ -4,16 +4,16 @@
 It keeps the kernel's relay (:mod:`~gpucloud_nb.kernel.agent`) running and answers what a cell
 asks through it (:mod:`~gpucloud_nb.kernel.session` asks):
 
-- ``checkpoint``: the namespace file the kernel wrote on the instance is copied over SSH
-  (SFTP) to the notebook's folder, ``.gpucloud/checkpoints/``, and the newest N are kept.
-- ``fetch``: a checkpoint of this machine is copied to the instance, for the kernel to load.
+- ``checkpoint`` and ``fetch``: a namespace file copied here or back
+  (:class:`~gpucloud_nb.kernel.carry.Carrier`, a base of :class:`Movable`).
 - ``move``: the target instance is found, or launched from the cheapest offer that fits the
-  filters (through the client, so the cost cap and budget apply); a second provisioner (a
+  filters (:mod:`~gpucloud_nb.kernel.move_target`); a second provisioner (a
   *sibling*, sharing this one's client and SSH loop) starts a kernel there with the same
   session key and copies the notebook's folder; the namespace file goes from the old instance
   to the new one through this machine, streamed in 4 MiB pieces from one SFTP session into the
-  other (never to disk here); the sibling's kernel restores it (all names, or the move stops);
-  only then does the cell get its answer. Once the old kernel has finished that cell (its
+  other (never to disk here; :func:`~gpucloud_nb.kernel.carry.stream_between`); the
+  sibling's kernel restores it (all names, or the move stops); only then does the cell get its
+  answer. Once the old kernel has finished that cell (its
   ``idle`` seen on IOPub), this provisioner *adopts* the sibling's kernel: its five local
   sockets now lead to the new kernel's ports (open connections are closed, and ZeroMQ
   reconnects by itself), so JupyterLab, nbclient or a plain ``KernelManager`` keep the same
@@ -33,8 +33,10 @@ Choices (the issue leaves them open):
   cells queued behind it, as after an error. A cell sent after the swap (under a second
   later) runs on the new kernel.
 - **A lost instance.** Starting (or restarting) a kernel whose instance is gone names the
-  newest checkpoint of its notebook's folder and ``%gpucloud restore`` (:func:`checkpoint_hint`).
-- **Name of a launched instance.** ``<old name>-<gpu model>`` plus four random letters.
+  newest checkpoint of its notebook's folder and ``%gpucloud restore``
+  (:func:`~gpucloud_nb.kernel.lost.checkpoint_hint`).
+- **Name of a launched instance.** ``<old name>-<gpu model>`` plus four random letters
+  (:mod:`~gpucloud_nb.kernel.move_target`).
 - **One request at a time** per kernel: a second one while a move runs is refused.
 """
 
@@ -43,22 +45,20 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
-import os
-import secrets
 import shlex
-import string
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from gpucloud_nb.errors import GPUCloudError, InvalidInputError, NotFoundError
 from gpucloud_nb.kernel.agent import Relay, Reply
-from gpucloud_nb.kernel.session import CHECKPOINTS, SUFFIX, human, prune, stamp
+from gpucloud_nb.kernel.carry import CHUNK, RUNTIME, Carrier, MoveFailed, stream_between
+from gpucloud_nb.kernel.lost import checkpoint_hint, lost_sentence
+from gpucloud_nb.kernel.move_target import delete_quietly, find_or_launch
+from gpucloud_nb.kernel.move_target import label as _label
+from gpucloud_nb.kernel.session import human
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from jupyter_client.connect import KernelConnectionInfo
 
@@ -67,16 +67,12 @@ if TYPE_CHECKING:
     from gpucloud_nb.kernel.forwards import Forwards
     from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["CHUNK", "Handover", "Movable", "MoveFailed"]
+# CHUNK, MoveFailed, stream_between, checkpoint_hint and lost_sentence were defined here.
+__all__ = ["CHUNK", "Handover", "Movable", "MoveFailed", "checkpoint_hint", "lost_sentence",
+           "stream_between"]
 
-CHUNK = 4 * 2**20
-_RUNTIME = ".local/share/jupyter/runtime"
 _RESTORE_SECONDS = 600.0
 _IDLE_SECONDS = 30.0
-
-
-class MoveFailed(GPUCloudError):
-    """Why a move stopped (the sentence the cell prints after it)."""
 
 
 @dataclass
@@ -91,7 +87,7 @@ class Handover:
     relay: Relay | None
 
 
-class Movable:
+class Movable(Carrier):
     """Checkpoint, restore and move for a provisioner (see the module docstring)."""
 
     # The provisioner's own state, used here.
@@ -165,11 +161,6 @@ class Movable:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    @property
-    def notebook_folder(self) -> Path:
-        """The notebook's folder on this machine (the Jupyter server's folder without one)."""
-        return Path(self._cwd) if self._cwd else Path.cwd()
-
     def share(self, client: GPUCloud, cwd: str | None) -> None:
         """Use ``client`` (another provisioner's, never closed here) and the notebook folder."""
         self._client, self._cwd, self._shares_client = client, cwd, True
@@ -183,66 +174,6 @@ class Movable:
         self._pid, self._forwards, self._relay, self._file = None, None, None, ""
         return handed
 
-    def _reach_now(self) -> tuple[GPUCloud, Remote, InstanceDetails]:
-        if self._client is None or self._remote is None or self._details is None:
-            raise MoveFailed("this kernel's instance is not reachable")
-        return self._client, self._remote, self._details
-
-    @staticmethod
-    def _progress(reply: Reply, what: str, total: int) -> Callable[[int], None]:
-        marks = {int(total * step / 10) for step in range(1, 11)}
-        shown = {"next": 0}
-        started = time.monotonic()
-
-        def seen(done: int) -> None:
-            if done >= shown["next"] or done in marks:
-                seconds = max(time.monotonic() - started, 1e-6)
-                reply.progress(f"  {what}: {human(done)} of {human(total)} "
-                               f"({human(done / seconds)}/s)")
-                shown["next"] = done + max(total // 10, 1)
-
-        return seen
-
-    # -- checkpoint and fetch ----------------------------------------------------------------
-
-    async def _checkpoint(self, request: dict[str, Any], reply: Reply) -> None:
-        _, remote, details = self._reach_now()
-        source = str(request["file"])
-        size = int(request.get("size") or 0)
-        folder = self.notebook_folder / CHECKPOINTS
-        folder.mkdir(parents=True, exist_ok=True)
-        local = folder / stamp(details.name or details.id)
-        started = time.monotonic()
-        seen = self._progress(reply, "copied", size)
-        await remote.download_async(details, source, local,
-                                    lambda done, total: seen(done))
-        prune(folder, int(request.get("keep") or 5))
-        where = os.path.relpath(local, self.notebook_folder)
-        reply.final(True, f"Checkpoint saved to {where} ({human(local.stat().st_size)}, copied "
-                          f"in {time.monotonic() - started:.1f} s).", path=str(local))
-
-    def _find_checkpoint(self, name: str) -> Path:
-        from gpucloud_nb.kernel.session import checkpoints
-
-        folder = self.notebook_folder / CHECKPOINTS
-        found = checkpoints(folder)
-        if not found:
-            raise InvalidInputError(f"There is no checkpoint in {folder}; make one with "
-                                    "%gpucloud checkpoint.")
-        matches = [path for path in found if name in path.name] if name else found
-        if not matches:
-            raise InvalidInputError(f"No checkpoint matches {name!r}; the newest are: "
-                                    f"{', '.join(path.name for path in found[-5:])}.")
-        return matches[-1]
-
-    async def _fetch(self, request: dict[str, Any], reply: Reply) -> None:
-        _, remote, details = self._reach_now()
-        found = self._find_checkpoint(str(request.get("checkpoint") or ""))
-        destination = f"{_RUNTIME}/gpucloud-restore-{uuid.uuid4().hex}.gpucloud"
-        seen = self._progress(reply, "copied", found.stat().st_size)
-        await remote.upload_async(details, found, destination, lambda done, total: seen(done))
-        reply.final(True, "copied", file=destination, name=found.name)
-
     # -- move --------------------------------------------------------------------------------
 
     async def _move(self, request: dict[str, Any], reply: Reply) -> None:
@@ -254,7 +185,8 @@ class Movable:
         watcher = await self._watch_iopub()
         timings: list[str] = []
         try:
-            target, launched = await self._target(client, request, reply)
+            target, launched = await find_or_launch(
+                client, request, reply, self.instance_id, self.instance_name, self._cancellable)
             timings.append(f"instance {time.monotonic() - started:.0f} s")
             step = time.monotonic()
             reply.progress(f"Starting a kernel on {_label(target)}…")
@@ -266,7 +198,7 @@ class Movable:
             await self._cancellable(reply, sibling.launch_kernel(list(self.kernel_spec.argv)))
             timings.append(f"kernel {time.monotonic() - step:.0f} s")
             step = time.monotonic()
-            destination = f"{_RUNTIME}/gpucloud-move-{uuid.uuid4().hex}.gpucloud"
+            destination = f"{RUNTIME}/gpucloud-move-{uuid.uuid4().hex}.gpucloud"
             if request.get("file"):
                 await self._carry(remote, old, target, str(request["file"]),
                                   destination, int(request.get("size") or 0), reply)
@@ -322,52 +254,6 @@ class Movable:
             raise MoveFailed("the cell was interrupted")
         finally:
             cancelled.cancel()
-
-    async def _target(self, client: GPUCloud, request: dict[str, Any],
-                      reply: Reply) -> tuple[InstanceDetails, InstanceDetails | None]:
-        named = request.get("target")
-        if named:
-            try:
-                details = await asyncio.to_thread(client.instances.get, str(named))
-            except NotFoundError:
-                raise MoveFailed(f"there is no instance {named!r}") from None
-            if details.id == self.instance_id:
-                raise MoveFailed(f"the kernel already runs on {_label(details)}")
-            if details.status == "pending":
-                reply.progress(f"Waiting for {_label(details)} to be active…")
-                details = await self._cancellable(reply, asyncio.to_thread(
-                    client.instances.wait_until_active, details.id))
-            if details.status != "active":
-                raise MoveFailed(f"instance {_label(details)} is {details.status}")
-            return details, None
-        gpu, price = request.get("gpu"), request.get("max_price")
-        offers = await asyncio.to_thread(client.instances.offers, gpu_type=gpu, available=True,
-                                         sort="price", deployment_type="vm")
-        fitting = [offer for offer in offers if offer.configuration.os and offer.available_regions
-                   and (price is None or offer.hourly_price <= float(price))]
-        if not fitting:
-            wanted = " ".join(part for part in (
-                f"GPU {gpu}" if gpu else "", f"at most ${float(price):g}/h" if price else "") if part)
-            raise MoveFailed(f"no available offer fits {wanted}")
-        offer = fitting[0]
-        suffix = "".join(secrets.choice(string.ascii_lowercase) for _ in range(4))
-        base = (self.instance_name or "kernel")[:40]
-        model = "".join(c if c.isalnum() else "-" for c in (gpu or offer.gpu_name or "gpu"))
-        name = f"{base}-{model.lower().strip('-')}-{suffix}"  # "L4 24GB": no space in a name
-        reply.progress(f"Launching {name}: {offer.gpu_name} × {offer.gpu_count} at "
-                       f"${offer.hourly_price:g}/h ({offer.cloud.id}, "
-                       f"{offer.available_regions[0]})…")
-        created = await asyncio.to_thread(
-            client.instances.create, name=name, cloud_provider=offer.cloud.id,
-            instance_id=offer.instance_id, region=offer.available_regions[0],
-            vm={"os": offer.configuration.os[0]})
-        try:
-            details = await self._cancellable(reply, asyncio.to_thread(
-                client.instances.wait_until_active, created.id))
-        except BaseException:
-            await asyncio.to_thread(_delete_quietly, client, created.id)
-            raise
-        return details, details
 
     async def _carry(self, remote: Remote, old: InstanceDetails, new: InstanceDetails,
                      source: str, destination: str, size: int, reply: Reply) -> None:
@@ -482,7 +368,7 @@ class Movable:
             await asyncio.wait_for(remote.run_async(old, command, timeout=10, bookkeeping=True),
                                    15)
         if not keep:
-            await asyncio.to_thread(_delete_quietly, client, old.id)
+            await asyncio.to_thread(delete_quietly, client, old.id)
         name = str(getattr(self.parent, "kernel_name", "") or "")
         if name and self._details is not None:
             from gpucloud_nb.kernel.spec import install
@@ -500,7 +386,7 @@ class Movable:
                 await asyncio.wait_for(sibling.abandon(), 30)
         if launched is None:
             return ""
-        if await asyncio.to_thread(_delete_quietly, client, launched.id):
+        if await asyncio.to_thread(delete_quietly, client, launched.id):
             return f"; instance {_label(launched)}, launched for the move, is deleted"
         return (f"; instance {_label(launched)}, launched for the move, could not be deleted and "
                 f"is billing: delete it with %gpucloud delete {launched.name or launched.id}")
@@ -517,112 +403,8 @@ class Movable:
         self._pid = None
 
 
-async def stream_between(remote: Remote, source_instance: InstanceDetails, source: str,
-                         target_instance: InstanceDetails, destination: str,
-                         seen: Callable[[int], None] = lambda done: None,
-                         check: Callable[[], None] = lambda: None) -> int:
-    """Copy ``source`` on one instance to ``destination`` on another through this machine, in
-    :data:`CHUNK` pieces, reading the next piece while the last one is written (two SFTP
-    sessions, nothing on this machine's disk); the bytes copied. ``check`` may raise to stop."""
-    first = await remote.connection(source_instance)
-    second = await remote.connection(target_instance)
-    pieces: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
-    done = 0
-    async with first.start_sftp_client() as reading, second.start_sftp_client() as writing, \
-            reading.open(source, "rb") as inside, writing.open(destination, "wb") as out:
-
-        async def read() -> None:
-            while chunk := await inside.read(CHUNK):
-                await pieces.put(cast(bytes, chunk))
-            await pieces.put(b"")
-
-        reader = asyncio.ensure_future(read())
-        try:
-            while chunk := await pieces.get():
-                await out.write(chunk)
-                done += len(chunk)
-                seen(done)
-                check()
-            await reader
-        finally:
-            reader.cancel()
-    return done
-
-
-def checkpoint_hint(folder: Path) -> str:
-    """What a kernel whose instance is lost says about the newest checkpoint in ``folder``
-    (its notebook's folder): "" when there is none.
-
-        >>> checkpoint_hint(Path("/nonexistent"))
-        ''
-    """
-    from gpucloud_nb.kernel.session import checkpoints
-
-    found = checkpoints(folder / CHECKPOINTS)
-    if not found:
-        return ""
-    minutes = max(time.time() - found[-1].stat().st_mtime, 0) / 60
-    age = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
-    return (f"; its variables are in checkpoint {found[-1].name} ({age} old): start a kernel "
-            "on another instance and run %gpucloud restore there")
-
-
-def lost_sentence(label: str, status: str, folder: Path, gpu: str = "",
-                  since: float = 0.0) -> str:
-    """The one sentence a kernel says when its instance ``label`` is lost (``status``:
-    deleting, deleted, failed, or unreachable over SSH for ``since`` seconds), with the exact
-    restore line for the newest checkpoint in ``folder`` (its notebook's folder).
-
-        >>> print(lost_sentence("box (i-1)", "failed", Path("/nonexistent")))
-        ... # doctest: +NORMALIZE_WHITESPACE
-        Instance box (i-1) is in an error state (failed), so its kernel and variables are gone;
-        there is no checkpoint of them in .gpucloud/checkpoints/.
-        >>> print(lost_sentence("box (i-1)", "unreachable", Path("/nonexistent"), since=300))
-        ... # doctest: +NORMALIZE_WHITESPACE
-        Instance box (i-1) has not answered over SSH for 5 min (it still exists and bills until
-        you delete it: %gpucloud delete box), so this kernel and its variables count as lost;
-        there is no checkpoint of them in .gpucloud/checkpoints/.
-    """
-    from gpucloud_nb.kernel.session import checkpoints
-
-    if status == "unreachable":
-        name = label.split(" (")[0]
-        span = f"{since:.0f} s" if since < 120 else f"{since / 60:.0f} min"
-        text = (f"Instance {label} has not answered over SSH for {span} (it still exists and "
-                f"bills until you delete it: %gpucloud delete {name}), so this kernel and its "
-                "variables count as lost; ")
-    else:
-        what = ("is in an error state (failed)" if status == "failed"
-                else "was deleted from outside this notebook")
-        text = f"Instance {label} {what}, so its kernel and variables are gone; "
-    found = checkpoints(folder / CHECKPOINTS)
-    if not found:
-        return text + f"there is no checkpoint of them in {CHECKPOINTS.as_posix()}/."
-    minutes = max(time.time() - found[-1].stat().st_mtime, 0) / 60
-    age = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
-    stem = found[-1].name.removesuffix(SUFFIX)
-    like = f" --gpu {shlex.quote(gpu)}" if gpu else " INSTANCE"
-    return (text + f"to launch an instance like it and restore checkpoint {stem} ({age} old), "
-            f"run %gpucloud restore {stem}{like} in a kernel on another instance.")
-
-
-def _label(details: InstanceDetails) -> str:
-    return f"{details.name} ({details.id})" if details.name else details.id
-
-
 def _reason(error: BaseException) -> str:
     if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
         return "interrupted"
     text = str(error).rstrip(".") or type(error).__name__
     return text[:1].lower() + text[1:] if isinstance(error, MoveFailed) else text
-
-
-def _delete_quietly(client: GPUCloud, instance_id: str) -> bool:
-    """Delete the instance; True once the cloud says it is deleting or gone."""
-    try:
-        client.instances.delete(instance_id)
-        return client.instances.get(instance_id).status in ("deleting", "deleted")
-    except NotFoundError:
-        return True
-    except GPUCloudError:
-        return False

@@ -81,23 +81,23 @@ import json
 import shlex
 import signal
 import threading
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from jupyter_client.provisioning import KernelProvisionerBase
 from traitlets import CaselessStrEnum, Float, Unicode
 
-from gpucloud_nb.errors import (
+from gpucloud_nb.errors import (  # KernelStartError: once public here
     ConnectionFailedError,
     GPUCloudError,
-    InvalidInputError,
     KernelStartError,
     NotFoundError,
 )
 from gpucloud_nb.kernel import sync
 from gpucloud_nb.kernel.busy import BusyWatch
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
+from gpucloud_nb.kernel.launch import RUNTIME_DIR, START_TIMEOUT, Launching
+from gpucloud_nb.kernel.lost import SIGNAL_SECONDS, Watching, ssh_errors
 from gpucloud_nb.kernel.move import Movable
 from gpucloud_nb.kernel.standin import StandIn
 
@@ -109,26 +109,17 @@ if TYPE_CHECKING:
     from gpucloud_nb.client.remote import Remote
     from gpucloud_nb.models import InstanceDetails
 
-__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner"]
+__all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
 
-#: Where kernel connection files live on the instance, relative to its home (Jupyter's own).
-RUNTIME_DIR = ".local/share/jupyter/runtime"
-_START_TIMEOUT = 60.0
-#: What ``poll`` may take, whatever SSH does (JupyterLab's restarter and ``is_alive`` wait on it).
-_POLL_SECONDS = 2.0
-#: How long a signal (or the remote cleanup) may try to reach the instance.
-_SIGNAL_SECONDS = 5.0
 #: After a failed reconnect, how long callers fail at once rather than try again.
 _RETRY_SECONDS = 10.0
-#: How often ``poll`` asks the cloud about the instance while SSH is down.
-_ASK_EVERY = 1.0
-#: How often the provisioner itself checks its kernel (a plain ``KernelManager`` polls nobody).
-_WATCH_SECONDS = 3.0
 
 
-class GPUCloudProvisioner(Movable, KernelProvisionerBase):
+class GPUCloudProvisioner(Launching, Watching, Movable, KernelProvisionerBase):
     """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs);
-    checkpoint, restore and move it (:mod:`gpucloud_nb.kernel.move`)."""
+    its start's steps (:mod:`~gpucloud_nb.kernel.launch`), its poll and a lost instance
+    (:mod:`~gpucloud_nb.kernel.lost`); checkpoint, restore and move it
+    (:mod:`gpucloud_nb.kernel.move`)."""
 
     instance_id = Unicode("", help="The id of the instance the kernel runs on.").tag(config=True)
     instance_name = Unicode("", help="Its name, for messages.").tag(config=True)
@@ -235,102 +226,6 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         remote = self._remote
         return contextlib.nullcontext() if remote is None else remote.in_use(self.instance_id)
 
-    async def _watch(self) -> None:
-        """Poll every :data:`_WATCH_SECONDS` (on the SSH loop) until the kernel is gone or a
-        stand-in answers for it: nothing else polls under a plain ``KernelManager``."""
-        while self._pid is not None and self._standin is None:
-            await asyncio.sleep(_WATCH_SECONDS)
-            with contextlib.suppress(Exception):
-                if await self.poll() is not None:
-                    return
-
-    async def poll(self) -> int | None:
-        """``None`` while the kernel runs, else an exit code (1 when it is simply gone).
-
-        Answers within about :data:`_POLL_SECONDS` whatever SSH does: ``kill -0`` goes over an
-        SSH connection only when one is open (never waiting for a reconnect, which it starts in
-        the background); otherwise, or when that is slow, the cloud is asked whether the instance
-        is gone, and a kernel whose instance is there is taken as alive.
-        """
-        if self._pid is None:
-            return self._exit if self._exit is not None else 0
-        if self._standin is not None:  # the instance is lost; a stand-in answers until shutdown
-            return 0 if self._standin.exited.is_set() else None
-        if self._moving:  # the sockets are being handed to the kernel it moved to
-            return None
-        if self._gone:
-            return 1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _POLL_SECONDS
-        remote, details = self._remote, self._details
-        if remote is not None and details is not None:
-            if remote.cached_target(details.id) is not None:
-                command = f"kill -0 {self._pid} 2>/dev/null && echo alive || echo gone"
-                with contextlib.suppress(GPUCloudError, OSError, asyncio.TimeoutError,
-                                         _ssh_errors()):
-                    result = await asyncio.wait_for(
-                        self._on_loop(remote.run_async(details, command, timeout=10,
-                                                       bookkeeping=True)),
-                        _POLL_SECONDS / 2)
-                    if "alive" in result.stdout:
-                        self._unreachable_since = None
-                        return None
-                    self._exit = 1
-                    return 1
-            else:
-                self._reconnect_soon()
-        if await self._instance_gone(max(deadline - loop.time(), 0.1)):
-            status = self._asked.result() if self._asked is not None and self._asked.done() \
-                and self._asked.exception() is None else "deleted"
-            return await self._lose(status)
-        now = time.monotonic()
-        if self._unreachable_since is None:
-            self._unreachable_since = now
-        elif now - self._unreachable_since >= self.lost_after:
-            return await self._lose("unreachable")
-        return None
-
-    async def _lose(self, status: str) -> int | None:
-        """The instance is lost (``status``: deleting, deleted, failed or unreachable): say so
-        once, at WARNING on the kernel manager's log, with the exact ``%gpucloud restore`` line
-        for the newest checkpoint, and start a stand-in that says it to every cell (see the
-        module); what ``poll`` answers now."""
-        from gpucloud_nb.kernel.move import lost_sentence
-
-        gpu = self._details.gpu_model if self._details is not None else ""
-        since = self.lost_after if status == "unreachable" else 0.0
-        forwards, key = self._forwards, self.connection_info.get("key", b"")
-        with self._losing:  # said once; polls meanwhile see the stand-in (None: alive)
-            if self._gone:
-                return None if self._standin is not None else 1
-            self.lost = lost_sentence(self._label(), status, self.notebook_folder, gpu, since)
-            standin = None if forwards is None or self._remote is None else StandIn(
-                forwards.stem, key.encode() if isinstance(key, str) else bytes(key), self.lost)
-            self._standin, self._gone = standin, True
-        self.log.warning("gpucloud-nb: %s", self.lost)
-        busy, self._executing = self._executing, None
-        if busy is not None:  # a lost kernel executes nothing; and its subscription to IOPub
-            await asyncio.to_thread(busy.stop)  # would pass for the client's at the stand-in
-        if standin is None or forwards is None:
-            return 1
-        try:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
-            await self._on_loop(forwards.release())
-            await asyncio.to_thread(standin.start)
-        except Exception as error:
-            self._standin = None
-            self.log.warning("gpucloud-nb: no stand-in could answer for the lost kernel: %s",
-                             error)
-            return 1
-        return None
-
-    async def _stop_standin(self) -> None:
-        standin, self._standin = self._standin, None
-        if standin is not None:
-            standin.exited.set()
-            await asyncio.to_thread(standin.stop)
-
     async def wait(self) -> int | None:
         """Wait until the kernel is gone; its exit code."""
         while (status := await self.poll()) is None:
@@ -343,7 +238,7 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
 
         Never raises: jupyter_client interrupts before it shuts a kernel down, and a shutdown
         must reach its cleanup (and the delete) when the instance cannot be reached. A signal
-        that could not be sent within :data:`_SIGNAL_SECONDS` is a warning in the log.
+        that could not be sent within :data:`SIGNAL_SECONDS` is a warning in the log.
         """
         if self._standin is not None:  # no process: terminate and kill stop the stand-in
             if signum in (signal.SIGTERM, signal.SIGKILL):
@@ -353,8 +248,8 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
             return
         try:
             await asyncio.wait_for(self._sh(f"kill -{int(signum)} {self._pid} 2>/dev/null",
-                                            timeout=10), _SIGNAL_SECONDS)
-        except (GPUCloudError, OSError, asyncio.TimeoutError, _ssh_errors()) as error:
+                                            timeout=10), SIGNAL_SECONDS)
+        except (GPUCloudError, OSError, asyncio.TimeoutError, ssh_errors()) as error:
             self.log.warning("gpucloud-nb: could not send signal %d to the kernel on instance "
                              "%s (%s).", int(signum), self._label(),
                              str(error) or type(error).__name__)
@@ -378,12 +273,12 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         if restart:
             if self._remote is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
+                    await asyncio.wait_for(self._on_loop(self.stop_relay()), SIGNAL_SECONDS)
             if self._file and self._remote is not None and not self._gone:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
                         self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)}", timeout=10),
-                        _SIGNAL_SECONDS)
+                        SIGNAL_SECONDS)
             self._file = ""
             if self._forwards is not None and self._remote is not None:
                 # jupyter_client has just removed the socket files ("cleanup_ipc_files"):
@@ -398,14 +293,14 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         instance if asked: the delete goes over HTTP, so it happens whatever SSH does."""
         if self._remote is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._on_loop(self.stop_relay()), _SIGNAL_SECONDS)
+                await asyncio.wait_for(self._on_loop(self.stop_relay()), SIGNAL_SECONDS)
         if self._file and self._remote is not None and not self._gone:
             stem = self._file[:-len(".json")]
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     self._sh(f"rm -f \"$HOME\"/{shlex.quote(self._file)} "
                              f"\"$HOME\"/{shlex.quote(stem + '.log')}", timeout=10),
-                    _SIGNAL_SECONDS)
+                    SIGNAL_SECONDS)
         self._file = ""
         if self._forwards is not None and self._remote is not None:
             with contextlib.suppress(Exception):
@@ -422,7 +317,7 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
 
     def get_stable_start_time(self, recommended: float = 10.0) -> float:
         """Copying files and installing ipykernel take longer than a local start."""
-        return max(recommended, _START_TIMEOUT)
+        return max(recommended, START_TIMEOUT)
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -437,91 +332,6 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
         session = getattr(self.parent, "session", None)
         key = getattr(session, "key", b"") or b""
         return key.decode() if isinstance(key, bytes) and key else str(uuid.uuid4())
-
-    def _new_client(self) -> GPUCloud:
-        if self.cloud == "sandbox":
-            from gpucloud_nb._connect import connect
-
-            return connect(sandbox=True, quiet=True)
-        from gpucloud_nb._connect import cloud_settings
-        from gpucloud_nb.client.management import GPUCloud
-
-        try:  # through the user's personal gateway, as connect() (unless GPUCLOUD_GATEWAY=off)
-            key, url, _ = cloud_settings()
-            return GPUCloud(api_key=key, base_url=url)
-        except InvalidInputError:
-            raise InvalidInputError(
-                f"Instance {self._label()} is on the cloud and this Jupyter server has no "
-                "GPUCLOUD_API_KEY; set it (and GPUCLOUD_BASE_URL) before starting Jupyter."
-            ) from None
-
-    async def _reach(self) -> tuple[Remote, InstanceDetails]:
-        if not self.instance_id:
-            raise InvalidInputError("This kernelspec names no instance; install it again with "
-                                    "gpucloud_nb.kernel.install_kernel(cloud, ...).")
-        if self._client is None:
-            self._client = await asyncio.to_thread(self._new_client)
-        client = self._client
-        try:
-            details = await asyncio.to_thread(client.instances.get, self.instance_id)
-        except NotFoundError:
-            raise InvalidInputError(self._gone_sentence("no longer exists")) from None
-        if details.status in ("deleting", "deleted"):
-            raise InvalidInputError(self._gone_sentence(f"is {details.status}"))
-        if details.status == "pending":
-            self._say(f"Instance {self._label()} is pending; waiting until it is active…")
-
-            def progress(current: InstanceDetails, elapsed: float) -> None:
-                self._say(f"  still {current.status} after {elapsed:.0f} s")
-
-            details = await asyncio.to_thread(client.instances.wait_until_active,
-                                              self.instance_id, timeout=self.wait_seconds,
-                                              on_progress=progress)
-        remote, details = await asyncio.to_thread(client.instances.ssh, self.instance_id)
-        self._remote, self._details = remote, details
-        return remote, details
-
-    def _gone_sentence(self, what: str) -> str:
-        from gpucloud_nb.kernel.move import checkpoint_hint
-
-        return (f"Instance {self._label()} {what}, so this kernel cannot start; pick another "
-                "kernel, or install one for an active instance with %gpucloud kernel NAME"
-                f"{checkpoint_hint(self.notebook_folder)}.")
-
-    async def _instance_gone(self, budget: float) -> bool:
-        """True when the cloud says the instance is gone; False when it is there, or has not
-        answered within ``budget`` seconds (the question stays asked: the next poll reuses it)."""
-        remote, client = self._remote, self._client
-        if client is None or remote is None:
-            return True
-        if self._asked is None or (self._asked.done()
-                                   and time.monotonic() - self._asked_at > _ASK_EVERY):
-            self._asked_at = time.monotonic()
-            self._asked = remote.submit(asyncio.to_thread(self._status, client))
-        try:
-            status = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._asked)),
-                                            budget)
-        except (asyncio.TimeoutError, GPUCloudError):
-            return False
-        return status in ("deleting", "deleted", "failed")
-
-    def _status(self, client: GPUCloud) -> str:
-        try:
-            return client.instances.get(self.instance_id).status
-        except NotFoundError:
-            return "deleted"
-
-    def _reconnect_soon(self) -> None:
-        """Open the SSH connection again in the background (once at a time), for later polls."""
-        if self._remote is None or (self._reconnecting is not None
-                                    and not self._reconnecting.done()):
-            return
-
-        async def reconnect() -> None:
-            with contextlib.suppress(Exception):
-                await self.ssh_connection()
-
-        self._reconnecting = self._remote.submit(reconnect())
 
     def _delete(self, client: GPUCloud) -> None:
         try:
@@ -569,102 +379,3 @@ class GPUCloudProvisioner(Movable, KernelProvisionerBase):
             return await remote.run_async(details, command, timeout=timeout, bookkeeping=True)
 
         return await self._on_loop(run())
-
-    async def _ensure_ipykernel(self, remote: Remote, details: InstanceDetails) -> None:
-        check = ("python3 -c 'import sys' >/dev/null 2>&1 || exit 3; "
-                 "python3 -c 'import ipykernel' >/dev/null 2>&1 || exit 4")
-        status = (await self._sh(check, timeout=60)).exit_status
-        if status == 3:
-            raise KernelStartError(f"Instance {self._label()} has no working python3, so it cannot "
-                                   "run a notebook kernel; use an image with Python 3.")
-        if status != 4:
-            return
-        self._say(f"Installing ipykernel and ipywidgets on instance {self._label()} "
-                  "(pip install --user)…")
-        lines: list[str] = []
-
-        def seen(line: str) -> None:
-            lines.append(line)
-            self._say("  " + line)
-
-        async def install() -> Any:
-            await self.ssh_connection()
-            return await remote.run_async(
-                details, "python3 -m pip install --user --progress-bar off ipykernel ipywidgets",
-                timeout=900, on_output=seen)
-
-        result = await self._on_loop(install())
-        if result.exit_status != 0:
-            raise KernelStartError(f"Could not install ipykernel on instance {self._label()}: "
-                                   f"{_why_pip_failed(lines)}.")
-
-    async def _write_file(self, text: str) -> None:
-        import asyncssh
-
-        connection = await self.ssh_connection()
-        async with connection.start_sftp_client() as sftp:
-            await sftp.makedirs(RUNTIME_DIR, exist_ok=True)
-            attrs = asyncssh.SFTPAttrs(permissions=0o600)
-            async with sftp.open(self._file, "w", attrs) as file:
-                await file.write(text)
-
-    async def _read_file(self) -> dict[str, Any]:
-        connection = await self.ssh_connection()
-        async with connection.start_sftp_client() as sftp, sftp.open(self._file, "r") as file:
-            data: dict[str, Any] = json.loads(await file.read())
-            return data
-
-    async def _start(self, cmd: list[str], folder: str) -> int:
-        place = "\"$HOME\"/" + shlex.quote(folder) if folder else "\"$HOME\""
-        connection_file = "\"$HOME\"/" + shlex.quote(self._file)
-        log = "\"$HOME\"/" + shlex.quote(self._file[:-len(".json")] + ".log")
-        argv = " ".join(connection_file if part == "{connection_file}" else shlex.quote(part)
-                        for part in cmd)
-        command = (f"mkdir -p {place} && cd {place} && "
-                   f"nohup {argv} >{log} 2>&1 </dev/null & echo $!")
-        result = await self._sh(command, timeout=30)
-        try:
-            return int(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise KernelStartError(f"The kernel did not start on instance {self._label()}: "
-                                   f"{(result.stderr or result.stdout).strip()[:200]}.") from None
-
-    async def _ports(self) -> dict[str, int]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _START_TIMEOUT
-        checks = 0
-        while loop.time() < deadline:
-            with contextlib.suppress(Exception):
-                info = await self._on_loop(self._read_file())
-                ports = {name: int(info.get(name) or 0) for name in PORT_NAMES}
-                if all(ports.values()):
-                    return ports
-            checks += 1
-            if checks % 10 == 0 and await self.poll() is not None:
-                self._pid = None
-                tail = await self._sh(f"tail -n 5 \"$HOME\"/"
-                                      f"{shlex.quote(self._file[:-len('.json')] + '.log')}")
-                last = [line for line in tail.stdout.splitlines() if line.strip()]
-                raise KernelStartError(f"The kernel on instance {self._label()} exited while "
-                                       f"starting: {last[-1] if last else 'no output'}.")
-            await asyncio.sleep(0.1)
-        raise KernelStartError(f"The kernel on instance {self._label()} did not open its ports "
-                               f"within {_START_TIMEOUT:.0f} s.")
-
-
-def _ssh_errors() -> type[Exception]:
-    import asyncssh
-
-    return asyncssh.Error
-
-
-def _why_pip_failed(lines: list[str]) -> str:
-    text = "\n".join(lines).lower()
-    if "no module named pip" in text:
-        return "it has no pip (install python3-pip)"
-    if any(word in text for word in ("network is unreachable", "connection refused",
-                                     "temporary failure in name resolution",
-                                     "could not find a version")):
-        return "it cannot reach the package index (no network?)"
-    last = [line.strip() for line in lines if line.strip()]
-    return last[-1] if last else "pip failed without a message"

@@ -1,0 +1,95 @@
+"""The kernel's forwarded channels (:mod:`gpucloud_nb.kernel.forwards`) across an SSH drop, with
+a real kernel on a sandbox instance started by ``jupyter_client.KernelManager``.
+
+The test below finds a real gap (#36's leftover) and is marked as an expected failure until it
+is closed. After a drop, requests wait until *an* IOPub connection over the new SSH connection
+has heard the kernel's ZeroMQ greeting, and 50 ms more. Two things let a cell's output be lost:
+the busy watcher's IOPub (ZeroMQ's default 0.1 s reconnect) can be that connection while the
+user's is not back yet; and "heard the greeting" is not "subscribed": traced byte by byte, a
+reconnected subscriber's ``SUBSCRIBE`` goes out only after the kernel's ``READY``, which for a
+connection made after the drop was held for seconds, until the kernel handled the next request.
+Waiting for every cut subscriber's ``SUBSCRIBE`` frame (tried) therefore waits out the 5 s cap
+and still loses the output; where the ``READY`` is held (the kernel, the sandbox's SSH
+forwarder, or asyncssh) is not found yet.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+import pytest
+import test_kernel_provisioner as base
+import zmq
+from helpers import wait_for
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.kernel import install_kernel
+from gpucloud_nb.sandbox import Sandbox
+
+_entry_point, jupyter_data, box = base._entry_point, base.jupyter_data, base.box
+kernels, launch = base.kernels, base.launch
+
+#: How long the user's IOPub waits before it reconnects (ZeroMQ's default is 0.1 s): the busy
+#: watcher's IOPub, on the default, is back well before it.
+_SLOW_MS = 2000
+
+
+class SlowIOPubClient(BlockingKernelClient):
+    """A client whose IOPub reconnects after :data:`_SLOW_MS`, as a busy client's may."""
+
+    def connect_iopub(self, identity: bytes | None = None) -> zmq.Socket[Any]:
+        sock = self.context.socket(zmq.SUB)
+        sock.linger = 1000
+        sock.setsockopt(zmq.RECONNECT_IVL, _SLOW_MS)
+        sock.connect(self._make_url("iopub"))
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        return sock
+
+
+@pytest.mark.xfail(strict=True, reason="a real gap, not closed yet: see the module docstring")
+def test_after_an_ssh_drop_a_cell_waits_for_the_users_iopub_not_the_busy_watchers(
+        sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
+    instance = launch(box)
+    kernel = kernels(install_kernel(box, instance.id))
+    assert kernel.manager.provisioner._executing is not None  # the busy watcher listens too
+    client = SlowIOPubClient()
+    client.load_connection_info(kernel.manager.get_connection_info())
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        assert client.execute_interactive("kept = 'still here'", timeout=30)[
+            "content"]["status"] == "ok"
+
+        forwards = kernel.manager.provisioner._forwards
+        before = set(forwards.writers)
+        server = sandbox.app.state.ssh.server(instance.id)
+        dropped = list(server.connections)
+        assert dropped
+        for connection in dropped:
+            connection._loop.call_soon_threadsafe(connection.abort)
+        wait_for(lambda: not before & set(forwards.writers), 10)
+
+        msg_id = client.execute("print(kept)")
+        reply = client.get_shell_msg(timeout=60)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "ok"
+        printed: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                message = client.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                continue
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+            if (message["msg_type"] == "status"
+                    and message["content"]["execution_state"] == "idle"):
+                break
+        assert "".join(printed) == "still here\n"  # the output reached the user's own client
+    finally:
+        client.stop_channels()
