@@ -32,7 +32,8 @@ Also chosen: the magic loads ``jupyter_ai_magic_commands`` when it is not loaded
 ``%load_ext jupyter_ai_magic_commands`` does, without its notice that no ``.env`` file holds
 provider keys, which these aliases do not need); a stopped or failed endpoint is refused in one
 sentence rather than aliased. Jupyternaut (the chat panel) runs in the Jupyter server, not in
-the kernel, so an alias made here does not reach it.
+the kernel, so an alias made here does not reach it; the server extension gives it its own
+provider (:mod:`gpucloud_nb.lab.jupyternaut`).
 """
 
 from __future__ import annotations
