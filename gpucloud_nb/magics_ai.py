@@ -21,11 +21,19 @@ The command sets ``LITELLM_LOCAL_MODEL_COST_MAP`` (unless set) so that LiteLLM r
 price list instead of fetching it from GitHub at import, and ``litellm.suppress_debug_info``, so
 that a failed call prints one sentence without LiteLLM's help banner.
 
+Streaming: the provider streams when LiteLLM is asked to (``litellm.completion(model=
+"gpucloud/NAME", messages=..., stream=True)`` yields the endpoint's chunks as they come), but
+``%%ai`` never asks: jupyter-ai-magic-commands 0.0.4 (the newest) builds
+``completion_args = {"model": model_id, "messages": messages, "stream": False}`` in
+``AiMagics.run_ai_cell`` (``jupyter_ai_magic_commands/magics.py``, line 379) and shows the reply
+once it is whole; it has no option to stream.
+
 Also chosen: the magic loads ``jupyter_ai_magic_commands`` when it is not loaded yet (as
 ``%load_ext jupyter_ai_magic_commands`` does, without its notice that no ``.env`` file holds
 provider keys, which these aliases do not need); a stopped or failed endpoint is refused in one
 sentence rather than aliased. Jupyternaut (the chat panel) runs in the Jupyter server, not in
-the kernel, so an alias made here does not reach it.
+the kernel, so an alias made here does not reach it; the server extension gives it its own
+provider (:mod:`gpucloud_nb.lab.jupyternaut`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import importlib.util
 import io
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from gpucloud_nb._secrets import mask_url
@@ -165,21 +173,38 @@ def _register_provider() -> None:
 
 
 def _handler() -> Any:
-    """A ``litellm.CustomLLM`` that answers ``gpucloud/NAME`` through the alias's client (sync
-    only: ``%%ai`` calls ``litellm.completion`` without streaming)."""
+    """A ``litellm.CustomLLM`` that answers ``gpucloud/NAME`` through the alias's client, whole
+    (``completion``) or streamed (``streaming``, for ``litellm.completion(..., stream=True)``)."""
     import litellm
     from litellm.llms.custom_llm import CustomLLMError
+    from litellm.types.utils import GenericStreamingChunk
+
+    def client_of(model: str) -> EndpointClient:
+        alias = model.split("/", 1)[-1]
+        client = _clients.get(alias)
+        if client is None:
+            raise CustomLLMError(
+                status_code=404, message=f"No endpoint is aliased as {alias}; run "
+                f"%gpucloud ai-alias {alias} ENDPOINT in this kernel.")
+        return client
 
     class EndpointLLM(litellm.CustomLLM):
+        def streaming(self, model: str, messages: list[Any], *_: Any,
+                      **__: Any) -> Iterator[GenericStreamingChunk]:
+            with client_of(model).chat(messages, stream=True) as stream:
+                finish = ""
+                for chunk in stream:
+                    finish = chunk.finish_reason or finish
+                    if chunk.delta:
+                        yield GenericStreamingChunk(
+                            text=chunk.delta, is_finished=False, finish_reason="", usage=None,
+                            index=chunk.index, tool_use=None)
+            yield GenericStreamingChunk(text="", is_finished=True, finish_reason=finish or "stop",
+                                        usage=None, index=0, tool_use=None)
+
         def completion(self, model: str, messages: list[Any], *_: Any,
                        **__: Any) -> litellm.ModelResponse:
-            alias = model.split("/", 1)[-1]
-            client = _clients.get(alias)
-            if client is None:
-                raise CustomLLMError(
-                    status_code=404, message=f"No endpoint is aliased as {alias}; run "
-                    f"%gpucloud ai-alias {alias} ENDPOINT in this kernel.")
-            reply = client.chat(messages)
+            reply = client_of(model).chat(messages)
             return litellm.ModelResponse(
                 id=reply.id, model=reply.model, created=reply.created,
                 choices=[{"index": 0, "finish_reason": reply.finish_reason or "stop",

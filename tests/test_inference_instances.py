@@ -276,3 +276,28 @@ def test_deploy_scale_start_stop_and_delete_each_move_the_change_stamp(cloud: GP
     cloud.inference_instances.list()
     cloud.inference_instances.get(made.id)
     assert not moved()  # reads change nothing
+
+
+def test_a_name_a_live_endpoint_holds_is_refused_so_a_lost_create_is_adopted_unambiguously(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """#38: an endpoint record has no ``createdAt``, so a lost create looked up by name could
+    not tell an older live namesake from the one it made; a create of a name a live endpoint
+    holds is refused before anything is sent, and after a lost answer the one live endpoint of
+    that name is the new one."""
+    from gpucloud_nb.sandbox.faults import FaultInjector, Faults
+
+    box = sandbox_factory(launch_seconds=0.5, delete_seconds=0.1,
+                          faults=Faults(drop_create_every=2))
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        old = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        with pytest.raises(InvalidInputError) as refused:
+            cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        assert refused.value.message == (
+            f"An inference instance named 'served' already exists ({old.id}, NEW); give another "
+            "name, or delete that one first. Nothing was deployed.")
+        assert [e.id for e in cloud.inference_instances.list()] == [old.id]
+        assert isinstance(box.app, FaultInjector) and box.app.stats.dropped == 0  # never sent
+        cloud.inference_instances.delete("served")  # DELETING frees the name at once
+        made = cloud.inference_instances.create(name="served", model=MODEL, min=1, max=1)
+        assert box.app.stats.dropped == 1  # this answer was lost, and the new one adopted
+        assert made.id != old.id and cloud.inference_instances.get("served").id == made.id

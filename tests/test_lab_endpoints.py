@@ -95,6 +95,72 @@ def test_an_endpoint_shows_its_containers_and_price_and_stops_starts_and_deletes
     assert UPSTREAM_KEY not in texts and kernel.scrub(texts) == texts  # neither key shown
 
 
+def instances_hourly(snapshot: dict[str, Any]) -> float:
+    return sum(float(r["hourlyPrice"]) for r in snapshot["instances"]
+               if r["status"] in ("active", "deleting"))
+
+
+def test_the_totals_count_what_endpoints_serve_now_and_nothing_once_stopped(
+        lab: httpx.Client, kernel: GPUCloud) -> None:
+    """#38: the sidebar's $/h now and the status bar count a running endpoint's containers
+    (price × containers up, as billed); a stopped one adds nothing, at once after the stop."""
+    made = kernel.inference_instances.create(name="lab-totals", model=MODEL, min=1, max=2)
+    price = kernel.inference_instances.get(made.id).hourly_price
+    up = wait_for(lab, lambda s: (endpoint_of(s, made.id) or {}).get("total") == 1, timeout=60)
+    totals = up["totals"]
+    served = sum(float(e["hourly"] or 0) for e in up["endpoints"])
+    assert served >= price > 0 and totals["endpointsHourly"] == pytest.approx(served)
+    assert totals["hourly"] == pytest.approx(instances_hourly(up) + served)
+    assert totals["serving"] == sum(1 for e in up["endpoints"] if e["total"]) >= 1
+    assert totals["endpointsCommitted"] >= price * 2  # at its most containers, as the cap counts
+
+    assert lab.post(f"/gpucloud/endpoints/{made.id}/stop").status_code == 204
+    stopped = lab.get("/gpucloud/instances").json()  # at once, not a poll later
+    assert endpoint_of(stopped, made.id)["total"] == 0
+    assert stopped["totals"]["endpointsHourly"] == pytest.approx(
+        sum(float(e["hourly"] or 0) for e in stopped["endpoints"]))
+    assert stopped["totals"]["endpointsHourly"] <= served - price + 1e-9
+    assert stopped["totals"]["hourly"] == pytest.approx(
+        instances_hourly(stopped) + stopped["totals"]["endpointsHourly"])
+    assert lab.delete(f"/gpucloud/endpoints/{made.id}").status_code == 204
+
+
+def test_an_endpoint_scaled_to_zero_costs_nothing_now_but_counts_towards_the_cap(
+        sandbox_factory: Callable[..., Sandbox]) -> None:
+    """min 0, scaled to zero after its cooldown: no container, so nothing in $/h now (the
+    appendix bills per container); the cap's committed figure counts it at its most containers,
+    as ``create`` does, and the cap warning is reached."""
+    box = sandbox_factory(launch_seconds=0.5)
+    with GPUCloud(api_key=box.api_key, base_url=box.management_url) as cloud:
+        made = cloud.inference_instances.create(name="asleep", model=MODEL, min=0, max=2,
+                                               cooldown=0.3)
+        price = cloud.inference_instances.get(made.id).hourly_price
+
+        async def polls() -> dict[str, Any]:
+            poller = Poller(lambda: AsyncGPUCloud(api_key=box.api_key,
+                                                  base_url=box.management_url), cap=1.0,
+                            fast=0.2)
+            try:
+                for _ in range(1200):  # two minutes
+                    snapshot = await poller.snapshot()
+                    row = endpoint_of(snapshot, made.id)
+                    if row is not None and row["status"] == "ACTIVE" and row["total"] == 0:
+                        return snapshot
+                    poller.nudge()
+                    await asyncio.sleep(0.1)
+                raise AssertionError(f"never scaled to zero: {snapshot}")
+            finally:
+                await poller.stop()
+
+        snapshot = asyncio.run(polls())
+    row = endpoint_of(snapshot, made.id)
+    assert row is not None and row["hourly"] == 0
+    totals = snapshot["totals"]
+    assert (totals["hourly"], totals["endpointsHourly"], totals["serving"]) == (0, 0, 0)
+    assert totals["endpointsCommitted"] == pytest.approx(price * 2) and price * 2 >= 1.0
+    assert totals["committed"] == pytest.approx(price * 2) and totals["capReached"] is True
+
+
 def test_refusals_are_one_sentence_with_their_status(lab: httpx.Client, kernel: GPUCloud) -> None:
     unknown = lab.post("/gpucloud/endpoints/no-such-endpoint/stop")
     assert unknown.status_code == 404

@@ -17,6 +17,15 @@ Choices where the appendix is silent:
   the region the first with capacity for it, ``containerPort`` the model's ``port``, and the
   triggers ``{"http": 10}`` (so that ``min=0`` wakes on a request). Hardware is named by id or
   name (the body carries its name, ``hardwareName``); a model by id or name.
+- A name is held by one live endpoint at a time: ``create`` lists the endpoints first and
+  refuses a name that one not ``DELETING`` or ``DELETED`` already has. The appendix gives an
+  InferenceInstance no ``createdAt`` and says nothing of the order of ids or of the list, so
+  when a create's answer is lost (see :mod:`gpucloud_nb.client.management`) the endpoint it
+  made could not otherwise be told from an older live namesake; with this rule the one live
+  endpoint of that name is the one just made. (Two kernels creating the same name within the same
+  second can both pass the check: the appendix does not say the cloud refuses a duplicate.)
+  It is also what "names wherever ids" needs: a name given to ``get``, ``stop`` or ``delete``
+  then names one endpoint.
 - ``update`` sends the whole ``autoScalingConfigurations`` (the current one, read first, with the
   changes), since a PATCH replaces a top-level field whole.
 - The answers of ``PATCH``, ``start`` and ``stop`` are not shown: each is followed by a ``GET``,
@@ -137,6 +146,18 @@ def _find(items: Sequence[Any], given: str, what: str, listing: str) -> Any:
     return found[0]
 
 
+def _refuse_a_live_namesake(endpoints: Sequence[InferenceInstance], name: str) -> None:
+    """Refuse a create whose name an endpoint not being deleted already holds (see the module)."""
+    live = [e for e in endpoints
+            if e.name == name and e.status.upper() not in ("DELETING", "DELETED")]
+    if live:
+        held = live[0]
+        raise InvalidInputError(
+            f"An inference instance named {name!r} already exists ({held.id}, "
+            f"{held.status.upper()}); give another name, or delete that one first. Nothing was "
+            "deployed.")
+
+
 class InferenceInstanceOps(Generic[D]):
     """The inference-instance operations, shared by the sync and async classes."""
 
@@ -204,8 +225,10 @@ class InferenceInstanceOps(Generic[D]):
         problem = create_problem(body, models=models, hardwares=hardwares, regions=regions)
         if problem:
             raise InvalidInputError(problem)
+        endpoints = yield from self.list()
+        _refuse_a_live_namesake(endpoints, name)
         if self.core.max_hourly_cost is not None:
-            yield from self._check_cap(hardware_record, body)
+            yield from self._check_cap(hardware_record, body, endpoints)
         data = yield from self.core.create_once(INSTANCES_PATH, body, "inference instance",
                                                 "deployed")
         endpoint = InferenceInstance.from_json(data)
@@ -216,7 +239,8 @@ class InferenceInstanceOps(Generic[D]):
             self.core.budgets.set(endpoint.id, dollars)
         return endpoint
 
-    def _check_cap(self, hardware: InferenceHardware, body: Mapping[str, Any]) -> Op[None]:
+    def _check_cap(self, hardware: InferenceHardware, body: Mapping[str, Any],
+                   endpoints: Sequence[InferenceInstance]) -> Op[None]:
         cap = self.core.max_hourly_cost
         assert cap is not None
         containers = sum(c["scale"]["max"] for c in body["autoScalingConfigurations"])
@@ -229,7 +253,6 @@ class InferenceInstanceOps(Generic[D]):
         gpus, problem = running_hourly(cap, (Instance.from_json(i) for i in json_list(data)))
         if problem:
             raise InvalidInputError(problem)
-        endpoints = yield from self.list()
         held = yield from self._endpoints_hourly(endpoints)
         total = gpus + held + price * containers
         if total > cap + 1e-9:

@@ -49,6 +49,9 @@ class GPUCloudExtension(ExtensionApp):
 
         self.poller = Poller(self._connect, cap=self.max_hourly_cost, busy=self._busy_instances)
         self.handlers.extend(handlers(self.poller))
+        from gpucloud_nb.lab.jupyternaut import register_in_background
+
+        register_in_background(self._connect)  # Jupyternaut's gpucloud/ENDPOINT, if installed
 
     def _connect(self) -> Any:
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""

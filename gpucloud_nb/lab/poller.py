@@ -48,13 +48,19 @@ Each list also reads the endpoints (the cloud's inference instances, their detai
 containers ready/total and $/h): the snapshot's ``endpoints`` and ``endpointsError``
 (:mod:`gpucloud_nb.lab.endpoints`); ``endpoint_action(id, action)`` starts, stops or deletes one.
 While an endpoint is changing or has containers the poller keeps its ``fast`` interval.
+What runs now costs GPU instances and endpoints: ``totals["hourly"]`` adds each endpoint's
+``hourly`` (its hourly price times the containers it has up: a stopped endpoint, or one scaled to
+zero, adds nothing, as the appendix bills per container), ``totals["endpointsHourly"]`` is that
+part alone and ``totals["serving"]`` counts the endpoints with a container up; ``committed``
+counts endpoints at their most containers (``endpointsCommitted`` that part alone), as the
+cost cap of ``create`` does.
 
 Spend comes from the package's own billing (:class:`gpucloud_nb.client.billing.Ledger`), the
 same arithmetic as ``cloud.spend()``. Nothing in a snapshot holds a key or a secret.
 
     >>> poller = Poller(lambda: connect(quiet=True))
     >>> (await poller.snapshot())["totals"]  # doctest: +SKIP
-    {'hourly': 1.23, 'spend': 0.41, 'running': 2, 'committed': 1.23}
+    {'hourly': 1.98, 'spend': 0.41, 'running': 2, 'endpointsHourly': 0.75, 'serving': 1, ...}
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from gpucloud_nb.client.billing import Ledger
 from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.gateway import GatewayStatus
 from gpucloud_nb.client.idle import IdleState
+from gpucloud_nb.client.inference_instance_ops import NOT_BILLING
 from gpucloud_nb.client.management import AsyncGPUCloud
 from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import AuthenticationError, ConnectionFailedError, GPUCloudError
@@ -215,7 +222,10 @@ class Poller:
         await self._endpoints.act(cloud, endpoint_id, action)
         self._stamp = changes.stamp(cloud.base_url)  # our own change: the nudge below covers it
         if self._snapshot is not None:
-            self._snapshot.update(self._endpoints.snapshot())
+            endpoints = self._endpoints.snapshot()
+            totals = _totals(self._snapshot["instances"], [self._snapshot["totals"]["spend"]],
+                             self.cap, endpoints["endpoints"])
+            self._snapshot.update(endpoints, totals=totals)
         self._chase = 0
         self.nudge()
 
@@ -405,13 +415,14 @@ class Poller:
                          and instance.status == "active" else None),
                 "deleteProblem": problems.get(instance.id),
             })
+        endpoints = self._endpoints.snapshot()
         return {
-            "instances": rows, "totals": _totals(rows, bills, self.cap),
+            "instances": rows, "totals": _totals(rows, bills, self.cap, endpoints["endpoints"]),
             "sandbox": cloud.is_sandbox, "url": without_userinfo(cloud.base_url), "cap": self.cap,
             "polledAt": _iso(now), "error": None,
             "deleteProblems": [problems[r["id"]] for r in rows if r["id"] in problems],
             "gateway": self._gateway,
-            **self._endpoints.snapshot(),
+            **endpoints,
         }
 
 
@@ -451,14 +462,30 @@ def _budget_line(status: GatewayStatus, rows: list[dict[str, Any]]) -> str:
     return f"{format_price(status.spend)} spent; no budget on this key"
 
 
-def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None) -> dict[str, Any]:
-    """$/h billed now (active and deleting), spend so far (every instance), running count, and
-    the pending-plus-active price the cost cap is compared with."""
-    hourly = sum(r["hourlyPrice"] for r in rows if r["status"] in ("active", "deleting"))
-    committed = sum(r["hourlyPrice"] for r in rows if r["status"] in ("pending", "active"))
+def _totals(rows: list[dict[str, Any]], bills: list[float], cap: float | None,
+            endpoints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """$/h billed now (GPU instances active and deleting, and the containers each endpoint has
+    up), spend so far (every GPU instance), running count, and the price the cost cap is
+    compared with (pending and active instances, and endpoints at their most containers, as
+    ``create`` counts them).
+
+        >>> _totals([{"status": "active", "hourlyPrice": 2.0}], [1.0], None,
+        ...         [{"status": "ACTIVE", "hourly": 0.75, "hourlyPrice": 0.75, "total": 1,
+        ...           "maxContainers": 2}])["hourly"]
+        2.75
+    """
+    endpoints = endpoints or []
+    served = sum(e["hourly"] or 0.0 for e in endpoints)
+    hourly = sum(r["hourlyPrice"] for r in rows if r["status"] in ("active", "deleting")) + served
+    worst = sum((e["hourlyPrice"] or 0.0) * e["maxContainers"] for e in endpoints
+                if e["status"] not in NOT_BILLING)
+    committed = sum(r["hourlyPrice"] for r in rows if r["status"] in ("pending", "active")) + worst
     return {
         "hourly": round(hourly, 6), "spend": round(sum(bills), 6),
         "running": sum(1 for r in rows if r["status"] == "active"),
+        "endpointsHourly": round(served, 6),
+        "serving": sum(1 for e in endpoints if e["total"]),
+        "endpointsCommitted": round(worst, 6),
         "committed": round(committed, 6),
         "capReached": cap is not None and committed >= cap,
     }

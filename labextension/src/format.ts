@@ -54,11 +54,18 @@ export interface IIdle {
 
 /** The totals of a snapshot. */
 export interface ITotals {
+  /** $/h now: GPU instances active or deleting, and the containers endpoints have up. */
   hourly: number;
   spend: number;
   running: number;
   committed: number;
   capReached: boolean;
+  /** The endpoints' part of `hourly`. */
+  endpointsHourly?: number;
+  /** Endpoints with a container up. */
+  serving?: number;
+  /** The endpoints' part of `committed` (each at its most containers). */
+  endpointsCommitted?: number;
 }
 
 /** This key's budget as a class gateway keeps it (`null` off a gateway). */
@@ -239,9 +246,25 @@ export function formatAutoDelete(row: IInstanceRow, now: number): { text: string
   return { text: text.charAt(0).toUpperCase() + text.slice(1), title };
 }
 
-/** The status bar's text: `$1.23/h · 2 running`. */
+/** The status bar's text: `$1.23/h · 2 running`, and `· 1 endpoint serving` while one has a
+ * container up (its $/h is in the figure). */
 export function formatStatus(totals: ITotals): string {
-  return `${formatMoney(totals.hourly)}/h · ${totals.running} running`;
+  const serving = totals.serving ?? 0;
+  const endpoints = serving > 0 ? ` · ${serving} endpoint${serving === 1 ? '' : 's'} serving` : '';
+  return `${formatMoney(totals.hourly)}/h · ${totals.running} running${endpoints}`;
+}
+
+/** The title of the sidebar's `$/h now`: what makes it up when endpoints are part of it. */
+export function formatHourlyTitle(totals: ITotals): string {
+  const endpoints = totals.endpointsHourly ?? 0;
+  if (!(totals.serving ?? 0) && endpoints <= 0) {
+    return 'GPU instances active or being deleted.';
+  }
+  return (
+    `GPU instances ${formatMoney(totals.hourly - endpoints)}/h, endpoints ` +
+    `${formatMoney(endpoints)}/h (the containers they have up; a stopped endpoint, or one ` +
+    'scaled to zero, costs nothing).'
+  );
 }
 
 /**
@@ -259,7 +282,10 @@ export function warning(snapshot: ISnapshot, warnHours: number, now: number): st
   }
   const cap = snapshot.cap;
   if (cap !== null && cap !== undefined && snapshot.totals.capReached) {
-    return `Pending and active instances cost ${formatMoney(snapshot.totals.committed)}/h, at or above the cap of ${formatMoney(cap)}/h.`;
+    const what = (snapshot.totals.endpointsCommitted ?? 0) > 0
+      ? 'Pending and active instances, and endpoints at their most containers,'
+      : 'Pending and active instances';
+    return `${what} cost ${formatMoney(snapshot.totals.committed)}/h, at or above the cap of ${formatMoney(cap)}/h.`;
   }
   if (warnHours > 0) {
     for (const row of snapshot.instances) {

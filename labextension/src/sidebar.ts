@@ -8,6 +8,7 @@ import {
   formatCluster,
   formatGatewayLeft,
   formatGpuUse,
+  formatHourlyTitle,
   formatIdle,
   formatMoney,
   formatRow,
@@ -113,6 +114,7 @@ export class GpuCloudSidebar extends Widget {
       );
       const spend = this._floor.shown('', added);
       this._rate.textContent = `${formatMoney(snapshot.totals.hourly)}/h now`;
+      this._rate.title = formatHourlyTitle(snapshot.totals);
       this._spent.textContent = `${formatMoney(spend)} spent so far, deleted instances included`;
       this._spent.title =
         'Every instance this cloud lists, deleted ones too, billed from when it became active ' +

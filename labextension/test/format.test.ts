@@ -6,6 +6,7 @@ import {
   formatGatewayLeft,
   formatGpu,
   formatGpuUse,
+  formatHourlyTitle,
   formatIdle,
   formatMoney,
   formatPrice,
@@ -164,6 +165,25 @@ describe('status bar', () => {
   });
   it('reads "$1.23/h · 2 running"', () => {
     expect(formatStatus(snapshot().totals)).toBe('$1.23/h · 2 running');
+  });
+  it("adds the endpoints serving, whose $/h is in the figure, and says so in the sidebar's title", () => {
+    const totals = { ...snapshot().totals, hourly: 1.984, endpointsHourly: 0.75, serving: 1 };
+    expect(formatStatus(totals)).toBe('$1.98/h · 2 running · 1 endpoint serving');
+    expect(formatStatus({ ...totals, serving: 2, endpointsHourly: 1.5 })).toBe(
+      '$1.98/h · 2 running · 2 endpoints serving');
+    expect(formatHourlyTitle(totals)).toBe(
+      'GPU instances $1.23/h, endpoints $0.75/h (the containers they have up; a stopped ' +
+      'endpoint, or one scaled to zero, costs nothing).');
+    // scaled to zero or stopped: nothing serving, nothing added
+    expect(formatStatus({ ...totals, hourly: 1.234, endpointsHourly: 0, serving: 0 })).toBe(
+      '$1.23/h · 2 running');
+    expect(formatHourlyTitle(snapshot().totals)).toBe('GPU instances active or being deleted.');
+  });
+  it('names endpoints in the cap warning when they count towards it', () => {
+    const totals = { ...snapshot().totals, capReached: true, committed: 2.734, endpointsCommitted: 1.5 };
+    expect(warning(snapshot({ cap: 2, totals }), 0, NOW)).toBe(
+      'Pending and active instances, and endpoints at their most containers, cost $2.73/h, at ' +
+      'or above the cap of $2.00/h.');
   });
   it('warns when the cap is reached', () => {
     const s = snapshot({ cap: 1, totals: { ...snapshot().totals, capReached: true } });

@@ -114,6 +114,19 @@ def wait_cloud(observer: GPUCloud, endpoint_id: str, statuses: tuple[str, ...]) 
     return status
 
 
+def serving_now(observer: GPUCloud) -> tuple[float, int]:
+    """What the cloud's endpoints cost now (price × containers up) and how many have one up."""
+    details = [observer.inference_instances.get(e.id) for e in observer.inference_instances.list()
+               if e.status != "DELETED"]
+    return sum(d.hourly_price * d.total for d in details), sum(1 for d in details if d.total)
+
+
+def wait_statusbar(page: Page, text: str) -> None:
+    page.wait_for_function(
+        "t => document.querySelector('#gpucloud-statusbar').textContent.trim() === t",
+        arg=text, timeout=30_000)
+
+
 def test_the_sidebar_lists_an_endpoint_and_stops_and_starts_it(
         endpoints_lab: Lab, beside_lab: GPUCloud, observer: GPUCloud) -> None:
     made = beside_lab.inference_instances.create(name="sidebar-endpoint", model=MODEL, min=1,
@@ -145,6 +158,14 @@ def test_the_sidebar_lists_an_endpoint_and_stops_and_starts_it(
         assert not low, (look, low)  # AA, as every other text of the sidebar
     heading = section.locator(".gpucloud-Endpoints-total")
     assert heading.evaluate("node => node.scrollWidth <= node.clientWidth")  # not cut
+    # #38: what runs now costs instances and endpoints: the totals and the status bar count it
+    hourly, serving = serving_now(observer)
+    assert hourly >= price and serving >= 1
+    wait_statusbar(page, f"{per_hour(hourly)} · 0 running · {serving} endpoint"
+                         f"{'' if serving == 1 else 's'} serving")
+    rate = page.locator("#gpucloud-sidebar .gpucloud-Totals-rate")
+    assert rate.inner_text() == f"{per_hour(hourly)} now"
+    assert f"endpoints {per_hour(hourly)}" in (rate.get_attribute("title") or "")
 
     row.locator(".gpucloud-Endpoint-stop").click()
     assert wait_cloud(observer, made.id, ("DISABLED",)) == "DISABLED"  # it reached the cloud
@@ -152,6 +173,10 @@ def test_the_sidebar_lists_an_endpoint_and_stops_and_starts_it(
     assert row.locator(".gpucloud-Endpoint-status").inner_text() == "stopped"
     assert row.locator(".gpucloud-Endpoint-price").inner_text() == "$0.00/h"
     assert row.locator(".gpucloud-Endpoint-stop").is_disabled()
+    left, serving = serving_now(observer)  # a stopped endpoint bills nothing
+    assert left == pytest.approx(hourly - price)
+    wait_statusbar(page, f"{per_hour(left)} · 0 running" + (
+        f" · {serving} endpoint{'' if serving == 1 else 's'} serving" if serving else ""))
 
     row.locator(".gpucloud-Endpoint-start").click()
     wait_cloud(observer, made.id, ("PENDING", "DEPLOYING", "ACTIVE"))
