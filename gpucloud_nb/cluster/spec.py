@@ -32,9 +32,12 @@ Choices where nothing says otherwise:
 - **Python.** Dask runs under ``python3`` on an instance (``distributed`` of the client's version
   is installed with ``pip install --user`` where it is missing). A sandbox instance is this
   machine, so there the processes run this kernel's own interpreter, which has the client's Dask.
-- **The first instance** holds the scheduler and a worker. Scaling down retires that worker last
-  (``scale`` drops the newest workers first) and never deletes that instance: it goes at
-  ``close``.
+- **The first instance** holds the scheduler and a worker. That worker costs nothing of its
+  own (the instance bills for the scheduler anyway), so ``adapt`` never retires it: Dask would
+  pick the worker with the least data, often that one, and leave its instance billing beside
+  the other's; ours retires another in its place. ``scale`` drops the newest workers first, so
+  that worker last, and a scale-up that finds no worker beside the scheduler starts one there
+  before renting. The instance goes at ``close``.
 - **Availability.** The interface says only whether an offer is available in a region, not how
   many: a region where it is available is taken to hold all ``n``. If a create is refused
   part-way, the instances already created are deleted and the refusal is raised.
@@ -133,6 +136,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
+from distributed.deploy.adaptive import Adaptive as DaskAdaptive
 from distributed.deploy.spec import SpecCluster
 from distributed.security import Security
 from tornado.ioloop import PeriodicCallback
@@ -279,6 +283,23 @@ def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str
     endpoints = cloud.instances.endpoints_hourly() if cap is not None else 0.0
     return (cap_problem(cap, listed, offer, count=count, endpoints=endpoints)
             or budget_problem(left, listed, offer, count, what))
+
+
+class KeepsSchedulerWorker(DaskAdaptive):
+    """Dask's ``Adaptive``, except that it never retires the worker beside the scheduler: where
+    the scheduler would pick it, the next candidate goes instead (see the module docs).
+
+        >>> cluster.adapt(minimum=1, maximum=4)  # uses it  # doctest: +SKIP
+    """
+
+    async def workers_to_close(self, target: int) -> list[str]:
+        names = await super().workers_to_close(target)
+        cluster = self.cluster
+        home = cluster.home_worker() if isinstance(cluster, GPUCloudCluster) else None
+        if home is None or home not in names:
+            return names
+        wider = names if target == 0 else await super().workers_to_close(target - 1)
+        return [name for name in wider if name != home][:len(names)]
 
 
 class GPUCloudCluster(SpecCluster):
@@ -615,7 +636,36 @@ class GPUCloudCluster(SpecCluster):
                 raise InvalidInputError(problem)
         elif more > 0 and time.monotonic() < self._refused_until:
             n = len(self.worker_spec)  # adapt, just refused: it asks again after the pause
-        return super().scale(n, memory=memory, cores=cores)
+        done = super().scale(n, memory=memory, cores=cores)
+        if 0 in self.worker_spec and next(iter(self.worker_spec)) != 0:  # put back by a scale-up:
+            rest = dict(self.worker_spec)  # it is retired last again
+            self.worker_spec = {0: rest.pop(0), **rest}
+        return done
+
+    def adapt(self, Adaptive: type[DaskAdaptive] = KeepsSchedulerWorker,
+              *args: Any, **kwargs: Any) -> DaskAdaptive:
+        """Dask's ``adapt``, with :class:`KeepsSchedulerWorker` unless another class is given.
+
+            >>> cluster.adapt(minimum=1, maximum=4)  # doctest: +SKIP
+        """
+        return super().adapt(Adaptive, *args, **kwargs)
+
+    def home_worker(self) -> Any:
+        """The name of the worker on the scheduler's instance, or ``None`` while none is."""
+        home = self.scheduler_spec.get("options", {}).get("instance_id")
+        return next((name for name, spec in self.worker_spec.items()
+                     if home is not None and spec["options"].get("instance_id") == home), None)
+
+    def new_worker_spec(self) -> dict[Any, Any]:
+        """The next worker: beside the scheduler while no worker is there (that instance bills
+        anyway), else on a new instance."""
+        home = self.scheduler_spec.get("options", {}).get("instance_id")
+        plan = getattr(self, "rental", None)
+        if (plan is None or home is None or home in plan.gone or 0 in self.worker_spec
+                or self.home_worker() is not None):
+            return dict(super().new_worker_spec())
+        return {0: {"cls": WorkerNode, "options": {
+            "plan": plan, "instance_id": home, "owns_instance": False, "adopt": False}}}
 
     def _budget_room(self, count: int) -> str | None:
         """``None`` when the cluster's ``budget`` pays what it has cost so far and one more hour
