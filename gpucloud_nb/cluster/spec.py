@@ -16,6 +16,12 @@ SSH forwards. Then it is an ordinary Dask cluster: ``Client(cluster)``, ``scale`
 widget, ``asynchronous=True`` (all of the start runs in ``_start``, the blocking client calls on
 threads), and dask-labextension's ``labextension.factory`` (see docs/dask-labextension.md).
 
+This module is the cluster object: its start, Dask's hooks (``scale``, ``adapt``, the
+worker specs), the watch on its instances and budget, and its close. The checks before anything
+is rented are in :mod:`.checks`, the start of new instances in :mod:`.launch`, finding a
+running cluster again in :mod:`.found`, ``adapt``'s choice of workers in :mod:`.adaptive`, and
+the processes over SSH in :mod:`.nodes`.
+
 Choices where nothing says otherwise:
 
 - **Network.** The cluster's members listen on the address the cloud reports for their instance
@@ -32,12 +38,6 @@ Choices where nothing says otherwise:
 - **Python.** Dask runs under ``python3`` on an instance (``distributed`` of the client's version
   is installed with ``pip install --user`` where it is missing). A sandbox instance is this
   machine, so there the processes run this kernel's own interpreter, which has the client's Dask.
-- **The first instance** holds the scheduler and a worker. Scaling down retires that worker last
-  (``scale`` drops the newest workers first) and never deletes that instance: it goes at
-  ``close``.
-- **Availability.** The interface says only whether an offer is available in a region, not how
-  many: a region where it is available is taken to hold all ``n``. If a create is refused
-  part-way, the instances already created are deleted and the refusal is raised.
 - **The cost cap under ``adapt``.** Dask calls ``scale`` on its event loop, where nothing may
   wait for the cloud, so there each worker's create is checked alone, against the cap and the
   creates under way (see :mod:`gpucloud_nb.client.costcap`), and a class budget by the cloud.
@@ -54,23 +54,15 @@ Choices where nothing says otherwise:
   sidebar's Delete all), the cluster cannot work: it says so once in ``cluster.notices``, closes
   itself (status ``closed``) and deletes its other instances, without waiting on the scheduler
   that is gone; a ``close()`` before the 2 s check noticed does the same at once.
-- **Budgets.** Before any launch, through a class gateway whose keys file gives the key a budget
-  (``cloud.budgets.account_left()``), the budget left must pay one hour of the ``n`` instances
-  and of what the key already runs, as the gateway asks of every create; otherwise one
-  sentence names what is left and what the cluster needs, and nothing is launched. ``scale``
-  asks the same for the instances it adds. ``budget=`` dollars watches the cluster's spend as
+- **Budgets.** ``budget=`` dollars watches the cluster's spend as
   one: every instance it rented, those already deleted by a scale-down too, billed as
   ``cloud.spend()`` bills (price × time active or deleting, from what this client has seen).
   The check runs with the lost-instance check, every 2 s: at 80 % one warning (logged and in
   ``cluster.notices``); at the budget the cluster closes itself, as ``close()`` does (every
   instance deleted and confirmed), and says so in ``cluster.notices``. So it may overshoot by
   2 s of its instances' price plus the time their deletes take. Nothing watches the budget of a
-  cluster no process holds (its orphan timer still runs). A cluster found again with
-  ``from_name`` keeps its budget (from ``cluster.json``) and counts what the cluster has cost
-  since it began, not since it was found: its live instances from when they turned active, and
-  the instances of its name already deleted that were created since its scheduler's instance
-  (an older namesake's are not counted; one first seen deleted is billed from its ``createdAt``,
-  an upper bound).
+  cluster no process holds (its orphan timer still runs). What is checked before a launch and
+  at each scale-up: :mod:`.checks`; the budget of a cluster found again: :mod:`.found`.
 - **Closing** (``close()``, a ``with`` block, interpreter exit through Dask's own hook when
   ``shutdown_on_close`` is true, and ``connect(cleanup_on_exit=True)``) stops the processes,
   deletes every instance the cluster rented, and confirms each delete: the cloud must show it
@@ -78,18 +70,6 @@ Choices where nothing says otherwise:
   10 s for a cloud that took it and did nothing; one it could not confirm is named. A scale-down's
   delete is confirmed the same way. After a *Delete all* from outside, the cluster is
   ``closed`` with one notice, and ``close()`` returns at once.
-- **Found again.** The cloud has no grouping but names, so a cluster's instances are named
-  ``dask-<cluster>-<i>`` (the scheduler's is ``-0``), and a cluster's name is 1 to 40 letters,
-  digits, ``.``, ``_`` or ``-`` (a random ``cluster-<hex>`` when none is given). The scheduler's
-  instance keeps ``cluster.json`` (offer, region, Python, budget, orphan timer) beside the TLS
-  certificate and key. :meth:`GPUCloudCluster.from_name` lists the instances, reads those over
-  SSH (whoever can SSH to the instances may use the cluster; nobody else can), reconnects to the
-  scheduler and takes its running workers over by their pid files, starting one again where its
-  process has gone. Its ``shutdown_on_close`` is false (the end of that process leaves the
-  cluster running, as dask-ctl's clusters do), but its ``close()`` deletes the cluster, as
-  dask-ctl's ``delete`` expects. ``shutdown_on_close=False`` on the first object keeps the
-  cluster past its own process the same way. :mod:`gpucloud_nb.cluster.discovery` is the
-  ``dask_cluster_discovery`` entry point dask-ctl reads.
 - **Orphans.** A cluster kept past its process must not bill for ever: each instance, once its
   worker runs, gets an auto-delete timer of ``delete_when_orphaned`` (30 minutes by default;
   ``cloud.auto_delete``, kept by the sandbox service or the gateway, so it fires with no kernel
@@ -101,184 +81,61 @@ Choices where nothing says otherwise:
   connected use. What cannot be seen: a bare ``distributed.Client`` connected from elsewhere
   does not hold the cluster. On the real cloud without a gateway (``GPUCLOUD_GATEWAY=off``) the
   timers live in the kernel and die with it.
-- **A start that fails.** An instance other than the scheduler's that turns ``error``, is not
-  active within ``timeout``, does not answer over SSH within 30 s of the instances being active,
-  or cannot run Dask, is named with its reason in ``cluster.notices`` as soon as that is known,
-  deleted, and the cluster starts without it. The scheduler's instance failing fails the start
-  in one sentence, every instance deleted.
-- **Adapt within a budget.** ``adapt(minimum, maximum)`` is Dask's own: it asks for at most
-  ``maximum`` workers, counting those still starting. With ``budget=``, each scale-up must also
-  leave the budget able to pay what the cluster has cost so far and one more hour of all its
-  instances (the one-hour rule of a class budget): ``scale`` refuses in one sentence, and of the
-  workers ``adapt`` asks for at once the first that fit start and the rest are named once and
-  dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
-import re
-import secrets
 import shlex
 import sys
-import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
+from distributed.deploy.adaptive import Adaptive as DaskAdaptive
 from distributed.deploy.spec import SpecCluster
 from distributed.security import Security
 from tornado.ioloop import PeriodicCallback
 
-from gpucloud_nb.client.budgets import WARN_SHARE, ServiceBudgets, budget_dollars
-from gpucloud_nb.client.costcap import RUNNING, cap_problem, hourly_price
-from gpucloud_nb.cluster.nodes import (
-    FOLDER,
-    ClusterPlan,
-    SchedulerNode,
-    WorkerNode,
-    blocking,
-    instance_name,
-    parse_instance_name,
+from gpucloud_nb.client.budgets import WARN_SHARE, budget_dollars
+from gpucloud_nb.cluster.adaptive import KeepsSchedulerWorker
+from gpucloud_nb.cluster.checks import (
+    ORPHAN_SECONDS,
+    budget_room,
+    choose_offer,
+    cluster_name,
+    launch_problem,
+    orphan_seconds,
+    worker_count,
 )
-from gpucloud_nb.display import format_price, per_hour
+from gpucloud_nb.cluster.found import bill_found, find
+from gpucloud_nb.cluster.launch import launch
+from gpucloud_nb.cluster.nodes import ClusterPlan, SchedulerNode, WorkerNode, blocking
+from gpucloud_nb.display import format_price
 from gpucloud_nb.errors import GPUCloudError, InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceOffer
 
 if TYPE_CHECKING:
     from gpucloud_nb.client.management import GPUCloud
 
-__all__ = ["ORPHANS_UNWATCHED", "ORPHAN_SECONDS", "GPUCloudCluster", "budget_problem", "choose_offer"]
+__all__ = ["ORPHANS_UNWATCHED", "GPUCloudCluster"]
 
 logger = logging.getLogger("gpucloud_nb.cluster")
 _WATCH_MS = 2000
 _LAUNCH_TIMEOUT = 900.0
-_CONFIRM_TIMEOUT = 120.0
 _REFUSED_PAUSE = 30.0  # after a refused scale-up, adapt's next one waits this long
-_REACH_SECONDS = 30.0  # an active instance must answer over SSH this soon
-#: How long a cluster's instances outlive the last cluster object that kept them (30 minutes).
-ORPHAN_SECONDS = 1800.0
-_NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
-
-
 _Wanted = tuple[int, "InstanceOffer | str | None", dict[str, Any], float, "float | None"]
 
-
-def _cluster_name(name: object) -> str:
-    """A cluster's name, checked (it goes into its instances' names), or a new random one."""
-    if name is None:
-        return f"cluster-{secrets.token_hex(3)}"
-    if not isinstance(name, str) or not _NAME_OK.fullmatch(name):
-        raise InvalidInputError(f"A cluster's name is 1 to 40 letters, digits, '.', '_' or '-' "
-                                f"(starting with a letter or digit), not {name!r}.")
-    return name
 
 
 #: Said once by a cluster on the cloud directly (``GPUCLOUD_GATEWAY=off``): nobody keeps its timer.
 ORPHANS_UNWATCHED = ("Nothing deletes this cluster's instances if its kernel goes away: this "
                      "client talks to the cloud directly (GPUCLOUD_GATEWAY=off), so no gateway "
                      "keeps the orphan timer; close() the cluster when you are done.")
-
-
-def _orphan_seconds(value: object) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0 \
-            or not math.isfinite(seconds):
-        raise InvalidInputError("delete_when_orphaned must be a positive number of seconds, a "
-                                f"timedelta or None, not {value!r}.")
-    return float(seconds)
-
-
-def _count(n: object, what: str = "A cluster") -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise InvalidInputError(f"{what} needs a whole number of instances, not {n!r}.")
-    if n < 1:
-        raise InvalidInputError(f"{what} needs at least 1 instance; n={n} was given.")
-    return n
-
-
-def choose_offer(cloud: GPUCloud, offer: InstanceOffer | str | None, n: int,
-                 filters: dict[str, Any]) -> tuple[InstanceOffer, str]:
-    """The offer and the one region the ``n`` instances go to, or one sentence why none can.
-
-    ``offer`` is an offer, an offer's ``instanceId``, or ``None`` for the cheapest available
-    vm or baremetal offer matching ``filters`` (``cloud.instances.offers`` filters).
-    """
-    region = filters.get("region")
-    try:
-        listed = cloud.instances.offers(**filters)
-    except TypeError as error:
-        raise InvalidInputError(f"GPUCloudCluster takes the filters of cloud.instances.offers "
-                                f"(region, num_gpus, gpu_type, deployment_type): {error}.") from None
-    if isinstance(offer, InstanceOffer):
-        candidates = [o for o in listed if (o.cloud.id, o.instance_id)
-                      == (offer.cloud.id, offer.instance_id)] or [offer]
-    elif isinstance(offer, str):
-        candidates = [o for o in listed if o.instance_id == offer]
-        if not candidates:
-            raise InvalidInputError(f"No offer {offer!r} matches; see cloud.instances.offers().")
-    elif offer is None:
-        candidates = sorted((o for o in listed if o.deployment_type in ("vm", "baremetal")),
-                            key=lambda o: o.hourly_price)
-        if not candidates:
-            raise InvalidInputError("No vm or baremetal offer matches the filters "
-                                    f"{filters or '(none)'}; a cluster needs instances with SSH.")
-    else:
-        raise InvalidInputError(f"offer must be an offer or an offer's instanceId, not "
-                                f"{type(offer).__name__}.")
-    for candidate in candidates:
-        regions = [r for r in candidate.available_regions if region in (None, r)]
-        if regions and candidate.deployment_type in ("vm", "baremetal"):
-            return candidate, regions[0]
-    first = candidates[0]
-    if first.deployment_type not in ("vm", "baremetal"):
-        raise InvalidInputError(f"Offer {first.instance_id!r} is a {first.deployment_type} "
-                                "offer; a cluster needs vm or baremetal instances.")
-    where = f"region {region!r}" if region else "any region"
-    raise InvalidInputError(f"Offer {first.instance_id!r} is not available in {where}, so "
-                            f"{n} instances of it cannot be rented in one region; see "
-                            "cloud.instances.offers(available=True).")
-
-
-def budget_problem(left: float | None, running: Iterable[Instance], offer: InstanceOffer,
-                   count: int, what: str) -> str | None:
-    """``None`` when ``left`` dollars (``None``: no class budget) pay one hour of ``count`` more
-    instances of ``offer`` and of the pending and active ``running`` ones; else one sentence.
-
-        >>> budget_problem(2.5, [], InstanceOffer(instance_id="a", hourly_price=1.0), 3,
-        ...                "Cluster 'trio'")
-        "Cluster 'trio' needs $3.00 for one hour of 3 × $1.00/h, but your class budget has ..."
-    """
-    if left is None:
-        return None
-    price = hourly_price(offer.hourly_price) or 0.0
-    already = sum(hourly_price(i.hourly_price) or 0.0 for i in running if i.status in RUNNING)
-    needed = count * price + already
-    if left >= needed:
-        return None
-    also = f" and the {per_hour(already)} already running" if already else ""
-    return (f"{what} needs {format_price(needed)} for one hour of {count} × {per_hour(price)}"
-            f"{also}, but your class budget has {format_price(left)} left; nothing was launched.")
-
-
-def _launch_problem(cloud: GPUCloud, offer: InstanceOffer, count: int, what: str) -> str | None:
-    """The cost cap's or the class budget's refusal of ``count`` more instances, or ``None``.
-
-    The cap counts the inference endpoints at their most containers too, as a create does."""
-    listed = cloud.instances.list()
-    budgets = cloud.budgets
-    left = budgets.account_left() if isinstance(budgets, ServiceBudgets) else None
-    cap = cloud.max_hourly_cost
-    endpoints = cloud.instances.endpoints_hourly() if cap is not None else 0.0
-    return (cap_problem(cap, listed, offer, count=count, endpoints=endpoints)
-            or budget_problem(left, listed, offer, count, what))
 
 
 class GPUCloudCluster(SpecCluster):
@@ -308,11 +165,11 @@ class GPUCloudCluster(SpecCluster):
                  shutdown_on_close: bool = True,
                  delete_when_orphaned: float | timedelta | None = ORPHAN_SECONDS,
                  asynchronous: bool = False, loop: Any = None, **offer_filters: Any) -> None:
-        n = _count(n_workers)
-        name = _cluster_name(name)
+        n = worker_count(n_workers)
+        name = cluster_name(name)
         #: Dollars the whole cluster may cost before it closes itself (``None``: no limit).
         self.budget = None if budget is None else budget_dollars(budget)
-        orphan = None if delete_when_orphaned is None else _orphan_seconds(delete_when_orphaned)
+        orphan = None if delete_when_orphaned is None else orphan_seconds(delete_when_orphaned)
         self._configure(cloud, name, found=False)
         self._wanted: _Wanted | None = (n, offer, offer_filters, timeout, orphan)
         self._begin(name, asynchronous, loop, shutdown_on_close)
@@ -331,7 +188,7 @@ class GPUCloudCluster(SpecCluster):
         """
         self = cls.__new__(cls)
         self.budget = None
-        self._configure(cloud, _cluster_name(name), found=True)
+        self._configure(cloud, cluster_name(name), found=True)
         self._wanted = None
         self._begin(self._name_given, asynchronous, loop, shutdown_on_close)
         return self
@@ -413,7 +270,7 @@ class GPUCloudCluster(SpecCluster):
             orphan = None  # the cloud directly: no gateway would keep the orphan timer (#36)
             self._notice(ORPHANS_UNWATCHED)
         chosen, region = choose_offer(cloud, offer, n, filters)
-        problem = _launch_problem(cloud, chosen, n, f"Cluster {name!r}")
+        problem = launch_problem(cloud, chosen, n, f"Cluster {name!r}")
         if problem:
             raise InvalidInputError(problem)
         self.security = Security.temporary()
@@ -423,7 +280,7 @@ class GPUCloudCluster(SpecCluster):
                                   budget=self.budget, python=shlex.quote(sys.executable) if cloud.is_sandbox
                                   else "python3")
         self.rental.admit = self._admit
-        self._plan(self._launch(n, timeout), adopt=False)
+        self._plan(launch(self.rental, n, timeout, self._notice), adopt=False)
 
     def _plan(self, ids: dict[int, str], *, adopt: bool) -> None:
         """The specs: the scheduler on instance 0, worker ``i`` on instance ``i``."""
@@ -438,147 +295,13 @@ class GPUCloudCluster(SpecCluster):
 
     def _find(self) -> None:
         """Find the cluster's live instances by name, read its certificate and plan from the
-        scheduler's instance, and write the specs that take its processes over (blocking)."""
-        cloud, name = self.cloud, self._name_given
-        ids: dict[int, str] = {}
-        listed = cloud.instances.list()
-        ours = [(parsed[1], i) for i in listed
-                if (parsed := parse_instance_name(i.name)) and parsed[0] == name]
-        for index, instance in ours:
-            if instance.status in ("pending", "active"):
-                ids[index] = instance.id
-        if 0 not in ids:
-            also = (f" (instances {', '.join(ids.values())} still run: delete them with "
-                    "cloud.instances.delete)" if ids else "")
-            raise InvalidInputError(f"No running cluster {name!r} on this cloud: no live instance "
-                                    f"is named {instance_name(name, 0)!r}{also}.")
-        read = cloud.instances.run(
-            ids[0], f"cd {FOLDER} && cat cluster.json && echo && cat cert.pem key.pem", timeout=60)
-        try:
-            info = json.loads(read.stdout.split("\n", 1)[0])
-            pem = read.stdout.split("\n", 1)[1]
-            marker = "-----BEGIN PRIVATE KEY-----"
-            cert, key = pem[:pem.index(marker)], pem[pem.index(marker):]
-            chosen, region = choose_offer(cloud, str(info["offer"]), 1,
-                                          {"region": str(info["region"])})
-        except (ValueError, KeyError, IndexError):
-            raise InvalidInputError(f"Instance {ids[0]} does not hold the scheduler of a "
-                                    f"cluster {name!r} this package started.") from None
-        self.security = Security(require_encryption=True, tls_ca_file=cert,
-                                 tls_client_cert=cert, tls_client_key=key,
-                                 tls_scheduler_cert=cert, tls_scheduler_key=key,
-                                 tls_worker_cert=cert, tls_worker_key=key)
-        orphan, budget = info.get("orphanSeconds"), info.get("budget")
-        self.budget = float(budget) if budget else None
-        self.rental = ClusterPlan(cloud=cloud, name=name, offer=chosen, region=region,
-                                  os_image=str(info.get("os") or "ubuntu-22.04"),
-                                  security=self.security, python=str(info["python"]),
-                                  orphan_seconds=float(orphan) if orphan else None,
-                                  budget=self.budget)
-        self.rental.admit = self._admit
-        for index, instance_id in sorted(ids.items()):
-            self.rental.rented(instance_id, instance_name(name, index))
-        self._bill_found(ours, ids[0])
+        scheduler's instance (see :mod:`.found`), and write the specs that take its processes
+        over (blocking)."""
+        plan, ids, ours = find(self.cloud, self._name_given)
+        self.security, self.budget, self.rental = plan.security, plan.budget, plan
+        plan.admit = self._admit
+        self._spent.update(bill_found(plan, ours, ids[0]))
         self._plan(ids, adopt=True)
-
-    def _bill_found(self, ours: list[tuple[int, Instance]], scheduler_id: str) -> None:
-        """A cluster found again starts its budget from what it has cost since it began: its
-        live instances from when they turned active, and those already gone (a scale-down by an
-        earlier object) whose name is the cluster's and that were created since its scheduler's
-        instance (an older namesake's are not this cluster's)."""
-        plan, moment = self.rental, datetime.now(timezone.utc)
-        began = next(i.created_at for _, i in ours if i.id == scheduler_id)
-        for index, instance in ours:
-            if instance.id not in plan.names and (
-                    began is None or instance.created_at is None or instance.created_at < began):
-                continue
-            plan.names.setdefault(instance.id, instance_name(plan.name, index))
-            self._spent[instance.id] = plan.ledger.bill(instance, moment).spend
-
-    def _launch(self, n: int, timeout: float) -> dict[int, str]:
-        """Create the ``n`` instances, wait for them with one progress line, check Dask on each;
-        instance ``i`` → its id. An instance other than the scheduler's that fails (its status
-        ``error``, not active within ``timeout``, not reachable over SSH within
-        ``_REACH_SECONDS`` of the others being active, or without Dask) is named in
-        ``notices`` and deleted, and the others go on; the scheduler's failing fails the start."""
-        plan, cloud = self.rental, self.cloud
-        ids = {i: plan.create(i) for i in range(n)}
-        started = time.monotonic()
-        shown = ""
-        waiting = dict(ids)
-        while waiting:
-            listed = [i for i in cloud.instances.list() if i.id in plan.names]
-            for instance in listed:
-                plan.ledger.observe(instance)  # when each turned active, for the budget
-            statuses = {i.id: i.status for i in listed}
-            for index, instance_id in list(waiting.items()):
-                status = statuses.get(instance_id, "deleted")
-                if status == "active":
-                    del waiting[index]
-                elif status in ("error", "deleting", "deleted"):
-                    self._lost_at_start(ids, index, f"is {status}")
-                    del waiting[index]
-                elif time.monotonic() - started > timeout:
-                    self._lost_at_start(ids, index, f"was not active after {timeout:g} s")
-                    del waiting[index]
-            active = sum(statuses.get(i) == "active" for i in ids.values())
-            line = (f"\r{plan.name}: {active}/{len(ids)} instances of {plan.offer.instance_id} "
-                    f"active in {plan.region} ({time.monotonic() - started:.0f} s)")
-            if line != shown:
-                print(line, end="", flush=True)
-                shown = line
-            if waiting:
-                time.sleep(0.25)
-        print(flush=True)
-        pool = ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="gpucloud-cluster")
-        reached = {index: threading.Event() for index in ids}
-        jobs = {index: pool.submit(plan.prepare, instance_id, reached[index])
-                for index, instance_id in ids.items()}
-        deadline = time.monotonic() + _REACH_SECONDS
-        for index, job in jobs.items():
-            while not (reached[index].is_set() or job.done()) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not (reached[index].is_set() or job.done()):
-                self._lost_at_start(ids, index, "is active but was not reachable over SSH "
-                                                f"within {_REACH_SECONDS:g} s")
-        for index, job in jobs.items():
-            if index not in ids:
-                continue
-            try:
-                job.result()
-            except GPUCloudError as error:
-                self._lost_at_start(ids, index, f"could not run Dask: {error}")
-        pool.shutdown(wait=False)
-        return ids
-
-    def _lost_at_start(self, ids: dict[int, str], index: int, why: str) -> None:
-        """Instance ``index`` failed while the cluster starts: the scheduler's fails the start;
-        another is named, deleted and dropped from ``ids``."""
-        plan = self.rental
-        instance_id = ids[index]
-        named = f"Instance {instance_id} ({instance_name(plan.name, index)})"
-        if index == 0:
-            raise InstanceFailedError(f"{named}, which was to hold the scheduler of cluster "
-                                      f"{plan.name!r}, {why}; the cluster's instances are being "
-                                      "deleted.")
-        del ids[index]
-        plan.gone.add(instance_id)
-        threading.Thread(target=self._delete_dropped, args=(instance_id, named), daemon=True,
-                         name="gpucloud-cluster-delete").start()  # the start goes on meanwhile
-        self._notice(f"{named} of cluster {plan.name!r} {why}: it is deleted, and the cluster "
-                     f"starts with {len(ids)} workers.")
-
-    def _delete_dropped(self, instance_id: str, named: str) -> None:
-        """Delete an instance dropped while the cluster starts, and say so if the cloud does not
-        confirm it (``close`` tries again)."""
-        try:
-            confirmed = self.rental.delete(instance_id)
-        except GPUCloudError as error:
-            self._notice(f"{named} of cluster {self.rental.name!r} could not be deleted: {error}")
-            return
-        if not confirmed:
-            self._notice(f"{named} of cluster {self.rental.name!r} was not confirmed deleted; "
-                         "check cloud.instances.list().")
 
     def _delete_all(self) -> list[str]:
         """Delete every instance the cluster rented and wait until the cloud says so; the ids
@@ -609,27 +332,49 @@ class GPUCloudCluster(SpecCluster):
         more = n - len(self.worker_spec)
         if more > 0 and self.status == Status.running and not _on_event_loop():
             problem = (self._budget_room(n) if self.budget is not None else None) or \
-                _launch_problem(self.rental.cloud, self.rental.offer, more,
+                launch_problem(self.rental.cloud, self.rental.offer, more,
                                 f"Scaling cluster {self.name!r} to {n}")
             if problem:
                 raise InvalidInputError(problem)
         elif more > 0 and time.monotonic() < self._refused_until:
             n = len(self.worker_spec)  # adapt, just refused: it asks again after the pause
-        return super().scale(n, memory=memory, cores=cores)
+        done = super().scale(n, memory=memory, cores=cores)
+        if 0 in self.worker_spec and next(iter(self.worker_spec)) != 0:  # put back by a scale-up:
+            rest = dict(self.worker_spec)  # it is retired last again
+            self.worker_spec = {0: rest.pop(0), **rest}
+        return done
+
+    def adapt(self, Adaptive: type[DaskAdaptive] = KeepsSchedulerWorker,
+              *args: Any, **kwargs: Any) -> DaskAdaptive:
+        """Dask's ``adapt``, with :class:`KeepsSchedulerWorker` unless another class is given.
+
+            >>> cluster.adapt(minimum=1, maximum=4)  # doctest: +SKIP
+        """
+        return super().adapt(Adaptive, *args, **kwargs)
+
+    def home_worker(self) -> Any:
+        """The name of the worker on the scheduler's instance, or ``None`` while none is."""
+        home = self.scheduler_spec.get("options", {}).get("instance_id")
+        return next((name for name, spec in self.worker_spec.items()
+                     if home is not None and spec["options"].get("instance_id") == home), None)
+
+    def new_worker_spec(self) -> dict[Any, Any]:
+        """The next worker: beside the scheduler while no worker is there (that instance bills
+        anyway), else on a new instance."""
+        home = self.scheduler_spec.get("options", {}).get("instance_id")
+        plan = getattr(self, "rental", None)
+        if (plan is None or home is None or home in plan.gone or 0 in self.worker_spec
+                or self.home_worker() is not None):
+            return dict(super().new_worker_spec())
+        return {0: {"cls": WorkerNode, "options": {
+            "plan": plan, "instance_id": home, "owns_instance": False, "adopt": False}}}
 
     def _budget_room(self, count: int) -> str | None:
         """``None`` when the cluster's ``budget`` pays what it has cost so far and one more hour
-        of ``count`` instances of its offer; else one sentence. Every scale-up asks it (``scale``
-        for all it adds, each worker ``adapt`` starts for itself), so neither goes past the
-        budget: it is the budget's own rule of one hour ahead, as a class budget's."""
+        of ``count`` instances of its offer; else one sentence (:func:`.checks.budget_room`)."""
         assert self.budget is not None
-        price = hourly_price(self.rental.offer.hourly_price) or 0.0
-        spent = sum(self._spent.values())
-        if spent + count * price <= self.budget:
-            return None
-        return (f"Cluster {self.name!r} has cost {format_price(spent)}; one more hour of {count} "
-                f"× {per_hour(price)} would bring it past its budget of "
-                f"{format_price(self.budget)}, so no worker was added.")
+        return budget_room(self.name, self.rental.offer, sum(self._spent.values()), self.budget,
+                           count)
 
     def _admit(self, worker_name: Any) -> str | None:
         """A new worker under ``adapt``: refused when it would make the cluster rent past its
