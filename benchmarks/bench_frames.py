@@ -3,8 +3,7 @@
 A synthetic catalogue of 10,000 offers × 3 regions (deterministic seed, field values shaped like
 the spec's InstanceOffer) is serialised to one JSON body of about 6.7 MB. A server process
 (:mod:`benchmarks._servers`, kind ``offers``) answers ``GET /gpu-cloud/instances/offers`` with
-that body. Each step is timed as the best of ``repeat`` rounds with :func:`time.perf_counter`, the
-steps taking turns within each round:
+that body. Each step runs once in each of ``repeat`` rounds, in a shuffled order:
 
 - ``json.loads(body)``: the bare parse, the baseline;
 - ``cloud.instances.offers_frame()``: the whole fetch-parse-frame, over loopback HTTP. The client
@@ -18,8 +17,10 @@ steps taking turns within each round:
 Targets: ``offers_frame`` on the body ≤ 0.8 × the bare parse on both catalogues,
 fetch-parse-frame ≤ 1.5 × the bare parse, and ``offers_frame`` on parsed JSON ≥ 1.8× faster
 than ``json_normalize``; ``offers_frame`` on parsed JSON against the bare parse is shown without
-a target. How the steps are timed (collector off, CPU time): :func:`_best_of`. Run standalone
-with ``python -m benchmarks.bench_frames``.
+a target. How the steps are timed (collector off, CPU time): :func:`_rounds`. A ratio is the
+median of the ratios of the two steps within each round, not of two bests: under load the best of
+a few rounds was mostly the machine (:func:`_ratio`). Run standalone with
+``python -m benchmarks.bench_frames``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,21 +71,30 @@ _META = [
 Step = tuple[Callable[[], Any], Callable[[Any], Any]]
 
 
-def _best_of(steps: dict[str, Step], repeat: int) -> dict[str, float]:
-    """Best time of each ``(prepare, step)``: ``step(prepare())`` with only the step timed.
+def _rounds(steps: dict[str, Step], repeat: int) -> dict[str, list[float]]:
+    """Each ``(prepare, step)``'s time in every round: ``step(prepare())``, only the step timed.
 
-    The steps alternate within each round, so a noisy neighbour on the machine slows all of them
-    alike rather than one. Each is timed with the cyclic garbage collector off (collected just
-    before): ``json.loads`` makes some 80,000 containers, which in a small process set off full
+    Every round runs each step once, in an order shuffled afresh (a fixed seed), so a noisy
+    neighbour on the machine slows each step alike over the rounds rather than one of them, and
+    no step always runs in the wake of the same other one. A figure is then read round by round
+    (:func:`_ratio`): the two steps it compares ran a fraction of a second apart, under the same
+    load. Each step is timed with the cyclic garbage collector off (collected just before):
+    ``json.loads`` makes some 80,000 containers, which in a small process set off full
     collections that a process holding a large heap (``python -m benchmarks`` after the other
     modules) does not, so with the collector on the baseline, and the ratio, depended on what
-    else the process held (0.65-0.69x standalone, 0.93x in the whole run, same code). Steps
-    named in ``CPU`` are timed by this thread's CPU time, which a busy machine's waits for a
-    core do not inflate; the HTTP pipeline, half of it in the server process, by the clock.
+    else the process held (0.65-0.69x standalone, 0.93x in the whole run, same code). Each step's
+    time includes freeing what it made, its result too (the statement ``step(argument)``): what
+    the step costs the process, for ``json.loads`` its dicts as for ``offers_frame`` its records.
+    Steps named in ``CPU`` are timed by this thread's CPU time, which a busy machine's waits for
+    a core do not inflate; the HTTP pipeline, half of it in the server process, by the clock.
     """
-    best = dict.fromkeys(steps, float("inf"))
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    order = list(steps)
+    shuffle = random.Random(20261128).shuffle
     for _ in range(repeat):
-        for name, (prepare, step) in steps.items():
+        shuffle(order)
+        for name in order:
+            prepare, step = steps[name]
             argument = prepare()
             clock = time.thread_time if name in CPU else time.perf_counter
             gc.collect()
@@ -90,18 +102,40 @@ def _best_of(steps: dict[str, Step], repeat: int) -> dict[str, float]:
             try:
                 start = clock()
                 step(argument)
-                best[name] = min(best[name], clock() - start)
+                times[name].append(clock() - start)
             finally:
                 gc.enable()
             del argument
-    return best
+    return times
 
+
+def _ratio(ours: list[float], baseline: list[float],
+           clock: bool = False) -> tuple[float, float, float]:
+    """(ours, baseline, ratio): the median of each and the median of the round-by-round ratios.
+
+    Under load one pass of A then B gives a ratio that is mostly the machine (0.80-1.12x for the
+    same code at load 5-15); the ratio of two steps of the same round, a fraction of a second
+    apart, cancels the load that both saw, and the median over the rounds drops the rounds that
+    a burst hit in the middle of one step. The times shown are the medians of each step alone.
+    With ``clock`` (``ours`` timed by the clock, across two processes) the bests and their ratio
+    instead: a wait for a core only adds to such a time, and the server's share of it is not
+    cancelled by the round's baseline, which ran in this thread alone.
+    """
+    if clock:
+        return min(ours), min(baseline), min(ours) / min(baseline)
+    return (statistics.median(ours), statistics.median(baseline),
+            statistics.median(a / b for a, b in zip(ours, baseline, strict=True)))
+
+
+#: Rounds of a full run: enough for the median of the round-by-round ratios to settle at load
+#: 10-15 on 2 cores (about 1 s a round).
+REPEAT = 21
 
 #: Steps timed by CPU time (no I/O, one thread).
 CPU = frozenset({"loads", "frame", "body", "normalize", "loads 2", "body 2"})
 
 
-def run(n: int = 10_000, regions: int = 3, repeat: int = 7) -> list[Row]:
+def run(n: int = 10_000, regions: int = 3, repeat: int = REPEAT) -> list[Row]:
     """Time the steps; rows are (name, ours, baseline, ratio, target), times in seconds."""
     body = json.dumps(make_offers(n, regions)).encode()
     second = json.dumps(make_offers(n, regions, shape=SECOND)).encode()
@@ -119,7 +153,7 @@ def run(n: int = 10_000, regions: int = 3, repeat: int = 7) -> list[Row]:
             def parsed() -> Any:
                 return json.loads(body)
 
-            best = _best_of(
+            times = _rounds(
                 {
                     "loads": (nothing, lambda _: json.loads(body)),
                     "pipeline": (nothing, lambda _: cloud.instances.offers_frame()),
@@ -134,21 +168,21 @@ def run(n: int = 10_000, regions: int = 3, repeat: int = 7) -> list[Row]:
             )
     finally:
         server.close()
-    loads, pipeline, frame, normalize, from_body = (
-        best[k] for k in ("loads", "pipeline", "frame", "normalize", "body"))
-    loads2, from_body2 = best["loads 2"], best["body 2"]
     gpus, providers, places = SECOND
-    return [
-        ("offers_frame on the body (bytes) vs json.loads, CPU time", from_body, loads,
-         from_body / loads, "<= 0.8x"),
+    figures = [
+        ("offers_frame on the body (bytes) vs json.loads, CPU time", "body", "loads", "<= 0.8x"),
         (f"the same, second catalogue ({gpus} GPU types, {providers} providers, {places} regions)",
-         from_body2, loads2, from_body2 / loads2, "<= 0.8x"),
-        ("offers fetch-parse-frame (cloud.instances.offers_frame) vs json.loads", pipeline, loads,
-         pipeline / loads, "<= 1.5x"),
-        ("offers_frame on parsed JSON vs json.loads, CPU time", frame, loads, frame / loads, ""),
-        ("offers_frame vs json_normalize on parsed JSON (speed-up)", frame, normalize,
-         normalize / frame, ">= 1.8x"),
+         "body 2", "loads 2", "<= 0.8x"),
+        ("offers fetch-parse-frame (cloud.instances.offers_frame) vs json.loads", "pipeline",
+         "loads", "<= 1.5x"),
+        ("offers_frame on parsed JSON vs json.loads, CPU time", "frame", "loads", ""),
     ]
+    rows: list[Row] = [(name, *_ratio(times[ours], times[baseline], ours not in CPU), target)
+                       for name, ours, baseline, target in figures]
+    frame, normalize, speedup = _ratio(times["frame"], times["normalize"])
+    rows.append(("offers_frame vs json_normalize on parsed JSON (speed-up)", frame, normalize,
+                 1 / speedup, ">= 1.8x"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,8 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--offers", type=int, default=10_000, help="offers in the catalogue")
     parser.add_argument("--regions", type=int, default=3, help="availability regions per offer")
-    parser.add_argument("--repeat", type=int, default=7,
-                        help="rounds; the best of them counts (raise it on a busy machine)")
+    parser.add_argument("--repeat", type=int, default=REPEAT,
+                        help="rounds; the median of them counts (raise it on a busy machine)")
     args = parser.parse_args(argv)
     for name, ours, baseline, ratio, target in run(args.offers, args.regions, args.repeat):
         print(f"{name}: ours {ours * 1e3:.1f} ms, baseline {baseline * 1e3:.1f} ms, "

@@ -61,8 +61,9 @@ def text_column(values: list[Any], keep_empty: bool = False) -> Any:
 
 
 def category_column(codes: np.ndarray, categories: pd.Index) -> pd.Categorical[Any]:
-    """A categorical column from integer ``codes`` into ``categories``."""
-    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories))
+    """A categorical column from integer ``codes`` into ``categories`` (unique; each code
+    ``-1`` or a position in them, which the caller guarantees: they are not checked again)."""
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories), validate=False)
 
 
 def datetime_column(values: list[Any]) -> pd.DatetimeIndex:
