@@ -55,11 +55,11 @@ def _personal_gateways_stopped() -> Iterator[None]:
     (``--upstream-pid``), so the next test's keyless ``connect()`` finds it warm."""
     yield
     from gpucloud_nb.gateway import personal
-    from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox import processes
 
     for home in personal.homes():
         runtime = personal.read_runtime(home)
-        if runtime is not None and service.pid_alive(runtime.upstream_pid):
+        if runtime is not None and processes.pid_alive(runtime.upstream_pid):
             continue
         personal.stop(home)
 

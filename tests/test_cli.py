@@ -19,7 +19,7 @@ import httpx
 import pytest
 from helpers import FakeService
 
-from gpucloud_nb.sandbox import service
+from gpucloud_nb.sandbox import processes, service
 from gpucloud_nb.sandbox.cli import KEYS_MOVED, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,7 +263,7 @@ def test_status_and_stop_find_a_service_whose_runtime_file_cannot_be_read(
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout == (f"Stopped the sandbox service (pid {runtime.pid}); its state "
                               f"stays in {home}.\n")
-    assert not service.pid_alive(runtime.pid) and service.lock_holder(sandbox_home) is None
+    assert not processes.pid_alive(runtime.pid) and processes.lock_holder(sandbox_home) is None
     assert sandbox_action("status", "--home", home).returncode == 3
 
 
@@ -277,14 +277,14 @@ def test_a_full_disk_at_sandbox_start_is_one_sentence(sandbox_home: Path) -> Non
         f"gpucloud-nb sandbox: error: The sandbox service cannot start: writing in its home "
         f"{sandbox_home} failed (no space left on device); free space there or set "
         "GPUCLOUD_SANDBOX_HOME to a writable directory.\n")
-    assert service.lock_holder(sandbox_home) is None  # nothing was left half started
+    assert processes.lock_holder(sandbox_home) is None  # nothing was left half started
 
 
 @pytest.mark.parametrize("body", [[], "fine", 42, None])
 def test_a_status_answer_that_is_not_a_json_object_is_one_sentence(
         sandbox_home: Path, body: object, capsys: pytest.CaptureFixture[str]) -> None:
     service.credentials(sandbox_home)  # the home's secrets, as its service makes them
-    lock = service.service_lock(sandbox_home)  # a verified service: it holds the lock ...
+    lock = processes.service_lock(sandbox_home)  # a verified service: it holds the lock ...
     assert lock is not None
     try:  # ... and answers the challenge (it knows the home's secret)
         with FakeService(pid=os.getpid(), secret=service.challenge_secret(sandbox_home),

@@ -19,7 +19,7 @@ from gpucloud_nb import connect
 from gpucloud_nb._connect import DIRECT_SENTENCE
 from gpucloud_nb.client.gateway import unkept
 from gpucloud_nb.errors import ConnectionFailedError, InvalidInputError
-from gpucloud_nb.sandbox import service
+from gpucloud_nb.sandbox import processes, service
 
 
 def test_without_a_key_connect_starts_the_sandbox_and_says_so(monkeypatch, capsys) -> None:
@@ -93,7 +93,7 @@ def test_a_home_of_another_user_is_refused_and_nothing_in_it_is_trusted(
     # lock all agree (the lock is held here, so even the pid checks pass).
     secret = b"chosen-by-the-other-user"
     (home / service.SETTINGS_FILE).write_text(json.dumps({"challenge": secret.decode()}))
-    lock = service.service_lock(home)
+    lock = processes.service_lock(home)
     assert lock is not None
     try:
         with FakeService(pid=os.getpid(), secret=secret) as fake:

@@ -26,7 +26,7 @@ from helpers import FakeService, as_other_user, launch, wait_for
 from gpucloud_nb import GPUCloud, connect
 from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.gateway import personal
-from gpucloud_nb.sandbox import Sandbox, SandboxConfig, service
+from gpucloud_nb.sandbox import Sandbox, SandboxConfig, processes, service
 from gpucloud_nb.sandbox.cli import main
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,7 +120,7 @@ def test_kill_9_then_connect_starts_a_new_service_with_every_resource(fast: Path
     volume = create_volume(cloud)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while service.pid_alive(pid) and time.monotonic() < deadline:
+    while processes.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert service.find(fast) is None  # the runtime file is stale now
 
@@ -162,7 +162,7 @@ def test_a_stale_runtime_file_whose_port_does_not_answer_is_replaced(fast: Path)
 def test_runtime_file_is_0600_and_home_0700(fast: Path) -> None:
     pid = connect(quiet=True).sandbox.pid
     assert (fast / "service.lock").read_text() == str(pid)  # the pid file of its lock
-    assert service.lock_holder(fast) == pid
+    assert processes.lock_holder(fast) == pid
     assert stat.S_IMODE((fast / service.RUNTIME_FILE).stat().st_mode) == 0o600
     assert stat.S_IMODE(fast.stat().st_mode) == 0o700
     text = (fast / service.RUNTIME_FILE).read_text()
@@ -192,7 +192,7 @@ def test_cli_start_status_stop_reset_and_logs(sandbox_home: Path) -> None:
 
     stopped = cli("stop", "--home", home)
     assert stopped.stdout.startswith(f"Stopped the sandbox service (pid {runtime.pid})")
-    assert not service.pid_alive(runtime.pid) and service.find(sandbox_home) is None
+    assert not processes.pid_alive(runtime.pid) and service.find(sandbox_home) is None
     assert cli("status", "--home", home).stdout.startswith("No sandbox service is running")
     assert cli("start", "--home", home).returncode == 0
     assert cloud.instances.get(instance.id).status == "active"  # state kept, same port and key
@@ -332,10 +332,10 @@ def test_a_hung_service_is_replaced(fast: Path) -> None:
     os.kill(hung.pid, signal.SIGSTOP)  # holds its lock and port, answers nothing
     try:
         cloud = connect(quiet=True)
-        assert cloud.sandbox.pid != hung.pid and not service.pid_alive(hung.pid)
+        assert cloud.sandbox.pid != hung.pid and not processes.pid_alive(hung.pid)
         assert cloud.volumes.list() == []
     finally:
-        if service.pid_alive(hung.pid):
+        if processes.pid_alive(hung.pid):
             os.kill(hung.pid, signal.SIGKILL)
 
 
@@ -348,11 +348,11 @@ def killed_leaving_its_runtime_file(home: Path) -> service.Runtime:
     """Start the home's service, kill -9 it (its runtime file stays); return what it was."""
     old = connect(quiet=True).sandbox
     os.kill(old.pid, signal.SIGKILL)
-    wait_for(lambda: not service.pid_alive(old.pid), 10)
+    wait_for(lambda: not processes.pid_alive(old.pid), 10)
     wait_for(lambda: gateway_running(old) is None, 10)  # the gateway in front ends with it
     # A child the service forked an instant before (a process-tree measure) can hold the lock
     # until it execs: wait for it to be free, as a restart after a crash would find it.
-    wait_for(lambda: service.lock_holder(home) is None, 10)
+    wait_for(lambda: processes.lock_holder(home) is None, 10)
     assert service.read_runtime(home) == old
     return old
 
@@ -400,7 +400,7 @@ def test_an_impostor_holding_the_lock_gets_a_challenge_without_the_key_and_is_re
         fast: Path) -> None:
     old = killed_leaving_its_runtime_file(fast)
     port = int(old.management_url.rsplit(":", 1)[1])
-    lock = service.service_lock(fast)  # held by this process, whose pid the runtime file names
+    lock = processes.service_lock(fast)  # held by this process, whose pid the runtime file names
     assert lock is not None
     try:
         with FakeService(port, pid=os.getpid()) as fake:

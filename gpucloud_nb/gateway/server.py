@@ -116,9 +116,9 @@ def serve_home(config: GatewayConfig, home: Path,
     """
     from gpucloud_nb.errors import ConnectionFailedError
     from gpucloud_nb.gateway import personal
-    from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox import processes, service
 
-    lock = service.service_lock(home)
+    lock = processes.service_lock(home)
     if lock is None:
         raise ConnectionFailedError(f"A personal gateway already runs in {home}; "
                                     "`gpucloud-nb gateway stop` stops it.")
@@ -163,8 +163,8 @@ def serve_home(config: GatewayConfig, home: Path,
 
 def _end_with(pid: int) -> None:
     """SIGTERM this process (a clean stop) once ``pid`` has ended; checked every 50 ms."""
-    from gpucloud_nb.sandbox import service
+    from gpucloud_nb.sandbox import processes
 
-    while service.pid_alive(pid):
+    while processes.pid_alive(pid):
         time.sleep(0.05)
     os.kill(os.getpid(), signal.SIGTERM)

@@ -68,7 +68,8 @@ from gpucloud_nb.sandbox.http import (
 )
 from gpucloud_nb.sandbox.lifecycle import FAIL_SUFFIX, details_json, instance_json, volume_json
 from gpucloud_nb.sandbox.service_api import service_routes
-from gpucloud_nb.sandbox.ssh import InstanceServers, free_port, mount_point
+from gpucloud_nb.sandbox.ssh import free_port, mount_point
+from gpucloud_nb.sandbox.ssh_servers import InstanceServers
 from gpucloud_nb.sandbox.store import Store, VolumeInUseError, VolumeMissingError
 
 if TYPE_CHECKING:

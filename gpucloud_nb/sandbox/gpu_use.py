@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.ssh import InstanceServers
+    from gpucloud_nb.sandbox.ssh_servers import InstanceServers
 
 __all__ = ["MARKER", "POLL", "GPUMeter", "ProcessTable", "Snapshot", "TreeMeter", "Use",
            "measuring"]

@@ -26,7 +26,7 @@ from typing import Any
 from gpucloud_nb import serving
 from gpucloud_nb._secrets import mask
 from gpucloud_nb.errors import ConnectionFailedError
-from gpucloud_nb.sandbox import service
+from gpucloud_nb.sandbox import processes, service
 from gpucloud_nb.sandbox.config import SandboxConfig
 from gpucloud_nb.serving import KEEP_ALIVE_SECONDS, url_host
 
@@ -160,7 +160,7 @@ def serve_home(config: SandboxConfig, home: Path,
     is free, writes the runtime file once listening and removes it on the way out (the home's
     files are :mod:`gpucloud_nb.sandbox.service`'s).
     """
-    lock = service.service_lock(home)
+    lock = processes.service_lock(home)
     if lock is None:
         running = service.read_runtime(home)
         where = f" (pid {running.pid}, {running.management_url})" if running else ""

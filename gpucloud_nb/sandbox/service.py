@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
@@ -56,6 +56,14 @@ from urllib.parse import urlsplit
 from gpucloud_nb._secrets import mask
 from gpucloud_nb.errors import ConnectionFailedError
 from gpucloud_nb.sandbox.home import HOME_VARIABLE, checked_home, default_home
+from gpucloud_nb.sandbox.processes import (
+    SERVICE_LOCK,
+    lock_held,
+    lock_holder,
+    locked,
+    owned_by_us,
+    pid_alive,
+)
 
 __all__ = [
     "LOG_FILE",
@@ -69,16 +77,11 @@ __all__ = [
     "find",
     "find_or_start",
     "find_or_start_locked",
-    "lock_held",
-    "lock_holder",
-    "locked",
     "log_tail",
     "open_log",
-    "owned_by_us",
     "read_json",
     "read_runtime",
     "running_pid",
-    "service_lock",
     "spawn",
     "start",
     "stop",
@@ -92,7 +95,6 @@ SETTINGS_FILE = "service.json"
 STATE_FILE = "state.db"
 LOG_FILE = "sandbox.log"
 START_LOCK = "start.lock"
-SERVICE_LOCK = "service.lock"
 START_TIMEOUT = 30.0
 _LOG_ROTATE_BYTES = 5_000_000
 
@@ -217,57 +219,6 @@ def remove_runtime(home: Path, pid: int) -> None:
             (home / RUNTIME_FILE).unlink()
 
 
-def pid_alive(pid: int) -> bool:
-    """True when a process ``pid`` exists (a zombie counts as gone)."""
-    if pid <= 0:
-        return False
-    try:
-        import psutil
-
-        return bool(psutil.pid_exists(pid)) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except ImportError:
-        pass
-    except Exception:  # psutil.NoSuchProcess between the two calls
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def owned_by_us(pid: int) -> bool:
-    """True when process ``pid`` runs as the current user (its real uid is ours).
-
-    psutil, else ``/proc``; with neither (macOS without psutil) a process we may signal counts
-    as ours, which is exact except for root.
-    """
-    if not hasattr(os, "getuid"):  # pragma: no cover - Windows: no uids; the home is per user
-        return True
-    try:
-        import psutil
-
-        return bool(psutil.Process(pid).uids().real == os.getuid())
-    except ImportError:
-        pass
-    except Exception:  # psutil.NoSuchProcess, AccessDenied
-        return False
-    if Path("/proc/self").exists():
-        try:
-            return os.stat(f"/proc/{pid}").st_uid == os.getuid()
-        except OSError:
-            return False
-    try:  # pragma: no cover - no psutil and no /proc
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
 class Listening(Protocol):
     """What a runtime file says of any home's service: where it listens, and its pid."""
 
@@ -321,95 +272,6 @@ def find(home: Path | None = None) -> Runtime | None:
     if runtime is not None and verified(runtime, home):
         return runtime
     return None
-
-
-# -- locks --------------------------------------------------------------------------------------
-
-
-def _try_lock(file: IO[bytes]) -> bool:
-    """Take an exclusive lock on ``file`` without waiting; True if taken."""
-    if sys.platform == "win32":  # pragma: no cover - Windows: a byte-range lock on the first byte
-        import msvcrt
-
-        try:
-            msvcrt.locking(file.fileno(), msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    import fcntl
-
-    try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def locked(path: Path, timeout: float, what: str = "the sandbox service",
-           logs: str = "gpucloud-nb sandbox logs") -> Iterator[None]:
-    """Hold the exclusive lock on ``path``, waiting up to ``timeout`` seconds for it."""
-    with open(path, "a+b") as file:
-        deadline = time.monotonic() + timeout
-        while not _try_lock(file):
-            if time.monotonic() > deadline:
-                raise ConnectionFailedError(
-                    f"Another process has been starting {what} in {path.parent} for "
-                    f"over {timeout:g} s; see `{logs}`.")
-            time.sleep(0.05)
-        yield  # closing the file releases the lock
-
-
-def service_lock(home: Path) -> IO[bytes] | None:
-    """Take ``service.lock`` for the life of a service: the open file, or ``None`` if held."""
-    file = open(home / SERVICE_LOCK, "a+b")  # noqa: SIM115 - held open until the service ends
-    if _try_lock(file):
-        return file
-    file.close()
-    return None
-
-
-def lock_held(home: Path) -> bool:
-    try:
-        file = open(home / SERVICE_LOCK, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return False
-    with file:
-        return not _try_lock(file)  # closing the file releases a lock just taken
-
-
-def _proc_locks_holder(path: Path) -> int | None:
-    """The pid that ``/proc/locks`` says holds a ``flock`` on ``path`` (Linux), else ``None``."""
-    try:
-        info = path.stat()
-        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    identity = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
-    for line in table.splitlines():
-        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 6129 fe:00:2146321 0 EOF"
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == identity:
-            with contextlib.suppress(ValueError):
-                return int(fields[4])
-    return None
-
-
-def lock_holder(home: Path) -> int | None:
-    """The pid of the process holding ``service.lock`` of ``home``; ``None`` when nobody does.
-
-    On Linux ``/proc/locks`` names it; elsewhere (or where that table does not show the file)
-    it is the pid the service wrote in the lock file when it took it.
-    """
-    if not lock_held(home):
-        return None
-    path = home / SERVICE_LOCK
-    holder = _proc_locks_holder(path)
-    if holder is not None:
-        return holder
-    try:
-        return int(path.read_text(encoding="ascii").strip() or "0") or None
-    except (OSError, ValueError):
-        return None
 
 
 # -- starting and stopping -----------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """A real SSH server (asyncssh) for every active sandbox instance, on loopback only.
 
-    >>> servers = InstanceServers(config, store)  # doctest: +SKIP
-    >>> await servers.start()  # then every 0.2 s: open and close servers  # doctest: +SKIP
+    >>> server = await InstanceServer.open(servers, record)  # doctest: +SKIP
     $ ssh -p 40122 ubuntu@127.0.0.1 nvidia-smi     # the instance's ip and sshPort
 
 A sandbox instance is the user's own machine: commands run as the local user who started the
@@ -9,7 +8,8 @@ sandbox. Each server listens on ``127.0.0.1`` only, on the port stored in the in
 ``doc["sshPort"]`` at create (re-bound after a restart, or a new free port stored if it is taken).
 
 - **Life time.** A vm, baremetal or container instance gets its server up to a second before it
-  turns ``active`` (the reconciler looks ``LEAD_SECONDS`` ahead, and a create wakes it at once),
+  turns ``active`` (the reconciler of :mod:`gpucloud_nb.sandbox.ssh_servers` looks ahead, and a
+  create wakes it at once),
   so an instance the API calls active is already listening; its ``ip`` and ``sshPort`` are shown
   only from then on. Once it is ``deleting`` the server is closed, its connections dropped and
   its processes killed, so new connections are refused. None of it runs inside a request: the
@@ -102,31 +102,28 @@ from gpucloud_nb.sandbox.instance_processes import (
     pump_in,
     pump_out,
 )
-from gpucloud_nb.sandbox.lifecycle import status_at
-from gpucloud_nb.sandbox.machines import machines_dir
 
 if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.config import SandboxConfig
     from gpucloud_nb.sandbox.gpu_use import Snapshot
-    from gpucloud_nb.sandbox.store import InstanceRecord, Store
+    from gpucloud_nb.sandbox.ssh_servers import InstanceServers
+    from gpucloud_nb.sandbox.store import InstanceRecord
 
 __all__ = [
-    "LEAD_SECONDS",
     "SHARED_SHELL_REFUSAL",
     "SHARED_SHELL_WARNING",
-    "InstanceServers",
+    "VOLUME_ID",
+    "InstanceServer",
     "free_port",
     "gpu_state",
     "mount_point",
     "nvidia_smi_text",
+    "parse_keys",
 ]
 
 logger = logging.getLogger("gpucloud_nb.sandbox.ssh")
-_PERIOD = 0.2
-LEAD_SECONDS = 1.0
 """How long before an instance turns active its SSH server is opened."""
 MODEL_PORT = 8000
-_VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+VOLUME_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 SHARED_SHELL_REFUSAL = (
     "SSH to instances is off on this sandbox: it serves several accounts as one OS user, so a "
@@ -177,7 +174,7 @@ def _load_or_make_host_key(path: Path) -> asyncssh.SSHKey:
     return key
 
 
-def _parse_keys(text: str) -> list[asyncssh.SSHKey]:
+def parse_keys(text: str) -> list[asyncssh.SSHKey]:
     keys = []
     for line in text.splitlines():
         line = line.strip()
@@ -187,153 +184,7 @@ def _parse_keys(text: str) -> list[asyncssh.SSHKey]:
     return keys
 
 
-class InstanceServers:
-    """The SSH servers of a sandbox's active instances, kept in step with its state.
-
-    ``start()`` makes the home (a temporary directory when ``config.home`` is ``None``) and a
-    task that every 0.2 s opens a server for each newly active instance and closes those of
-    instances that are deleting or deleted; ``stop()`` closes them all (and the temporary home).
-    """
-
-    def __init__(self, config: SandboxConfig, store: Store) -> None:
-        self.config = config
-        self.store = store
-        self.home: Path | None = None
-        self.machines: Path | None = None
-        # Several accounts under one OS user: no shells unless the teacher accepts the risk.
-        self.shell = not config.keys or config.shared_shell
-        self._temporary = False
-        self._servers: dict[str, _InstanceServer] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-
-    @property
-    def authorized_keys(self) -> Path:
-        """The file of keys registered by clients, accepted for instances created without one."""
-        assert self.home is not None
-        return self.home / "ssh" / "authorized_keys"
-
-    def register(self, publics: list[str]) -> int:
-        """Accept ``publics`` (OpenSSH public keys) for instances created without a key; each
-        must be one valid key, else :class:`ValueError` and nothing is written. Returns how
-        many were new."""
-        keys = []
-        for public in publics:
-            lines = public.strip().splitlines()
-            parsed = _parse_keys(lines[0]) if len(lines) == 1 else []
-            if not parsed:
-                raise ValueError(f"Not an OpenSSH public key: {public[:40]!r}.")
-            keys.append((parsed[0], lines[0].strip()))
-        path = self.authorized_keys
-        path.parent.mkdir(parents=True, exist_ok=True)
-        present = {key.public_data for key in _parse_keys(path.read_text())} \
-            if path.exists() else set()
-        new = []
-        for key, line in keys:
-            if key.public_data not in present:
-                present.add(key.public_data)
-                new.append(line)
-        if new:
-            with path.open("a") as file:
-                file.write("".join(line + "\n" for line in new))
-        return len(new)
-
-    def server(self, instance_id: str) -> _InstanceServer | None:
-        """The running server of ``instance_id``, if any."""
-        return self._servers.get(instance_id)
-
-    def running(self) -> dict[str, _InstanceServer]:
-        """The running servers, by instance id (a copy)."""
-        return dict(self._servers)
-
-    async def start(self) -> None:
-        """Make the home and the machines directory, and start the reconciler task."""
-        if self.config.home is None:
-            self.home = Path(tempfile.mkdtemp(prefix="gpucloud-nb-sandbox-"))
-            self.machines = Path(tempfile.mkdtemp(prefix="gpucloud-nb-machines-"))
-            self._temporary = True
-        else:
-            self.home = private_dir(self.config.home)
-            self.machines = machines_dir(self.home)
-        private_dir(self.home / "ssh")
-        self._sweep()
-        if self.config.keys and self.config.shared_shell:
-            logger.warning(SHARED_SHELL_WARNING)
-        await self.reconcile()
-        self._task = asyncio.create_task(self._run(), name="gpucloud-nb-ssh-servers")
-
-    def _sweep(self) -> None:
-        """Remove the home (and commands) of every instance that is no longer live, and the
-        folder of every volume that is no longer stored: one deleted while no service ran, or
-        before deletes removed homes and volumes."""
-        assert self.machines is not None
-        live = {times.id for times in self.store.live_instance_times()}
-        kept = {"volumes": self.store.volume_ids()}
-        for kind in ("instances", "bin", "volumes"):
-            with contextlib.suppress(OSError):
-                for directory in (self.machines / kind).iterdir():
-                    if directory.name not in kept.get(kind, live) and not directory.is_symlink():
-                        shutil.rmtree(directory, ignore_errors=True)
-
-    def remove_volume(self, volume_id: str) -> None:
-        """Remove the folder of volume ``volume_id`` (deleted): its data goes with it, as on
-        the cloud, and the disk it took is given back."""
-        if self.machines is not None and _VOLUME_ID.fullmatch(volume_id):
-            folder = self.machines / "volumes" / volume_id
-            if not folder.is_symlink():
-                shutil.rmtree(folder, ignore_errors=True)
-
-    def wake(self) -> None:
-        """Reconcile now rather than at the next tick (an instance was just created)."""
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _PERIOD)
-            self._wake.clear()
-            try:
-                await self.reconcile()
-            except Exception:  # keep serving the others; the log has the trace
-                logger.exception("The sandbox failed to update its SSH servers.")
-
-    async def reconcile(self) -> None:
-        """Open servers for instances active within ``LEAD_SECONDS``, close the others'."""
-        soon = time.time_ns() // 1_000_000 + round(LEAD_SECONDS * 1000)
-        wanted = [times.id for times in self.store.live_instance_times()
-                  if status_at(times, soon).name == "active"]
-        keep = set(wanted)
-        for instance_id in [i for i in self._servers if i not in keep]:
-            await self._servers.pop(instance_id).close(ended=True)  # deleting: its data goes
-        for instance_id in wanted:
-            if instance_id not in self._servers:
-                record = self.store.instance_by_id(instance_id)  # its doc, read only now
-                faults = self.config.faults
-                if record is None or (faults is not None
-                                      and faults.unreachable(str(record.doc.get("name", "")))):
-                    continue  # an injected fault: active, and nothing listens on its SSH port
-                try:
-                    self._servers[instance_id] = await _InstanceServer.open(self, record)
-                except OSError:
-                    logger.exception("The SSH server of instance %s did not start.", instance_id)
-
-    async def stop(self) -> None:
-        """Close every server and stop the reconciler; remove a temporary home."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        for server in list(self._servers.values()):
-            await server.close()
-        self._servers.clear()
-        if self._temporary:
-            for directory in (self.home, self.machines):
-                if directory is not None:
-                    shutil.rmtree(directory, ignore_errors=True)
-
-
-class _InstanceServer:
+class InstanceServer:
     """One instance's asyncssh server, its directories and the processes it started."""
 
     def __init__(self, servers: InstanceServers, record: InstanceRecord) -> None:
@@ -370,7 +221,7 @@ class _InstanceServer:
         os.replace(part, path)
 
     @classmethod
-    async def open(cls, servers: InstanceServers, record: InstanceRecord) -> _InstanceServer:
+    async def open(cls, servers: InstanceServers, record: InstanceRecord) -> InstanceServer:
         self = cls(servers, record)
         if servers.shell:
             private_dir(self.home)
@@ -399,7 +250,7 @@ class _InstanceServer:
                 volume_id, path = (str(part) for part in entry)
             except (TypeError, ValueError):
                 volume_id, path = "", ""
-            if not _VOLUME_ID.fullmatch(volume_id):
+            if not VOLUME_ID.fullmatch(volume_id):
                 logger.warning("Instance %s: volume entry %r is not mounted.", self.record.id,
                                entry)
                 continue
@@ -459,14 +310,14 @@ class _InstanceServer:
         """True when ``key`` may log in as ``username``: for the instance's user, the
         create-time key (else a registered one) or its cloud-init keys; for a user cloud-init
         made (``users: [{name: ...}]``), that user's cloud-init keys."""
-        allowed = _parse_keys("\n".join(cloud_init_keys(self.record.doc, username, self.user)))
+        allowed = parse_keys("\n".join(cloud_init_keys(self.record.doc, username, self.user)))
         if username == self.user:
             given = str(self.record.doc.get("sshPublicKey") or "")
             if given:
-                allowed += _parse_keys(given)
+                allowed += parse_keys(given)
             else:
                 path = self.servers.authorized_keys
-                allowed += _parse_keys(path.read_text()) if path.exists() else []
+                allowed += parse_keys(path.read_text()) if path.exists() else []
         wanted = key.public_data
         return any(candidate.public_data == wanted for candidate in allowed)
 
@@ -575,7 +426,7 @@ class _InstanceServer:
 class _SFTP(asyncssh.SFTPServer):
     """SFTP (and scp) rooted at the instance home, counted as a session while open."""
 
-    def __init__(self, server: _InstanceServer, chan: Any, chroot: bytes) -> None:
+    def __init__(self, server: InstanceServer, chan: Any, chroot: bytes) -> None:
         super().__init__(chan, chroot=chroot)
         self._server = server
         server.session(+1)
@@ -588,7 +439,7 @@ class _SFTP(asyncssh.SFTPServer):
 class _Auth(asyncssh.SSHServer):
     """asyncssh server callbacks: public keys only, for the instance's user; port 8000 only."""
 
-    def __init__(self, server: _InstanceServer) -> None:
+    def __init__(self, server: InstanceServer) -> None:
         self.server = server
         self.connection: Any = None
 
@@ -632,7 +483,7 @@ class _Auth(asyncssh.SSHServer):
         return _counted_forward(self.server, port)
 
 
-async def _counted_forward(server: _InstanceServer, port: int) -> asyncssh.SSHForwarder:
+async def _counted_forward(server: InstanceServer, port: int) -> asyncssh.SSHForwarder:
     """A forwarded connection to ``port`` of the host's loopback, counted as a session (use of
     the instance) until its channel closes."""
     try:
@@ -644,9 +495,9 @@ async def _counted_forward(server: _InstanceServer, port: int) -> asyncssh.SSHFo
 
 
 class _CountedForwarder(asyncssh.SSHForwarder):
-    def __init__(self, peer: asyncssh.SSHForwarder, server: _InstanceServer) -> None:
+    def __init__(self, peer: asyncssh.SSHForwarder, server: InstanceServer) -> None:
         super().__init__(peer)
-        self._server: _InstanceServer | None = server
+        self._server: InstanceServer | None = server
         server.session(+1)
 
     def connection_lost(self, exc: Exception | None) -> None:
