@@ -72,7 +72,9 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 ``%gpucloud budget``
     Your budget through a class gateway (``cloud.gateway_status()``): spent, left, and the
     80 % warning or what was deleted when the budget was spent, as one sentence; off a gateway,
-    one sentence saying there is none. ``%gpucloud instances`` shows the same warning::
+    one sentence saying there is none. ``%gpucloud instances`` shows the same warning. Then the
+    budget of each instance not deleted (a create's ``budget=``), its spend and what is left
+    (see :mod:`gpucloud_nb.magics_budget`)::
 
         %gpucloud budget
 

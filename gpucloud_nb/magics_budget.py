@@ -8,8 +8,8 @@ form's budget gave it to the gateway: its name, its budget, what it has cost and
     %gpucloud budget
     Ada: $0.00 spent; your key has no budget.
     Instance budgets:
-      train (6650f0c2…): $0.40 spent of $5.00, $4.60 left
-      eval (6650f0c3…): $0.10 spent of $2.00, $1.90 left
+      train (6650f0c2a1b2c3d4e5f60718): $0.40 spent of $5.00, $4.60 left
+      eval (6650f0c2a1b2c3d4e5f60719): $0.10 spent of $2.00, $1.90 left
 
 Chosen: off a gateway the command is one sentence saying there is none (nothing then keeps a
 budget for the key); an instance at 80 % of its budget is marked on its line, as the sidebar
