@@ -33,7 +33,7 @@ from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_turn import LoopThread
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget
 
 WAIT = 30

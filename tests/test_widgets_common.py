@@ -17,20 +17,11 @@ from helpers import wait_for
 
 import gpucloud_nb.widgets as widget_package
 from gpucloud_nb.errors import InvalidInputError, NotFoundError
-from gpucloud_nb.widgets._common import (
-    Debouncer,
-    Repeater,
-    StatusLine,
-    describe_error,
-    frame_html,
-    guarded,
-    iter_widgets,
-    money,
-    per_day,
-    per_hour,
-    set_options,
-    settle,
-)
+from gpucloud_nb.widgets._background import Debouncer, Repeater, settle
+from gpucloud_nb.widgets._dropdowns import set_options
+from gpucloud_nb.widgets._format import frame_html, money, per_day, per_hour
+from gpucloud_nb.widgets._layout import iter_widgets
+from gpucloud_nb.widgets._status import StatusLine, describe_error, guarded
 
 # errors and the status line ------------------------------------------------------------------
 
@@ -201,7 +192,7 @@ def test_chat_widget_is_loaded_lazily(monkeypatch) -> None:
 
 def test_choose_selects_none_options_visibly() -> None:
     from gpucloud_nb.errors import InvalidInputError
-    from gpucloud_nb.widgets._common import choose, set_options
+    from gpucloud_nb.widgets._dropdowns import choose, set_options
 
     dropdown = widgets.Dropdown(options=[("any", None), ("eu", "eu-1")], description="Region")
     choose(dropdown, "eu-1")
@@ -218,7 +209,7 @@ def test_choose_selects_none_options_visibly() -> None:
 def test_no_dropdown_of_the_widgets_shows_blank(sandbox) -> None:
     from gpucloud_nb import GPUCloud
     from gpucloud_nb.widgets import InstancesPanel, LaunchForm, OffersBrowser
-    from gpucloud_nb.widgets._common import iter_widgets
+    from gpucloud_nb.widgets._layout import iter_widgets
 
     cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
     built = [OffersBrowser(cloud, debounce=0), LaunchForm(cloud), InstancesPanel(cloud)]

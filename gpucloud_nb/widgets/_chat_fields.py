@@ -15,7 +15,7 @@ from ipywidgets.widgets.widget_string import HTMLStyle
 from gpucloud_nb.widgets._chat_follow import FollowBottom
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES, STYLE_SHEET
-from gpucloud_nb.widgets._common import StatusLine
+from gpucloud_nb.widgets._status import StatusLine
 
 __all__ = ["UPLOAD_HINT", "ChatFields"]
 

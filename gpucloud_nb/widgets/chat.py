@@ -35,7 +35,8 @@ from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_reply import ErrorLine, ReplyView, notice, paced, user_message
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES
 from gpucloud_nb.widgets._chat_turn import ChatTurn, LoopThread, running_loop
-from gpucloud_nb.widgets._common import close_tree, describe_error, iter_widgets
+from gpucloud_nb.widgets._layout import close_tree, iter_widgets
+from gpucloud_nb.widgets._status import describe_error
 
 __all__ = ["CSS_CLASSES", "THUMBNAIL_SIDE", "UPLOAD_HINT", "ChatTurn", "ChatWidget"]
 

@@ -64,21 +64,14 @@ from gpucloud_nb.launch_model import (
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import find_offer
-from gpucloud_nb.widgets._common import (
-    WARNING,
-    StatusLine,
-    choose,
-    escape,
-    guarded,
-    hint,
-    log,
-    set_options,
-    settle,
-    show,
-)
+from gpucloud_nb.widgets._background import settle
+from gpucloud_nb.widgets._dropdowns import choose, set_options
+from gpucloud_nb.widgets._format import escape
 from gpucloud_nb.widgets._launch_fields import LaunchFields
 from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html, volume_info_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
+from gpucloud_nb.widgets._layout import show
+from gpucloud_nb.widgets._status import WARNING, StatusLine, guarded, hint, log
 
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
 
