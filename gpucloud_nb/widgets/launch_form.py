@@ -55,9 +55,6 @@ from gpucloud_nb.launch_model import (
     as_offer,
     offer_label,
     script_text,
-    usable_volumes,
-    volume_offer_for,
-    volume_problem,
 )
 from gpucloud_nb.launch_model import (
     expected_launch_seconds as sandbox_launch_seconds,
@@ -67,9 +64,9 @@ from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._background import settle
 from gpucloud_nb.widgets._dropdowns import choose, set_options
 from gpucloud_nb.widgets._format import escape
-from gpucloud_nb.widgets._launch_fields import LaunchFields
-from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html, volume_info_html
+from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
+from gpucloud_nb.widgets._launch_volumes import VolumeShortcut
 from gpucloud_nb.widgets._layout import show
 from gpucloud_nb.widgets._status import WARNING, StatusLine, guarded, hint, log
 
@@ -83,7 +80,7 @@ _FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id
 _SSH_LINE = 48
 
 
-class LaunchForm(LaunchFields):
+class LaunchForm(VolumeShortcut):
     """A form that launches one GPU instance from an offer and follows it until it is active.
 
     ``LaunchForm(cloud, offer=None, *, region=None, name="", offers=None, timeout=900)``: with no
@@ -258,10 +255,6 @@ class LaunchForm(LaunchFields):
 
     # ------------------------------------------------------------------ reactions
 
-    @property
-    def _offer(self) -> InstanceOffer | None:
-        return self.offer.value
-
     def _rebuild_for_offer(self) -> None:
         offer = self._offer
         self.title.value = title_html(offer)
@@ -280,20 +273,6 @@ class LaunchForm(LaunchFields):
         set_options(self.os, [("— choose an OS image —", None)] + [(o, o) for o in images],
                     images[0] if images else None, keep=False)
 
-    def _volume_offer(self) -> VolumeOffer | None:
-        return volume_offer_for(self._offer, self._volume_offers)
-
-    def _usable_volumes(self) -> list[Volume]:
-        return usable_volumes(self._offer, self.region.value, self._volumes)
-
-    def _rebuild_volumes(self) -> None:
-        options = [("none", None)] + [(f"{v.name} ({v.size_in_gb:g} GB)", v.id)
-                                      for v in self._usable_volumes()]
-        set_options(self.volume, options, None)
-        volume_offer = self._volume_offer()
-        if volume_offer is not None and self.volume_size.value < volume_offer.min_size_in_gb:
-            self.volume_size.value = int(-(-volume_offer.min_size_in_gb // 1))
-
     def _uploaded(self, change: Mapping[str, Any]) -> None:
         files = change.get("new") or ()
         if not files:
@@ -310,12 +289,6 @@ class LaunchForm(LaunchFields):
         self.cloud_init.value = text
         self.status.info(f"Loaded the cloud-init script from {upload.get('name', 'the file')} "
                          f"({len(text.encode('utf-8'))} bytes).")
-
-    def _toggle_volume_create(self) -> None:
-        visible = self.volume_create_box.layout.display == "none"
-        show(self.volume_create_box, visible)
-        self.volume_create_toggle.description = "Hide" if visible else "New volume…"
-        self._update_volume_create()
 
     # ------------------------------------------------------------------ the checks
 
@@ -357,20 +330,6 @@ class LaunchForm(LaunchFields):
     def _cap_problem(self, offer: InstanceOffer) -> str | None:
         return costcap.cap_problem(self._cap(), self._running, offer,
                                    endpoints=self._endpoints_hourly)
-
-    @property
-    def volume_problem(self) -> str | None:
-        """``None`` when the "create volume" shortcut can create, else one sentence."""
-        return volume_problem(self._offer, self.region.value, self._volume_offers,
-                              self.volume_name.value, self.volume_size.value)
-
-    def _update_volume_create(self) -> None:
-        self.volume_info.value = volume_info_html(self._offer, self.region.value,
-                                                  self._volume_offer(), self.volume_size.value)
-        problem = self.volume_problem
-        self.volume_create_button.disabled = problem is not None
-        self.volume_reason.value = "" if problem is None else \
-            hint(escape(problem), WARNING)
 
     def _update(self) -> None:
         if self._quiet:
@@ -469,40 +428,6 @@ class LaunchForm(LaunchFields):
     def launching(self) -> bool:
         """True while a launch is being sent or waited on."""
         return self._launching
-
-    def create_volume(self, name: str | None = None, size_gb: float | None = None) -> Volume:
-        """Create a volume for the chosen offer's provider and region, and select it.
-
-        Uses the shortcut's fields; ``name`` and ``size_gb`` fill them first. The provider's
-        minimum size is enforced (see :attr:`volume_problem`).
-        """
-        try:
-            if name is not None:
-                self.volume_name.value = name
-            if size_gb is not None:
-                self.volume_size.value = int(size_gb)
-            problem = self.volume_problem
-            if problem:
-                raise InvalidInputError(problem)
-            offer = self._offer
-            assert offer is not None
-            created = self._cloud.volumes.create(
-                name=self.volume_name.value.strip(), cloud_provider=offer.cloud.id,
-                region=self.region.value, size_in_gb=self.volume_size.value)
-            self._volumes = [v for v in self._cloud.volumes.list() if v.id != created.id]
-            self._volumes.append(created)
-            self._sync(volumes=True)
-            self.volume.value = created.id
-        except Exception as error:
-            self.volume_status.error(error)
-            raise
-        self.volume_status.success(
-            f"Created volume {created.name} ({created.size_in_gb:g} GB) in {created.region}; "
-            "it is selected for this instance.")
-        show(self.volume_create_box, False)
-        self.volume_create_toggle.description = "New volume…"
-        self._update()
-        return created
 
     def launch(self) -> Future[InstanceDetails]:
         """Launch in a background thread; the Future gives the active InstanceDetails or raises.
