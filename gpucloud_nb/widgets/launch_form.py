@@ -39,7 +39,6 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from datetime import timedelta
 from typing import Any
 
 import ipywidgets as widgets
@@ -47,14 +46,13 @@ import ipywidgets as widgets
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import format_duration
-from gpucloud_nb.durations import duration_text, parse_optional_duration
+from gpucloud_nb.durations import parse_optional_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, WaitStopped
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
     as_offer,
     offer_label,
-    script_text,
 )
 from gpucloud_nb.launch_model import (
     expected_launch_seconds as sandbox_launch_seconds,
@@ -64,23 +62,20 @@ from gpucloud_nb.rules import find_offer
 from gpucloud_nb.widgets._background import settle
 from gpucloud_nb.widgets._dropdowns import choose, set_options
 from gpucloud_nb.widgets._format import escape
+from gpucloud_nb.widgets._launch_fill import FillFromCode
 from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
-from gpucloud_nb.widgets._launch_volumes import VolumeShortcut
 from gpucloud_nb.widgets._layout import show
 from gpucloud_nb.widgets._status import WARNING, StatusLine, guarded, hint, log
 
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
-
-_FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "delete_after", "budget", "delete_when_idle")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
 _SSH_LINE = 48
 
 
-class LaunchForm(VolumeShortcut):
+class LaunchForm(FillFromCode):
     """A form that launches one GPU instance from an offer and follows it until it is active.
 
     ``LaunchForm(cloud, offer=None, *, region=None, name="", offers=None, timeout=900)``: with no
@@ -366,59 +361,6 @@ class LaunchForm(VolumeShortcut):
 
     # ------------------------------------------------------------------ from code
 
-    def fill(self, **values: Any) -> LaunchForm:
-        """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``delete_after``, ``budget`` (dollars),
-        ``delete_when_idle``; returns the form. A duration is what the field takes (``"1h30m"``,
-        :mod:`gpucloud_nb.durations`), or seconds or a ``timedelta`` as in the API.
-
-        Values the form does not offer are kept and explained by :attr:`problem`.
-        """
-        unknown = sorted(set(values) - set(_FILL_KEYS))
-        if unknown:
-            raise TypeError(f"fill() got unknown field(s) {', '.join(unknown)}; "
-                            f"use: {', '.join(_FILL_KEYS)}.")
-        with self._quietly():
-            if "offer" in values:
-                self._fill_offer(values["offer"])
-            self._sync()  # regions, OS images and volumes of the offer, before choosing among them
-            if "name" in values:
-                self.name.value = values["name"] or ""
-            if "region" in values:
-                choose(self.region, values["region"], "{} (not available for this offer)")
-                self._sync()  # the volumes of that region
-            if "os" in values:
-                choose(self.os, values["os"], "{} (not offered)")
-            if "image" in values:
-                self.image.value = values["image"] or ""
-            if "cloud_init" in values:
-                self.cloud_init.value = script_text(values["cloud_init"])
-            if "volume_id" in values:
-                choose(self.volume, values["volume_id"], "{} (not found here)")
-            if "ssh_key" in values:
-                self.ssh_key.value = values["ssh_key"] or ""
-            if "ssh_key_id" in values:
-                self.ssh_key_id.value = values["ssh_key_id"] or ""
-            if "delete_after" in values:
-                self.auto_delete.value = _typed(values["delete_after"])
-            if "budget" in values:
-                self.budget.value = values["budget"] or 0
-            if "delete_when_idle" in values:
-                self.idle_delete.value = _typed(values["delete_when_idle"])
-        self._sync()
-        return self
-
-    def _fill_offer(self, offer: Any) -> None:
-        if isinstance(offer, str):
-            listed = [v for _, v in self.offer.options if v is not None]
-            if not any(v.instance_id == offer for v in listed):
-                raise InvalidInputError(f"This form offers no offer with instanceId '{offer}'.")
-            offer = find_offer(listed, offer)
-        offer = None if offer is None else as_offer(offer)
-        if offer not in [v for _, v in self.offer.options]:
-            self.offer.options = [*self.offer.options, (offer_label(offer), offer)]
-        self.offer.value = offer
-
     @property
     def future(self) -> Future[InstanceDetails] | None:
         """The Future of the latest launch (also when it was started by the Launch button)."""
@@ -545,12 +487,3 @@ class LaunchForm(VolumeShortcut):
         what = offer.instance_id if offer is not None else "no offer"
         return f"<LaunchForm {what} problem={self.problem!r}>"
 
-
-def _typed(value: str | float | timedelta | None) -> str:
-    """A duration given to :meth:`LaunchForm.fill` as its field shows it."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds == 0:
-        return ""  # never, as 0 dollars is no budget
-    return duration_text(seconds) if seconds > 0 else f"{seconds:g}s"  # problem names it
