@@ -272,7 +272,7 @@ def reply_widget_ids(chat: Any) -> set[str]:
     """Comm ids of the HTML widgets of the chat's last assistant message."""
     import ipywidgets as widgets
 
-    from gpucloud_nb.widgets._common import iter_widgets
+    from gpucloud_nb.widgets._layout import iter_widgets
 
     return {w.model_id for w in iter_widgets(_last_reply(chat)) if isinstance(w, widgets.HTML)}
 
@@ -282,7 +282,7 @@ def reply_tree_ids(chat: Any) -> set[str]:
     without the layout and style models it shares with the panel's other messages."""
     import ipywidgets as widgets
 
-    from gpucloud_nb.widgets._common import iter_widgets
+    from gpucloud_nb.widgets._layout import iter_widgets
 
     return {w.model_id for w in iter_widgets(_last_reply(chat))
             if not isinstance(w, widgets.Layout | widgets.Style)}

@@ -72,7 +72,9 @@ Subcommands (arguments are split like a shell line, so quote names with spaces):
 ``%gpucloud budget``
     Your budget through a class gateway (``cloud.gateway_status()``): spent, left, and the
     80 % warning or what was deleted when the budget was spent, as one sentence; off a gateway,
-    one sentence saying there is none. ``%gpucloud instances`` shows the same warning::
+    one sentence saying there is none. ``%gpucloud instances`` shows the same warning. Then the
+    budget of each instance not deleted (a create's ``budget=``), its spend and what is left
+    (see :mod:`gpucloud_nb.magics_budget`)::
 
         %gpucloud budget
 
@@ -134,144 +136,26 @@ Choices, written down once:
 from __future__ import annotations
 
 import argparse
-import getpass
-import math
 import os
-import sys
-import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from gpucloud_nb._secrets import mask_url, scrub
+from gpucloud_nb import magics_budget, magics_volumes
+from gpucloud_nb._secrets import mask_url
 from gpucloud_nb.client.management import GPUCloud
-from gpucloud_nb.display import format_price
-from gpucloud_nb.errors import BadRequestError, GPUCloudError, InvalidInputError, NotFoundError
+from gpucloud_nb.errors import GPUCloudError, NotFoundError
+from gpucloud_nb.magics_client import current_cloud, replace, use
+from gpucloud_nb.magics_output import ask_secret, confirm, label, say, warn
 from gpucloud_nb.magics_parse import PROG, HelpShown, Stop, parse
-from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume
 
 if TYPE_CHECKING:
     import pandas
     from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = ["GPUCloudMagics", "current_cloud", "load_ipython_extension", "use"]
-
-#: Instance statuses that still hold their volumes (the sandbox refuses a delete then).
-HOLDING_STATUSES = ("pending", "active", "error")
-
-_session: dict[str, Any] = {"cloud": None, "owned": False}
-
-
-# --------------------------------------------------------------------------- session client
-
-
-def use(cloud: GPUCloud | None) -> None:
-    """Make ``%gpucloud`` use ``cloud`` from now on; ``None`` forgets it (next use connects).
-
-        >>> import gpucloud_nb.magics
-        >>> gpucloud_nb.magics.use(GPUCloud(api_key=..., base_url=...))  # doctest: +SKIP
-    """
-    _replace(cloud, owned=False)
-
-
-def current_cloud() -> GPUCloud:
-    """The client ``%gpucloud`` uses, connecting with ``connect()`` on first use.
-
-        >>> cloud = gpucloud_nb.magics.current_cloud()  # doctest: +SKIP
-    """
-    if _session["cloud"] is None:
-        from gpucloud_nb._connect import connect
-
-        _replace(connect(), owned=True)
-    return _session["cloud"]
-
-
-def _replace(cloud: GPUCloud | None, *, owned: bool) -> None:
-    old, old_owned = _session["cloud"], _session["owned"]
-    if old is not None and old is not cloud and old_owned and hasattr(old, "close"):
-        old.close()
-    _session["cloud"], _session["owned"] = cloud, owned
-
-
-# --------------------------------------------------------------------------- output
-
-
-#: Unicode categories shown escaped: controls, format characters (bidi overrides such as U+202E,
-#: zero-width marks), surrogates, private use, and line/paragraph separators.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-
-
-def _printable(text: str) -> str:
-    """``text`` with control and bidi characters written as escapes (``\\u202e``).
-
-    A name from the server holding a right-to-left override would otherwise reorder the rest of
-    the line it is printed in (``evil\\u202etxt.exe`` shows as ``evilexe.txt``).
-    """
-    if text.isascii() and text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch != "\n" and unicodedata.category(ch) in _HIDDEN_CATEGORIES:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else
-                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _clean(text: str, *secrets: str) -> str:
-    """Mask the secrets the session's client holds, and ``secrets`` (asked for in this call);
-    control and bidi characters are written as escapes (see :func:`_printable`)."""
-    cloud = _session["cloud"]
-    text = cloud.scrub(text) if cloud is not None else text
-    return _printable(scrub(text, *secrets))
-
-
-def _say(text: str) -> None:
-    """Report to stdout (confirmations, cancellations)."""
-    print(_clean(text), flush=True)
-
-
-def _warn(text: str) -> None:
-    """Report a failure to stderr, on one line (shown red in Jupyter)."""
-    print(_clean(" ".join(text.splitlines())), file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _confirm(question: str, refusal: str) -> bool:
-    """Ask a y/N question with ``input()``; True only for y or yes."""
-    try:
-        answer = input(f"{_clean(question)} [y/N] ")
-    except (EOFError, NotImplementedError):
-        # No stdin (a non-interactive run, or a frontend without input support).
-        raise Stop(refusal) from None
-    return answer.strip().lower() in ("y", "yes")
-
-
-def _ask_secret(prompt: str) -> str:
-    """Read a secret with a hidden ``getpass`` prompt; never echoed, never in the cell."""
-    try:
-        value = getpass.getpass(prompt)
-    except (EOFError, NotImplementedError):
-        raise Stop("No secret could be asked for here (no input is possible in this run).") from None
-    return (value or "").strip()
-
-
-def _label(name: str, id: str) -> str:
-    return f"{name} ({id})" if name and name != id else id
-
-
-def _gb(size: float) -> str:
-    return f"{size:g} GB"
-
-
-def _names(items: Iterable[str]) -> str:
-    return ", ".join(items) or "none"
-
 
 # --------------------------------------------------------------------------- the magics
 
@@ -293,10 +177,10 @@ class GPUCloudMagics(Magics):
             return None
         except Stop as stop:
             if stop.message:
-                _warn(stop.message)
+                warn(stop.message)
             return None
         except GPUCloudError as error:
-            _warn(str(error))
+            warn(str(error))
             return None
 
     @property
@@ -313,9 +197,9 @@ class GPUCloudMagics(Magics):
                 raise RemoteUsage("%%gpucloud needs a command: %%gpucloud run INSTANCE.")
             remote_magic(self.cloud, line, cell)
         except RemoteUsage as usage:
-            _warn(str(usage))
+            warn(str(usage))
         except GPUCloudError as error:
-            _warn(str(error))
+            warn(str(error))
 
     # ------------------------------------------------------------------ connect, spend
 
@@ -325,16 +209,16 @@ class GPUCloudMagics(Magics):
         if args.sandbox or args.base_url is None:
             cloud = connect(sandbox=True if args.sandbox else None, quiet=True)
             if cloud.is_sandbox:
-                _replace(cloud, owned=True)
+                replace(cloud, owned=True)
                 # The command's answer, every time (connect()'s banner shows once per kernel).
-                _say(f"Connected to the SANDBOX at {cloud.base_url}:\n  a simulated cloud on "
+                say(f"Connected to the SANDBOX at {cloud.base_url}:\n  a simulated cloud on "
                      "this machine, no real GPUs, no charges.")
                 return None
         else:
             if not args.base_url.startswith(("http://", "https://")):
                 raise Stop(f"The base URL must start with http:// or https://, "
                             f"not {mask_url(args.base_url)!r}.")
-            key = os.environ.get("GPUCLOUD_API_KEY") or _ask_secret(
+            key = os.environ.get("GPUCLOUD_API_KEY") or ask_secret(
                 f"API key for {mask_url(args.base_url)} (hidden): ")
             if not key:
                 raise Stop("No API key was given; the session's cloud is unchanged.")
@@ -344,8 +228,8 @@ class GPUCloudMagics(Magics):
         except GPUCloudError as error:
             cloud.close()
             raise Stop(f"{error} The session's cloud is unchanged.") from None
-        _replace(cloud, owned=True)
-        _say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
+        replace(cloud, owned=True)
+        say(f"Connected to the GPU cloud at {mask_url(cloud.base_url)} with key "
              f"{cloud.key_hint}.")
         return None
 
@@ -374,22 +258,11 @@ class GPUCloudMagics(Magics):
             instances = [i for i in instances if i.status != "deleted"]
         status = self.cloud.gateway_status()
         if status is not None and status.sentence():
-            _warn(status.sentence())
+            warn(status.sentence())
         return frames.instances_frame(instances)
 
     def _budget(self, args: argparse.Namespace) -> None:
-        status = self.cloud.gateway_status()
-        if status is None:
-            raise Stop("This cloud is not a class gateway, so it keeps no budget for your key; "
-                       "see %gpucloud spend.")
-        if status.budget is None or status.left is None:
-            _say(f"{status.name}: {format_price(status.spend)} spent; your key has no budget.")
-            return None
-        _say(f"{status.name}: {format_price(status.spend)} spent of your budget of "
-             f"{format_price(status.budget)}; {format_price(status.left)} left.")
-        if status.sentence():
-            _warn(status.sentence())
-        return None
+        magics_budget.run(self.cloud)
 
     def _instance(self, args: argparse.Namespace) -> InstanceDetails:
         return self.cloud.instances.get(args.id)
@@ -397,18 +270,18 @@ class GPUCloudMagics(Magics):
     def _delete(self, args: argparse.Namespace) -> None:
         cloud = self.cloud
         instance = cloud.instances.get(args.id)
-        label = _label(instance.name, instance.id)
+        shown = label(instance.name, instance.id)
         if instance.status in ("deleting", "deleted"):
-            raise Stop(f"Instance {label} is already {instance.status}.")
+            raise Stop(f"Instance {shown} is already {instance.status}.")
         fate = instance.data_fate(cloud.volumes.list())
-        if not args.yes and not _confirm(
-            f"Delete instance {label}? {fate[0].upper()}{fate[1:]}.",
-            f"Could not ask for confirmation here; add --yes to delete instance {label}.",
+        if not args.yes and not confirm(
+            f"Delete instance {shown}? {fate[0].upper()}{fate[1:]}.",
+            f"Could not ask for confirmation here; add --yes to delete instance {shown}.",
         ):
-            _say(f"Cancelled: instance {label} was not deleted.")
+            say(f"Cancelled: instance {shown} was not deleted.")
             return None
         cloud.instances.delete(instance.id)
-        _say(f"Deleted instance {label}; {fate}.")
+        say(f"Deleted instance {shown}; {fate}.")
         return None
 
     def _kernel(self, args: argparse.Namespace) -> str:
@@ -420,7 +293,7 @@ class GPUCloudMagics(Magics):
 
         fate = (" When that kernel shuts down, the instance is deleted."
                 if args.delete_on_shutdown else "")
-        _say(f"Installed kernel {name}: choose Kernel → Change Kernel → "
+        say(f"Installed kernel {name}: choose Kernel → Change Kernel → "
              f"“{display_name_of(name)}” to run this notebook on the instance.{fate}")
         return name
 
@@ -470,7 +343,7 @@ class GPUCloudMagics(Magics):
                                f"or the name of one of your inference instances, not "
                                f"{args.endpoint!r}.") from None
                 return ChatWidget(endpoint, model=args.model)
-            secret = _ask_secret(f"Inference secret for {args.endpoint} (hidden): ")
+            secret = ask_secret(f"Inference secret for {args.endpoint} (hidden): ")
             if not secret:
                 raise Stop("No secret was given; the chat was not opened.")
             from gpucloud_nb.client.inference import InferenceClient
@@ -483,121 +356,37 @@ class GPUCloudMagics(Magics):
     def _session(self, args: argparse.Namespace) -> None:
         from gpucloud_nb import magics_move
 
-        magics_move.run(args, say=_say)
+        magics_move.run(args, say=say)
 
     # ------------------------------------------------------------------ endpoints
 
     def _endpoints(self, args: argparse.Namespace) -> Any:
         from gpucloud_nb import magics_endpoints
 
-        return magics_endpoints.run(self.cloud, args, say=_say, confirm=_confirm, stop=Stop)
+        return magics_endpoints.run(self.cloud, args, say=say, confirm=confirm, stop=Stop)
 
     def _ai_alias(self, args: argparse.Namespace) -> None:
         from gpucloud_nb import magics_ai
 
-        magics_ai.run(self.cloud, args, self.shell, say=_say, stop=Stop)
-
-    # ------------------------------------------------------------------ volumes
+        magics_ai.run(self.cloud, args, self.shell, say=say, stop=Stop)
+    # ------------------------------------------------------------------ volumes (magics_volumes)
 
     def _volumes_list(self, args: argparse.Namespace) -> pandas.DataFrame:
-        from gpucloud_nb import frames
-
-        return frames.volumes_frame(self.cloud.volumes.list())
+        return magics_volumes.list_volumes(self.cloud, args)
 
     def _volumes_offers(self, args: argparse.Namespace) -> pandas.DataFrame:
-        from gpucloud_nb import frames
-
-        return frames.volume_offers_frame(self.cloud.volumes.offers())
+        return magics_volumes.offers(self.cloud, args)
 
     def _volumes_create(self, args: argparse.Namespace) -> Volume:
-        cloud = self.cloud
-        offers = cloud.volumes.offers()
-        provider = self._volume_provider(offers, args.region, args.provider, args.size)
-        volume = cloud.volumes.create(name=args.name, cloud_provider=provider,
-                                      region=args.region, size_in_gb=args.size)
-        chosen = ""
-        if args.provider is None:
-            here = [o for o in offers if not o.regions or args.region in o.regions]
-            selling = [o for o in here if not o.min_size_in_gb > args.size]
-            if len(here) > 1:
-                offer = next(o for o in here if o.cloud_provider.id == provider)
-                among = (f"{len(here)} providers there" if len(selling) == len(here) else
-                         f"the {len(selling)} of {len(here)} providers there selling "
-                         f"{_gb(args.size)}")
-                chosen = (f" with {offer.cloud_provider.display_name}, the cheapest of {among} "
-                          f"({format_price(offer.price_per_gb_per_hour)}/GB/h; choose another with "
-                          "--provider)")
-        _say(f"Created volume {_label(volume.name, volume.id)} in {volume.region or args.region}"
-             f"{chosen}, {_gb(volume.size_in_gb)}.")
-        return volume
-
-    @staticmethod
-    def _volume_provider(offers: Sequence[VolumeOffer], region: str, given: str | None,
-                         size: float = 0.0) -> str:
-        """The provider ``_id`` to create a volume with in ``region``.
-
-        ``given`` may be a provider ``_id``, its display name, or a unique part of the name.
-        Without it, the cheapest provider (``pricePerGbPerHour``) that offers ``region`` and
-        whose ``minSizeInGb`` allows ``size`` (the cheapest in the region if none does, so the
-        refusal names its minimum).
-        """
-        here = [o for o in offers if not o.regions or region in o.regions]
-
-        def choices(among: Sequence[VolumeOffer]) -> str:
-            return _names(f"{o.cloud_provider.id} ({o.cloud_provider.display_name})" for o in among)
-
-        if given is not None:
-            wanted = given.casefold()
-            match = [o for o in offers if wanted in (o.cloud_provider.id.casefold(),
-                                                     o.cloud_provider.display_name.casefold())]
-            match = match or [o for o in offers if wanted in o.cloud_provider.display_name.casefold()]
-            if len(match) == 1:
-                return match[0].cloud_provider.id
-            if match:
-                raise InvalidInputError(f"'{given}' matches several volume providers: "
-                                        f"{choices(match)}; give one's _id with --provider.")
-            raise InvalidInputError(f"No volume provider is called '{given}'; choose one of: "
-                                    f"{choices(here or offers)}.")
-        if not here:
-            regions = sorted({r for o in offers for r in o.regions})
-            raise InvalidInputError(f"No provider offers volumes in region '{region}'; "
-                                    f"choose one of: {_names(regions)}.")
-        fitting = [o for o in here if not o.min_size_in_gb > size] or here
-        cheapest = min(fitting, key=lambda o: (not math.isfinite(o.price_per_gb_per_hour),
-                                               o.price_per_gb_per_hour))
-        return cheapest.cloud_provider.id
+        return magics_volumes.create(self.cloud, args)
 
     def _volumes_get(self, args: argparse.Namespace) -> Volume:
-        return self.cloud.volumes.get(args.id)
+        return magics_volumes.get(self.cloud, args)
 
     def _volumes_delete(self, args: argparse.Namespace) -> None:
-        cloud = self.cloud
-        volume = cloud.volumes.get(args.id)
-        label = _label(volume.name, volume.id)
-        holders = [i for i in cloud.instances.list()
-                   if i.status in HOLDING_STATUSES and i.holds_volume(volume.id)]
-        if holders:
-            users = _names(f"{_label(i.name, i.id)}, which is {i.status}" for i in holders)
-            raise Stop(f"Volume {label} is attached to instance {users}; delete the instance "
-                        f"first (%gpucloud delete {holders[0].id}).")
-        if not args.yes and not _confirm(
-            f"Delete volume {label}, {_gb(volume.size_in_gb)}, and all the data on it?",
-            f"Could not ask for confirmation here; add --yes to delete volume {label}.",
-        ):
-            _say(f"Cancelled: volume {label} was not deleted.")
-            return None
-        try:
-            cloud.volumes.delete(volume.id)
-        except BadRequestError as error:
-            if "attached to instance" in str(error):
-                raise Stop(f"{error} Delete the instance first; the volume was not deleted.") \
-                    from None
-            raise
-        _say(f"Deleted volume {label}.")
-        return None
+        magics_volumes.delete(self.cloud, args)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """``%load_ext gpucloud_nb``: register the ``%gpucloud`` line and cell magic."""
     ipython.register_magics(GPUCloudMagics)
-

@@ -107,7 +107,7 @@ commands (each has its own --help):
                    [--delete-after 2h]
   %gpucloud chat [ENDPOINT] [--model MODEL]
   %gpucloud spend [--all]
-  %gpucloud budget                           (your budget, through a class gateway)
+  %gpucloud budget                           (your budget and your instances', through a gateway)
   %gpucloud volumes [list]
   %gpucloud volumes offers
   %gpucloud volumes create NAME --size GB --region R [--provider ID]
@@ -214,7 +214,8 @@ def _parser() -> _Parser:
     p.add_argument("--all", action="store_true", help="show deleted instances too")
     p.set_defaults(handler="spend")
 
-    p = _sub(commands, "budget", "Your budget through a class gateway: spent, left, warnings.",
+    p = _sub(commands, "budget", "Your budget and your instances' budgets through a gateway: "
+             "spent, left, warnings.",
              "%gpucloud budget")
     p.set_defaults(handler="budget")
 

@@ -33,7 +33,7 @@ from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_turn import LoopThread
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 from gpucloud_nb.widgets.chat import CSS_CLASSES, UPLOAD_HINT, ChatTurn, ChatWidget
 
 WAIT = 30
@@ -328,6 +328,29 @@ def test_one_client_serves_every_turn_and_closes_with_the_panel(
     finally:
         chat.close()
     wait_for(lambda: client_connections(port) == [])  # the panel's clients closed with it
+
+
+def test_every_turn_against_the_sandbox_goes_over_one_connection(
+        sandbox: Sandbox, chat_factory: Callable[..., ChatWidget]) -> None:
+    """#35 said the panel opened a new async client for every turn. A relay in front of the
+    sandbox's endpoint counts the TCP connections the panel opens: the model list takes the
+    sync client's, and every turn after it goes over the one async client's connection."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from tests.test_streaming import CountingRelay
+
+    parts = urlsplit(sandbox.inference_url)
+    relay = CountingRelay((parts.hostname or "127.0.0.1", parts.port or 80))
+    try:
+        url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{relay.port}"))
+        chat = chat_factory(url, secret=sandbox.inference_secret)
+        listing = relay.accepted  # the sync client, for the model picker
+        assert listing >= 1
+        for text in ("one", "two", "three", "four"):
+            assert chat.send(text).wait(WAIT).status == "done"
+        assert relay.accepted == listing + 1
+    finally:
+        relay.close()
 
 
 def test_await_on_a_running_loop(client: InferenceClient) -> None:

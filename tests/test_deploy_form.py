@@ -9,7 +9,7 @@ from helpers import wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox import Sandbox
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 from gpucloud_nb.widgets.deploy_form import CSS_CLASSES, DeployForm
 
 WAIT = 60.0

@@ -18,7 +18,7 @@ from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 from tests.helpers import ADA
 
 SECRET = "sk-widget-secret-0123456789abcdef"

@@ -17,7 +17,7 @@ from gpucloud_nb.display import per_hour
 from gpucloud_nb.errors import InstanceFailedError, InvalidInputError
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.widgets import LaunchForm, WaitStopped
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -786,7 +786,7 @@ def test_the_magics_module_keeps_no_secret_once_the_client_is_gone(
 def test_the_magics_keep_no_secret_in_module_state(magic: Magic, monkeypatch: pytest.MonkeyPatch,
                                                     shared_box: Any) -> None:
     """Secrets are masked with what the current client holds; nothing is collected globally."""
-    monkeypatch.setattr(magics.getpass, "getpass", lambda prompt="": "sk-infer-SECRET-9876543210")
+    monkeypatch.setattr(getpass, "getpass", lambda prompt="": "sk-infer-SECRET-9876543210")
     magic("volumes")
     magic(f"chat {shared_box.inference_url}")
     magics.use(None)
@@ -1075,26 +1075,3 @@ def test_kernel_installs_the_instance_kernelspec_and_says_how_to_switch(
     assert spec["metadata"]["kernel_provisioner"]["config"]["on_shutdown"] == "delete"
     assert _one_sentence(magic("kernel nope")) == (
         "Instance nope not found: no instance has that id or name.")
-
-
-def test_through_a_gateway_budget_and_instances_say_the_budget_was_spent(
-        magic: Magic, upstream: Any, gateway_factory: Any) -> None:
-    from tests.test_client_gateway import ADA, cloud, spent_budget
-
-    gateway = spent_budget(upstream, gateway_factory)
-    with cloud(gateway, ADA) as ada:
-        magics.use(ada)
-        run = magic("budget")
-        assert run.value is None and run.out.startswith("Ada: $") and "left" in run.out
-        assert run.err.startswith("Your budget of $") and run.err.strip().endswith(
-            "deleted: spender.")
-        listed = magic("instances --all")
-        assert "deleted: spender." in listed.err and "Traceback" not in listed.err
-        assert list(listed.value["name"]) == ["spender"]
-
-
-def test_budget_off_a_gateway_is_one_sentence(magic: Magic, cloud: GPUCloud) -> None:
-    run = magic("budget")
-    assert run.value is None and run.out == ""
-    assert run.err.strip() == ("This cloud is not a class gateway, so it keeps no budget for your "
-                               "key; see %gpucloud spend.")

@@ -15,7 +15,7 @@ from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.frames import offers_frame
 from gpucloud_nb.sandbox.catalogue import instance_offers
 from gpucloud_nb.widgets import LaunchForm, OffersBrowser
-from gpucloud_nb.widgets._common import iter_widgets
+from gpucloud_nb.widgets._layout import iter_widgets
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 

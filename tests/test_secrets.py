@@ -383,7 +383,7 @@ def test_stream_error_events_and_url_passwords_hold_no_secret(
         assert turn.status == "error" and turn.error and mask(SECRET) in turn.error
         note(caught.value, client, chat, turn, turn.error, chat.errors, chat.to_markdown(),
              chat.history)
-        from gpucloud_nb.widgets._common import iter_widgets
+        from gpucloud_nb.widgets._layout import iter_widgets
 
         states = [dump(widget.get_state()) for widget in iter_widgets(chat)]  # this panel's only
         chat.close()

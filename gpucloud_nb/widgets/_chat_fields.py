@@ -1,4 +1,5 @@
-"""The chat panel's widgets and their layout, without behaviour (:class:`ChatWidget` adds it).
+"""The chat panel's widgets, their layout and what they hold (model, system prompt, temperature,
+max tokens, the text box), without behaviour (:class:`ChatWidget` adds it).
 
     >>> fields = ChatFields(system_prompt="", temperature=0.7, max_tokens=None)  # doctest: +SKIP
     >>> fields.status  # doctest: +SKIP
@@ -15,7 +16,7 @@ from ipywidgets.widgets.widget_string import HTMLStyle
 from gpucloud_nb.widgets._chat_follow import FollowBottom
 from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES, STYLE_SHEET
-from gpucloud_nb.widgets._common import StatusLine
+from gpucloud_nb.widgets._status import StatusLine
 
 __all__ = ["UPLOAD_HINT", "ChatFields"]
 
@@ -81,3 +82,52 @@ class ChatFields(widgets.VBox):
                           self._attachments, self._input_row, uploads, self._hint, self.status],
                          **kwargs)
         self.add_class(CSS_CLASSES["root"])
+
+    # ------------------------------------------------------------------ what the fields hold
+
+    @property
+    def model(self) -> str | None:
+        """The model chosen in the picker."""
+        return self._model.value
+
+    @model.setter
+    def model(self, value: str) -> None:
+        if value not in self._model.options:
+            self._model.options = [*self._model.options, value]
+        self._model.value = value
+
+    @property
+    def system_prompt(self) -> str:
+        return self._system.value
+
+    @system_prompt.setter
+    def system_prompt(self, value: str) -> None:
+        self._system.value = value
+
+    @property
+    def temperature(self) -> float:
+        return self._temperature.value
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self._temperature.value = value
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self._max_tokens.value or None
+
+    @max_tokens.setter
+    def max_tokens(self, value: int | None) -> None:
+        self._max_tokens.value = int(value or 0)
+
+    @property
+    def input_text(self) -> str:
+        """What the text box holds."""
+        return self._current_input().value
+
+    @input_text.setter
+    def input_text(self, value: str) -> None:
+        self._current_input().value = value
+
+    def _current_input(self) -> ChatInput:
+        return self._input

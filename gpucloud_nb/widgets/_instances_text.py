@@ -19,7 +19,7 @@ from gpucloud_nb.client.budgets import BudgetState
 from gpucloud_nb.client.idle import IdleState
 from gpucloud_nb.display import format_duration
 from gpucloud_nb.models import Instance, InstanceDetails
-from gpucloud_nb.widgets._common import escape, money, per_day, per_hour
+from gpucloud_nb.widgets._format import escape, money, per_day, per_hour
 
 __all__ = ["age_text", "auto_delete_text", "budget_text", "code", "details_html", "gpu_text",
            "idle_text", "volume_text"]

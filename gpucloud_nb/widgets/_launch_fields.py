@@ -14,7 +14,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from gpucloud_nb.launch_model import DEFAULT_IMAGE
-from gpucloud_nb.widgets._common import STYLE, StatusLine, show
+from gpucloud_nb.widgets._layout import STYLE, show
+from gpucloud_nb.widgets._status import StatusLine
 
 __all__ = ["LaunchFields"]
 

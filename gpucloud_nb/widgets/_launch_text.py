@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from gpucloud_nb.display import format_duration, per_hour
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume, VolumeOffer
-from gpucloud_nb.widgets._common import ERROR, HINT, escape, hint, join_nonempty, money, per_day
+from gpucloud_nb.widgets._format import escape, join_nonempty, money, per_day
+from gpucloud_nb.widgets._status import ERROR, HINT, hint
 
 __all__ = ["cost_html", "result_html", "title_html", "volume_info_html"]
 

@@ -22,7 +22,9 @@ from gpucloud_nb.create_request import CreateInstance
 from gpucloud_nb.display import format_duration
 from gpucloud_nb.errors import WaitStopped
 from gpucloud_nb.models import Instance, InstanceDetails
-from gpucloud_nb.widgets._common import StatusLine, escape, settle
+from gpucloud_nb.widgets._background import settle
+from gpucloud_nb.widgets._format import escape
+from gpucloud_nb.widgets._status import StatusLine
 
 __all__ = ["MAX_POLL_SECONDS", "LaunchView", "launch_thread"]
 

@@ -19,7 +19,6 @@ import math
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 import ipywidgets as widgets
@@ -29,18 +28,16 @@ from gpucloud_nb._secrets import mask_url, scrub, scrub_exception
 from gpucloud_nb.client.inference import AsyncInferenceClient, InferenceClient, is_speech_model
 from gpucloud_nb.conversation import THUMBNAIL_SIDE, Attachment, Conversation, make_attachment
 from gpucloud_nb.errors import InvalidInputError, RateLimitError
+from gpucloud_nb.widgets._chat_attachments import PendingImages, is_count_entry
 from gpucloud_nb.widgets._chat_client import PanelClient
 from gpucloud_nb.widgets._chat_fields import UPLOAD_HINT, ChatFields
-from gpucloud_nb.widgets._chat_input import ChatInput
 from gpucloud_nb.widgets._chat_reply import ErrorLine, ReplyView, notice, paced, user_message
 from gpucloud_nb.widgets._chat_style import CSS_CLASSES
 from gpucloud_nb.widgets._chat_turn import ChatTurn, LoopThread, running_loop
-from gpucloud_nb.widgets._common import close_tree, describe_error, iter_widgets
+from gpucloud_nb.widgets._layout import close_tree, iter_widgets
+from gpucloud_nb.widgets._status import describe_error
 
 __all__ = ["CSS_CLASSES", "THUMBNAIL_SIDE", "UPLOAD_HINT", "ChatTurn", "ChatWidget"]
-
-_COUNTED = "gpucloud_attached"  # marks the upload button's entries that only count attachments
-_EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 log = logging.getLogger("gpucloud_nb.widgets")
 
@@ -109,7 +106,6 @@ class ChatWidget(ChatFields):
         self._async = PanelClient(client, async_client)
         self._lock = threading.RLock()
         self._conversation = Conversation()
-        self._pending: list[Attachment] = []
         self._turns: list[ChatTurn] = []
         self._last_future: concurrent.futures.Future[Any] | None = None
         self._generation = 0    # bumped by clear(): a turn from before it leaves no trace
@@ -117,6 +113,7 @@ class ChatWidget(ChatFields):
 
         super().__init__(system_prompt=system_prompt, temperature=temperature,
                          max_tokens=max_tokens, **kwargs)
+        self._images = PendingImages(self._image_upload, self._attachments, self._shared())
 
         self._input.on_msg(self._on_input_message)
         self._send_button.on_click(lambda _: self._send_from_ui())
@@ -132,50 +129,6 @@ class ChatWidget(ChatFields):
     def history(self) -> list[dict[str, Any]]:
         """The conversation as OpenAI-style message dicts (a copy; system prompt not included)."""
         return self._conversation.history
-
-    @property
-    def model(self) -> str | None:
-        """The model chosen in the picker."""
-        return self._model.value
-
-    @model.setter
-    def model(self, value: str) -> None:
-        if value not in self._model.options:
-            self._model.options = [*self._model.options, value]
-        self._model.value = value
-
-    @property
-    def system_prompt(self) -> str:
-        return self._system.value
-
-    @system_prompt.setter
-    def system_prompt(self, value: str) -> None:
-        self._system.value = value
-
-    @property
-    def temperature(self) -> float:
-        return self._temperature.value
-
-    @temperature.setter
-    def temperature(self, value: float) -> None:
-        self._temperature.value = value
-
-    @property
-    def max_tokens(self) -> int | None:
-        return self._max_tokens.value or None
-
-    @max_tokens.setter
-    def max_tokens(self, value: int | None) -> None:
-        self._max_tokens.value = int(value or 0)
-
-    @property
-    def input_text(self) -> str:
-        """What the text box holds."""
-        return self._current_input().value
-
-    @input_text.setter
-    def input_text(self, value: str) -> None:
-        self._current_input().value = value
 
     @property
     def last_turn(self) -> ChatTurn | None:
@@ -196,7 +149,7 @@ class ChatWidget(ChatFields):
     @property
     def attachments(self) -> list[str]:
         """Notes on the images waiting to go with the next message ("64×64 PNG", an address)."""
-        return [attachment.note for attachment in self._pending]
+        return self._images.notes
 
     def attach(self, image: Any, *, name: str | None = None) -> bool:
         """Check ``image`` (path, bytes, PIL image, data: URL, http(s) address) and attach it.
@@ -211,17 +164,13 @@ class ChatWidget(ChatFields):
         except Exception as error:
             self.status.error(describe_error(error, mask=self._scrub))
             return False
-        with self._lock:
-            self._pending.append(attachment)
-        self._show_attachments()
+        self._images.add(attachment)
         self.status.clear()
         return True
 
     def clear_attachments(self) -> None:
         """Drop the images waiting to be sent."""
-        with self._lock:
-            self._pending.clear()
-        self._show_attachments()
+        self._images.clear()
 
     def send(self, text: str = "", images: Iterable[Any] = (), audio: Any = None) -> ChatTurn:
         """Send a message (and the attached images); the reply streams into the panel.
@@ -240,13 +189,11 @@ class ChatWidget(ChatFields):
         except InvalidInputError as error:
             self.status.error(error)
             return ChatTurn.refused(str(error))
-        with self._lock:
-            attachments = [*self._pending, *extra]
-            if not text.strip() and not attachments and checked_audio is None:
-                self.status.info("Type a message first.")
-                return ChatTurn.refused("Type a message first.")
-            self._pending.clear()
-        self._show_attachments()
+        if not text.strip() and not self._images.notes and not extra and checked_audio is None:
+            self.status.info("Type a message first.")
+            return ChatTurn.refused("Type a message first.")
+        attachments = self._images.take(extra)
+        self._images.show()
         self.status.clear()
         return self._start("chat", lambda turn, generation: self._chat_turn(
             turn, generation, text, attachments, checked_audio))
@@ -339,9 +286,6 @@ class ChatWidget(ChatFields):
 
     # ------------------------------------------------------------------ UI handlers
 
-    def _current_input(self) -> ChatInput:
-        return self._input
-
     def _on_input_message(self, _widget: Any, content: Mapping[str, Any], _buffers: Any) -> None:
         if isinstance(content, Mapping) and content.get("event") == "submit":
             typed = content.get("value")  # the box's text at Enter (see _chat_input)
@@ -367,14 +311,14 @@ class ChatWidget(ChatFields):
                     box.send({"do": "restore", "value": typed})
 
     def _on_image_upload(self, change: Mapping[str, Any]) -> None:
-        files = [item for item in change["new"] if not item.get(_COUNTED)]
+        files = [item for item in change["new"] if not is_count_entry(item)]
         if not files:
             return
         try:
             for item in files:
                 self.attach(bytes(item["content"]), name=item.get("name") or None)
         finally:
-            self._show_attachments()  # the button counts what is attached, not this upload
+            self._images.show()  # the button counts what is attached, not this upload
 
     def _on_audio_upload(self, change: Mapping[str, Any]) -> None:
         files = change["new"]
@@ -388,40 +332,6 @@ class ChatWidget(ChatFields):
             self.status.error(describe_error(error, mask=self._scrub))
         finally:
             self._audio_upload.value = ()
-
-    def _show_attachments(self) -> None:
-        with self._lock:
-            pending = list(self._pending)
-        # The upload button reads "Image (n)" for the n files of its value: make n the number of
-        # attachments waiting to be sent (contentless entries; the bytes live in the kernel).
-        self._image_upload.value = tuple(
-            {"name": a.note, "type": "", "size": 0, "content": memoryview(b""),
-             "last_modified": _EPOCH, _COUNTED: True} for a in pending)
-        old = self._attachments.children
-        self._attachments.children = tuple(self._attachment_widget(i, a) for i, a in enumerate(pending))
-        for child in old:
-            close_tree(child, self._shared())
-
-    def _attachment_widget(self, index: int, attachment: Attachment) -> widgets.Widget:
-        if attachment.thumbnail is not None:
-            preview: widgets.Widget = widgets.Image(value=attachment.thumbnail,
-                                                    format=attachment.thumbnail_format,
-                                                    layout=widgets.Layout(max_width="64px",
-                                                                          max_height="64px"))
-        else:
-            preview = widgets.HTML(f"<small>{html.escape(attachment.note[:40])}</small>")
-        remove = widgets.Button(description="×", tooltip=f"Remove ({attachment.note})",
-                                layout=widgets.Layout(width="28px", height="22px", padding="0"))
-
-        def drop(_: Any, attachment: Attachment = attachment) -> None:
-            with self._lock:
-                if attachment in self._pending:
-                    self._pending.remove(attachment)
-            self._show_attachments()
-
-        remove.on_click(drop)
-        return widgets.VBox([preview, remove], _dom_classes=(CSS_CLASSES["attachment"],),
-                            layout=widgets.Layout(align_items="center", margin="0 4px"))
 
     # ------------------------------------------------------------------ running requests
 

@@ -35,22 +35,11 @@ import ipywidgets as widgets
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.client.teacher import AccountUse
 from gpucloud_nb.errors import InvalidInputError
-from gpucloud_nb.widgets._common import (
-    ERROR,
-    STYLE,
-    WARNING,
-    ConfirmRow,
-    RefreshTicks,
-    Repeater,
-    StatusLine,
-    css,
-    escape,
-    guarded,
-    hint,
-    log,
-    money,
-    set_options,
-)
+from gpucloud_nb.widgets._background import RefreshTicks, Repeater
+from gpucloud_nb.widgets._dropdowns import set_options
+from gpucloud_nb.widgets._format import escape, money
+from gpucloud_nb.widgets._layout import STYLE, ConfirmRow, css
+from gpucloud_nb.widgets._status import ERROR, WARNING, StatusLine, guarded, hint, log
 
 __all__ = ["ClassPanel"]
 

@@ -34,7 +34,10 @@ from gpucloud_nb.models import (
     InferenceModel,
     InferenceRegion,
 )
-from gpucloud_nb.widgets._common import StatusLine, css, describe_error, money, set_options
+from gpucloud_nb.widgets._dropdowns import set_options
+from gpucloud_nb.widgets._format import money
+from gpucloud_nb.widgets._layout import css
+from gpucloud_nb.widgets._status import StatusLine, describe_error
 
 __all__ = ["CSS_CLASSES", "DeployForm"]
 

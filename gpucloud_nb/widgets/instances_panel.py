@@ -49,22 +49,9 @@ from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.durations import parse_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import Instance, InstanceDetails
-from gpucloud_nb.widgets._common import (
-    STYLE,
-    ConfirmRow,
-    RefreshTicks,
-    Repeater,
-    StatusLine,
-    css,
-    escape,
-    frame_html,
-    guarded,
-    hint,
-    log,
-    money,
-    per_hour,
-    set_options,
-)
+from gpucloud_nb.widgets._background import RefreshTicks, Repeater
+from gpucloud_nb.widgets._dropdowns import set_options
+from gpucloud_nb.widgets._format import escape, frame_html, money, per_hour
 from gpucloud_nb.widgets._instances_text import (
     age_text,
     auto_delete_text,
@@ -73,6 +60,8 @@ from gpucloud_nb.widgets._instances_text import (
     gpu_text,
     idle_text,
 )
+from gpucloud_nb.widgets._layout import STYLE, ConfirmRow, css
+from gpucloud_nb.widgets._status import StatusLine, guarded, hint, log
 
 __all__ = ["BASE_COLUMNS", "InstancesPanel"]
 

@@ -39,7 +39,6 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from datetime import timedelta
 from typing import Any
 
 import ipywidgets as widgets
@@ -47,50 +46,36 @@ import ipywidgets as widgets
 from gpucloud_nb.client import costcap
 from gpucloud_nb.client.management import GPUCloud
 from gpucloud_nb.display import format_duration
-from gpucloud_nb.durations import duration_text, parse_optional_duration
+from gpucloud_nb.durations import parse_optional_duration
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError, WaitStopped
 from gpucloud_nb.launch_model import (
     DEFAULT_EXPECTED_LAUNCH_SECONDS,
     LaunchChoice,
     as_offer,
     offer_label,
-    script_text,
-    usable_volumes,
-    volume_offer_for,
-    volume_problem,
 )
 from gpucloud_nb.launch_model import (
     expected_launch_seconds as sandbox_launch_seconds,
 )
 from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
 from gpucloud_nb.rules import find_offer
-from gpucloud_nb.widgets._common import (
-    WARNING,
-    StatusLine,
-    choose,
-    escape,
-    guarded,
-    hint,
-    log,
-    set_options,
-    settle,
-    show,
-)
-from gpucloud_nb.widgets._launch_fields import LaunchFields
-from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html, volume_info_html
+from gpucloud_nb.widgets._background import settle
+from gpucloud_nb.widgets._dropdowns import choose, set_options
+from gpucloud_nb.widgets._format import escape
+from gpucloud_nb.widgets._launch_fill import FillFromCode
+from gpucloud_nb.widgets._launch_text import cost_html, result_html, title_html
 from gpucloud_nb.widgets._launch_thread import launch_thread
+from gpucloud_nb.widgets._layout import show
+from gpucloud_nb.widgets._status import WARNING, StatusLine, guarded, hint, log
 
 __all__ = ["DEFAULT_EXPECTED_LAUNCH_SECONDS", "LaunchForm", "offer_label"]
-
-_FILL_KEYS = ("offer", "name", "region", "os", "image", "cloud_init", "volume_id", "ssh_key",
-              "ssh_key_id", "delete_after", "budget", "delete_when_idle")
 
 
 #: Characters per line of the SSH box (42em, the description aside), counted short.
 _SSH_LINE = 48
 
 
-class LaunchForm(LaunchFields):
+class LaunchForm(FillFromCode):
     """A form that launches one GPU instance from an offer and follows it until it is active.
 
     ``LaunchForm(cloud, offer=None, *, region=None, name="", offers=None, timeout=900)``: with no
@@ -265,10 +250,6 @@ class LaunchForm(LaunchFields):
 
     # ------------------------------------------------------------------ reactions
 
-    @property
-    def _offer(self) -> InstanceOffer | None:
-        return self.offer.value
-
     def _rebuild_for_offer(self) -> None:
         offer = self._offer
         self.title.value = title_html(offer)
@@ -287,20 +268,6 @@ class LaunchForm(LaunchFields):
         set_options(self.os, [("— choose an OS image —", None)] + [(o, o) for o in images],
                     images[0] if images else None, keep=False)
 
-    def _volume_offer(self) -> VolumeOffer | None:
-        return volume_offer_for(self._offer, self._volume_offers)
-
-    def _usable_volumes(self) -> list[Volume]:
-        return usable_volumes(self._offer, self.region.value, self._volumes)
-
-    def _rebuild_volumes(self) -> None:
-        options = [("none", None)] + [(f"{v.name} ({v.size_in_gb:g} GB)", v.id)
-                                      for v in self._usable_volumes()]
-        set_options(self.volume, options, None)
-        volume_offer = self._volume_offer()
-        if volume_offer is not None and self.volume_size.value < volume_offer.min_size_in_gb:
-            self.volume_size.value = int(-(-volume_offer.min_size_in_gb // 1))
-
     def _uploaded(self, change: Mapping[str, Any]) -> None:
         files = change.get("new") or ()
         if not files:
@@ -317,12 +284,6 @@ class LaunchForm(LaunchFields):
         self.cloud_init.value = text
         self.status.info(f"Loaded the cloud-init script from {upload.get('name', 'the file')} "
                          f"({len(text.encode('utf-8'))} bytes).")
-
-    def _toggle_volume_create(self) -> None:
-        visible = self.volume_create_box.layout.display == "none"
-        show(self.volume_create_box, visible)
-        self.volume_create_toggle.description = "Hide" if visible else "New volume…"
-        self._update_volume_create()
 
     # ------------------------------------------------------------------ the checks
 
@@ -365,20 +326,6 @@ class LaunchForm(LaunchFields):
         return costcap.cap_problem(self._cap(), self._running, offer,
                                    endpoints=self._endpoints_hourly)
 
-    @property
-    def volume_problem(self) -> str | None:
-        """``None`` when the "create volume" shortcut can create, else one sentence."""
-        return volume_problem(self._offer, self.region.value, self._volume_offers,
-                              self.volume_name.value, self.volume_size.value)
-
-    def _update_volume_create(self) -> None:
-        self.volume_info.value = volume_info_html(self._offer, self.region.value,
-                                                  self._volume_offer(), self.volume_size.value)
-        problem = self.volume_problem
-        self.volume_create_button.disabled = problem is not None
-        self.volume_reason.value = "" if problem is None else \
-            hint(escape(problem), WARNING)
-
     def _update(self) -> None:
         if self._quiet:
             return
@@ -416,59 +363,6 @@ class LaunchForm(LaunchFields):
 
     # ------------------------------------------------------------------ from code
 
-    def fill(self, **values: Any) -> LaunchForm:
-        """Set fields by name: ``offer``, ``name``, ``region``, ``os``, ``image``, ``cloud_init``,
-        ``volume_id``, ``ssh_key``, ``ssh_key_id``, ``delete_after``, ``budget`` (dollars),
-        ``delete_when_idle``; returns the form. A duration is what the field takes (``"1h30m"``,
-        :mod:`gpucloud_nb.durations`), or seconds or a ``timedelta`` as in the API.
-
-        Values the form does not offer are kept and explained by :attr:`problem`.
-        """
-        unknown = sorted(set(values) - set(_FILL_KEYS))
-        if unknown:
-            raise TypeError(f"fill() got unknown field(s) {', '.join(unknown)}; "
-                            f"use: {', '.join(_FILL_KEYS)}.")
-        with self._quietly():
-            if "offer" in values:
-                self._fill_offer(values["offer"])
-            self._sync()  # regions, OS images and volumes of the offer, before choosing among them
-            if "name" in values:
-                self.name.value = values["name"] or ""
-            if "region" in values:
-                choose(self.region, values["region"], "{} (not available for this offer)")
-                self._sync()  # the volumes of that region
-            if "os" in values:
-                choose(self.os, values["os"], "{} (not offered)")
-            if "image" in values:
-                self.image.value = values["image"] or ""
-            if "cloud_init" in values:
-                self.cloud_init.value = script_text(values["cloud_init"])
-            if "volume_id" in values:
-                choose(self.volume, values["volume_id"], "{} (not found here)")
-            if "ssh_key" in values:
-                self.ssh_key.value = values["ssh_key"] or ""
-            if "ssh_key_id" in values:
-                self.ssh_key_id.value = values["ssh_key_id"] or ""
-            if "delete_after" in values:
-                self.auto_delete.value = _typed(values["delete_after"])
-            if "budget" in values:
-                self.budget.value = values["budget"] or 0
-            if "delete_when_idle" in values:
-                self.idle_delete.value = _typed(values["delete_when_idle"])
-        self._sync()
-        return self
-
-    def _fill_offer(self, offer: Any) -> None:
-        if isinstance(offer, str):
-            listed = [v for _, v in self.offer.options if v is not None]
-            if not any(v.instance_id == offer for v in listed):
-                raise InvalidInputError(f"This form offers no offer with instanceId '{offer}'.")
-            offer = find_offer(listed, offer)
-        offer = None if offer is None else as_offer(offer)
-        if offer not in [v for _, v in self.offer.options]:
-            self.offer.options = [*self.offer.options, (offer_label(offer), offer)]
-        self.offer.value = offer
-
     @property
     def future(self) -> Future[InstanceDetails] | None:
         """The Future of the latest launch (also when it was started by the Launch button)."""
@@ -478,40 +372,6 @@ class LaunchForm(LaunchFields):
     def launching(self) -> bool:
         """True while a launch is being sent or waited on."""
         return self._launching
-
-    def create_volume(self, name: str | None = None, size_gb: float | None = None) -> Volume:
-        """Create a volume for the chosen offer's provider and region, and select it.
-
-        Uses the shortcut's fields; ``name`` and ``size_gb`` fill them first. The provider's
-        minimum size is enforced (see :attr:`volume_problem`).
-        """
-        try:
-            if name is not None:
-                self.volume_name.value = name
-            if size_gb is not None:
-                self.volume_size.value = int(size_gb)
-            problem = self.volume_problem
-            if problem:
-                raise InvalidInputError(problem)
-            offer = self._offer
-            assert offer is not None
-            created = self._cloud.volumes.create(
-                name=self.volume_name.value.strip(), cloud_provider=offer.cloud.id,
-                region=self.region.value, size_in_gb=self.volume_size.value)
-            self._volumes = [v for v in self._cloud.volumes.list() if v.id != created.id]
-            self._volumes.append(created)
-            self._sync(volumes=True)
-            self.volume.value = created.id
-        except Exception as error:
-            self.volume_status.error(error)
-            raise
-        self.volume_status.success(
-            f"Created volume {created.name} ({created.size_in_gb:g} GB) in {created.region}; "
-            "it is selected for this instance.")
-        show(self.volume_create_box, False)
-        self.volume_create_toggle.description = "New volume…"
-        self._update()
-        return created
 
     def launch(self) -> Future[InstanceDetails]:
         """Launch in a background thread; the Future gives the active InstanceDetails or raises.
@@ -629,12 +489,3 @@ class LaunchForm(LaunchFields):
         what = offer.instance_id if offer is not None else "no offer"
         return f"<LaunchForm {what} problem={self.problem!r}>"
 
-
-def _typed(value: str | float | timedelta | None) -> str:
-    """A duration given to :meth:`LaunchForm.fill` as its field shows it."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds == 0:
-        return ""  # never, as 0 dollars is no budget
-    return duration_text(seconds) if seconds > 0 else f"{seconds:g}s"  # problem names it

@@ -36,18 +36,11 @@ from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.frames import OFFER_COLUMNS, offers_frame
 from gpucloud_nb.models import InstanceOffer
 from gpucloud_nb.rules import find_offer
-from gpucloud_nb.widgets._common import (
-    STYLE,
-    Debouncer,
-    StatusLine,
-    choose,
-    escape,
-    frame_html,
-    guarded,
-    log,
-    per_hour,
-    set_options,
-)
+from gpucloud_nb.widgets._background import Debouncer
+from gpucloud_nb.widgets._dropdowns import choose, set_options
+from gpucloud_nb.widgets._format import escape, frame_html, per_hour
+from gpucloud_nb.widgets._layout import STYLE
+from gpucloud_nb.widgets._status import StatusLine, guarded, log
 from gpucloud_nb.widgets.launch_form import LaunchForm
 
 __all__ = ["DEFAULT_COLUMNS", "FILTER_NAMES", "OffersBrowser"]
