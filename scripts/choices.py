@@ -28,7 +28,7 @@ MODULES = (
     "gpucloud_nb/kernel/spec.py", "gpucloud_nb/kernel/sync.py", "gpucloud_nb/kernel/namespace.py",
     "gpucloud_nb/kernel/session.py", "gpucloud_nb/kernel/agent.py", "gpucloud_nb/kernel/move.py",
     "gpucloud_nb/cluster/spec.py", "gpucloud_nb/cluster/checks.py", "gpucloud_nb/cluster/launch.py",
-    "gpucloud_nb/cluster/found.py", "gpucloud_nb/cluster/adaptive.py",
+    "gpucloud_nb/cluster/found.py", "gpucloud_nb/cluster/watch.py", "gpucloud_nb/cluster/adaptive.py",
     "gpucloud_nb/client/multinode.py",
     "gpucloud_nb/inference_records.py", "gpucloud_nb/inference_rules.py",
     "gpucloud_nb/client/inference_instance_ops.py", "gpucloud_nb/client/inference_instances.py",

@@ -9,10 +9,10 @@ client it rents through: the client (a lower layer) knows nothing of clusters.
 
 Needs the ``[cluster]`` extra (``pip install 'gpucloud-nb[cluster]'``: Dask ``distributed``);
 importing this package says so in one sentence when it is missing. The pieces: :mod:`.spec` (the
-``SpecCluster``: its start, scale, watch and close), :mod:`.checks` (what is checked before
-anything is rented), :mod:`.launch` (new instances started, failures named), :mod:`.found`
-(``from_name``), :mod:`.adaptive` (``adapt``) and :mod:`.nodes` (the scheduler and worker
-processes over SSH).
+``SpecCluster``: its start, scale and close), :mod:`.watch` (lost instances, the budget, orphan
+timers), :mod:`.checks` (what is checked before anything is rented), :mod:`.launch` (new instances
+started, failures named), :mod:`.found` (``from_name``), :mod:`.adaptive` (``adapt``) and
+:mod:`.nodes` (the scheduler and worker processes over SSH).
 
 Budgets: ``GPUCloudCluster(cloud, n, budget=20)`` closes the cluster once all its instances
 together have cost $20 (a warning at 80 %), and a class account's budget must pay one hour of
