@@ -65,19 +65,20 @@ is written by a thread of its own now (``gpucloud_nb.serving``): with the line w
 event loop, a cProfile of the gateway under this benchmark's load showed 4 ms of wall time per
 request in that write (stdout a pipe the benchmark drains from a busy process).
 
-28 Nov 2026, later: the gateway forwards through ``aiohttp`` and uvicorn parses with
-``httptools`` (both dependencies now). Two runs (load 14.4 and 11.8): list p50 1.44x and 1.50x
-direct (was 1.77-1.90x), get 1.77x and 1.97x (was 2.40-2.91x); gateway CPU per list/get 1.46x
-and 1.53x the upstream's (was 1.97-1.99x), below the empty Starlette + httpx proxy (1.84-2.37x
-p50). **Why not 1.2x**: the leanest proxy this stack allows (a bare ASGI callable, uvicorn's C
-parser, one aiohttp session, no work at all) is itself 1.28-1.53x direct: its hop adds 0.83-1.14
-ms to a p50 where 1.2x leaves 0.32-0.62 ms, and spends 0.87-0.92 ms of CPU per request (one more
-parse and serialize of the request and the answer on each side of the hop, and two event-loop
-wake-ups) against the upstream sandbox's 1.0-1.15 ms for the whole request. A second hop in
-Python costs about what the first one's server does, so 1.2x would need the hop in C (a
-reverse proxy in front) or the upstream to be a real cloud, whose own time (a network away) is
-milliseconds, not the loopback sandbox's one. ``uvloop`` was tried too: within the noise for
-the proxy, and the sandbox's SSH exec of a backgrounded command hung on it (two
+28 Nov 2026, later: the gateway forwards through ``aiohttp`` (a dependency now). With uvicorn on
+``httptools`` (installed by hand for these runs; not kept: an unknown method then got uvicorn's
+plain-text 400 instead of the spec's body, so serving pins h11), two runs (load 14.4 and 11.8):
+list p50 1.44x and 1.50x direct (was 1.77-1.90x), get 1.77x and 1.97x (was 2.40-2.91x); gateway
+CPU per list/get 1.46x and 1.53x the upstream's (was 1.97-1.99x), below the empty Starlette +
+httpx proxy (1.84-2.37x p50). **Why not 1.2x**: the leanest proxy this stack allows (a bare ASGI
+callable, uvicorn's C parser, one aiohttp session, no work at all) is itself 1.28-1.53x direct:
+its hop adds 0.83-1.14 ms to a p50 where 1.2x leaves 0.32-0.62 ms, and spends 0.87-0.92 ms of
+CPU per request (one more parse and serialize of the request and the answer on each side of the
+hop, and two event-loop wake-ups) against the upstream sandbox's 1.0-1.15 ms for the whole
+request. A second hop in Python costs about what the first one's server does, so 1.2x would need
+the hop in C (a reverse proxy in front) or the upstream to be a real cloud, whose own time (a
+network away) is milliseconds, not the loopback sandbox's one. ``uvloop`` was tried too: within
+the noise for the proxy, and the sandbox's SSH exec of a backgrounded command hung on it (two
 ``test_gateway_idle`` tests), so it is not used.
 """
 
@@ -90,6 +91,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -154,8 +156,10 @@ def _lean_proxy(upstream: str) -> None:
     """Subprocess side: the leanest pass-through proxy this stack allows, until stdin ends.
 
     A bare ASGI callable (no routing, no request or response objects) on uvicorn with its C
-    parser, forwarding through one ``aiohttp`` session (the gateway's client): one parse of the
-    request, one request to the upstream, one answer. What a hop costs here, any gateway's floor.
+    parser when ``httptools`` is installed (not a dependency: the gateway and the sandbox keep
+    h11, see :mod:`gpucloud_nb.serving`), forwarding through one ``aiohttp`` session (the
+    gateway's client): one parse of the request, one request to the upstream, one answer. What a
+    hop costs here, any gateway's floor.
     """
     import aiohttp
 
@@ -184,7 +188,22 @@ def _lean_proxy(upstream: str) -> None:
                 (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
 
-    serve_app(app, "management: ")
+    try:
+        import httptools  # noqa: F401  uvicorn's C parser, when installed
+        parser = "httptools"
+    except ImportError:
+        parser = "h11"
+    import uvicorn
+
+    from gpucloud_nb.serving import bind
+
+    sock = bind("127.0.0.1", 0)
+    print(f"management: http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, http=parser, log_level="warning",
+                                           access_log=False, timeout_keep_alive=75))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    sys.stdin.read()
+    server.should_exit = True
 
 
 def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
@@ -256,7 +275,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                          ours, base, _ratio(ours, base), "<= 1.2x", UNIT))
             rows.append((f"  empty pass-through proxy (Starlette + httpx) {route} p50 vs direct [{load}]",
                          floor, base, _ratio(floor, base), "", UNIT))
-            rows.append((f"  leanest proxy (bare ASGI + aiohttp, C parsers) {route} p50 vs direct "
+            rows.append((f"  leanest proxy (bare ASGI + aiohttp) {route} p50 vs direct "
                          f"[{load}]", leanest, base, _ratio(leanest, base), "", UNIT))
             rows.append((f"  why not 1.2x: the leanest hop adds (its p50 - direct's) vs the "
                          f"{route} time 1.2x allows it (0.2 x direct) [{load}]",
