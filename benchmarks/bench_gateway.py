@@ -65,21 +65,24 @@ is written by a thread of its own now (``gpucloud_nb.serving``): with the line w
 event loop, a cProfile of the gateway under this benchmark's load showed 4 ms of wall time per
 request in that write (stdout a pipe the benchmark drains from a busy process).
 
-28 Nov 2026, later: the gateway forwards through ``aiohttp`` (a dependency now). With uvicorn on
-``httptools`` (installed by hand for these runs; not kept: an unknown method then got uvicorn's
-plain-text 400 instead of the spec's body, so serving pins h11), two runs (load 14.4 and 11.8):
-list p50 1.44x and 1.50x direct (was 1.77-1.90x), get 1.77x and 1.97x (was 2.40-2.91x); gateway
-CPU per list/get 1.46x and 1.53x the upstream's (was 1.97-1.99x), below the empty Starlette +
-httpx proxy (1.84-2.37x p50). **Why not 1.2x**: the leanest proxy this stack allows (a bare ASGI
-callable, uvicorn's C parser, one aiohttp session, no work at all) is itself 1.28-1.53x direct:
-its hop adds 0.83-1.14 ms to a p50 where 1.2x leaves 0.32-0.62 ms, and spends 0.87-0.92 ms of
-CPU per request (one more parse and serialize of the request and the answer on each side of the
-hop, and two event-loop wake-ups) against the upstream sandbox's 1.0-1.15 ms for the whole
-request. A second hop in Python costs about what the first one's server does, so 1.2x would need
-the hop in C (a reverse proxy in front) or the upstream to be a real cloud, whose own time (a
-network away) is milliseconds, not the loopback sandbox's one. ``uvloop`` was tried too: within
-the noise for the proxy, and the sandbox's SSH exec of a backgrounded command hung on it (two
-``test_gateway_idle`` tests), so it is not used.
+28 Nov 2026, later: the gateway forwards through ``aiohttp`` (a dependency now); uvicorn stays
+on h11 (with ``httptools``, tried, an unknown method got uvicorn's plain-text 400 instead of the
+spec's body, so :mod:`gpucloud_nb.serving` pins h11). Two runs of the final stack (load 4.5 and
+4.4): list p50 1.57x and 1.52x direct (was 1.77-1.90x), get 1.91x and 1.98x (was 2.40-2.91x);
+gateway CPU per list/get 1.46x and 1.39x the upstream's (was 1.97-1.99x), below the empty
+Starlette + httpx proxy (list 1.78x and 1.71x, get 2.22x and 2.41x, its CPU 1.9x). **Why not
+1.2x**: the leanest proxy (a bare ASGI callable on uvicorn with httptools, installed by hand for
+these runs, and one aiohttp session, doing nothing else) is itself 1.26x and 1.23x direct for a
+list and 1.43x and 1.47x for a get: its hop adds 0.73-0.97 ms to a p50 where 1.2x leaves
+0.35-0.75 ms, and spends 0.80-0.88 ms of CPU per request (one more parse and serialize of the
+request and the answer on each side of the hop, and the event-loop wake-ups) against the
+upstream sandbox's 1.17-1.34 ms for the whole request. Earlier the same day, with httptools
+under the gateway too (load 14.4 and 11.8): list 1.44x and 1.50x, get 1.77x and 1.97x. A second
+hop in Python costs about what the first one's server does, so 1.2x would need the hop in C (a
+reverse proxy in front) or an upstream a network away, whose own time is milliseconds, not the
+loopback sandbox's one. ``uvloop`` was tried: within the noise for the proxy, and the sandbox's
+SSH exec of a backgrounded command hung on it (two ``test_gateway_idle`` tests), so it is not
+used.
 """
 
 from __future__ import annotations
