@@ -16,14 +16,14 @@ them however many creates wait), as admission needs each create's hourly price.
 
 Requests go through one ``aiohttp`` client session (keep-alive, up to :data:`CONNECTIONS`
 connections, the certificate checks of httpx's SSL context), not an ``httpx.AsyncClient`` nor
-``httpcore`` pools: a forwarded list or get is the gateway's commonest work, and the client is most
-of what the extra hop costs. Against the sandbox on this machine, an empty pass-through proxy on
-``aiohttp`` spent 0.9-1.1 ms of CPU a request where the same proxy on ``httpcore`` spent 1.7-2.1
-ms and on an ``httpx.AsyncClient`` 2.3-3.0 ms (two runs, load 14; ``benchmarks/bench_gateway.py``
-measures it in every run): its HTTP parser is C, and it has no per-request layers the gateway does
-not use. Nothing the gateway needs is lost: it follows no redirects, sends no cookies, reads no
-proxy settings from the environment and asks for no compression (neither ``Accept-Encoding`` nor
-``User-Agent`` is added).
+``httpcore`` pools: a forwarded list or get is the gateway's commonest work, and the client is
+most of what the extra hop costs. Against the sandbox on this machine, an empty pass-through proxy
+on ``aiohttp`` spent 0.9-1.1 ms of CPU a request where the same proxy on ``httpcore`` spent
+1.7-2.1 ms and on an ``httpx.AsyncClient`` 2.3-3.0 ms (two runs, load 14, all on uvicorn with
+httptools; ``benchmarks/bench_gateway.py`` measures the first and the last in every run): its HTTP
+parser is C, and it has no per-request layers the gateway does not use. Nothing the gateway needs
+is lost: it follows no redirects, sends no cookies, reads no proxy settings from the environment
+and asks for no compression (neither ``Accept-Encoding`` nor ``User-Agent`` is added).
 """
 
 from __future__ import annotations
