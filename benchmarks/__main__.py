@@ -41,6 +41,7 @@ import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from collections.abc import Sequence
@@ -153,6 +154,40 @@ def _stop_gateways(root: str) -> None:
             personal.stop(home)
 
 
+#: The figure column's width: a longer name wraps onto lines of its own above the one that
+#: carries its numbers, so the table stays readable in a terminal.
+NAME_WIDTH = 72
+
+
+def table(lines: Sequence[tuple[str, ...]]) -> list[str]:
+    """The table's lines: a header, then each figure's name (wrapped past :data:`NAME_WIDTH`,
+    its sub-rows' indent kept), its last line carrying the numbers and ending with the mark.
+
+        >>> print("\\n".join(table([("a figure", "1.00 ms", "2.00 ms", "0.5x", "<= 1x", "0.3",
+        ...                            "PASS")])))
+        figure    ours     baseline  ratio  target  load  mark
+        a figure  1.00 ms   2.00 ms   0.5x  <= 1x    0.3  PASS
+    """
+    header = ("figure", "ours", "baseline", "ratio", "target", "load", "mark")
+    names = []
+    for line in lines:
+        indent = line[0][:len(line[0]) - len(line[0].lstrip())]
+        names.append(textwrap.wrap(line[0], NAME_WIDTH, initial_indent="",
+                                   subsequent_indent=indent + "  ", drop_whitespace=True)
+                     or [""])
+        names[-1][0] = indent + names[-1][0].lstrip()
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(7)]
+    widths[0] = max(len(part) for wrapped in [["figure"], *names] for part in wrapped)
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for line, wrapped in zip(lines, names, strict=True):
+        out.extend(wrapped[:-1])
+        cells = [wrapped[-1].ljust(widths[0]), line[1].rjust(widths[1]), line[2].rjust(widths[2]),
+                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5].rjust(widths[5]),
+                 line[6]]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
@@ -208,14 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["TMPDIR"] = saved[0]
         tempfile.tempdir = saved[1]
 
-    header = ("figure", "ours", "baseline", "ratio", "target", "load", "mark")
-    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(7)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
-    for line in lines:
-        cells = [line[0].ljust(widths[0]), line[1].rjust(widths[1]), line[2].rjust(widths[2]),
-                 line[3].rjust(widths[3]), line[4].ljust(widths[4]), line[5].rjust(widths[5]),
-                 line[6]]
-        print("  ".join(cells).rstrip())
+    for row in table(lines):
+        print(row)
     marks = [line[6] for line in lines]
     print(f"\n{marks.count('PASS')} pass, {marks.count('MISS')} miss, {marks.count('INFO')} info, "
           f"{marks.count('ERROR')} error; {time.perf_counter() - started:.0f} s on "

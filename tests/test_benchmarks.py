@@ -55,6 +55,40 @@ def test_the_bare_package_loads_no_notebook_stack() -> None:
     assert not found, f"import gpucloud_nb loaded {found}"
 
 
+def _figures(stdout: str) -> list[str]:
+    """The table's figures, each one line: a name wrapped onto lines of its own is joined to
+    the line that carries its numbers and mark."""
+    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error|^temporary files ")
+    figures, head = [], ""
+    for line in stdout.splitlines()[1:]:
+        if not line.strip() or summary.match(line):
+            continue
+        if line.rstrip().endswith((*MARKS, "ERROR")):
+            figures.append(f"{head} {line.strip()}" if head else line)
+            head = ""
+        else:
+            head = f"{head} {line.strip()}".strip()
+    assert not head, f"a wrapped name has no line with its numbers: {head!r}"
+    return figures
+
+
+def test_the_table_wraps_long_names_and_keeps_each_figures_numbers_on_one_line() -> None:
+    from benchmarks.__main__ import NAME_WIDTH, table
+
+    long = "  " + " ".join(["a long figure name"] * 12) + " [load 13.2]"
+    out = table([("short", "1.00 ms", "2.00 ms", "0.5x", "<= 1x", "0.3", "PASS"),
+                 (long, "104.04 ms", "162.81 ms", "0.64x", "-", "13.2*", "INFO")])
+    assert out[0].split() == ["figure", "ours", "baseline", "ratio", "target", "load", "mark"]
+    assert max(map(len, out)) < NAME_WIDTH + 60  # was the long name's length plus the cells
+    assert out[-1].endswith("INFO") and "104.04 ms" in out[-1] and "[load 13.2]" in out[-1]
+    wrapped = out[2:-1]
+    assert wrapped and all(line.startswith("  ") and not line.endswith(MARKS) for line in wrapped)
+    assert " ".join(line.strip() for line in out[2:]).startswith(long.strip())
+    assert _figures("\n".join(out)) == [out[1], " ".join(line.strip() for line in out[2:])]
+    # the numbers' columns line up
+    assert out[1].index("1.00 ms") + len("1.00 ms") == out[-1].index("104.04 ms") + len("104.04 ms")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # it starts kernels and instances: minutes on a loaded machine
 def test_quick_benchmarks_print_one_marked_line_per_figure(tmp_path: Path) -> None:
@@ -67,8 +101,7 @@ def test_quick_benchmarks_print_one_marked_line_per_figure(tmp_path: Path) -> No
     assert list(temporary.iterdir()) == []  # no temporary folder left behind
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["figure", "ours", "baseline", "ratio", "target", "load", "mark"]
-    summary = re.compile(r"^\d+ pass, \d+ miss, \d+ info, \d+ error|^temporary files ")
-    figures = [line for line in lines[1:] if line.strip() and not summary.match(line)]
+    figures = _figures(result.stdout)
     assert figures, result.stdout
     for line in figures:
         assert line.rstrip().endswith(MARKS), line
@@ -100,7 +133,7 @@ def test_quick_gateway_benchmark_prints_its_table_with_load_and_leaves_no_folder
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["figure", "ours", "baseline", "ratio", "target", "load", "mark"]
-    figures = [line for line in lines[1:] if line.rstrip().endswith(MARKS)]
+    figures = _figures(result.stdout)
     for name in ("gateway list p50", "gateway get p50", "proxy (Starlette + httpx) list p50",
                  "students, each every", "CPU per list/get", "CPU per create",
                  "gateway create p99"):
