@@ -98,7 +98,7 @@ from gpucloud_nb.errors import (
 from gpucloud_nb.kernel import sync
 from gpucloud_nb.kernel.busy import BusyWatch
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
-from gpucloud_nb.kernel.move import Movable
+from gpucloud_nb.kernel.revive import Revivable
 from gpucloud_nb.kernel.standin import StandIn
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ _ASK_EVERY = 1.0
 _WATCH_SECONDS = 3.0
 
 
-class GPUCloudProvisioner(Movable, KernelProvisionerBase):
+class GPUCloudProvisioner(Revivable, KernelProvisionerBase):
     """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs);
     checkpoint, restore and move it (:mod:`gpucloud_nb.kernel.move`)."""
 

@@ -49,6 +49,11 @@ class GPUCloudExtension(ExtensionApp):
 
         self.poller = Poller(self._connect, cap=self.max_hourly_cost, busy=self._busy_instances)
         self.handlers.extend(handlers(self.poller))
+        from gpucloud_nb.lab import restore  # lost kernels and the sidebar's Restore button
+
+        self.restores = restore.Restores(lambda: getattr(self.serverapp, "kernel_manager", None),
+                                         lambda: getattr(self.serverapp, "session_manager", None))
+        self.handlers.extend(restore.handlers(self.restores))
 
     def _connect(self) -> Any:
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""
