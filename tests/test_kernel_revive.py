@@ -54,7 +54,7 @@ def test_a_lost_kernel_comes_back_on_an_instance_like_it_with_its_variables(
     details = box.instances.get(new)
     assert details.status == "active" and details.gpu_model == lost.gpu_model
     assert text.startswith(f"Restored checkpoint {stem}.gpucloud onto {details.name} ({new}) in ")
-    assert "names; the next cell runs there." in text
+    assert "1 name; the next cell runs there." in text
     assert any(line.startswith("Launching revive-box-") for line in said)
     assert any(line.startswith("Copying checkpoint") for line in said)
     assert not is_lost(provisioner) and provisioner.lost == ""

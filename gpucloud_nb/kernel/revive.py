@@ -100,8 +100,10 @@ class Revivable(Movable):
 
     @property
     def standing_in(self) -> bool:
-        """True while a stand-in answers for this provisioner's lost kernel."""
-        return getattr(self, "_standin", None) is not None
+        """True once a stand-in answers for this provisioner's lost kernel: not as soon as the
+        loss is known, while the old forwards still take (and lose) what a cell sends."""
+        standin = getattr(self, "_standin", None)
+        return standin is not None and bool(standin.serving)
 
     def label(self) -> str:
         """The kernel's instance, as messages name it: ``name (id)``."""
@@ -184,5 +186,9 @@ class Revivable(Movable):
                 kept = (f" Instance {_label(old)} is {status} and still bills: delete it with "
                         f"%gpucloud delete {old.name or old.id}.")
         return (f"Restored checkpoint {found.name} onto {_label(self._details)} in "
-                f"{time.monotonic() - started:.0f} s: {len(report.get('names') or [])} names; the "
-                f"next cell runs there.{kept}")
+                f"{time.monotonic() - started:.0f} s: {_names(len(report.get('names') or []))}; "
+                f"the next cell runs there.{kept}")
+
+
+def _names(count: int) -> str:
+    return "1 name" if count == 1 else f"{count} names"

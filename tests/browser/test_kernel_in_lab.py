@@ -199,7 +199,8 @@ def test_an_instance_deleted_from_elsewhere_is_one_sentence_and_the_sidebar_rest
     row.locator(".gpucloud-Lost-restore").click()
     expect(row).to_have_attribute("data-state", "restored", timeout=240_000)
     expect(row.locator(".gpucloud-Lost-detail")).to_contain_text(
-        "names; the next cell runs there.")
+        "1 name; the next cell runs there.")
+    expect(row.locator(".gpucloud-Lost-restore")).to_be_hidden()
     assert server.kernel_state(path)[0] == "idle"  # never restarted: the same kernel
     assert "restarting kernel" not in server.log_tail(2000).lower()  # no restart loop
     new = [i for i in cloud.instances.list()
