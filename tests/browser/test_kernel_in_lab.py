@@ -29,6 +29,7 @@ from gpucloud_nb.kernel import install_kernel
 from gpucloud_nb.sandbox import Sandbox
 
 from .lab import Lab, LabServer, keyed_lab, lab_session, output_text, sandbox_fixture
+from .test_gpucloud_sidebar import CONTRAST_JS, set_theme
 
 pytestmark = pytest.mark.browser
 
@@ -195,6 +196,14 @@ def test_an_instance_deleted_from_elsewhere_is_one_sentence_and_the_sidebar_rest
     expect(row).to_have_attribute("data-state", "lost", timeout=30_000)
     expect(row.locator(".gpucloud-Lost-name")).to_have_text("lost.ipynb")
     expect(row.locator(".gpucloud-Lost-detail")).to_contain_text("%gpucloud restore ")
+    page.mouse.move(1300, 500)  # no hover colours
+    for theme, look in (("JupyterLab Dark", "dark"), ("JupyterLab Light", "light")):
+        set_theme(page, theme)
+        texts = page.evaluate(CONTRAST_JS, [["#gpucloud-sidebar .gpucloud-Lost"], "none"])
+        seen = {t["where"] for t in texts}
+        for part in ("Lost-title", "Lost-name", "Lost-status", "Lost-detail", "Lost-restore"):
+            assert any(part in where for where in seen), (look, part, sorted(seen))
+        assert not [t for t in texts if t["ratio"] < 4.5], look  # AA, as the rest of the sidebar
     screenshot(page)
     row.locator(".gpucloud-Lost-restore").click()
     expect(row).to_have_attribute("data-state", "restored", timeout=240_000)
