@@ -49,6 +49,17 @@ def kernel_lab_server(box: Sandbox, tmp_path_factory: pytest.TempPathFactory,
         yield server
 
 
+def launch(cloud: GPUCloud, name: str) -> Any:
+    """An active instance of the cheapest VM offer, reachable with this machine's SSH key."""
+    offer = next(o for o in cloud.instances.offers(available=True)
+                 if o.deployment_type == "vm")
+    instance = cloud.instances.create(
+        name=name, cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
+        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
+        ssh_key=default_public_key(None))
+    return cloud.instances.wait_until_active(instance.id, timeout=30)
+
+
 @pytest.fixture
 def through_lab(kernel_lab: Lab, box: Sandbox) -> Iterator[GPUCloud]:
     """A client as a kernel of this Lab has: ``connect()``'s, through Lab's personal gateway."""
@@ -75,13 +86,7 @@ def kernel_lab(kernel_lab_server: LabServer, chromium: Browser, request: pytest.
 def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
         kernel_lab: Lab, through_lab: GPUCloud, run_all, cell_errors, screenshot) -> None:
     cloud = through_lab
-    offer = next(o for o in cloud.instances.offers(available=True)
-                 if o.deployment_type == "vm")
-    instance = cloud.instances.create(
-        name="lab-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        ssh_key=default_public_key(None))
-    cloud.instances.wait_until_active(instance.id, timeout=30)
+    instance = launch(cloud, "lab-kernel")
     name = install_kernel(cloud, "lab-kernel")
 
     notebook = new_notebook(
@@ -103,13 +108,7 @@ def test_a_notebook_on_the_instance_kernel_prints_its_id_and_renders_a_slider(
 def test_notebook_on_this_instance_from_the_sidebar_runs_there_and_renders_a_slider(
         kernel_lab: Lab, through_lab: GPUCloud, screenshot) -> None:
     cloud = through_lab
-    offer = next(o for o in cloud.instances.offers(available=True)
-                 if o.deployment_type == "vm")
-    instance = cloud.instances.create(
-        name="sidebar-kernel", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        ssh_key=default_public_key(None))
-    cloud.instances.wait_until_active(instance.id, timeout=30)
+    instance = launch(cloud, "sidebar-kernel")
 
     nbformat.write(new_notebook(metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}}),
@@ -155,13 +154,7 @@ def output_of(page: Page, index: int) -> Any:
 def test_an_instance_deleted_from_elsewhere_is_one_sentence_and_the_sidebar_restores_it(
         kernel_lab: Lab, through_lab: GPUCloud, screenshot) -> None:
     cloud = through_lab
-    offer = next(o for o in cloud.instances.offers(available=True)
-                 if o.deployment_type == "vm")
-    instance = cloud.instances.create(
-        name="lab-lost", cloud_provider=offer.cloud.id, instance_id=offer.instance_id,
-        region=offer.available_regions[0], vm={"os": offer.configuration.os[0]},
-        ssh_key=default_public_key(None))
-    cloud.instances.wait_until_active(instance.id, timeout=30)
+    instance = launch(cloud, "lab-lost")
     name = install_kernel(cloud, "lab-lost")
     nbformat.write(new_notebook(
         cells=[new_code_cell("%load_ext gpucloud_nb\nkept = 7\n%gpucloud checkpoint")],
