@@ -98,7 +98,7 @@ from gpucloud_nb.kernel.busy import BusyWatch
 from gpucloud_nb.kernel.forwards import PORT_NAMES, Forwards
 from gpucloud_nb.kernel.launch import RUNTIME_DIR, START_TIMEOUT, Launching
 from gpucloud_nb.kernel.lost import SIGNAL_SECONDS, Watching, ssh_errors
-from gpucloud_nb.kernel.move import Movable
+from gpucloud_nb.kernel.revive import Revivable
 from gpucloud_nb.kernel.standin import StandIn
 
 if TYPE_CHECKING:
@@ -115,11 +115,12 @@ __all__ = ["RUNTIME_DIR", "GPUCloudProvisioner", "KernelStartError"]
 _RETRY_SECONDS = 10.0
 
 
-class GPUCloudProvisioner(Launching, Watching, Movable, KernelProvisionerBase):
+class GPUCloudProvisioner(Launching, Watching, Revivable, KernelProvisionerBase):
     """Start, watch, signal and stop an ipykernel on a GPU cloud instance (see the module docs);
     its start's steps (:mod:`~gpucloud_nb.kernel.launch`), its poll and a lost instance
     (:mod:`~gpucloud_nb.kernel.lost`); checkpoint, restore and move it
-    (:mod:`gpucloud_nb.kernel.move`)."""
+    (:mod:`gpucloud_nb.kernel.move`), and revive it from the sidebar
+    (:mod:`gpucloud_nb.kernel.revive`)."""
 
     instance_id = Unicode("", help="The id of the instance the kernel runs on.").tag(config=True)
     instance_name = Unicode("", help="Its name, for messages.").tag(config=True)

@@ -30,7 +30,8 @@ Choices (the issue leaves them open):
   (:mod:`gpucloud_nb.kernel.standin`), so the next cell's only output is that sentence, under
   JupyterLab, nbclient (a ``CellExecutionError``) or a plain ``KernelManager`` alike.
 - **Background checkpoints**: :mod:`gpucloud_nb.kernel.background`.
-- **Not yet.** The sidebar's restore button, and ``%gpucloud restore`` run in the stand-in
+- **The sidebar's Restore button** restores the lost kernel itself
+  (:mod:`gpucloud_nb.kernel.revive`). **Not yet**: ``%gpucloud restore`` run in the stand-in
   itself (the sentence says to run it in a kernel on another instance).
 - **Restore is all or nothing on a move** (a name that cannot be restored there keeps the
   session where it is); a restore into this kernel brings every name it can and names the

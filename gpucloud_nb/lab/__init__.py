@@ -52,6 +52,11 @@ class GPUCloudExtension(ExtensionApp):
         from gpucloud_nb.lab.jupyternaut import register_in_background
 
         register_in_background(self._connect)  # Jupyternaut's gpucloud/ENDPOINT, if installed
+        from gpucloud_nb.lab import restore  # lost kernels and the sidebar's Restore button
+
+        self.restores = restore.Restores(lambda: getattr(self.serverapp, "kernel_manager", None),
+                                         lambda: getattr(self.serverapp, "session_manager", None))
+        self.handlers.extend(restore.handlers(self.restores))
 
     def _connect(self) -> Any:
         """The async client for the cloud ``connect()`` would choose (runs in a thread)."""

@@ -3,6 +3,7 @@ import { Widget } from '@lumino/widgets';
 
 import { EndpointsSection } from './endpoints';
 import { chipIcon } from './icon';
+import { LostKernelsSection } from './lost';
 import {
   formatAutoDelete,
   formatCluster,
@@ -69,8 +70,9 @@ export class GpuCloudSidebar extends Widget {
     );
     this._note.hidden = true;
     this._endpoints = new EndpointsSection(model);
-    this.node.append(header, this._totals, this._warning, this._message, this._list,
-      this._endpoints.node, this._note);
+    this._lost = new LostKernelsSection(model);
+    this.node.append(header, this._totals, this._warning, this._message, this._lost.node,
+      this._list, this._endpoints.node, this._note);
     model.changed.connect(this._render, this);
     this._render();
   }
@@ -382,6 +384,7 @@ export class GpuCloudSidebar extends Widget {
   }
 
   private _endpoints: EndpointsSection;
+  private _lost: LostKernelsSection;
   private _badge: HTMLElement;
   private _totals: HTMLElement;
   private _left: HTMLElement;

@@ -467,3 +467,24 @@ def lab_session(server: LabServer, browser: Any, node: Any, *,
                 with contextlib.suppress(Exception):  # a dead page must not hide the failure
                     save_screenshot(page, f"{node.name}-failed-{index}")
         session.close()
+
+
+def sandbox_fixture(launch_seconds: float = 0.3, delete_seconds: float = 0.2) -> Any:
+    """A module-scoped ``box`` fixture: a sandbox with these life-cycle times, stopped after
+    the module.
+
+        box = sandbox_fixture(launch_seconds=3, delete_seconds=1)
+    """
+    import pytest
+
+    from gpucloud_nb.sandbox import Sandbox
+
+    @pytest.fixture(scope="module")
+    def box() -> Iterator[Sandbox]:
+        sandbox = Sandbox(launch_seconds=launch_seconds, delete_seconds=delete_seconds).start()
+        try:
+            yield sandbox
+        finally:
+            sandbox.stop()
+
+    return box

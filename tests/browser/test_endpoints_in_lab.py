@@ -25,7 +25,16 @@ from gpucloud_nb._connect import cloud_settings
 from gpucloud_nb.display import per_hour
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import SCREENSHOTS, Lab, LabServer, keyed_lab, lab_session, run_all, save_screenshot
+from .lab import (
+    SCREENSHOTS,
+    Lab,
+    LabServer,
+    keyed_lab,
+    lab_session,
+    run_all,
+    sandbox_fixture,
+    save_screenshot,
+)
 from .test_gpucloud_sidebar import CONTRAST_JS, set_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -40,13 +49,7 @@ form
 """
 
 
-@pytest.fixture(scope="module")
-def box() -> Iterator[Sandbox]:
-    sandbox = Sandbox(launch_seconds=3, delete_seconds=1).start()
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+box = sandbox_fixture(launch_seconds=3, delete_seconds=1)
 
 
 @pytest.fixture(scope="module")

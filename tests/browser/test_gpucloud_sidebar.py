@@ -29,7 +29,7 @@ from gpucloud_nb.display import per_hour
 from gpucloud_nb.gateway import personal
 from gpucloud_nb.sandbox import Sandbox
 
-from .lab import SCREENSHOTS, Lab, LabServer, keyed_lab, lab_session, save_screenshot
+from .lab import SCREENSHOTS, Lab, LabServer, keyed_lab, lab_session, sandbox_fixture, save_screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -46,13 +46,7 @@ print("launched", instance.id)
 """
 
 
-@pytest.fixture(scope="module")
-def box() -> Iterator[Sandbox]:
-    sandbox = Sandbox(launch_seconds=8, delete_seconds=1).start()
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+box = sandbox_fixture(launch_seconds=8, delete_seconds=1)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,16 @@ from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb.sandbox import service
 
-from .lab import ARTIFACTS, SCREENSHOTS, Lab, LabServer, output_text, save_screenshot, this_checkout
+from .lab import (
+    ARTIFACTS,
+    SCREENSHOTS,
+    Lab,
+    LabServer,
+    lab_session,
+    output_text,
+    save_screenshot,
+    this_checkout,
+)
 from .test_gpucloud_sidebar import CONTRAST_JS as SIDEBAR_CONTRAST_JS
 from .test_gpucloud_sidebar import open_sidebar, status_text
 from .test_widgets_in_lab import (
@@ -89,17 +98,8 @@ def flow_lab_server(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture
 def flow_lab(flow_lab_server: LabServer, chromium: Browser,
              request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(60_000)
-    session = Lab(flow_lab_server, context, request.node.name)
-    try:
+    with lab_session(flow_lab_server, chromium, request.node) as session:
         yield session
-    finally:
-        report = getattr(request.node, "_report_call", None)
-        if report is not None and report.failed:
-            for page in session.pages:
-                save_screenshot(page, f"flow-failed-{request.node.name}")
-        session.close()
 
 
 def shot(page: Page, name: str, selector: str | None = None) -> None:

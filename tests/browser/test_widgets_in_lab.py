@@ -25,7 +25,7 @@ from playwright.sync_api import Browser, Locator, Page
 
 from gpucloud_nb.sandbox import service
 
-from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, wait_until_idle
+from .lab import ARTIFACTS, REPO, SCREENSHOTS, Lab, LabServer, lab_session, wait_until_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -158,17 +158,8 @@ def widgets_lab_server(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture
 def widgets_lab(widgets_lab_server: LabServer, chromium: Browser,
                 request: pytest.FixtureRequest) -> Iterator[Lab]:
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(60_000)
-    session = Lab(widgets_lab_server, context, request.node.name)
-    try:
+    with lab_session(widgets_lab_server, chromium, request.node) as session:
         yield session
-    finally:
-        report = getattr(request.node, "_report_call", None)
-        if report is not None and report.failed:
-            for page in session.pages:
-                shot(page, "widgets-failed")
-        session.close()
 
 
 def shot(page: Page, name: str, part: Locator | None = None) -> Path:
