@@ -62,8 +62,11 @@ def homes_left_in(before: dict[Path, set[str] | None]) -> list[Path]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run."""
+    """Point ``GPUCLOUD_SANDBOX_HOME`` at a temporary directory for the whole run, and keep
+    LiteLLM off the network: every Jupyter server a test starts loads jupyter-ai-litellm, whose
+    ``import litellm`` otherwise fetches a price list from GitHub (30 s of retries offline)."""
     global _HOMES_ROOT
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and os.environ.get("GPUCLOUD_NB_TEST_HOMES"):
         # An xdist worker: homes of its own under the controller's root, and the controller's

@@ -78,7 +78,8 @@ def test_a_timer_due_while_the_gateway_was_down_fires_at_its_restart_and_says_ho
         due = datetime.fromisoformat(answer.json()["at"].replace("Z", "+00:00"))
     first.stop()
     with direct(upstream) as real:
-        wait_for(lambda: datetime.now(timezone.utc) > due + timedelta(seconds=5), timeout=60)
+        # Well past the watcher's own lag (two passes and 5 s), however slow the restart is.
+        wait_for(lambda: datetime.now(timezone.utc) > due + timedelta(seconds=15), timeout=60)
         assert real.get(f"/gpu-cloud/instances/{timed}").json()["status"] == "active"  # billing
         restarted = datetime.now(timezone.utc)
         again = gateway_factory(home=home)
@@ -95,7 +96,7 @@ def test_a_timer_due_while_the_gateway_was_down_fires_at_its_restart_and_says_ho
                    if e["resource"] == timed and e["action"] == "deleted"]
         assert len(reasons) == 1 and reasons[0].startswith("delete_after timer, "), reasons
         late = float(reasons[0].split(", ")[1].split(" s late")[0])
-        assert late >= 5 and reasons[0].endswith(" s late (the gateway was not watching) "
+        assert late >= 15 and reasons[0].endswith(" s late (the gateway was not watching) "
                                                  "(by gateway)")
         bill = float(item["hourlyPrice"]) * (deleted - created).total_seconds() / 3600
         wait_for(lambda: ada.get("/gateway/me").json()["spend"] == pytest.approx(bill, abs=1e-6),

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from helpers import launch_active
+from helpers import launch_active, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox.nvidia_smi import run
@@ -43,14 +41,14 @@ def test_a_busy_loop_is_a_busy_gpu_and_stopping_it_idles_the_gpu(box: GPUCloud) 
     assert use(box, instance_id)[0] < 5  # nothing runs: not even nvidia-smi's own start counts
     pid = box.instances.run(instance_id, "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 & "
                                          "echo $!").stdout.strip()
-    time.sleep(2.5)  # two measures of the service
+    wait_for(lambda: use(box, instance_id)[0] >= 50, timeout=60)  # the service measures each s
     util, memory = use(box, instance_id)
     assert util >= 50 and memory > 0
     table = box.instances.run(instance_id, "nvidia-smi").stdout
     assert f"{util}%" in table or f"{use(box, instance_id)[0]}%" in table
     box.instances.run(instance_id, f"kill {pid}")
-    time.sleep(2.5)
-    assert use(box, instance_id)[0] < 5
+    wait_for(lambda: use(box, instance_id)[0] < 5, timeout=60,
+             what=lambda: f"still {use(box, instance_id)} after the loop was killed")
 
 
 def test_a_list_of_the_gpus(box: GPUCloud) -> None:

@@ -22,7 +22,10 @@ Choices (the issue leaves them open):
   directory, or of ``/tmp`` when that directory's path is too long for one (a Unix socket path
   has at most 107 bytes; an instance home or ``TMPDIR`` can be longer), named in
   ``<connection file>.agent`` (0600) next to the connection file, so a kernel finds its own
-  relay from :func:`ipykernel.connect.get_connection_file` alone.
+  relay from :func:`ipykernel.connect.get_connection_file` alone. The relay removes its folder
+  when it ends (its input closed, SIGTERM or SIGHUP); one killed outright leaves it, with a
+  ``pid`` file, and the next relay started there removes the folders whose process is gone
+  (on a VM ``/tmp`` goes with the machine; on the sandbox's shared host it would pile up).
 - **One answer per request.** A second request while one is running is refused by the
   provisioner's handler, not queued: a move and a checkpoint at once would race.
 """
@@ -47,12 +50,36 @@ __all__ = ["NoProvisionerError", "Relay", "Reply", "agent_file", "ask", "connect
 
 #: Run by the instance's python3: the relay (stdlib only).
 _RELAY = r"""
-import json, os, socket, sys, tempfile, threading
+import glob, json, os, shutil, signal, socket, sys, tempfile, threading
 info = sys.argv[1]
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+def sweep(where):  # folders of relays that were killed (their pid file names a dead process)
+    for old in glob.glob(os.path.join(where, "gpucloud-agent-*")):
+        try:
+            with open(os.path.join(old, "pid")) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if not alive(pid):
+            shutil.rmtree(old, ignore_errors=True)
 folder = tempfile.mkdtemp(prefix="gpucloud-agent-")
 if len(os.path.join(folder, "s").encode()) > 100:  # a socket path has at most 107 bytes
     os.rmdir(folder)
     folder = tempfile.mkdtemp(prefix="gpucloud-agent-", dir="/tmp")
+sweep(os.path.dirname(folder))
+with open(os.path.join(folder, "pid"), "w") as f:
+    f.write(str(os.getpid()))
+def ended(*_):
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, ended)
+signal.signal(signal.SIGHUP, ended)
 path = os.path.join(folder, "s")
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
@@ -82,22 +109,23 @@ def accept():
         conns[n] = conn
         threading.Thread(target=serve, args=(n, conn), daemon=True).start()
 threading.Thread(target=accept, daemon=True).start()
-say({"ready": path})
-for line in sys.stdin:
-    doc = json.loads(line)
-    conn = conns.get(doc["id"])
-    if conn is None:
-        continue
+try:
+    say({"ready": path})
+    for line in sys.stdin:
+        doc = json.loads(line)
+        conn = conns.get(doc["id"])
+        if conn is None:
+            continue
+        try:
+            conn.sendall(doc["line"].encode())
+        except OSError:
+            pass
+finally:
     try:
-        conn.sendall(doc["line"].encode())
+        os.unlink(info)
     except OSError:
         pass
-for p in (path, info):
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
-os.rmdir(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 """
 
 
