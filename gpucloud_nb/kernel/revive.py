@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.kernel.agent import Reply
 from gpucloud_nb.kernel.move import Movable
+from gpucloud_nb.kernel.move_target import find_or_launch
 from gpucloud_nb.kernel.session import human
 
 __all__ = ["RestoreFailed", "Revivable", "is_lost", "newest_checkpoint", "revive"]
@@ -141,7 +142,9 @@ class Revivable(Movable):
         reply = Reply(send)
         launched = sibling = None
         try:
-            target, launched = await self._target(client, {"gpu": old.gpu_model or None}, reply)
+            target, launched = await find_or_launch(
+                client, {"gpu": old.gpu_model or None}, reply, self.instance_id,
+                self.instance_name, self._cancellable)
             say(f"Starting a kernel on {_label(target)}…")
             sibling = cast(Any, type(self))(
                 kernel_spec=self.kernel_spec, kernel_id=self.kernel_id, parent=self.parent,
