@@ -1,4 +1,4 @@
-"""dask-ctl itself, its CLI run as a user runs it, finds, scales and deletes a GPUCloudCluster
+"""dask-ctl itself, its CLI run as a user runs it, lists and deletes a GPUCloudCluster
 through our ``dask_cluster_discovery`` entry point and ``from_name``, against a sandbox.
 
 dask-ctl 2024.1.0 (its last release) imports ``install_signal_handlers`` from
