@@ -1,20 +1,23 @@
-"""dask-ctl itself, its CLI run as a user runs it, lists and deletes a GPUCloudCluster
+"""dask-ctl itself, its CLI run as a user runs it, lists, scales and deletes a GPUCloudCluster
 through our ``dask_cluster_discovery`` entry point and ``from_name``, against a sandbox.
 
 dask-ctl 2024.1.0 (its last release) imports ``install_signal_handlers`` from
 ``distributed.cli.utils``, which distributed removed after 2026.3.0 (dask/distributed#9240), so
 it cannot be imported beside the main venv's distributed. ``scripts/test`` therefore builds a
 second venv, ``.venv-daskctl``, with distributed and dask 2026.3.0 (the newest that still have
-it), dask-ctl and this package; the cluster is started here, from the main venv, and dask-ctl's
-CLI runs in the second venv. Its absence is a failure, never a skip.
+it), dask-ctl and this package; dask-ctl's CLI runs there, on a cluster started here, from the
+main venv (list, delete) or, for scale, with its sandbox, from the second venv: a worker that
+dask-ctl's process adds is of its distributed. Its absence is a failure, never a skip.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -45,7 +48,7 @@ def box(sandbox: Sandbox, own_home: Path) -> Iterator[GPUCloud]:
     cloud.close()
 
 
-def dask_cluster(sandbox: Sandbox, *args: str) -> str:
+def dask_cluster(sandbox: Sandbox | SimpleNamespace, *args: str) -> str:
     """``dask cluster ARGS`` (dask-ctl's CLI) in the second venv, pointed at ``sandbox``."""
     assert PYTHON.exists(), f"{PYTHON} is missing: ./scripts/test builds it"
     env = dict(os.environ, GPUCLOUD_API_KEY=sandbox.api_key,
@@ -100,3 +103,63 @@ def test_dask_ctl_lists_the_cluster_and_deletes_it(box: GPUCloud, sandbox: Sandb
     assert set(every.values()) == {"deleted"}, every
     assert rows(dask_cluster(sandbox, "list", "gpucloud")) == {}
     cluster.close()
+
+
+# A sandbox and a cluster made in the second venv, so that the scheduler, the workers and the
+# worker dask-ctl's scale adds are all distributed 2026.3.0 (the sandbox's instances run its
+# Python); kept until the test closes this process's stdin.
+HOLDER = """
+import json, sys
+from gpucloud_nb import GPUCloud
+from gpucloud_nb.cluster import GPUCloudCluster
+from gpucloud_nb.sandbox import Sandbox
+sandbox = Sandbox(launch_seconds=0.3, delete_seconds=0.2).start()
+try:
+    cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+    cluster = GPUCloudCluster(cloud, 1, name="ctlscaled", shutdown_on_close=False)
+    print("READY", json.dumps({"api_key": sandbox.api_key, "management_url": sandbox.management_url}),
+          flush=True)
+    sys.stdin.read()
+    cluster.close()
+finally:
+    sandbox.stop()
+"""
+
+
+def test_dask_ctl_scales_a_cluster_of_its_own_distributed_and_deletes_it(own_home: Path) -> None:
+    assert PYTHON.exists(), f"{PYTHON} is missing: ./scripts/test builds it"
+    env = dict(os.environ, GPUCLOUD_GATEWAY="off")
+    env.pop("PYTHONPATH", None)
+    holder = subprocess.Popen([str(PYTHON), "-c", HOLDER], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        line = ""
+        for line in holder.stdout:  # after the cluster's progress lines
+            if "READY " in line:
+                break
+        assert "READY " in line, f"the holder exited with {holder.wait(timeout=60)}"
+        started = json.loads(line.partition("READY ")[2])
+        sandbox = SimpleNamespace(**started)
+        cloud = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
+        assert rows(dask_cluster(sandbox, "list", "gpucloud"))["ctlscaled"][4] == "1"
+
+        out = dask_cluster(sandbox, "scale", "ctlscaled", "2")
+        assert "Scaled cluster ctlscaled to 2 workers." in out, out
+        assert rows(dask_cluster(sandbox, "list", "gpucloud"))["ctlscaled"][4] == "2"
+        live = {i.id for i in cloud.instances.list() if i.status in ("pending", "active")}
+        assert len(live) == 2
+
+        out = dask_cluster(sandbox, "delete", "ctlscaled")
+        assert "Deleted cluster ctlscaled." in out, out
+        assert {i.id: i.status for i in cloud.instances.list()} == dict.fromkeys(live, "deleted")
+        assert rows(dask_cluster(sandbox, "list", "gpucloud")) == {}
+        cloud.close()
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        try:
+            holder.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait(timeout=30)
