@@ -137,7 +137,8 @@ def test_discovery_entry_point_lists_the_running_cluster_as_dask_ctl_reads_it(
     ``dask_ctl/utils.py``, which its ``discovery``, ``lifecycle`` and ``cli`` modules import, and
     distributed removed that function (dask/distributed#9240), so ``import dask_ctl.discovery``
     raises ImportError with distributed 2026.8. Its protocol is exercised here as it runs it: the
-    entry point of group ``dask_cluster_discovery``, an async iterator of ``(name, class)``."""
+    entry point of group ``dask_cluster_discovery``, an async iterator of ``(name, class)``;
+    dask-ctl's own CLI runs in a second venv in tests/test_cluster_daskctl.py."""
     points = [p for p in importlib.metadata.entry_points(group="dask_cluster_discovery")
               if p.name == "gpucloud"]
     assert [p.value for p in points] == ["gpucloud_nb.cluster.discovery:discover"]
