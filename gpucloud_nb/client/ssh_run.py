@@ -63,10 +63,13 @@ async def execute(connection: asyncssh.SSHClientConnection, details: InstanceDet
         if emit is not None and (rest := lines.end()):
             emit(rest)
 
+    gathered = asyncio.gather(pump(process.stdout, tails[0]), pump(process.stderr, tails[1]),
+                              process.wait_closed())
+    # A shutdown cancels the pumps' tasks one by one (not through the gather), and the gather
+    # then ends with a CancelledError nobody awaits: asyncio would log it as a traceback.
+    gathered.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
-        await asyncio.wait_for(
-            asyncio.gather(pump(process.stdout, tails[0]), pump(process.stderr, tails[1]),
-                           process.wait_closed()), timeout)
+        await asyncio.wait_for(gathered, timeout)
     except (asyncio.TimeoutError, TimeoutError):  # one class on 3.11+, two on 3.10
         _stop(process)
         raise RemoteTimeoutError(
