@@ -38,14 +38,11 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import psutil
-
-if TYPE_CHECKING:
-    from gpucloud_nb.sandbox.ssh_servers import InstanceServers
 
 __all__ = ["MARKER", "POLL", "GPUMeter", "ProcessTable", "Snapshot", "TreeMeter", "Use",
            "measuring"]
@@ -190,17 +187,32 @@ class TreeMeter:
         return Use(util=round(util, 1), rss=rss, processes=len(cpu))
 
 
+class Measured(Protocol):
+    """An instance's server, as the meter sees it (an :class:`~.ssh.InstanceServer`)."""
+
+    def processes(self, snapshot: Snapshot) -> set[int]: ...
+    def write_use(self, util: float, memory_mib: float) -> None: ...
+
+
+class Servers(Protocol):
+    """The servers the meter measures (:class:`~.ssh_servers.InstanceServers`)."""
+
+    shell: bool
+
+    def running(self) -> Mapping[str, Measured]: ...
+
+
 class GPUMeter:
     """Measures the running instances of one sandbox and writes their use for ``nvidia-smi``."""
 
-    def __init__(self, servers: InstanceServers, poll: float = POLL) -> None:
+    def __init__(self, servers: Servers, poll: float = POLL) -> None:
         self.servers = servers
         self.poll = poll
         self.uses: dict[str, Use] = {}
         self._meters: dict[str, TreeMeter] = {}
         self._table = ProcessTable()
 
-    def _measure(self, running: dict[str, Any]) -> dict[str, Use]:
+    def _measure(self, running: Mapping[str, Measured]) -> dict[str, Use]:
         snapshot = self._table.snapshot()
         return {id_: self._meters.setdefault(id_, TreeMeter()).sample(server.processes(snapshot))
                 for id_, server in running.items()}
@@ -227,7 +239,7 @@ async def _watch(meter: GPUMeter) -> None:
 
 
 @contextlib.asynccontextmanager
-async def measuring(servers: InstanceServers) -> AsyncIterator[GPUMeter]:
+async def measuring(servers: Servers) -> AsyncIterator[GPUMeter]:
     """Run a :class:`GPUMeter` over ``servers`` while the app is served (part of its lifespan)."""
     meter = GPUMeter(servers)
     task = asyncio.create_task(_watch(meter), name="gpucloud-nb-gpu-use")

@@ -85,7 +85,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncssh
 
@@ -105,13 +105,13 @@ from gpucloud_nb.sandbox.instance_processes import (
 
 if TYPE_CHECKING:
     from gpucloud_nb.sandbox.gpu_use import Snapshot
-    from gpucloud_nb.sandbox.ssh_servers import InstanceServers
-    from gpucloud_nb.sandbox.store import InstanceRecord
+    from gpucloud_nb.sandbox.store import InstanceRecord, Store
 
 __all__ = [
     "SHARED_SHELL_REFUSAL",
     "SHARED_SHELL_WARNING",
     "VOLUME_ID",
+    "Host",
     "InstanceServer",
     "free_port",
     "gpu_state",
@@ -184,10 +184,24 @@ def parse_keys(text: str) -> list[asyncssh.SSHKey]:
     return keys
 
 
+class Host(Protocol):
+    """What an instance's server needs of the servers it is one of (an
+    :class:`~.ssh_servers.InstanceServers`): the store, the sandbox's folders, whether shells
+    are on, and the keys file."""
+
+    store: Store
+    home: Path | None
+    machines: Path | None
+    shell: bool
+
+    @property
+    def authorized_keys(self) -> Path: ...
+
+
 class InstanceServer:
     """One instance's asyncssh server, its directories and the processes it started."""
 
-    def __init__(self, servers: InstanceServers, record: InstanceRecord) -> None:
+    def __init__(self, servers: Host, record: InstanceRecord) -> None:
         assert servers.machines is not None
         self.servers = servers
         self.record = record
@@ -221,7 +235,7 @@ class InstanceServer:
         os.replace(part, path)
 
     @classmethod
-    async def open(cls, servers: InstanceServers, record: InstanceRecord) -> InstanceServer:
+    async def open(cls, servers: Host, record: InstanceRecord) -> InstanceServer:
         self = cls(servers, record)
         if servers.shell:
             private_dir(self.home)
