@@ -75,7 +75,8 @@ def test_closing_20_panels_and_browsers_leaves_no_thread(sandbox_factory) -> Non
         baseline = threading.active_count()
         before = ours()
         panels = [InstancesPanel(cloud, interval=0.05) for _ in range(20)]
-        browsers = [OffersBrowser(cloud, debounce=60) for _ in range(20)]
+        # A debounce no loaded machine outlasts: the redraws must still be pending at the close.
+        browsers = [OffersBrowser(cloud, debounce=3600) for _ in range(20)]
         for number, browser in enumerate(browsers):
             browser.set_filters(deployment_type="vm")
             browser.min_gpus.value = 2  # a debounced redraw waits in a timer thread
@@ -135,8 +136,8 @@ def test_a_dropped_panel_is_collected_and_stops_polling(sandbox_factory) -> None
         forget(existing)
         dropped = weakref.ref(panel)
         del panel
-        wait_for(lambda: collected(dropped))
-        wait_for(lambda: ours().count("gpucloud-nb-instances-refresh") <= refreshing)
+        wait_for(lambda: collected(dropped), timeout=120)  # a refresh under way holds it
+        wait_for(lambda: ours().count("gpucloud-nb-instances-refresh") <= refreshing, timeout=120)
         sent = counter.sent
         time.sleep(0.4)  # eight intervals
         assert counter.sent == sent

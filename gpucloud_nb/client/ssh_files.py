@@ -84,6 +84,9 @@ async def _ended_whole(sftp: asyncssh.SFTPClient, copy: Awaitable[None]) -> None
     collects its own tasks' errors.
     """
     task = asyncio.ensure_future(copy)
+    # However it ends (cancelled below, or failing after the caller has gone), its error is
+    # read here, never left for asyncio to log as "Task exception was never retrieved".
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
