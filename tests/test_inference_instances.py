@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import asyncio
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
