@@ -216,19 +216,69 @@ def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,),
-                 split: list[tuple[float, float]] | None = None) -> Any:
-    """Await ``call``, its time appended to ``times``; with ``split``, also the gateway's
-    ``Server-Timing`` (its app's time and the upstream's part, seconds)."""
+                 split: list[tuple[float, float, float]] | None = None) -> Any:
+    """Await ``call``, its time appended to ``times``; with ``split``, also that time with the
+    gateway's ``Server-Timing`` (its app's time and the upstream's part), seconds."""
     start = time.perf_counter()
     response = await call
-    times.append(time.perf_counter() - start)
+    took = time.perf_counter() - start
+    times.append(took)
     found = dict(re.findall(r"(\w+);dur=([0-9.]+)", response.headers.get("server-timing", "")))
     if split is not None and "app" in found and "upstream" in found:
-        split.append((float(found["app"]) / 1e3, float(found["upstream"]) / 1e3))
+        split.append((took, float(found["app"]) / 1e3, float(found["upstream"]) / 1e3))
     if response.status_code not in ok:
         raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
                            f"{response.status_code} {response.text[:200]}")
     return response
+
+
+def _parts(split: list[tuple[float, float, float]], q: float) -> tuple[float, float, float]:
+    """The requests of ``split`` at or past the ``q``-th percentile of their times, mean of each
+    part: outside the gateway's app, the gateway's own work inside it, waiting for the upstream.
+    For ``q`` 50, the median request's parts instead (each part's median)."""
+    if not split:
+        return (float("nan"),) * 3
+    rows = [(took - app, app - up, up) for took, app, up in split]
+    if q == 50:
+        return tuple(percentile([row[i] for row in rows], 50) for i in range(3))  # type: ignore[return-value]
+    cut = percentile([took for took, _, _ in split], q)
+    slow = [row for (took, _, _), row in zip(split, rows, strict=True) if took >= cut]
+    return tuple(sum(row[i] for row in slow) / len(slow) for i in range(3))  # type: ignore[return-value]
+
+
+def _tail_rows(p99: float, split: list[tuple[float, float, float]], trivial_p99: float,
+               lag_p99: float, students: int, load: str) -> list[Row]:
+    """Where the 40 students' p99 through the gateway comes from: its slowest 1 % split by
+    ``Server-Timing``; the same paced load against a trivial server (a fixed answer, the same
+    generator, in the same run), which is what the load generator and the machine add on their
+    own; the generator loop's delay; and one row naming the largest."""
+    outside, own, waited = _parts(split, 99)
+    if trivial_p99 >= p99 / 2:  # a server doing nothing was nearly as late: no code of ours is
+        source, largest = ("the load generator and the machine (the same load against a "
+                           "trivial server was nearly as late: its p99 here)"), trivial_p99
+    elif outside >= max(own, waited):
+        source, largest = ("outside the gateway's app: its one loop's queue and uvicorn, or no "
+                           "core for its process (the trivial server's p99 was not as late)"), \
+            outside
+    elif own >= waited:
+        source, largest = "the gateway's own work inside its app", own
+    else:
+        source, largest = "the upstream sandbox (as the gateway waited for it)", waited
+    n = f"slowest 1 % of the {len(split)} gateway requests, mean"
+    return [
+        (f"  p99 split, {n}: outside the gateway's app (loop queue, uvicorn, client) [{load}]",
+         outside, p99, _ratio(outside, p99), "", UNIT),
+        (f"  p99 split, {n}: the gateway's own work (Server-Timing app - upstream) [{load}]",
+         own, p99, _ratio(own, p99), "", UNIT),
+        (f"  p99 split, {n}: waiting for the upstream (Server-Timing upstream) [{load}]",
+         waited, p99, _ratio(waited, p99), "", UNIT),
+        (f"  the load generator's share: the same {students}-student load against a trivial "
+         f"server, p99 [{load}]", trivial_p99, p99, _ratio(trivial_p99, p99), "", UNIT),
+        (f"  the load generator's loop delay p99 (10 ms sleeps, during the gateway's slices) "
+         f"[{load}]", lag_p99, p99, _ratio(lag_p99, p99), "", UNIT),
+        (f"  the p99's tail comes mostly from {source} [{load}]", largest, p99,
+         _ratio(largest, p99), "", UNIT),
+    ]
 
 
 async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, sequential: int,
@@ -243,6 +293,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
     gw = [client(urls["gateway"], key) for key in keys]
     direct = [client(urls["direct"], KEY) for _ in keys]
     proxy = client(urls["proxy"], KEY)
+    trivial = [client(urls["trivial"], KEY) for _ in keys]  # the same load, a fixed answer
     lean = client(urls["lean"], KEY)
     rows: list[Row] = []
     try:
@@ -256,6 +307,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
 
         # one at a time, interleaved: p50 of each
         seq: dict[str, list[float]] = {}
+        seq_split: dict[str, list[tuple[float, float, float]]] = {"list": [], "get": []}
         cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
         cpu["client"] = time.process_time()
         for _ in range(sequential):
@@ -263,7 +315,8 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                                 ("get", f"/gpu-cloud/instances/{owned[0]}")):
                 for where, c in (("gateway", gw[0]), ("direct", direct[0]), ("proxy", proxy),
                                  ("lean", lean)):
-                    await _timed(seq.setdefault(f"{route} {where}", []), c.get(path))
+                    await _timed(seq.setdefault(f"{route} {where}", []), c.get(path),
+                                 split=seq_split[route] if where == "gateway" else None)
         cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()} | {
             "client": time.process_time() - cpu["client"]}
         load = _load()
@@ -280,6 +333,16 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                          floor, base, _ratio(floor, base), "", UNIT))
             rows.append((f"  leanest proxy (bare ASGI + aiohttp) {route} p50 vs direct "
                          f"[{load}]", leanest, base, _ratio(leanest, base), "", UNIT))
+            outside, own, waited = _parts(seq_split[route], 50)
+            for part, what in ((waited, "waiting for the upstream (its server, the gateway's "
+                                        "aiohttp client, that hop)"),
+                               (own, "the gateway's own work in its app (key, SQLite, filter, "
+                                     "Starlette)"),
+                               (outside, "outside the gateway's app (uvicorn's parse and write, "
+                                         "the client's hop, loop wake-ups, the client)")):
+                rows.append((f"  where a gateway {route} goes, median of each part "
+                             f"(Server-Timing): {what} vs direct's whole p50 [{load}]",
+                             part, base, _ratio(part, base), "", UNIT))
             rows.append((f"  why not 1.2x: the leanest hop adds (its p50 - direct's) vs the "
                          f"{route} time 1.2x allows it (0.2 x direct) [{load}]",
                          leanest - base, 0.2 * base, _ratio(leanest - base, 0.2 * base), "",
@@ -295,31 +358,47 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         # every student at once, listing and getting: paced as sidebars and kernels are (each
         # student a list and a get every PERIOD s, from its own moment), then all in one burst
         async def student(c: httpx.AsyncClient, own: str, times: list[float], end: float,
-                          offset: float) -> None:
+                          offset: float, split: list[tuple[float, float, float]] | None) -> None:
             await asyncio.sleep(offset)
+            paths = (("/hello", "/hello") if own == "trivial" else
+                     ("/gpu-cloud/instances", f"/gpu-cloud/instances/{own}"))
             while time.monotonic() < end:
-                await _timed(times, c.get("/gpu-cloud/instances"))
-                await _timed(times, c.get(f"/gpu-cloud/instances/{own}"))
+                for path in paths:
+                    await _timed(times, c.get(path), split=split)
                 await asyncio.sleep(PERIOD)
+
+        async def lag_probe(lags: list[float], end: float) -> None:
+            """The load generator's own delay: how late a 10 ms sleep of its loop wakes."""
+            while time.monotonic() < end:
+                start = time.perf_counter()
+                await asyncio.sleep(0.01)
+                lags.append(max(time.perf_counter() - start - 0.01, 0.0))
 
         async def burst(c: httpx.AsyncClient, own: str, times: list[float]) -> None:
             for _ in range(rounds):
                 await _timed(times, c.get("/gpu-cloud/instances"))
                 await _timed(times, c.get(f"/gpu-cloud/instances/{own}"))
 
-        crowd: dict[str, list[float]] = {"gateway": [], "direct": [], "gateway burst": [],
-                                         "direct burst": []}
+        crowd: dict[str, list[float]] = {"gateway": [], "direct": [], "trivial": [],
+                                         "gateway burst": [], "direct burst": []}
+        crowd_split: list[tuple[float, float, float]] = []
+        lags: dict[str, list[float]] = {"gateway": [], "direct": [], "trivial": []}
         rng = random.Random(36)
-        slices = max(round(seconds / 2), 1)  # alternated, so the machine's drift hits both
+        slices = max(round(seconds / 2), 1)  # alternated, so the machine's drift hits all
         for _ in range(slices):
-            for where, clients in (("direct", direct), ("gateway", gw)):
+            for where, clients, ids in (("direct", direct, owned), ("gateway", gw, owned),
+                                        ("trivial", trivial, ["trivial"] * len(owned))):
                 end = time.monotonic() + seconds / slices
-                await asyncio.gather(*(student(c, own, crowd[where], end, rng.uniform(0, PERIOD))
-                                       for c, own in zip(clients, owned, strict=True)))
+                await asyncio.gather(lag_probe(lags[where], end), *(
+                    student(c, own, crowd[where], end, rng.uniform(0, PERIOD),
+                            crowd_split if where == "gateway" else None)
+                    for c, own in zip(clients, ids, strict=True)))
         load = _load()
         ours, base = percentile(crowd["gateway"], 99), percentile(crowd["direct"], 99)
         rows.append((f"gateway list+get p99, {students} students, each every {PERIOD:g} s "
                      f"[{load}]", ours, base, _ratio(ours, base), "<= 50 ms", UNIT))
+        rows += _tail_rows(ours, crowd_split, percentile(crowd["trivial"], 99),
+                           percentile(lags["gateway"], 99), students, load)
         for where, clients in (("direct", direct), ("gateway", gw)):
             await asyncio.gather(*(burst(c, own, crowd[f"{where} burst"])
                                    for c, own in zip(clients, owned, strict=True)))
@@ -330,7 +409,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
 
         # creates at once, one per student
         made_times: dict[str, list[float]] = {"gateway": [], "direct": []}
-        inside: list[tuple[float, float]] = []  # the gateway's Server-Timing of each create
+        inside: list[tuple[float, float, float]] = []  # each create's Server-Timing
         spent = {"gateway": 0.0, "upstream": 0.0}
         for r in range(creates):
             for where, clients in (("direct", direct), ("gateway", gw)):
@@ -346,8 +425,8 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         ours, base = percentile(made_times["gateway"], 99), percentile(made_times["direct"], 99)
         rows.append((f"gateway create p99, {students} at once, vs direct [{load}]",
                      ours, base, _ratio(ours, base), "<= +20 ms", UNIT))
-        own = percentile([app - up for app, up in inside], 99)
-        upstream_p99 = percentile([up for _, up in inside], 99)
+        own = percentile([app - up for _, app, up in inside], 99)
+        upstream_p99 = percentile([up for _, _, up in inside], 99)
         rows.append((f"  the same creates, inside the gateway's app (Server-Timing): the part "
                      f"not waiting for the upstream p99 (admission, and waiting for its loop) vs "
                      f"the upstream's part p99 [{load}]",
@@ -356,7 +435,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         rows.append((f"  CPU per create through the gateway: gateway vs upstream server [{load}]",
                      ours, base, _ratio(ours, base), "", UNIT))
     finally:
-        for c in [*gw, *direct, proxy, lean]:
+        for c in [*gw, *direct, proxy, lean, *trivial]:
             await c.aclose()
     return rows
 
@@ -368,6 +447,7 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
     rounds of creates at once."""
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-gateway-"))
     upstream = ServerProcess("sandbox")
+    hello = ServerProcess("hello")  # the trivial server: a fixed answer, nothing else
     servers: list[ManagementProcess] = []
     try:
         keys = write_keys(folder / "class.keys", [_student_key(n) for n in range(students)],
@@ -381,7 +461,7 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
             servers.append(ManagementProcess([sys.executable, "-m", "benchmarks.bench_gateway",
                                               kind, upstream.url], env))
         urls = {"gateway": servers[0].url, "proxy": servers[1].url, "lean": servers[2].url,
-                "direct": upstream.url}
+                "direct": upstream.url, "trivial": hello.url}
         pids = {"gateway": servers[0].process.pid, "proxy": servers[1].process.pid,
                 "lean": servers[2].process.pid, "upstream": upstream.process.pid}
         return asyncio.run(_measure(urls, pids, students, sequential, seconds, rounds,
@@ -390,6 +470,7 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
         for server in servers:
             server.close()
         upstream.close()
+        hello.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -75,3 +75,36 @@ def test_a_delete_taken_at_last_is_confirmed_in_the_audit(
         actions = [e["action"] for e in teacher.get("/gateway/audit").json()["entries"]
                    if e["resource"] == id]
         assert actions == ["created", "deleted", "unconfirmed", "confirmed"]
+
+
+def test_a_tick_reads_what_people_spent_at_once_not_per_person(upstream: Sandbox) -> None:
+    # Each tick checks every budget; with 40 people it ran 5 queries each (200 a second on the
+    # gateway's one loop, the answers to the class waiting behind them). Now the same few
+    # queries whatever the class's size.
+    import asyncio
+
+    from gpucloud_nb.gateway.keys import Keyring
+    from gpucloud_nb.gateway.meter import Meter
+    from gpucloud_nb.gateway.store import Store
+    from gpucloud_nb.gateway.upstream import Upstream
+
+    people = parse_keys("".join(f"student-key-{n:02d}-0123456789 20 Student {n}\n"
+                                for n in range(40)))
+    store = Store(":memory:")
+    store.set_people(people)
+    statements: list[str] = []
+
+    async def one_tick() -> None:
+        meter = Meter(store, Keyring(people), Upstream(upstream.management_url, UPSTREAM_KEY))
+        try:
+            store.db.set_trace_callback(statements.append)
+            await meter.tick()
+        finally:
+            store.db.set_trace_callback(None)
+            await meter.upstream.aclose()
+
+    try:
+        asyncio.run(one_tick())
+    finally:
+        store.close()
+    assert 0 < len(statements) < len(people), statements

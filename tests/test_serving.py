@@ -1,14 +1,21 @@
-"""``gpucloud_nb.serving``: a foreground server's access log never holds up its answers."""
+"""``gpucloud_nb.serving``: a foreground server's access log never holds up its answers; a corked
+server (the gateway's) sends each answer in one write."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from gpucloud_nb import serving
 from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import ADA, UPSTREAM_KEY
 
@@ -35,3 +42,108 @@ def test_a_stdout_nobody_reads_does_not_stop_the_server(upstream: Sandbox,
     finally:
         process.kill()
         process.wait(30)
+
+
+class _Recording(asyncio.Transport):
+    """The socket side of a connection, kept as the list of what each write sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8790)}.get(
+            name, default)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def _writes_of_one_answer(corked: bool) -> list[bytes]:
+    """The writes uvicorn made for one GET answered by a plain Starlette app."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from uvicorn.server import ServerState
+
+    async def hello(request: Any) -> Response:
+        return Response(b'{"hello":"world"}', media_type="application/json")
+
+    app = Starlette(routes=[Route("/hello", hello)])
+    sock = serving.bind("127.0.0.1", 0)
+    try:
+        config = serving._server(app, "127.0.0.1", sock, corked=corked, log_config=None,
+                                 access_log=False).config
+    finally:
+        sock.close()
+    config.load()
+
+    async def answer() -> list[bytes]:
+        transport = _Recording()
+        protocol = config.http_protocol_class(config=config, server_state=ServerState(),
+                                              app_state={})
+        protocol.connection_made(transport)
+        protocol.data_received(b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        deadline = time.monotonic() + 30
+        while b"world" not in b"".join(transport.writes) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # any write still to come
+        protocol.connection_lost(None)
+        return transport.writes
+
+    return asyncio.run(answer())
+
+
+def test_a_corked_server_sends_an_answer_in_one_write() -> None:
+    # uvicorn writes the status line and headers, then the body: two sends, two TCP segments
+    # and two wake-ups of the client per answer; the gateway's server sends one.
+    corked = _writes_of_one_answer(corked=True)
+    assert len(corked) == 1, corked
+    assert corked[0].startswith(b"HTTP/1.1 200 ") and corked[0].endswith(b'{"hello":"world"}')
+    plain = [data for data in _writes_of_one_answer(corked=False) if data]
+    assert len(plain) == 2  # what it saves: uvicorn's own way
+
+
+class _Counting(io.StringIO):
+    flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_the_access_log_writes_its_lines_in_batches_in_order() -> None:
+    # One write and flush per batch, not per request: a line a request woke the writer thread
+    # and flushed the stream each time, taking the interpreter lock from the serving loop.
+    logger = logging.getLogger("uvicorn.access")
+    stream = _Counting()
+    handler = logging.StreamHandler(stream)
+    saved = list(logger.handlers)
+    for old in saved:
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    stop = serving._access_log_in_a_thread()
+    try:
+        for n in range(200):
+            logger.info("line %d", n)
+        deadline = time.monotonic() + 30
+        while stream.getvalue().count("\n") < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop()
+        logger.removeHandler(handler)
+        for old in saved:
+            logger.addHandler(old)
+    assert stream.getvalue().splitlines() == [f"line {n}" for n in range(200)]
+    assert stream.flushes < 50

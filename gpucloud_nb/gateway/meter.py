@@ -146,11 +146,19 @@ class Meter:
                     and capped.status not in (*_GONE, "error") \
                     and money.cost_of(self.store, capped, now) >= dollars:
                 await self.delete(capped, "instance budget spent", "gateway")
-        for person in self.keyring.people:
-            if person.budget is None:
-                continue
-            records = self._deletable(person.account)
-            if money.spend(self.store.billed(person.account), now, person.period) \
+        budgeted = [person for person in self.keyring.people if person.budget is not None]
+        billed: dict[str, list[Owned]] = {}  # Store.billed and _deletable of each, read at once:
+        deletable: dict[str, list[Owned]] = {}  # 5 queries a tick, not 5 for each person
+        if budgeted:
+            for record in (self.store.owned() + self.store.owned(kind="volume")
+                           + self.store.spans()):
+                billed.setdefault(record.account, []).append(record)
+            for record in self._deletable():
+                deletable.setdefault(record.account, []).append(record)
+        for person in budgeted:
+            assert person.budget is not None
+            records = deletable.get(person.account, [])
+            if money.spend(billed.get(person.account, []), now, person.period) \
                     >= person.budget:
                 for record in records:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:

@@ -5,7 +5,8 @@
     {'name': 'Ada', 'budget': 20.0, 'spend': 0.0, 'left': 20.0, ...}
 
 Binding, the keep-alive time and the SIGTERM handling are the sandbox's
-(:mod:`gpucloud_nb.serving`); the gateway's state file is closed after the server stops. Once it
+(:mod:`gpucloud_nb.serving`), and each answer leaves in one write (``corked``: the gateway is a
+hop every request of a class pays for); the gateway's state file is closed after the server stops. Once it
 listens, each delete the gateway makes itself (a timer, an idle limit, a budget, a teacher's stop)
 touches the change stamp of the URL it serves at (:mod:`gpucloud_nb.client.changes`), as a
 client's own delete does, so a sidebar on this machine shows it at once.
@@ -63,7 +64,7 @@ class Gateway:
 
         stamp = _Stamp()
         self._served = serving.Served.start(create_app(self.config, stamp), self.config.host,
-                                            self.config.port, "gateway")
+                                            self.config.port, "gateway", corked=True)
         self._port = self._served.port
         stamp.url = self.url
         return self
@@ -99,7 +100,7 @@ def serve(config: GatewayConfig, ready: Callable[[str], None] | None = None) -> 
         if ready is not None:
             ready(url)
 
-    serving.serve(create_app(config, stamp), config.host, config.port, listening)
+    serving.serve(create_app(config, stamp), config.host, config.port, listening, corked=True)
 
 
 def serve_home(config: GatewayConfig, home: Path,
