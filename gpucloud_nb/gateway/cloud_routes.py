@@ -28,7 +28,17 @@ that does not exist. Choices where the spec is silent:
 Speed (``benchmarks/bench_gateway.py``): a get and an instance list are passed on as the
 upstream's own bytes, key masked (:meth:`Upstream.scrub_body`), never decoded into Python objects;
 a list is filtered by reading only each item's ``_id`` (:func:`mine_only`). Ownership is read from
-SQLite on every request, so a list is exactly as fresh as the upstream's.
+SQLite on every request, so a list is exactly as fresh as the upstream's. Nothing the upstream
+answers is cached (but offers, for admission's price): an instance's status is the upstream's to
+change, and a cached answer could only be older than the direct call a student would otherwise
+make. Measured per request (29 Nov 2026, load 3-7): the key's lookup (SHA-256 and 40
+constant-time compares) 16 µs, the owner's ids from SQLite 17-35 µs, :func:`mine_only` on a list
+of 40 instances 40-110 µs: together under a tenth of the gateway's CPU per request (1.6-2.4 ms)
+and of its own work in its app (``Server-Timing`` 0.26-0.44 ms at the median, Starlette
+included), so ownership stays in SQLite, the one copy, rather than in a cache beside it. What
+the extra hop costs is its HTTP: uvicorn's parse and write of the request and the answer, the
+upstream request through ``aiohttp``, and the wake-ups of one process more (see
+``benchmarks/bench_gateway.py``).
 """
 
 from __future__ import annotations
