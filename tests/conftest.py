@@ -17,6 +17,7 @@ are in the repository's root ``conftest.py`` (so ``pytest notebooks/...`` has th
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
@@ -32,7 +33,7 @@ from gpucloud_nb.gateway.hub import HubSettings
 from gpucloud_nb.gateway.hub_budgets import parse_budgets
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import ADA, BOB, TEACHER, UPSTREAM_KEY
+from tests.helpers import ADA, BOB, PERSONAL, TEACHER, UPSTREAM_KEY
 from tests.hub_helpers import SERVICE, SERVICE_TOKEN, StandInHub
 
 FAST_LIFE_CYCLE = {"launch_seconds": 0.3, "delete_seconds": 0.2}
@@ -74,6 +75,14 @@ def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     monkeypatch.delenv("GPUCLOUD_SSH_KEY", raising=False)
     return home
+
+
+@pytest.fixture
+def dask_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """:func:`own_home`, and this interpreter's ``python3`` first on the PATH that instance
+    commands inherit (the Dask scheduler and workers a cluster runs on sandbox instances)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return own_home
 
 
 @pytest.fixture
@@ -150,29 +159,10 @@ def cloud(sandbox: Sandbox) -> Iterator[GPUCloud]:
 
 
 @pytest.fixture
-def front_gateway() -> Iterator[Callable[[Sandbox], Gateway]]:
-    """``factory(sandbox)``: a personal gateway in front of ``sandbox`` (its key upstream,
-    ``ADA`` its one person's), as keyless ``connect()`` starts one; it keeps timers, idle
-    deletes and budgets. Stopped at teardown."""
-    started: list[Gateway] = []
-
-    def start(sandbox: Sandbox) -> Gateway:
-        config = GatewayConfig(people=tuple(parse_keys(f"{ADA} - Ada\n")),
-                               upstream_url=sandbox.management_url,
-                               upstream_key=sandbox.api_key, poll=0.2)
-        gateway = Gateway(config).start()
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        gateway.stop()
-
-
-@pytest.fixture
-def box_gateway(sandbox: Sandbox, front_gateway: Callable[[Sandbox], Gateway]) -> Gateway:
-    """The ``sandbox`` fixture's personal gateway (see ``front_gateway``)."""
-    return front_gateway(sandbox)
+def box_gateway(sandbox: Sandbox, gateway_factory: Callable[..., Gateway]) -> Gateway:
+    """The ``sandbox`` fixture's personal gateway, as keyless ``connect()`` starts one: its key
+    upstream, ``ADA`` its one person's; it keeps timers, idle deletes and budgets."""
+    return gateway_factory(PERSONAL, upstream=sandbox)
 
 
 @pytest.fixture
@@ -236,15 +226,22 @@ def upstream(sandbox_factory: Callable[..., Sandbox]) -> Sandbox:
 
 
 @pytest.fixture
-def gateway_factory(upstream: Sandbox) -> Iterator[Callable[..., Gateway]]:
-    """``factory(keys_text, **config)``: a gateway in front of ``upstream``; stopped at teardown."""
+def gateway_factory(request: pytest.FixtureRequest,
+                    sandbox_factory: Callable[..., Sandbox]) -> Iterator[Callable[..., Gateway]]:
+    """``factory(keys_text, upstream=None, **config)``: a gateway in front of ``upstream`` (the
+    ``upstream`` fixture unless given), with its key; stopped at teardown, before the sandboxes.
+
+        gateway_factory(PERSONAL, upstream=sandbox)  # as keyless connect() starts one
+    """
     started: list[Gateway] = []
 
-    def start(keys: str = f"{ADA} - Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n",
-              **options: Any) -> Gateway:
+    def start(keys: str = f"{ADA} - Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n", *,
+              upstream: Sandbox | None = None, **options: Any) -> Gateway:
+        if upstream is None:
+            upstream = request.getfixturevalue("upstream")  # started only when needed
         options.setdefault("poll", 0.2)
         config = GatewayConfig(people=tuple(parse_keys(keys)), upstream_url=upstream.management_url,
-                               upstream_key=UPSTREAM_KEY, **options)
+                               upstream_key=upstream.api_key, **options)
         gateway = Gateway(config).start()
         started.append(gateway)
         return gateway

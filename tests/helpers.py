@@ -82,6 +82,47 @@ def launch_active(cloud: GPUCloud, name: str = "job", **options: Any) -> Instanc
     return cloud.instances.wait_until_active(launch(cloud, name, **options).id, timeout=30)
 
 
+SPIN_LOOP = "sh -c 'while :; do :; done'"
+#: Ways to start :data:`SPIN_LOOP` so that it leaves the SSH session; each prints the loop's pid.
+DETACHED = {
+    "setsid": f"setsid {SPIN_LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "nohup": f"nohup {SPIN_LOOP} >/dev/null 2>&1 </dev/null & echo $!",
+    "double fork": f"( setsid {SPIN_LOOP} >/dev/null 2>&1 </dev/null & echo $! )",
+    "tmux": f"tmux new-session -d {SPIN_LOOP!r} && tmux list-panes -F '#{{pane_pid}}'",
+}
+
+
+@contextlib.contextmanager
+def detached_job(cloud: GPUCloud, instance_id: str, how: str) -> Iterator[int]:
+    """A busy loop started on the instance the :data:`DETACHED` way ``how``; its pid. Whatever
+    the test finds, the loop does not outlive the block (killed if it still runs).
+
+        with detached_job(cloud, instance.id, "tmux") as pid:
+            ...
+    """
+    import signal
+
+    import psutil
+
+    pid = int(cloud.instances.run(instance_id, DETACHED[how]).stdout.split()[-1])
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(psutil.Error, OSError):
+            if psutil.Process(pid).environ().get("GPUCLOUD_INSTANCE_ID"):  # still the loop
+                os.kill(pid, signal.SIGKILL)
+
+
+def ended(pid: int) -> bool:
+    """True when process ``pid`` is gone (or a zombie nobody reaped yet)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 async def alaunch(cloud: AsyncGPUCloud, name: str = "job", **extra: Any) -> Instance:
     """The coroutine twin of :func:`launch` (the cheapest available vm offer, its first os).
 
@@ -289,6 +330,8 @@ def connected(url: str) -> Iterator[socket.socket]:
 
 UPSTREAM_KEY = "upstream-key-0123456789-do-not-leak"
 ADA, BOB, TEACHER = "gk-ada-0000000000000001", "gk-bob-0000000000000002", "gk-teach-00000000000003"
+#: The keys file of a personal gateway (as keyless ``connect()`` starts one): ``ADA`` alone.
+PERSONAL = f"{ADA} - Ada\n"
 SPEC_FIELDS = {"statusCode", "timestamp", "path", "message"}
 
 

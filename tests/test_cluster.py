@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +29,7 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.gateway import Gateway
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.faults import Faults
-from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, launch, vm_offer, wait_for
+from tests.helpers import ADA, PERSONAL, TEACHER, UPSTREAM_KEY, launch, vm_offer, wait_for
 from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
@@ -38,30 +37,25 @@ distributed = pytest.importorskip("distributed")
 LIVE = ("pending", "active")
 
 
-@pytest.fixture(autouse=True)
-def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The home of tests/conftest.py, and this interpreter's ``python3`` first on the PATH that
-    instance commands inherit."""
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return own_home
+pytestmark = pytest.mark.usefixtures("dask_home")  # see tests/conftest.py
 
 
 @pytest.fixture
 def box(sandbox_factory: Callable[..., Sandbox],
-        front_gateway: Callable[[Sandbox], Any]) -> Iterator[GPUCloud]:
+        gateway_factory: Callable[..., Any]) -> Iterator[GPUCloud]:
     """As keyless ``connect()`` makes it: through a gateway in front (which keeps the orphan
     timers), knowing the sandbox."""
     sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2)
-    cloud = GPUCloud(api_key=ADA, base_url=front_gateway(sandbox).url)
+    cloud = GPUCloud(api_key=ADA, base_url=gateway_factory(PERSONAL, upstream=sandbox).url)
     cloud.sandbox = sandbox
     yield cloud
     cloud.close()
 
 
-def fronted(sandbox: Sandbox, front_gateway: Callable[[Sandbox], Any], **options: Any) -> GPUCloud:
+def fronted(sandbox: Sandbox, gateway_factory: Callable[..., Any], **options: Any) -> GPUCloud:
     """A client of ``sandbox`` through a gateway in front (which keeps the cluster's orphan
     timer, as for ``connect()``), knowing the sandbox; ``options`` go to ``GPUCloud``."""
-    cloud = GPUCloud(api_key=ADA, base_url=front_gateway(sandbox).url, **options)
+    cloud = GPUCloud(api_key=ADA, base_url=gateway_factory(PERSONAL, upstream=sandbox).url, **options)
     cloud.sandbox = sandbox
     return cloud
 
@@ -276,14 +270,14 @@ def test_the_cost_cap_counts_endpoints_at_their_most_containers_before_any_launc
 
 @pytest.mark.parametrize("latency", [0.0, 0.3])
 def test_adapt_to_six_under_a_one_dollar_cap_runs_at_most_two(
-        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any],
+        sandbox_factory: Callable[..., Sandbox], gateway_factory: Callable[..., Any],
         latency: float) -> None:
     """adapt calls scale on Dask's event loop and starts its workers at once: each create
     must still see the others' (#34: five $0.45/h instances ran under a $1/h cap, six with
     0.3 s of latency)."""
     sandbox = sandbox_factory(latency=latency)
     observer = GPUCloud(api_key=sandbox.api_key, base_url=sandbox.management_url)
-    capped = fronted(sandbox, front_gateway, max_hourly_cost=1.0)
+    capped = fronted(sandbox, gateway_factory, max_hourly_cost=1.0)
     offer = vm_offer(observer)
     assert 2 * offer.hourly_price <= 1.0 < 3 * offer.hourly_price
     peak = 0
@@ -505,12 +499,12 @@ def test_a_bad_cluster_budget_is_one_sentence_and_launches_nothing(box: GPUCloud
 
 @pytest.mark.slow  # 20-35 s: the full run has it, the fast lane does not
 def test_a_cluster_budget_counts_every_instance_and_closes_the_cluster_at_it(
-        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any],
+        sandbox_factory: Callable[..., Sandbox], gateway_factory: Callable[..., Any],
         caplog: pytest.LogCaptureFixture) -> None:
     # $360/h: each instance costs 10 cents a second, billed as cloud.spend() bills.
     sandbox = sandbox_factory(offers=one_offer(360.0), launch_seconds=0.3, delete_seconds=0.2)
     budget = 4.0
-    with fronted(sandbox, front_gateway) as cloud, \
+    with fronted(sandbox, gateway_factory) as cloud, \
             caplog.at_level(logging.WARNING, logger="gpucloud_nb.cluster"):
         cluster = GPUCloudCluster(cloud, 2, name="thrifty", budget=budget)
         assert cluster.budget == budget
@@ -589,13 +583,13 @@ def test_adapt_under_a_burst_wanting_three_times_its_maximum_never_rents_past_it
 
 
 def test_a_worker_instance_that_fails_to_start_is_named_and_the_others_go_on(
-        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any]) -> None:
+        sandbox_factory: Callable[..., Sandbox], gateway_factory: Callable[..., Any]) -> None:
     """#40 (dask-cloudprovider #277, #470): one of three instances goes to ``error``; it is
     named with its reason as soon as the cloud says so, deleted, and the cluster starts on the
     other two."""
     sandbox = sandbox_factory(launch_seconds=0.5, delete_seconds=0.2,
                               faults=Faults(fail_names="dask-flaky-2"))
-    with fronted(sandbox, front_gateway) as cloud:
+    with fronted(sandbox, gateway_factory) as cloud:
         with GPUCloudCluster(cloud, 3, name="flaky") as cluster:
             failed = next(i for i in cloud.instances.list() if i.name == "dask-flaky-2")
             assert cluster.notices == [
@@ -642,13 +636,13 @@ def test_a_scale_down_confirms_its_delete_and_sends_it_again_to_a_cloud_that_ign
 
 
 def test_a_worker_instance_active_but_unreachable_over_ssh_is_named_and_the_others_go_on(
-        sandbox_factory: Callable[..., Sandbox], front_gateway: Callable[[Sandbox], Any]) -> None:
+        sandbox_factory: Callable[..., Sandbox], gateway_factory: Callable[..., Any]) -> None:
     """#40: an instance the cloud calls active whose SSH port nobody answers on is named with
     the reason (bounded by 30 s after the instances are active), deleted, and the cluster starts
     on the others instead of hanging."""
     sandbox = sandbox_factory(launch_seconds=0.3, delete_seconds=0.2,
                               faults=Faults(unreachable_names="dask-dark-1"))
-    with fronted(sandbox, front_gateway) as cloud:
+    with fronted(sandbox, gateway_factory) as cloud:
         with GPUCloudCluster(cloud, 3, name="dark") as cluster:
             dark = next(i for i in cloud.instances.list() if i.name == "dask-dark-1")
             assert len(cluster.notices) == 1, cluster.notices

@@ -4,11 +4,8 @@ instances, its scheduler and workers over real SSH."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,12 +20,7 @@ from gpucloud_nb.cluster import GPUCloudCluster  # noqa: E402  (needs distribute
 LIVE = ("pending", "active")
 
 
-@pytest.fixture(autouse=True)
-def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The home of tests/conftest.py, and this interpreter's ``python3`` first on the PATH that
-    instance commands inherit."""
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return own_home
+pytestmark = pytest.mark.usefixtures("dask_home")  # see tests/conftest.py
 
 
 @pytest.fixture

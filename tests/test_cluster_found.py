@@ -15,7 +15,6 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ import pytest
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.errors import InvalidInputError
 from gpucloud_nb.sandbox import Sandbox
-from tests.helpers import ADA, wait_for
+from tests.helpers import ADA, PERSONAL, wait_for
 from tests.samples import one_offer
 
 distributed = pytest.importorskip("distributed")
@@ -47,10 +46,7 @@ PRELUDE = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True)
-def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return own_home
+pytestmark = pytest.mark.usefixtures("dask_home")  # see tests/conftest.py
 
 
 @pytest.fixture
@@ -193,11 +189,11 @@ def test_dask_ctls_discover_clusters_steps_find_use_and_delete_the_cluster_insid
 
 
 def test_shutdown_on_close_false_outlives_its_process_until_the_orphan_timer_deletes_it(
-        box: GPUCloud, sandbox: Sandbox, front_gateway: Any) -> None:
+        box: GPUCloud, sandbox: Sandbox, gateway_factory: Any) -> None:
     """The first process keeps its instances past their 8 s orphan timer while it lives (the
     cluster object starts their idle clocks again), ends without closing the cluster, and the
     gateway in front of the sandbox deletes them once nobody has kept them for 8 s."""
-    gateway_url = front_gateway(sandbox).url
+    gateway_url = gateway_factory(PERSONAL, upstream=sandbox).url
     out = second_process(sandbox, gateway_url=gateway_url, script="""
         import time
         cluster = GPUCloudCluster(cloud, 2, name="kept", shutdown_on_close=False,

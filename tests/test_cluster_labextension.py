@@ -5,11 +5,8 @@ its server extension does (its cluster manager, on the Jupyter server's event lo
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -25,10 +22,7 @@ FACTORY = {"module": "gpucloud_nb.cluster", "class": "GPUCloudCluster", "args": 
            "kwargs": {"n_workers": 1}}
 
 
-@pytest.fixture(autouse=True)
-def own_home(own_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return own_home
+pytestmark = pytest.mark.usefixtures("dask_home")  # see tests/conftest.py
 
 
 def test_the_sidebars_new_scale_adapt_and_shutdown_rent_resize_and_delete_our_cluster(

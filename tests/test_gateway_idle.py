@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from gpucloud_nb import GPUCloud
@@ -29,14 +28,18 @@ from gpucloud_nb.sandbox import Sandbox
 from tests.helpers import (
     ADA,
     BOB,
+    DETACHED,
     SPEC_FIELDS,
+    SPIN_LOOP,
     TEACHER,
     UPSTREAM_KEY,
     as_key,
     connected,
     create_body,
+    detached_job,
     direct,
     echo_port,
+    ended,
     launch_active,
     wait_for,
 )
@@ -257,15 +260,6 @@ def test_the_teachers_view_shows_each_students_idle_minutes_from_the_gateways_cl
 LIMIT = 3.0
 own_home = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
-LOOP = "sh -c 'while :; do :; done'"
-DETACHED = {  # each starts a busy loop that leaves the SSH session, and prints its pid
-    "setsid": f"setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
-    "nohup": f"nohup {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
-    "double fork": f"( setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $! )",
-    "tmux": f"tmux new-session -d {LOOP!r} && tmux list-panes -F '#{{pane_pid}}'",
-}
-
-
 def watched(box: GPUCloud) -> str:
     """An active instance launched through ``box``'s gateway with a long idle limit (a test
     shortens it once its work runs)."""
@@ -298,7 +292,7 @@ def test_a_busy_loop_keeps_its_instance_and_once_killed_it_idles_away(
     """The gateway's GPU read keeps a loop nobody watches; the run that kills it ends its use
     at the gateway's next pass (its end report used to count 30 s more)."""
     id = watched(box)
-    pid = box.instances.run(id, f"nohup {LOOP} >/dev/null 2>&1 & echo $!").stdout.strip()
+    pid = box.instances.run(id, f"nohup {SPIN_LOOP} >/dev/null 2>&1 & echo $!").stdout.strip()
     box.idle_delete.watch(id, LIMIT)
     assert gone_after(observer, id, LIMIT * 3) is None
     state = box.idle_delete.states()[id]
@@ -329,16 +323,15 @@ def test_a_detached_job_keeps_its_instance_by_its_gpu_use(
     """A loop that left the SSH session (setsid, nohup, a double fork, tmux) is the instance's
     GPU use, read by the gateway, after the run that started it has ended."""
     id = watched(box)
-    pid = int(box.instances.run(id, DETACHED[how]).stdout.split()[-1])
-    try:
-        box.idle_delete.watch(id, LIMIT)
-        assert gone_after(observer, id, LIMIT * 3) is None
-        state = box.idle_delete.states()[id]
-        assert state.gpu_util is not None and state.gpu_util >= 50, state
-    finally:
-        box.instances.delete(id)
-        wait_for(lambda: not psutil.pid_exists(pid) or
-                 psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, timeout=30)
+    with detached_job(box, id, how) as pid:
+        try:
+            box.idle_delete.watch(id, LIMIT)
+            assert gone_after(observer, id, LIMIT * 3) is None
+            state = box.idle_delete.states()[id]
+            assert state.gpu_util is not None and state.gpu_util >= 50, state
+        finally:
+            box.instances.delete(id)
+            wait_for(lambda: ended(pid), timeout=30)
 
 
 @pytest.mark.parametrize("bookkeeping", [False, True], ids=["the user's", "bookkeeping"])

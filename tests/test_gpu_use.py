@@ -4,17 +4,12 @@ themselves are the gateway's: tests/test_gateway_idle.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
-from helpers import launch_active, wait_for
+from helpers import DETACHED, detached_job, ended, launch_active, wait_for
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.sandbox.gpu_use import POLL
@@ -22,35 +17,10 @@ from gpucloud_nb.sandbox.gpu_use import POLL
 pytestmark = pytest.mark.usefixtures("own_home")  # see tests/conftest.py
 
 QUERY = "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"
-LOOP = "sh -c 'while :; do :; done'"
-DETACHED = {  # each starts a busy loop that leaves the SSH session, and prints its pid
-    "setsid": f"setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
-    "nohup": f"nohup {LOOP} >/dev/null 2>&1 </dev/null & echo $!",
-    "double fork": f"( setsid {LOOP} >/dev/null 2>&1 </dev/null & echo $! )",
-    "tmux": f"tmux new-session -d {LOOP!r} && tmux list-panes -F '#{{pane_pid}}'",
-}
 
 
 def gpu_util(cloud: GPUCloud, instance_id: str) -> float:
     return float(cloud.instances.run(instance_id, QUERY).stdout.split()[0])
-
-
-@contextlib.contextmanager
-def killed_after(pid: int) -> Iterator[None]:
-    """Whatever the test finds, the loop ``pid`` does not outlive it."""
-    try:
-        yield
-    finally:
-        with contextlib.suppress(psutil.Error, OSError):
-            if psutil.Process(pid).environ().get("GPUCLOUD_INSTANCE_ID"):
-                os.kill(pid, signal.SIGKILL)
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.parametrize("how", list(DETACHED))
@@ -58,11 +28,10 @@ def test_a_detached_job_is_gpu_use_and_dies_with_the_instance(box: GPUCloud, how
     """A loop that left the SSH session (setsid, nohup, a double fork, tmux) is the instance's:
     its CPU shows as GPU use, and deleting the instance ends it."""
     instance_id = launch_active(box, "detached").id
-    pid = int(box.instances.run(instance_id, DETACHED[how]).stdout.split()[-1])
-    with killed_after(pid):
+    with detached_job(box, instance_id, how) as pid:
         wait_for(lambda: gpu_util(box, instance_id) >= 50, timeout=60)
         box.instances.delete(instance_id)
-        wait_for(lambda: not running(pid), timeout=30)
+        wait_for(lambda: ended(pid), timeout=30)
 
 
 def test_a_job_whose_cell_starts_with_nvidia_smi_is_gpu_use(box: GPUCloud) -> None:

@@ -19,7 +19,7 @@ from gpucloud_nb.errors import GPUCloudError, InvalidInputError
 from gpucloud_nb.models import InstanceDetails
 from gpucloud_nb.widgets import InstancesPanel
 from gpucloud_nb.widgets._layout import iter_widgets
-from tests.helpers import ADA
+from tests.helpers import ADA, PERSONAL
 
 SECRET = "sk-widget-secret-0123456789abcdef"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -331,13 +331,13 @@ def test_a_dropped_panel_stops_polling_once_collected(sandbox_factory) -> None:
         wait_for(lambda: gc.collect() is not None and _gpucloud_threads() <= before, timeout=10)
 
 
-def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, front_gateway,
+def test_a_budget_set_from_the_panel_warns_then_deletes(sandbox_factory, gateway_factory,
                                                         panels) -> None:
     from helpers import wait_for
     from samples import one_offer
 
     box = sandbox_factory(offers=one_offer(3600.0))  # a dollar a second
-    with GPUCloud(api_key=ADA, base_url=front_gateway(box).url) as cloud:
+    with GPUCloud(api_key=ADA, base_url=gateway_factory(PERSONAL, upstream=box).url) as cloud:
         cloud.sandbox = box  # as connect() makes it: its gateway watches the budget
         instance = launch(cloud, "metered")
         cloud.instances.wait_until_active(instance.id, timeout=10)

@@ -408,6 +408,49 @@ def test_without_ssh_poll_answers_at_once_and_shutdown_still_deletes(
     assert not kernel.manager.has_kernel
 
 
+def test_a_kernel_seen_dead_stays_dead_when_ssh_then_drops(
+        sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
+    """jupyter_client's shutdown calls the provisioner's ``wait()`` once a poll has seen an
+    exit, and ``wait()`` polls until it sees one again: an exit seen must stay seen, or a
+    shutdown with SSH down (the kernel then counts as alive) waits forever (a CI run: 300 s)."""
+    instance = launch(box, "dies-then-deaf")
+    kernel = kernels(install_kernel(box, instance.id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    for process in kernel_processes(instance.id):
+        process.kill()
+    wait_for(lambda: not kernel.manager.is_alive(), timeout=60,
+             what=lambda: "the killed kernel was still seen alive")
+
+    stop_ssh(sandbox, instance.id)
+    for _ in range(3):
+        assert not kernel.manager.is_alive()
+    started = time.monotonic()
+    kernel.shutdown()
+    assert not kernel.manager.has_kernel
+    print(f"shutdown of a dead kernel with SSH down: {time.monotonic() - started:.1f} s")
+
+
+def test_a_poll_cut_off_by_a_dropped_connection_is_not_an_exit(
+        box: GPUCloud, kernels: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection cut under ``kill -0`` leaves no output and no exit status: that is no
+    answer (the kernel lives on), not the kernel's death. A server cannot be made to cut a
+    connection at that exact moment, so the cut is stood in for."""
+    from gpucloud_nb.client.run_output import RunResult
+
+    instance = launch(box, "cut-poll")
+    kernel = kernels(install_kernel(box, instance.id))
+    assert kernel.run("1 + 1") == ("ok", "2")
+    remote = kernel.manager.provisioner._remote
+
+    async def cut(*args: Any, **kwargs: Any) -> RunResult:
+        return RunResult("", "", -1)
+
+    monkeypatch.setattr(remote, "run_async", cut)
+    assert kernel.manager.is_alive()
+    monkeypatch.undo()
+    assert kernel.run("2 + 2") == ("ok", "4")
+
+
 def test_an_instance_deleted_under_its_kernel_is_answered_for_and_shuts_down_now(
         box: GPUCloud, kernels: Any) -> None:
     """A stand-in answers for the lost kernel (tests/test_kernel_standin.py): it is alive to

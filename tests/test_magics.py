@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 import gpucloud_nb.magics as magics
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.models import InstanceDetails, InstanceOffer, Volume
-from tests.helpers import ADA
+from tests.helpers import ADA, PERSONAL
 
 API_KEY = "sk-magic-SECRET-0123456789"
 INFERENCE_SECRET = "sk-infer-SECRET-9876543210"
@@ -1033,14 +1033,14 @@ def test_launch_asks_for_a_provider_when_two_sell_the_id(magic: Magic, sandbox_f
 
 
 def test_launch_with_a_budget_prefills_the_forms_budget_and_the_launch_keeps_it(
-        magic: Magic, cloud: GPUCloud, sandbox_box: Any, front_gateway: Any) -> None:
+        magic: Magic, cloud: GPUCloud, sandbox_box: Any, gateway_factory: Any) -> None:
     offer = cloud.instances.offers(available=True, deployment_type="vm", sort="price")[0]
     cloud.sandbox = sandbox_box  # the sandbox itself keeps no budget
     form = magic(f"launch {offer.instance_id} --budget 5").value
     assert form.budget.value == 5.0
     # The sandbox itself, no gateway: nobody would keep it, so the form says the launch is refused.
     assert "A budget needs a gateway to keep it" in form.cost.value
-    cloud = GPUCloud(api_key=ADA, base_url=front_gateway(sandbox_box).url)
+    cloud = GPUCloud(api_key=ADA, base_url=gateway_factory(PERSONAL, upstream=sandbox_box).url)
     cloud.sandbox = sandbox_box  # as connect() makes it: its gateway keeps it
     magics.use(cloud)
     form = magic(f"launch {offer.instance_id} --budget 5").value

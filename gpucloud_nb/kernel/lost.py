@@ -102,6 +102,15 @@ class Watching:
         """
         if self._pid is None:
             return self._exit if self._exit is not None else 0
+        if self._exit is None:
+            pid, details = self._pid, self._details
+            answer = await self._poll()
+            if self._pid != pid or self._details is not details:
+                return None  # a move or a restore gave the sockets another kernel meanwhile
+            self._exit = answer
+        return self._exit  # an exit is final: jupyter_client's wait() loops until it sees one
+
+    async def _poll(self) -> int | None:
         if self._standin is not None:  # the instance is lost; a stand-in answers until shutdown
             return 0 if self._standin.exited.is_set() else None
         if self._moving:  # the sockets are being handed to the kernel it moved to
@@ -123,11 +132,14 @@ class Watching:
                     if "alive" in result.stdout:
                         self._unreachable_since = None
                         return None
-                    self._exit = 1
-                    return 1
+                    if "gone" in result.stdout:
+                        return 1
+                    # No answer at all: the connection was cut under the command. Not an exit.
             else:
                 self._reconnect_soon()
         if await self._instance_gone(max(deadline - loop.time(), 0.1)):
+            if self._details is not details:  # the answer was about the kernel before a move
+                return None
             status = self._asked.result() if self._asked is not None and self._asked.done() \
                 and self._asked.exception() is None else "deleted"
             return await self._lose(status)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import concurrent.futures
 import contextlib
 import shlex
 import time
@@ -100,6 +101,8 @@ class Movable(Carrier):
     _cwd: str | None
     _exit: int | None
     _gone: bool
+    _asked: concurrent.futures.Future[str] | None
+    _unreachable_since: float | None
     instance_id: str
     instance_name: str
     cloud: str
@@ -343,6 +346,7 @@ class Movable(Carrier):
             self._details, self._pid, self._file = handed.details, handed.pid, handed.file
             self.instance_id, self.instance_name = handed.details.id, handed.details.name
             self._exit, self._gone = None, False
+            self._asked, self._unreachable_since = None, None  # those were the old instance's
             await handed.forwards.close()
             self._forwards.point(handed.ports)
             self._forwards.down_until = 0.0
