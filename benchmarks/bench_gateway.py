@@ -99,7 +99,8 @@ wake-ups of the client; a py-spy profile of the gateway under this load had a th
 time inside ``send``); (2) the access log is written every 0.1 s in one batch by its thread (a
 line a request woke the thread and flushed stdout, each time taking the GIL from the loop);
 (3) the meter's tick reads what every person spent in 5 queries, not 5 per person (200 a second
-for 40 people, on the loop that answers them). Where a list/get's time goes now, medians
+for 40 people, on the loop that answers them; since these runs, and not in their figures, it also
+lets the answers waiting for the loop through between its parts). Where a list/get's time goes now, medians
 (Server-Timing): the gateway's own work in its app 0.30-0.45 ms (key, SQLite, filter, Starlette:
 a tenth of direct's p50), waiting for the upstream 1.6-3.7 ms (the sandbox's own answer plus the
 ``aiohttp`` request), outside its app 2.2-2.6 ms (uvicorn's h11 parse and write, the client's

@@ -108,3 +108,51 @@ def test_a_tick_reads_what_people_spent_at_once_not_per_person(upstream: Sandbox
     finally:
         store.close()
     assert 0 < len(statements) < len(people), statements
+
+
+def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox) -> None:
+    # After the upstream's list a tick was one stretch of work on the gateway's loop (metering,
+    # reconciling, timers, budgets: ~10 ms for a class of 40, more on a busy machine), every
+    # answer to the class waiting behind it. A task that runs whenever the loop is free must
+    # get a turn between the metering and the budgets' reads.
+    import asyncio
+
+    from gpucloud_nb.gateway.keys import Keyring
+    from gpucloud_nb.gateway.meter import Meter
+    from gpucloud_nb.gateway.store import Store
+    from gpucloud_nb.gateway.upstream import Upstream
+
+    people = parse_keys("".join(f"student-key-{n:02d}-0123456789 20 Student {n}\n"
+                                for n in range(3)))
+    store = Store(":memory:")
+    store.set_people(people)
+    events: list[str] = []
+
+    async def one_tick() -> None:
+        meter = Meter(store, Keyring(people), Upstream(upstream.management_url, UPSTREAM_KEY))
+        done = False
+
+        async def other_work() -> None:
+            while not done:
+                events.append("TURN")
+                await asyncio.sleep(0)
+
+        try:
+            await meter.tick()  # connected and warm
+            other = asyncio.create_task(other_work())
+            store.db.set_trace_callback(events.append)
+            await meter.tick()
+            done = True
+            await other
+        finally:
+            store.db.set_trace_callback(None)
+            await meter.upstream.aclose()
+
+    try:
+        asyncio.run(one_tick())
+    finally:
+        store.close()
+    metering = next(n for n, event in enumerate(events) if event.startswith("SELECT * FROM owned"))
+    budgets = next(n for n, event in enumerate(events) if "FROM spans" in event)
+    assert metering < budgets
+    assert "TURN" in events[metering:budgets], events

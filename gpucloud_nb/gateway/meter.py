@@ -129,8 +129,12 @@ class Meter:
         for record in self.store.owned():
             if not record.final:
                 await self._meter(record, listed.get(record.id), now)
+        # The rest is work on this loop without a wait (~10 ms for a class of 40 on a quiet
+        # machine, more on a busy one): the answers waiting for the loop go between its parts.
+        await asyncio.sleep(0)
         await meter_endpoints(self.store, self.upstream, now)
         self._reconcile(listed, now)
+        await asyncio.sleep(0)
         for id, _, at in self.store.timers():
             if at <= now:
                 due = self.store.find(id)
@@ -139,6 +143,7 @@ class Meter:
                 self.store.drop_timer(id)
         if self.idle is not None:
             await self.idle.step(listed)
+        await asyncio.sleep(0)
         by_id = {record.id: record for record in self._deletable()}
         for id, _, dollars in self.store.budgets():
             capped = by_id.get(id)
@@ -146,6 +151,7 @@ class Meter:
                     and capped.status not in (*_GONE, "error") \
                     and money.cost_of(self.store, capped, now) >= dollars:
                 await self.delete(capped, "instance budget spent", "gateway")
+        await asyncio.sleep(0)
         budgeted = [person for person in self.keyring.people if person.budget is not None]
         billed: dict[str, list[Owned]] = {}  # Store.billed and _deletable of each, read at once:
         deletable: dict[str, list[Owned]] = {}  # 5 queries a tick, not 5 for each person
