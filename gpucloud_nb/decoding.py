@@ -317,9 +317,10 @@ def decode_list_deferring(cls: type[Record], body: bytes | bytearray | memoryvie
                                 gc=False, rename={f.name: f.encode_name for f in info})
         decoder = _DEFERRING[(cls, names)] = msgspec.json.Decoder(list[row], strict=False)  # type: ignore[valid-type]
     try:
-        return decoder.decode(bytes(body) if isinstance(body, memoryview) else body)  # type: ignore[no-any-return]
+        rows: list[Any] = decoder.decode(bytes(body) if isinstance(body, memoryview) else body)
     except msgspec.DecodeError:  # ValidationError included
         return None
+    return rows
 
 
 def decode_fields(cls: type[Record], name: str, texts: Iterable[bytes]) -> list[Any]:
