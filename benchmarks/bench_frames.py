@@ -22,21 +22,27 @@ median of the ratios of the two steps within each round, not of two bests: under
 a few rounds was mostly the machine (:func:`_ratio`). Run standalone with
 ``python -m benchmarks.bench_frames``.
 
-Where the time goes (28 Nov 2026, 10,000 offers, 2 cores shared, load 7-15; minimum CPU times
-of one process, each piece timed alone): msgspec's decode of the body into records 20-22 ms
-(its strings are most of it: ``offers_frame`` on parsed JSON, whose strings already exist, is
-the faster path), the one gathering loop 10 ms, the numpy and pandas work after it (codes to
-arrays, the row order, categoricals) 15 ms, freeing the records 4 ms; ``json.loads`` 55-61 ms,
-of which freeing its dicts is 5-8 ms. Read round by round, ``offers_frame`` on the body is
-0.87x and 0.87x / 0.88x and 0.83x ``json.loads`` on the two catalogues (two runs, load 7.8 and
-6.7; 0.85-0.87x at load 14-21): over the 0.8x target. Tried and dropped, no gain beyond the
-noise: one key per offer's names or per availability entry (a tuple built and hashed costs
-what the separate lookups did), ``operator.attrgetter``/``msgspec.structs.astuple`` columns
-(3x slower than the loop), one integer sort key for the rows (a full sort where the two
-stable sorts see nearly sorted keys), and the availability lists decoded as ``msgspec.Raw`` and
-decoded once per distinct list (the synthetic catalogue has 2,572 distinct lists in 10,000
-offers; copying and hashing each list's bytes ate most of what it saved, 1-4 ms). Below 0.8x
-needs a decoder that builds columns without a Python string per value.
+Where the time goes (29 Nov 2026, 10,000 offers, 2 cores shared, load 4-9; medians of CPU
+times of one process, each piece timed alone; first / second catalogue): ``json.loads``
+108-116 ms; ``offers_frame`` on the body 68-75 ms, of which msgspec's decode of the offers with
+``configuration`` and ``availability`` kept as text 18-21 ms (freeing included), coding those
+texts (a ``bytes`` copy and a dict lookup per offer) and decoding each distinct one once 22-25 ms
+(2,572 / 1,665 distinct availability lists, 2,913 / 2,657 configurations), the gathering loop
+and the rows built from the distinct lists 5-14 ms, and the numpy and pandas work after it (the
+row order, categoricals, the text column) 13-15 ms. Before that change (28 Nov) the decode into
+full records was 30-37 ms, the gathering loop 17-24 ms, the numpy and pandas work 17-25 ms and
+freeing the records 7 ms: 0.87x / 0.87x and 0.88x / 0.83x ``json.loads`` in two runs. Read round
+by round, ``offers_frame`` on the body is now 0.74x / 0.70x (load 4.7) and 0.71x / 0.68x (load
+3.7) ``json.loads`` on the two catalogues. Tried and dropped, no gain beyond the noise: one key
+per offer's names or per availability entry (a tuple built and hashed costs what the separate
+lookups did), msgspec's hashable frozen records as keys (their hash and equality cost more than
+the lookups they save), ``operator.attrgetter``/``msgspec.structs.astuple`` columns or one list
+comprehension per column (slower than the one loop), one integer sort key for the rows (a full
+sort where the two stable sorts see nearly sorted keys), and a decoder call per distinct text
+(the calls' overhead ate the gain; they are now joined into one JSON array and decoded at once).
+What is left is per value: the offers' own strings and structs, and one ``bytes`` copy per
+nested text to find the distinct ones. Records or parsed JSON take the old way, one record per
+offer (0.78-0.87x ``json.loads`` in the same runs, 0.72x before: the split loops cost a little).
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ __all__ = [
     "NAN",
     "Record",
     "convert_list",
+    "decode_fields",
     "decode_list",
+    "decode_list_deferring",
     "fix_datetimes",
     "loose_list",
     "loose_port",
@@ -276,3 +278,69 @@ def convert_list(cls: type[R], items: Iterable[Any]) -> list[R]:
         return msgspec.convert(items, list[cls], strict=False)  # type: ignore[valid-type]
     except msgspec.ValidationError:
         return [item if isinstance(item, cls) else cls.from_json(item) for item in items]
+
+
+# --------------------------------------------------------------------------- deferred fields
+
+
+_DEFERRING: dict[tuple[type[Record], tuple[str, ...]], msgspec.json.Decoder[Any]] = {}
+_FIELD_DECODERS: dict[tuple[type[Record], str], tuple[msgspec.json.Decoder[Any], bytes]] = {}
+
+
+def decode_list_deferring(cls: type[Record], body: bytes | bytearray | memoryview | str,
+                          names: tuple[str, ...]) -> list[Any] | None:
+    """Decode a JSON array body into rows of ``cls`` whose fields ``names`` are left as their JSON
+    text (a :class:`msgspec.Raw`; an empty one for a missing field), for :func:`decode_fields`.
+
+    A wire record whose nested values repeat (an offer's ``availability`` list) is then decoded
+    once per distinct text rather than once per record. ``None`` when the body is not JSON or
+    the schema does not fit it: the caller reads it with :func:`decode_list` instead, which
+    says what is wrong or reads it loosely.
+
+        >>> from gpucloud_nb.models import InstanceOffer
+        >>> rows = decode_list_deferring(InstanceOffer, b'[{"instanceId": "a", "cloud": {}}]',
+        ...                              ("cloud",))
+        >>> rows[0].instance_id, bytes(rows[0].cloud)
+        ('a', b'{}')
+    """
+    decoder = _DEFERRING.get((cls, names))
+    if decoder is None:
+        info = msgspec.structs.fields(cls)  # type: ignore[arg-type]
+        fields: list[Any] = [
+            (f.name, msgspec.Raw, msgspec.Raw(b"")) if f.name in names
+            else (f.name, f.type, msgspec.field(default=f.default)
+                  if f.default is not msgspec.NODEFAULT
+                  else msgspec.field(default_factory=f.default_factory))
+            for f in info
+        ]
+        row = msgspec.defstruct(f"{cls.__name__}Row", fields, kw_only=True, frozen=True,
+                                gc=False, rename={f.name: f.encode_name for f in info})
+        decoder = _DEFERRING[(cls, names)] = msgspec.json.Decoder(list[row], strict=False)  # type: ignore[valid-type]
+    try:
+        rows: list[Any] = decoder.decode(bytes(body) if isinstance(body, memoryview) else body)
+    except msgspec.DecodeError:  # ValidationError included
+        return None
+    return rows
+
+
+def decode_fields(cls: type[Record], name: str, texts: Iterable[bytes]) -> list[Any]:
+    """Field ``name`` of ``cls`` from each of ``texts``, JSON texts as
+    :func:`decode_list_deferring` left them (an empty one: the field was missing), in one
+    decoder call. Raises :class:`msgspec.ValidationError` when one does not fit the field's type.
+
+        >>> from gpucloud_nb.models import InstanceOffer
+        >>> [len(a) for a in decode_fields(InstanceOffer, "availability", [b'[{}]', b''])]
+        [1, 0]
+    """
+    found = _FIELD_DECODERS.get((cls, name))
+    if found is None:
+        field = next(f for f in msgspec.structs.fields(cls) if f.name == name)  # type: ignore[arg-type]
+        default = (field.default if field.default is not msgspec.NODEFAULT
+                   else field.default_factory())
+        # A missing field reads as the text of its default: ``{}`` for a record, else its JSON.
+        missing = b"{}" if isinstance(default, msgspec.Struct) else msgspec.json.encode(default)
+        decoder = msgspec.json.Decoder(list[field.type], strict=False)  # type: ignore[name-defined]
+        assert decoder.decode(b"[" + missing + b"]") == [default]
+        found = _FIELD_DECODERS[(cls, name)] = (decoder, missing)
+    decoder, missing = found
+    return decoder.decode(b"[" + b",".join(text or missing for text in texts) + b"]")

@@ -30,10 +30,9 @@ Choices where the spec says "not shown" or leaves room:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from itertools import count, repeat
+from itertools import repeat
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -42,7 +41,6 @@ import pandas as pd
 from gpucloud_nb.decoding import Record, convert_list, decode_list
 from gpucloud_nb.display import format_price, style_prices
 from gpucloud_nb.frame_columns import (
-    STR_DTYPE,
     bool_column,
     category_column,
     datetime_column,
@@ -51,7 +49,8 @@ from gpucloud_nb.frame_columns import (
     text_column,
     utc_timestamp,
 )
-from gpucloud_nb.models import Instance, InstanceDetails, InstanceOffer, Volume, VolumeOffer
+from gpucloud_nb.models import Instance, InstanceDetails, Volume, VolumeOffer
+from gpucloud_nb.offer_columns import Coded, categories, offer_columns, row_order
 from gpucloud_nb.tables import Table, table
 
 R = TypeVar("R", bound=Record)
@@ -177,139 +176,6 @@ def _col(dicts: list[Any], key: str) -> list[Any]:
 # --------------------------------------------------------------------------- offers
 
 
-def _coder() -> defaultdict[Any, int]:
-    """A dict that gives each new key the next code: ``codes[value]`` is a C-speed factorize."""
-    return defaultdict(count().__next__)
-
-
-def _gather_offers(data: list[InstanceOffer]) -> tuple[list[Any], list[int]]:
-    """Every field of the offers in one pass.
-
-    This loop is most of the cost of :func:`offers_frame` after decoding, so it does the least
-    per value: attribute reads and list appends only, with names coded right here through
-    :func:`_coder` dicts (while each string is hot in cache) rather than factorized in later
-    passes. Returns the columns in the order :func:`offers_frame` unpacks them (coded names as
-    ``(codes, coder)`` pairs; availability fields one entry per row, a placeholder row for an
-    empty ``availability``) and the row count per offer.
-    """
-    names, deployments, providers, provider_names, interconnects = (
-        _coder(), _coder(), _coder(), _coder(), _coder()
-    )
-    regions_coder, region_names, countries, oses = _coder(), _coder(), _coder(), _coder()
-    gpu_name: list[int] = []
-    gpu_count: list[int] = []
-    nvlink: list[bool] = []
-    deployment: list[int] = []
-    instance_id: list[str] = []
-    cloud_init: list[bool] = []
-    hourly: list[float] = []
-    provider_id: list[int] = []
-    provider_name: list[int] = []
-    ram: list[float] = []
-    storage: list[float] = []
-    vcpu: list[float] = []
-    vram: list[float] = []
-    os_names: list[int] = []
-    interconnect: list[int] = []
-    region: list[int] = []
-    region_name: list[int] = []
-    country: list[int] = []
-    available: list[bool] = []
-    counts: list[int] = []
-    for offer in data:
-        gpu_name.append(names[offer.gpu_name])
-        gpu_count.append(offer.gpu_count)
-        nvlink.append(offer.nvlink)
-        deployment.append(deployments[offer.deployment_type])
-        instance_id.append(offer.instance_id)
-        cloud_init.append(offer.cloud_init_available)
-        hourly.append(offer.hourly_price)
-        cloud = offer.cloud
-        provider_id.append(providers[cloud.id])
-        provider_name.append(provider_names[cloud.name])
-        config = offer.configuration
-        ram.append(config.ram_gb)
-        storage.append(config.storage_gb)
-        vcpu.append(config.vcpu)
-        vram.append(config.vram_gb)
-        os_names.append(oses[config.os])  # the tuple: joined once per distinct list, later
-        interconnect.append(interconnects[config.interconnect])
-        entries = offer.availability
-        if entries:
-            counts.append(len(entries))
-            for entry in entries:
-                region.append(regions_coder[entry.region])
-                region_name.append(region_names[entry.name])
-                country.append(countries[entry.country_code])
-                available.append(entry.available)
-        else:
-            counts.append(1)
-            region.append(regions_coder[""])
-            region_name.append(region_names[""])
-            country.append(countries[""])
-            available.append(False)
-    columns = [
-        (gpu_name, names), gpu_count, nvlink, (deployment, deployments), instance_id, cloud_init,
-        hourly, (provider_id, providers), (provider_name, provider_names), ram, storage, vcpu,
-        vram, (os_names, oses), (interconnect, interconnects), (region, regions_coder),
-        (region_name, region_names), (country, countries), available,
-    ]
-    return columns, counts
-
-
-def _categories(coded: tuple[list[int], Mapping[Any, int]],
-                keep_empty: bool = False) -> tuple[np.ndarray, pd.Index]:
-    """:func:`_coder` output → (codes, sorted text categories); ``""`` is missing (code ``-1``)
-    unless ``keep_empty`` (a joined list, where ``""`` means "none"). Tuple keys (lists of
-    names) are joined with ``", "``; two that join alike share a category."""
-    code_list, coder = coded
-    keys = [", ".join(k) if k.__class__ is tuple else k for k in coder]
-    categories = sorted({k for k in keys if k or keep_empty})
-    position = {k: i for i, k in enumerate(categories)}
-    remap = np.array([position[k] if k or keep_empty else -1 for k in keys], dtype=np.intp)
-    codes = np.fromiter(code_list, dtype=np.intp, count=len(code_list))
-    return (remap[codes] if len(remap) else codes), pd.Index(categories, dtype=STR_DTYPE)
-
-
-def _row_order(
-    prices: np.ndarray,
-    ids: list[Any],
-    counts: np.ndarray,
-    region_codes: np.ndarray,
-    n_regions: int,
-    available: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows by ``available`` (True first), then price, ``instanceId`` and region, stably.
-
-    Returns (row positions, offer position of each output row). Offers are ranked once (by id,
-    then a stable sort by price), their rows gathered in that order, regions put in order within
-    each offer (a nearly sorted key, cheap for a stable sort) and the available rows moved first
-    (a stable partition): no full sort of all the rows.
-    """
-    n = len(ids)
-    try:
-        by_id = sorted(range(n), key=ids.__getitem__)
-    except TypeError:
-        text = ["" if v is None else str(v) for v in ids]
-        by_id = sorted(range(n), key=text.__getitem__)
-    offers = np.array(by_id, dtype=np.intp)
-    offers = offers[np.argsort(prices[offers], kind="stable")]
-
-    # Rows of the offers in that order: row = start of its offer + position inside it.
-    new_counts = counts[offers]
-    starts = np.cumsum(counts) - counts
-    new_starts = np.cumsum(new_counts) - new_counts
-    rows = np.arange(len(region_codes), dtype=np.intp) + np.repeat(
-        starts[offers] - new_starts, new_counts
-    )
-    rank = np.repeat(np.arange(n, dtype=np.int64), new_counts)
-    within = np.argsort(rank * (n_regions + 1) + region_codes[rows] + 1, kind="stable")
-    rows = rows[within]
-    offer_of_row = offers[rank[within]]
-    available_first = np.argsort(~available[rows], kind="stable")  # a radix sort of booleans
-    return rows[available_first], offer_of_row[available_first]
-
-
 def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
     """One row per offer and region of its ``availability``, available first, then cheapest.
 
@@ -334,56 +200,45 @@ def offers_frame(offers: bytes | str | Iterable[Any] | None) -> pd.DataFrame:
         0  RTX 4090         1         0.44  eu-west-1
         1  RTX 4090         1         0.44  us-east-1
     """
-    columns, count_list = _gather_offers(_records(InstanceOffer, offers, "offers"))
-    (
-        gpu_name, gpu_count, nvlink, deployment, instance_id, cloud_init, hourly,
-        provider_id, provider_name, ram, storage, vcpu, vram, os_names, interconnect,
-        region, region_name, country, available_list,
-    ) = columns  # fmt: skip
+    c = offer_columns(offers)
+    prices, gpus, vram_gb = c.hourly_price, c.gpu_count, c.vram_gb
+    region_codes, region_cats = categories(c.region)
+    order, take = row_order(prices, c.instance_id, c.counts, region_codes, len(region_cats),
+                            c.available)
 
-    counts = np.array(count_list, dtype=np.intp)
-    prices = float_column(hourly)
-    gpus = np.fromiter(gpu_count, dtype=np.int64, count=len(gpu_count))
-    vram_gb = float_column(vram)
-    available = bool_column(available_list)
-    region_codes, region_cats = _categories(region)
-    order, take = _row_order(prices, instance_id, counts, region_codes, len(region_cats),
-                             available)
+    def offer_cat(coded: Coded, keep_empty: bool = False) -> pd.Categorical:
+        codes, names = categories(coded, keep_empty)
+        return category_column(codes[take], names)
 
-    def offer_cat(coded: tuple[list[int], Mapping[str, int]],
-                  keep_empty: bool = False) -> pd.Categorical:
-        codes, categories = _categories(coded, keep_empty)
-        return category_column(codes[take], categories)
-
-    def row_cat(coded: tuple[list[int], Mapping[Any, int]]) -> pd.Categorical:
-        codes, categories = _categories(coded)
-        return category_column(codes[order], categories)
+    def row_cat(coded: Coded) -> pd.Categorical:
+        codes, names = categories(coded)
+        return category_column(codes[order], names)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         per_gpu = np.where(gpus > 0, prices / gpus, np.nan)
 
     frame = {
-        "instanceId": text_column(instance_id)[take],
-        "gpuName": offer_cat(gpu_name),
+        "instanceId": text_column(c.instance_id)[take],
+        "gpuName": offer_cat(c.gpu_name),
         "gpuCount": gpus[take],
         "hourlyPrice": prices[take],
         "pricePerGpuHour": per_gpu[take],
-        "deploymentType": offer_cat(deployment),
-        "nvlink": bool_column(nvlink)[take],
-        "cloudInitAvailable": bool_column(cloud_init)[take],
-        "providerId": offer_cat(provider_id),
-        "providerName": offer_cat(provider_name),
+        "deploymentType": offer_cat(c.deployment_type),
+        "nvlink": c.nvlink[take],
+        "cloudInitAvailable": c.cloud_init_available[take],
+        "providerId": offer_cat(c.provider_id),
+        "providerName": offer_cat(c.provider_name),
         "vRamGB": vram_gb[take],
         "totalVRamGB": (vram_gb * gpus)[take],
-        "ramGB": float_column(ram)[take],
-        "vCpu": float_column(vcpu)[take],
-        "storageGB": float_column(storage)[take],
-        "interconnect": offer_cat(interconnect),
-        "os": offer_cat(os_names, keep_empty=True),
+        "ramGB": c.ram_gb[take],
+        "vCpu": c.vcpu[take],
+        "storageGB": c.storage_gb[take],
+        "interconnect": offer_cat(c.interconnect),
+        "os": offer_cat(c.os, keep_empty=True),
         "region": category_column(region_codes[order], region_cats),
-        "regionName": row_cat(region_name),
-        "countryCode": row_cat(country),
-        "available": available[order],
+        "regionName": row_cat(c.region_name),
+        "countryCode": row_cat(c.country_code),
+        "available": c.available[order],
     }
     return cast("pd.DataFrame", pd.DataFrame(frame, columns=list(OFFER_COLUMNS), copy=False))
 

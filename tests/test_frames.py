@@ -238,6 +238,32 @@ def test_a_json_body_gives_the_same_frame_as_its_parsed_list(encode: Any) -> Non
         assert_frame_equal(offers_frame(encode(json.dumps(data))), offers_frame(data))
 
 
+def test_a_body_whose_nested_values_repeat_reads_like_its_parsed_list() -> None:
+    # From a body, each distinct configuration and availability text is decoded once: texts that
+    # repeat, differ only in spacing, or are missing must give what the parsed list gives.
+    data = [*catalogue(), *sandbox_catalogue.synthetic_offers(300, regions_per_offer=2, seed=7)]
+    for i, item in enumerate(data[4:60]):
+        item["instanceId"] = f"copy-{i:02d}"
+        item["availability"] = data[0]["availability"]  # the same list, the same text
+        item["configuration"] = data[2]["configuration"]
+    del data[61]["configuration"], data[62]["availability"], data[63]["cloud"]
+    spaced = json.dumps(data[100:], indent=1, separators=(" ,", ": "))
+    body = json.dumps(data[:100])[:-1] + "," + spaced[1:]
+    assert len(json.loads(body)) == len(data)
+    assert_frame_equal(offers_frame(body), offers_frame(data))
+    assert_frame_equal(offers_frame(body.encode()), offers_frame(json.loads(body)))
+
+
+@pytest.mark.parametrize("odd", [
+    {"availability": None}, {"availability": [{"region": None}]}, {"configuration": []},
+    {"configuration": {"os": "ubuntu"}}, {"availability": [{"available": "yes"}]},
+])
+def test_an_odd_nested_value_in_a_body_reads_like_the_records(odd: dict[str, Any]) -> None:
+    data = [*well_formed(), {"instanceId": "odd", "gpuCount": 1, **odd}]
+    records = [InstanceOffer.from_json(o) for o in data]
+    assert_frame_equal(offers_frame(json.dumps(data).encode()), offers_frame(records))
+
+
 def test_a_body_read_by_the_tolerant_path_agrees() -> None:
     data = [*well_formed(), {"instanceId": "odd", "cloud": None, "hourlyPrice": "1.5"}]
     body = json.dumps(data).encode()  # the null sends the whole body down the loose path
