@@ -1,16 +1,12 @@
 """The kernel's forwarded channels (:mod:`gpucloud_nb.kernel.forwards`) across an SSH drop, with
 a real kernel on a sandbox instance started by ``jupyter_client.KernelManager``.
 
-The test below finds a real gap (#36's leftover) and is marked as an expected failure until it
-is closed. After a drop, requests wait until *an* IOPub connection over the new SSH connection
-has heard the kernel's ZeroMQ greeting, and 50 ms more. Two things let a cell's output be lost:
-the busy watcher's IOPub (ZeroMQ's default 0.1 s reconnect) can be that connection while the
-user's is not back yet; and "heard the greeting" is not "subscribed": traced byte by byte, a
-reconnected subscriber's ``SUBSCRIBE`` goes out only after the kernel's ``READY``, which for a
-connection made after the drop was held for seconds, until the kernel handled the next request.
-Waiting for every cut subscriber's ``SUBSCRIBE`` frame (tried) therefore waits out the 5 s cap
-and still loses the output; where the ``READY`` is held (the kernel, the sandbox's SSH
-forwarder, or asyncssh) is not found yet.
+After a drop every subscriber reconnects on its own ZeroMQ clock, and a reconnected subscriber's
+own ``SUBSCRIBE`` goes out only when the thread that owns its socket next calls into it (traced
+byte by byte: a ``BlockingKernelClient`` waiting in ``get_shell_msg`` sent it 10 s later, just
+after the reply), so a cell's output went to whichever subscriber was back first (the busy
+watcher's) and was lost for the user's. The forwards subscribe each one at its handshake and
+hold requests until every cut subscriber is back.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import queue
 import time
 from typing import Any
 
-import pytest
 import test_kernel_provisioner as base
 import zmq
 from helpers import wait_for
@@ -49,7 +44,6 @@ class SlowIOPubClient(BlockingKernelClient):
         return sock
 
 
-@pytest.mark.xfail(strict=False, reason="a real gap, not closed yet: see the module docstring")
 def test_after_an_ssh_drop_a_cell_waits_for_the_users_iopub_not_the_busy_watchers(
         sandbox: Sandbox, box: GPUCloud, kernels: Any) -> None:
     instance = launch(box)
