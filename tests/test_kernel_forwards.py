@@ -22,6 +22,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.kernel import install_kernel
+from gpucloud_nb.kernel.forwards import Subscribe
 from gpucloud_nb.sandbox import Sandbox
 
 _entry_point, jupyter_data, box = base._entry_point, base.jupyter_data, base.box
@@ -87,3 +88,22 @@ def test_after_an_ssh_drop_a_cell_waits_for_the_users_iopub_not_the_busy_watcher
         assert "".join(printed) == "still here\n"  # the output reached the user's own client
     finally:
         client.stop_channels()
+
+
+def test_a_subscriber_is_subscribed_once_right_after_its_ready_however_its_bytes_are_split() -> None:
+    greeting = b"\xff" + bytes(8) + b"\x7f\x03\x01NULL" + bytes(16) + b"\x00" + bytes(31)
+    ready = b"\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x03SUB"
+    own = b"\x04\x0a\x09SUBSCRIBE"
+    sent = greeting + ready + own + b"\x00\x02\x01a"
+    for step in (1, 3, 10, 64, len(sent)):
+        subscribe = Subscribe()
+        out = b"".join(subscribe.feed(sent[at:at + step]) for at in range(0, len(sent), step))
+        assert out == greeting + ready + Subscribe.ALL + own + b"\x00\x02\x01a"
+        assert subscribe.done
+
+
+def test_a_handshake_that_is_not_zmtps_is_left_alone() -> None:
+    subscribe = Subscribe()
+    junk = bytes(64) + b"\x00\xff" + bytes(5000)
+    assert subscribe.feed(junk) == junk
+    assert subscribe.done and subscribe.feed(b"more") == b"more"

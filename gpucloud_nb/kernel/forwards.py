@@ -181,6 +181,7 @@ class Forwards:
                 pass
             finally:
                 self.writers.discard(writer)
+                self._cutting.discard(writer)
                 if task is not None:
                     self.tasks.discard(task)
                 writer.close()
@@ -231,7 +232,6 @@ class Forwards:
             if self._subscriptions.pop(token, None) is not None and (
                     first[:1] != ["client"] or writer in self._cutting):
                 self._cut.append(loop.time())  # its client will subscribe again
-            self._cutting.discard(writer)
 
     async def _subscribed(self, connection: Any) -> None:
         """Wait until every cut subscriber is back over ``connection`` (see the module docs)."""
