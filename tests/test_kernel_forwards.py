@@ -90,20 +90,37 @@ def test_after_an_ssh_drop_a_cell_waits_for_the_users_iopub_not_the_busy_watcher
         client.stop_channels()
 
 
-def test_a_subscriber_is_subscribed_once_right_after_its_ready_however_its_bytes_are_split() -> None:
-    greeting = b"\xff" + bytes(8) + b"\x7f\x03\x01NULL" + bytes(16) + b"\x00" + bytes(31)
-    ready = b"\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x03SUB"
-    own = b"\x04\x0a\x09SUBSCRIBE"
-    sent = greeting + ready + own + b"\x00\x02\x01a"
+_GREETING = b"\xff" + bytes(8) + b"\x7f\x03\x01NULL" + bytes(16) + b"\x00" + bytes(31)
+_READY = b"\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x03SUB"
+_KERNEL = _GREETING + b"\x04\x1a\x05READY\x0bSocket-Type\x00\x00\x00\x04XPUB"
+_OWN = b"\x04\x0a\x09SUBSCRIBE"  # the subscriber's own subscription
+
+
+def test_a_subscriber_is_subscribed_once_between_frames_after_both_readys() -> None:
+    sent = _GREETING + _READY + _OWN + b"\x00\x02\x01a"
     for step in (1, 3, 10, 64, len(sent)):
         subscribe = Subscribe()
-        out = b"".join(subscribe.feed(sent[at:at + step]) for at in range(0, len(sent), step))
-        assert out == greeting + ready + Subscribe.ALL + own + b"\x00\x02\x01a"
-        assert subscribe.done
+        assert subscribe.kernel(_KERNEL) == b""  # the subscriber's READY is not there yet
+        out = b"".join(subscribe.client(sent[at:at + step]) for at in range(0, len(sent), step))
+        assert out == _GREETING + _READY + Subscribe.ALL + _OWN + b"\x00\x02\x01a"
+        assert subscribe.sent
+
+
+def test_a_subscriber_is_not_subscribed_before_the_kernels_ready() -> None:
+    # the kernel takes a message before its own READY for a protocol error and hangs up
+    subscribe = Subscribe()
+    assert subscribe.client(_GREETING + _READY + _OWN[:5]) == _GREETING + _READY + _OWN[:5]
+    assert subscribe.kernel(_KERNEL) == b""  # the subscriber is in the middle of a frame
+    assert subscribe.client(_OWN[5:]) == _OWN[5:] + Subscribe.ALL
+    assert subscribe.sent
+    subscribe = Subscribe()
+    assert subscribe.client(_GREETING + _READY) == _GREETING + _READY
+    assert subscribe.kernel(_KERNEL[:70]) == b""
+    assert subscribe.kernel(_KERNEL[70:]) == Subscribe.ALL
 
 
 def test_a_handshake_that_is_not_zmtps_is_left_alone() -> None:
     subscribe = Subscribe()
     junk = bytes(64) + b"\x00\xff" + bytes(5000)
-    assert subscribe.feed(junk) == junk
-    assert subscribe.done and subscribe.feed(b"more") == b"more"
+    assert subscribe.client(junk) == junk
+    assert subscribe.done and not subscribe.sent and subscribe.client(b"more") == b"more"

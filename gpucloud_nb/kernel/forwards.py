@@ -56,57 +56,93 @@ _SETTLE = 0.05
 _ANY_WAIT = 5.0
 
 
+class _Frames:
+    """One side's ZMTP 3 stream through its handshake: a 64-byte greeting, then frames."""
+
+    def __init__(self) -> None:
+        self.seen = b""
+        self.next = 64  # where the next frame starts
+        self.ready = False  # its READY command went by
+
+    def feed(self, data: bytes) -> list[tuple[int, bool]]:
+        """The frames ``data`` completes: where each ends (in all bytes seen), and whether
+        the READY had gone by then."""
+        self.seen += data
+        ends = []
+        while len(self.seen) >= self.next + 2:
+            flags = self.seen[self.next]
+            head = 9 if flags & 0x02 else 2  # a long frame's size has 8 bytes
+            size = int.from_bytes(self.seen[self.next + 1:self.next + head], "big")
+            end = self.next + head + size
+            if len(self.seen) < end:
+                break
+            if flags & 0x04 and self.seen[self.next + head:end].startswith(b"\x05READY"):
+                self.ready = True
+            self.next = end
+            ends.append((end, self.ready))
+        return ends
+
+
 class Subscribe:
-    """Subscribes a subscriber to everything at the kernel as soon as its ZeroMQ handshake is
-    done: :meth:`feed` gives the bytes it sent with a subscription added after its ``READY``.
+    """Subscribes a subscriber to everything at the kernel as soon as the ZeroMQ handshake
+    between them is done: :meth:`client` and :meth:`kernel` see the bytes each side sends and
+    give what goes to the kernel, with a subscription added once both ``READY`` went by.
 
     ZeroMQ sends a reconnected subscriber's own subscriptions from the thread that owns the
     socket, the next time that thread calls into it, not from its I/O thread: a client waiting
     for a reply on its shell socket has not subscribed again when the kernel publishes the
     cell's output. Subscribing to everything is safe: a ``SUB`` socket filters what arrives by
-    its own subscriptions, and its own later subscription to ``b""`` is the same one.
+    its own subscriptions, and its own later subscription to ``b""`` is the same one. Before
+    the kernel's ``READY`` the kernel would take a message for a protocol error.
 
         >>> subscribe = Subscribe()
-        >>> subscribe.feed(bytes(64)) == bytes(64)  # the greeting
-        True
         >>> ready = b"\\x04\\x19\\x05READY\\x0bSocket-Type\\x00\\x00\\x00\\x03SUB"
-        >>> own = b"\\x04\\x0a\\x09SUBSCRIBE"  # its own subscription, sent with it here
-        >>> subscribe.feed(ready + own) == ready + Subscribe.ALL + own
+        >>> subscribe.client(bytes(64) + ready) == bytes(64) + ready  # the kernel's READY is due
         True
-        >>> subscribe.done
+        >>> subscribe.kernel(bytes(64) + b"\\x04\\x1a\\x05READY\\x0bSocket-Type\\x00\\x00\\x00\\x04XPUB")
+        b'\\x00\\x01\\x01'
+        >>> subscribe.sent
         True
     """
 
     #: A ZMTP 3 message frame subscribing to every topic (ZeroMQ 4 takes it from 3.0 and 3.1
     #: peers alike).
     ALL = b"\x00\x01\x01"
+    #: A handshake longer than this is not one we know: it is left alone.
+    _LIMIT = 4096
 
     def __init__(self) -> None:
-        self.done = False
-        self._seen = b""  # the handshake so far
-        self._next = 64  # where its next frame starts (after the 64-byte greeting)
+        self.done = False  # nothing more to look at
+        self.sent = False  # the subscription went to the kernel
+        self._client, self._kernel = _Frames(), _Frames()
 
-    def feed(self, data: bytes) -> bytes:
-        """The bytes to send on for ``data``, the next bytes the subscriber sent."""
+    def client(self, data: bytes) -> bytes:
+        """What goes to the kernel for ``data``, the next bytes the subscriber sent."""
         if self.done:
             return data
-        start = len(self._seen)
-        self._seen += data
-        while len(self._seen) >= self._next + 2:
-            flags = self._seen[self._next]
-            head = 9 if flags & 0x02 else 2  # a long frame's size has 8 bytes
-            size = int.from_bytes(self._seen[self._next + 1:self._next + head], "big")
-            end = self._next + head + size
-            if len(self._seen) < end:
-                break
-            ready = flags & 0x04 and self._seen[self._next + head:end].startswith(b"\x05READY")
-            self._next = end
-            if ready:
-                self.done, self._seen = True, b""
+        start = len(self._client.seen)
+        for end, ready in self._client.feed(data):
+            if ready and self._kernel.ready:
+                self.done = self.sent = True
                 return data[:end - start] + self.ALL + data[end - start:]
-        if len(self._seen) > 4096:  # not a handshake we know: leave it alone
-            self.done, self._seen = True, b""
+        self._give_up()
         return data
+
+    def kernel(self, data: bytes) -> bytes:
+        """What goes to the kernel now that it sent ``data`` (sent on to the subscriber)."""
+        if self.done or self._kernel.ready:
+            return b""
+        self._kernel.feed(data)
+        if (self._kernel.ready and self._client.ready
+                and len(self._client.seen) == self._client.next):  # between its frames
+            self.done = self.sent = True
+            return self.ALL
+        self._give_up()
+        return b""
+
+    def _give_up(self) -> None:
+        if max(len(self._client.seen), len(self._kernel.seen)) > self._LIMIT:
+            self.done = True
 
 
 class Forwards:
@@ -211,11 +247,17 @@ class Forwards:
         async def pipe(source: Any, sink: Any, side: str) -> None:
             try:
                 while data := await source.read(65536):
-                    handshake = subscribe is not None and side == "client" and not subscribe.done
-                    sink.write(subscribe.feed(data) if subscribe and handshake else data)
+                    if subscribe is None or subscribe.done:
+                        sink.write(data)
+                    elif side == "client":
+                        sink.write(subscribe.client(data))
+                    else:
+                        sink.write(data)
+                        if extra := subscribe.kernel(data):
+                            ssh_writer.write(extra)
                     await sink.drain()
-                    if subscribe and handshake and subscribe.done:  # on the SSH connection now
-                        self._subscriptions[token] = (connection, loop.time())
+                    if subscribe is not None and subscribe.sent and token not in self._subscriptions:
+                        self._subscriptions[token] = (connection, loop.time())  # sent
                         if self._cut:
                             self._cut.pop(0)
             except Exception:  # either side went away
