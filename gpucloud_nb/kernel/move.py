@@ -350,8 +350,7 @@ class Movable(Carrier):
             await handed.forwards.close()
             self._forwards.point(handed.ports)
             self._forwards.down_until = 0.0
-            for writer in list(self._forwards.writers):  # ZeroMQ reconnects, to the new kernel
-                writer.close()
+            self._forwards.cut()  # ZeroMQ reconnects, to the new kernel
             await self.stop_relay()
             if handed.relay is not None:
                 handed.relay.handler = self.on_request
