@@ -45,8 +45,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -138,6 +140,7 @@ class Remote:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                loop.set_exception_handler(_quiet_cut_copies)
                 thread = threading.Thread(target=loop.run_forever, name="gpucloud-nb-ssh",
                                           daemon=True)
                 thread.start()
@@ -422,3 +425,21 @@ class Remote:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wrap_future(self.submit(self.close_forward(listener)))
+
+
+def _quiet_cut_copies(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The SSH loop's exception handler: asyncssh's own leftovers of a copy cut short go to
+    the debug log; everything else to asyncio's default handler.
+
+    asyncssh copies a file with parallel tasks. A copy cut by a shutdown (when closing its
+    session did not end it in time, see :func:`~.ssh_files.download`) leaves them to fail
+    with the lost connection, unawaited, and asyncio would print each one as "Task exception
+    was never retrieved" with a traceback: in a notebook, a traceback about nothing wrong.
+    """
+    asyncssh = sys.modules.get("asyncssh")
+    error = context.get("exception")
+    if (asyncssh is not None and context.get("message") == "Task exception was never retrieved"
+            and isinstance(error, (asyncssh.SFTPConnectionLost, asyncssh.ConnectionLost))):
+        logging.getLogger("gpucloud_nb.ssh").debug("A cut copy's SFTP task ended: %s", error)
+        return
+    loop.default_exception_handler(context)
