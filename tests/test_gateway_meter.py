@@ -77,10 +77,10 @@ def test_a_delete_taken_at_last_is_confirmed_in_the_audit(
         assert actions == ["created", "deleted", "unconfirmed", "confirmed"]
 
 
-def test_a_tick_reads_what_people_spent_at_once_not_per_person(upstream: Sandbox) -> None:
-    # Each tick checks every budget; with 40 people it ran 5 queries each (200 a second on the
-    # gateway's one loop, the answers to the class waiting behind them). Now the same few
-    # queries whatever the class's size.
+def _tick(upstream: Sandbox, people: int, events: list[str], *, alongside: bool = False) -> None:
+    """One meter tick for a class of ``people`` against ``upstream``, each SQL statement of it
+    in ``events``; with ``alongside``, after a first (warming) tick, and with a task that
+    writes "TURN" whenever the loop gives it a turn."""
     import asyncio
 
     from gpucloud_nb.gateway.keys import Keyring
@@ -88,48 +88,13 @@ def test_a_tick_reads_what_people_spent_at_once_not_per_person(upstream: Sandbox
     from gpucloud_nb.gateway.store import Store
     from gpucloud_nb.gateway.upstream import Upstream
 
-    people = parse_keys("".join(f"student-key-{n:02d}-0123456789 20 Student {n}\n"
-                                for n in range(40)))
+    keys = parse_keys("".join(f"student-key-{n:02d}-0123456789 20 Student {n}\n"
+                              for n in range(people)))
     store = Store(":memory:")
-    store.set_people(people)
-    statements: list[str] = []
+    store.set_people(keys)
 
     async def one_tick() -> None:
-        meter = Meter(store, Keyring(people), Upstream(upstream.management_url, UPSTREAM_KEY))
-        try:
-            store.db.set_trace_callback(statements.append)
-            await meter.tick()
-        finally:
-            store.db.set_trace_callback(None)
-            await meter.upstream.aclose()
-
-    try:
-        asyncio.run(one_tick())
-    finally:
-        store.close()
-    assert 0 < len(statements) < len(people), statements
-
-
-def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox) -> None:
-    # After the upstream's list a tick was one stretch of work on the gateway's loop (metering,
-    # reconciling, timers, budgets: ~10 ms for a class of 40, more on a busy machine), every
-    # answer to the class waiting behind it. A task that runs whenever the loop is free must
-    # get a turn between the metering and the budgets' reads.
-    import asyncio
-
-    from gpucloud_nb.gateway.keys import Keyring
-    from gpucloud_nb.gateway.meter import Meter
-    from gpucloud_nb.gateway.store import Store
-    from gpucloud_nb.gateway.upstream import Upstream
-
-    people = parse_keys("".join(f"student-key-{n:02d}-0123456789 20 Student {n}\n"
-                                for n in range(3)))
-    store = Store(":memory:")
-    store.set_people(people)
-    events: list[str] = []
-
-    async def one_tick() -> None:
-        meter = Meter(store, Keyring(people), Upstream(upstream.management_url, UPSTREAM_KEY))
+        meter = Meter(store, Keyring(keys), Upstream(upstream.management_url, UPSTREAM_KEY))
         done = False
 
         async def other_work() -> None:
@@ -138,12 +103,15 @@ def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox
                 await asyncio.sleep(0)
 
         try:
-            await meter.tick()  # connected and warm
-            other = asyncio.create_task(other_work())
+            other = None
+            if alongside:
+                await meter.tick()  # connected and warm
+                other = asyncio.create_task(other_work())
             store.db.set_trace_callback(events.append)
             await meter.tick()
             done = True
-            await other
+            if other is not None:
+                await other
         finally:
             store.db.set_trace_callback(None)
             await meter.upstream.aclose()
@@ -152,6 +120,24 @@ def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox
         asyncio.run(one_tick())
     finally:
         store.close()
+
+
+def test_a_tick_reads_what_people_spent_at_once_not_per_person(upstream: Sandbox) -> None:
+    # Each tick checks every budget; with 40 people it ran 5 queries each (200 a second on the
+    # gateway's one loop, the answers to the class waiting behind them). Now the same few
+    # queries whatever the class's size.
+    statements: list[str] = []
+    _tick(upstream, 40, statements)
+    assert 0 < len(statements) < 40, statements
+
+
+def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox) -> None:
+    # After the upstream's list a tick was one stretch of work on the gateway's loop (metering,
+    # reconciling, timers, budgets: ~10 ms for a class of 40, more on a busy machine), every
+    # answer to the class waiting behind it. A task that runs whenever the loop is free must
+    # get a turn between the metering and the budgets' reads.
+    events: list[str] = []
+    _tick(upstream, 3, events, alongside=True)
     metering = next(n for n, event in enumerate(events) if event.startswith("SELECT * FROM owned"))
     budgets = next(n for n, event in enumerate(events) if "FROM spans" in event)
     assert metering < budgets
