@@ -24,6 +24,7 @@ import json
 import logging
 import secrets as random_secrets
 import shutil
+import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -127,6 +128,7 @@ def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.M
 
     import nbformat
     from nbclient import NotebookClient
+    from traitlets.config import Config
 
     if not NOTEBOOKS:
         pytest.skip("notebooks/ holds no notebook yet")
@@ -137,6 +139,12 @@ def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("GPUCLOUD_SANDBOX_LAUNCH_SECONDS", "1")
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    # The kernels talk over Unix sockets, not TCP: jupyter_client picks free TCP ports and the
+    # kernel binds them later, so with kernels starting side by side (and other test
+    # processes) one found its port taken ("Address already in use"; the kernel died before
+    # replying). The sockets sit in a short folder: a socket's path is at most 107 bytes.
+    runtime = Path(tempfile.mkdtemp(prefix="gpucloud-rt-"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
 
     async def execute(path: Path, limit: asyncio.Semaphore) -> Any:
         workdir = tmp_path / path.stem  # a copy each, so notebooks writing files do not collide
@@ -149,7 +157,9 @@ def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.M
             "print('leak-scan sandbox key:', mask(shared_sandbox().api_key))"))
         # A cell may wait long beside three other notebooks on a loaded machine (lesson 12's
         # move took over 100 s at load 16; 80 s for the whole notebook alone).
-        client = NotebookClient(notebook, timeout=300, kernel_name="python3",
+        over_ipc = Config({"KernelManager": {"transport": "ipc",  # sockets runtime/NN-1…5
+                                             "ip": str(runtime / path.name[:2])}})
+        client = NotebookClient(notebook, timeout=300, kernel_name="python3", config=over_ipc,
                                 store_widget_state=True,
                                 resources={"metadata": {"path": str(workdir)}})
         async with limit:
@@ -163,8 +173,12 @@ def test_executed_notebooks_hold_no_secret(tmp_path: Path, monkeypatch: pytest.M
         limit = asyncio.Semaphore(NOTEBOOKS_AT_ONCE)
         return await asyncio.gather(*(execute(path, limit) for path in NOTEBOOKS))
 
+    try:
+        executed = asyncio.run(execute_all())
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
     failed = []
-    for path, (notebook, error) in zip(NOTEBOOKS, asyncio.run(execute_all()), strict=True):
+    for path, (notebook, error) in zip(NOTEBOOKS, executed, strict=True):
         assert_clean(f"executed {path.name}", [nbformat.writes(notebook), *streams(notebook)])
         if error is not None:
             failed.append(f"{path.name}: {type(error).__name__}: {str(error)[-300:]}")
