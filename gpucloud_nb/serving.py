@@ -116,15 +116,34 @@ class _Corked:
         return getattr(self._transport, name)
 
 
-def _corked_h11() -> type:
-    """uvicorn's h11 protocol writing through :class:`_Corked`."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def _protocol(corked: bool) -> type:
+    """uvicorn's protocol on ``httptools`` (its C parser), answering a request it cannot parse
+    in the spec's error body, and with ``corked`` writing through :class:`_Corked`.
 
-    class CorkedH11(H11Protocol):
+    uvicorn answers what its parser rejects (a method it does not know, bytes that are not
+    HTTP, a path that is not ASCII) with a plain-text 400 of its own; a client of the cloud's
+    interface reads the spec's ``{statusCode, timestamp, path, message}`` on every error.
+    """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class Protocol(HttpToolsProtocol):
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(_Corked(transport))  # type: ignore[arg-type]
+            super().connection_made(_Corked(transport) if corked else transport)  # type: ignore[arg-type]
 
-    return CorkedH11
+        def send_400_response(self, msg: str) -> None:
+            from gpucloud_nb.sandbox.http import spec_error
+
+            path = self.url.split(b"?", 1)[0].decode("ascii", "replace") or "/"
+            answer = spec_error(400, "The request is not valid HTTP: check its method, path "
+                                     "and headers.", path)
+            head = [b"HTTP/1.1 400 Bad Request\r\n",
+                    *(b"%s: %s\r\n" % pair for pair in self.server_state.default_headers),
+                    *(b"%s: %s\r\n" % pair for pair in answer.raw_headers),
+                    b"connection: close\r\n\r\n"]
+            self.transport.write(b"".join(head) + answer.body)
+            self.transport.close()
+
+    return Protocol
 
 
 def _server(app: Any, host: str, sock: socket.socket, *, corked: bool = False,
@@ -134,9 +153,7 @@ def _server(app: Any, host: str, sock: socket.socket, *, corked: bool = False,
     return uvicorn.Server(uvicorn.Config(
         app, host=host, port=sock.getsockname()[1],
         lifespan="on",  # the app's background tasks (timers, SSH servers) run in its lifespan
-        # h11 whatever else is installed: with httptools (uvicorn[standard]) an unknown method
-        # got uvicorn's plain-text 400, not the spec's error body (test_sandbox_malformed).
-        http=_corked_h11() if corked else "h11",
+        http=_protocol(corked),
         timeout_graceful_shutdown=2, timeout_keep_alive=KEEP_ALIVE_SECONDS, **options))
 
 

@@ -147,3 +147,46 @@ def test_the_access_log_writes_its_lines_in_batches_in_order() -> None:
             logger.addHandler(old)
     assert stream.getvalue().splitlines() == [f"line {n}" for n in range(200)]
     assert stream.flushes < 50
+
+
+def _raw_answer(port: int, payload: bytes) -> bytes:
+    """What a server on ``port`` answers ``payload``, read until it closes the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(payload)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+UNPARSEABLE = [
+    b"GARBAGE\r\n\r\n",
+    b"FOO /gpu-cloud/instances HTTP/1.1\r\nHost: x\r\n\r\n",  # a method the parser does not know
+    b"GET /gpu-cloud/instances/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",  # a path that is not ASCII
+    b"GET /gpu-cloud/volumes HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n",
+]
+
+
+def test_a_request_the_parser_rejects_gets_the_spec_error_body_from_sandbox_and_gateway(
+        sandbox: Sandbox, gateway_factory: Any) -> None:
+    # uvicorn answers what its parser rejects with a plain-text 400 of its own; a client of the
+    # cloud's interface reads {statusCode, timestamp, path, message} on every error.
+    import json
+    import re
+
+    gateway = gateway_factory()
+    for port in (sandbox.port, int(gateway.url.rsplit(":", 1)[1])):
+        for payload in UNPARSEABLE:
+            answer = _raw_answer(port, payload)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), (port, payload, answer[:300])
+            assert b"content-type: application/json" in head.lower(), (payload, head)
+            error = json.loads(body)
+            assert set(error) == {"statusCode", "timestamp", "path", "message"}, error
+            assert error["statusCode"] == 400 and error["path"].startswith("/"), error
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", error["timestamp"]), error
+        # and the server goes on answering
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            assert client.get("/gpu-cloud/instances").status_code == 403
