@@ -55,12 +55,54 @@ def test_each_answer_says_the_gateways_time_and_the_upstreams(
             spent = timing(answer)
             # the relay's delay is the upstream's; the app waited for it; the client for the app
             assert DELAY * 1e3 <= spent["upstream"] <= spent["app"] <= elapsed_ms
+        assert "admit" not in spent  # only a create is admitted
+        # a create's own admission, inside its app time and apart from the upstream's
+        created = timing(made)
+        assert 0 < created["admit"] <= created["app"] - created["upstream"]
         # answered by the gateway alone: no time upstream, and the header on an error too
         me = ada.get("/gateway/me")
         assert timing(me)["upstream"] == 0.0 and timing(me)["app"] < DELAY * 1e3
     with as_key(slow_gateway, "gk-not-a-key-000000000000") as stranger:
         refused = stranger.get("/gpu-cloud/instances")
         assert refused.status_code == 403 and timing(refused)["upstream"] == 0.0
+
+
+def test_a_create_held_for_another_persons_of_the_same_name_counts_the_wait_as_admission(
+        upstream: Sandbox) -> None:
+    # Bob's create waits while Ada's of the same name is with the (slow) upstream: that wait is
+    # admission's part of his answer, not the upstream's.
+    import threading
+
+    hold = 3.0
+    relay = SlowAnswers(upstream.port, delay=hold)
+    people = parse_keys(f"{ADA} - Ada\n{BOB} - Bob\n")
+    gateway = Gateway(GatewayConfig(people=tuple(people), upstream_url=relay.url,
+                                    upstream_key=UPSTREAM_KEY, poll=60)).start()
+    try:
+        with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real:
+            offer = vm_offer(real)
+            answers: dict[str, httpx.Response] = {}
+
+            def create(who: str, key: str) -> None:
+                with as_key(gateway, key) as client:
+                    answers[who] = client.post("/gpu-cloud/instances",
+                                               json=create_body(offer, "same"))
+
+            ada = threading.Thread(target=create, args=("ada", ADA))
+            ada.start()
+            deadline = time.monotonic() + 60  # Ada's create reached the upstream: in flight
+            while not any(i.name == "same" for i in real.instances.list()):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            create("bob", BOB)
+            ada.join(60)
+        assert answers["ada"].status_code == answers["bob"].status_code == 201
+        bob = timing(answers["bob"])
+        assert bob["admit"] >= 0.25 * hold * 1e3, bob  # Ada's create held the name that long
+        assert bob["admit"] <= bob["app"] - bob["upstream"], bob
+    finally:
+        gateway.stop()
+        relay.close()
 
 
 def test_the_watchers_own_upstream_calls_count_in_no_request(

@@ -61,6 +61,7 @@ from gpucloud_nb.gateway.idle import idle_seconds_of
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.meter import Meter, parse_ms
 from gpucloud_nb.gateway.store import Store
+from gpucloud_nb.gateway.timing import ADMIT_SPENT
 from gpucloud_nb.gateway.upstream import RETRY_AFTER, Upstream, UpstreamUnreachable, decode
 from gpucloud_nb.sandbox.http import Problem, now_ms, read_json_object
 
@@ -146,7 +147,14 @@ class Gate:
     async def admitted(self, person: Person, name: str, price: float) -> int:
         """A create of ``price`` $/h admitted against ``person``'s budget (its reservation), once
         no one else's of ``name`` is in flight; a 402 or 409 :class:`Problem` otherwise."""
-        waited = time.monotonic()
+        spent, start = ADMIT_SPENT.get(), time.perf_counter()
+        try:
+            return await self._admit(person, name, price, time.monotonic())
+        finally:
+            if spent is not None:  # the create's Server-Timing (gateway.timing)
+                spent[0] += time.perf_counter() - start
+
+    async def _admit(self, person: Person, name: str, price: float, waited: float) -> int:
         while True:
             try:
                 return money.admit(self.store, person, name, price, self.config.reserve_hours,
@@ -248,13 +256,15 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
             store.reserve_idle(rid, idle)  # kept with the reservation, adopted or answered
         gate.meter.inflight.add(rid)
         try:
-            status, data = await upstream.call("POST", "/gpu-cloud/instances", json=body)
+            status, answer = await upstream.send("POST", "/gpu-cloud/instances", json=body)
+            data = decode(answer)
             if status in (200, 201) and isinstance(data, dict) and data.get("_id"):
-                id = str(data["_id"])
-                store.add_owned(id, "instance", person.account, name,
-                                float(data.get("hourlyPrice") or price), now_ms(), rid=rid)
-                store.audit(now_ms(), person.account, "created", id, "asked")
-                return gate.relay(status, data, request)
+                id, now = str(data["_id"]), now_ms()
+                with store.transaction():  # one commit: the record, the reservation, the audit
+                    store.add_owned(id, "instance", person.account, name,
+                                    float(data.get("hourlyPrice") or price), now, rid=rid)
+                    store.audit(now, person.account, "created", id, "asked")
+                return gate.relay_body(status, answer, request)
             if status < 500:  # a definite answer: nothing was made
                 store.fail_reservation(rid)
             return gate.relay(status, data, request)

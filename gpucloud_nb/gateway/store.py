@@ -123,7 +123,16 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding SQLite's write lock from its start."""
+        """One write transaction holding SQLite's write lock from its start; inside another,
+        part of it (the writes of both are committed together, in one commit).
+
+            >>> with store.transaction():  # doctest: +SKIP
+            ...     store.add_owned(id, "instance", account, name, price, ms, rid=rid)
+            ...     store.audit(ms, account, "created", id, "asked")
+        """
+        if self.db.in_transaction:
+            yield self.db
+            return
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db

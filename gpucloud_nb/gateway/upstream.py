@@ -78,7 +78,7 @@ class Upstream:
         self._headers = {"x-api-key": key, "accept": "application/json"}
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout,
                                               sock_read=timeout)
-        self._offers: list[dict[str, Any]] | None = None
+        self._offers: dict[tuple[Any, Any], dict[str, Any]] | None = None  # by (provider, id)
         self._offers_at = 0.0
         self._offers_lock = asyncio.Lock()
         self._endpoints: httpx.AsyncClient | None = None
@@ -168,14 +168,14 @@ class Upstream:
             if self._offers is None or time.monotonic() - self._offers_at > OFFERS_TTL:
                 status, data = await self.call("GET", "/gpu-cloud/instances/offers")
                 if status == 200 and isinstance(data, list):
-                    self._offers = [item for item in data if isinstance(item, dict)]
+                    self._offers = {}
+                    for item in data:  # the first of an id, as a scan of the list finds it
+                        cloud = item.get("cloud") if isinstance(item, dict) else None
+                        if isinstance(cloud, dict):
+                            self._offers.setdefault((cloud.get("_id"), item.get("instanceId")),
+                                                    item)
                     self._offers_at = time.monotonic()
-        for offer in self._offers or []:
-            cloud = offer.get("cloud")
-            if offer.get("instanceId") == offer_id and isinstance(cloud, dict) \
-                    and cloud.get("_id") == provider:
-                return offer
-        return None
+        return None if self._offers is None else self._offers.get((provider, offer_id))
 
     async def offer_price(self, provider: str, offer_id: str) -> float | None:
         """The hourly price of the offer ``offer_id`` of ``provider``, or ``None`` if none."""
