@@ -6,7 +6,9 @@ client pay for the server's CPU time too. ``ServerProcess("sandbox")`` serves th
 Starlette app answering ``GET /hello``; ``ServerProcess("offers", "10000", "3")`` one answering
 ``GET /gpu-cloud/instances/offers`` with :func:`benchmarks._offers.make_offers` of those
 sizes, as one ready body. All are served the same way: uvicorn on a loopback socket, no access
-log.
+log. ``ServerProcess("distant", PORT, MS)`` is no server but a TCP relay to ``127.0.0.1:PORT``
+that delivers every byte ``MS`` milliseconds late each way: a server a network away (a cloud's
+API in another building or region), where the loopback sandbox answers in a millisecond or two.
 
     >>> server = ServerProcess("sandbox")
     >>> httpx.get(server.url + "/gpu-cloud/instances", headers={"x-api-key": KEY})
@@ -31,6 +33,11 @@ KEY = "bench-sandbox-key-0123456789"
 
 def _serve(kind: str, *args: str) -> None:
     """Subprocess side: serve ``kind`` (see above), print its URL, run until stdin ends."""
+    if kind == "distant":
+        import asyncio
+
+        asyncio.run(_distant(int(args[0]), float(args[1]) / 1000))
+        return
     if kind == "sandbox":
         from gpucloud_nb.sandbox import Sandbox
 
@@ -60,6 +67,55 @@ def _serve(kind: str, *args: str) -> None:
         return Response(body, media_type="application/json")
 
     serve_app(Starlette(routes=[Route(path, answer)]), "url ")
+
+
+async def _distant(port: int, delay: float) -> None:
+    """Relay connections to ``127.0.0.1:port``, each chunk delivered ``delay`` s after it came
+    (in order, without holding up the chunks behind it: a link's latency, not its bandwidth),
+    until stdin ends."""
+    import asyncio
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                if not data:
+                    break
+                if (wait := due - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                sink.write(data)
+                await sink.drain()
+            sink.close()
+
+        delivering = asyncio.create_task(deliver())
+        try:
+            while data := await source.read(65536):
+                queue.put_nowait((loop.time() + delay, data))
+        finally:
+            queue.put_nowait((loop.time() + delay, b""))
+            await delivering
+
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        writers.update((writer, up_writer))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer),
+                             return_exceptions=True)
+        writers.difference_update((writer, up_writer))
+
+    loop = asyncio.get_running_loop()
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    print(f"url http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)
+    server.close()
+    for writer in list(writers):  # the relays end as their connections do, not cancelled
+        writer.close()
+    deadline = loop.time() + 5
+    while writers and loop.time() < deadline:
+        await asyncio.sleep(0.01)
 
 
 def serve_app(app: Any, prefix: str) -> None:

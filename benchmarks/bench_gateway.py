@@ -159,6 +159,9 @@ Row = tuple[str, float, float, float, str, str]
 UNIT = "s"
 QUICK = {"students": 8, "sequential": 30, "seconds": 2.0, "rounds": 2, "creates": 1}
 PERIOD = 1.0
+FAR_MS = 5.0
+"""How late the relay in front of the far gateway's upstream delivers each way: 10 ms there and
+back, a cloud's API in a nearby region (farther ones are 20-100 ms)."""
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 10_000
 
@@ -260,9 +263,11 @@ def _create_body(offer: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,),
-                 split: list[tuple[float, float, float]] | None = None) -> Any:
+                 split: list[tuple[float, float, float]] | None = None,
+                 admits: list[float] | None = None) -> Any:
     """Await ``call``, its time appended to ``times``; with ``split``, also that time with the
-    gateway's ``Server-Timing`` (its app's time and the upstream's part), seconds."""
+    gateway's ``Server-Timing`` (its app's time and the upstream's part), seconds; with
+    ``admits``, a create's admission part (``admit``), seconds."""
     start = time.perf_counter()
     response = await call
     took = time.perf_counter() - start
@@ -270,6 +275,8 @@ async def _timed(times: list[float], call: Any, ok: tuple[int, ...] = (200,),
     found = dict(re.findall(r"(\w+);dur=([0-9.]+)", response.headers.get("server-timing", "")))
     if split is not None and "app" in found and "upstream" in found:
         split.append((took, float(found["app"]) / 1e3, float(found["upstream"]) / 1e3))
+    if admits is not None and "admit" in found:
+        admits.append(float(found["admit"]) / 1e3)
     if response.status_code not in ok:
         raise RuntimeError(f"{response.request.method} {response.request.url.path}: "
                            f"{response.status_code} {response.text[:200]}")
@@ -406,6 +413,28 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
             rows.append((f"  CPU per list/get: {what} vs upstream server [{load}]",
                          ours, base, _ratio(ours, base), "", UNIT))
 
+        # the same one at a time, with the upstream a network away (as a cloud's API is)
+        far_gw, far_direct = client(urls["far gateway"], keys[0]), client(urls["far"], KEY)
+        try:
+            mine = (await _timed([], far_gw.post("/gpu-cloud/instances", json=_create_body(
+                offer, "far-0")), ok=(201,))).json()["_id"]
+            far: dict[str, list[float]] = {}
+            for _ in range(max(sequential // 3, 10)):
+                for route, path in (("list", "/gpu-cloud/instances"),
+                                    ("get", f"/gpu-cloud/instances/{mine}")):
+                    for where, c in (("gateway", far_gw), ("direct", far_direct)):
+                        await _timed(far.setdefault(f"{route} {where}", []), c.get(path))
+        finally:
+            await far_gw.aclose()
+            await far_direct.aclose()
+        load = _load()
+        for route in ("list", "get"):
+            ours, base = (percentile(far[f"{route} {w}"], 50) for w in ("gateway", "direct"))
+            rows.append((f"gateway {route} p50 vs upstream direct, the upstream "
+                         f"{2 * FAR_MS:g} ms away (a relay delivering each way {FAR_MS:g} ms "
+                         f"late), one at a time [{load}]",
+                         ours, base, _ratio(ours, base), "<= 1.2x", UNIT))
+
         # every student at once, listing and getting: paced as sidebars and kernels are (each
         # student a list and a get every PERIOD s, from its own moment), then all in one burst
         async def student(c: httpx.AsyncClient, own: str, times: list[float], end: float,
@@ -461,13 +490,15 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         # creates at once, one per student
         made_times: dict[str, list[float]] = {"gateway": [], "direct": []}
         inside: list[tuple[float, float, float]] = []  # each create's Server-Timing
+        admits: list[float] = []
         spent = {"gateway": 0.0, "upstream": 0.0}
         for r in range(creates):
             for where, clients in (("direct", direct), ("gateway", gw)):
                 before = {name: cpu_seconds(pids[name]) for name in spent}
                 await asyncio.gather(*(_timed(made_times[where], c.post(
                     "/gpu-cloud/instances", json=_create_body(offer, f"{where}-{r}-{n}")),
-                    ok=(201,), split=inside if where == "gateway" else None)
+                    ok=(201,), split=inside if where == "gateway" else None,
+                    admits=admits if where == "gateway" else None)
                     for n, c in enumerate(clients)))
                 if where == "gateway":
                     spent = {name: spent[name] + cpu_seconds(pids[name]) - before[name]
@@ -482,6 +513,10 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                      f"not waiting for the upstream p99 (admission, and waiting for its loop) vs "
                      f"the upstream's part p99 [{load}]",
                      own, upstream_p99, _ratio(own, upstream_p99), "", UNIT))
+        admitting = percentile(admits, 99)
+        rows.append((f"  the same creates: admission itself (Server-Timing admit: its "
+                     f"transaction) p99 vs the upstream's part p99 [{load}]",
+                     admitting, upstream_p99, _ratio(admitting, upstream_p99), "<= 20 ms", UNIT))
         ours, base = (spent[name] / (creates * students) for name in ("gateway", "upstream"))
         rows.append((f"  CPU per create through the gateway: gateway vs upstream server [{load}]",
                      ours, base, _ratio(ours, base), "", UNIT))
@@ -499,6 +534,7 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-gateway-"))
     upstream = ServerProcess("sandbox")
     hello = ServerProcess("hello")  # the trivial server: a fixed answer, nothing else
+    far = ServerProcess("distant", upstream.url.rsplit(":", 1)[1], str(FAR_MS))
     servers: list[ManagementProcess] = []
     try:
         keys = write_keys(folder / "class.keys", [_student_key(n) for n in range(students)],
@@ -508,18 +544,23 @@ def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds:
         servers.append(ManagementProcess([sys.executable, "-m", "gpucloud_nb", "gateway", "--keys",
                                  str(keys), "--upstream", upstream.url, "--port", "0",
                                  "--home", str(folder / "home")], env))
+        servers.append(ManagementProcess([sys.executable, "-m", "gpucloud_nb", "gateway", "--keys",
+                                 str(keys), "--upstream", far.url, "--port", "0",
+                                 "--home", str(folder / "far-home")], env))
         for kind in ("--proxy", "--lean-proxy"):
             servers.append(ManagementProcess([sys.executable, "-m", "benchmarks.bench_gateway",
                                               kind, upstream.url], env))
-        urls = {"gateway": servers[0].url, "proxy": servers[1].url, "lean": servers[2].url,
-                "direct": upstream.url, "trivial": hello.url}
-        pids = {"gateway": servers[0].process.pid, "proxy": servers[1].process.pid,
-                "lean": servers[2].process.pid, "upstream": upstream.process.pid}
+        urls = {"gateway": servers[0].url, "far gateway": servers[1].url,
+                "proxy": servers[2].url, "lean": servers[3].url,
+                "direct": upstream.url, "far": far.url, "trivial": hello.url}
+        pids = {"gateway": servers[0].process.pid, "proxy": servers[2].process.pid,
+                "lean": servers[3].process.pid, "upstream": upstream.process.pid}
         return asyncio.run(_measure(urls, pids, students, sequential, seconds, rounds,
                                     creates))
     finally:
         for server in servers:
             server.close()
+        far.close()
         upstream.close()
         hello.close()
         shutil.rmtree(folder, ignore_errors=True)
