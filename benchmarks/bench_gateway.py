@@ -157,7 +157,7 @@ __all__ = ["QUICK", "UNIT", "run"]
 
 Row = tuple[str, float, float, float, str, str]
 UNIT = "s"
-QUICK = {"students": 8, "sequential": 30, "seconds": 2.0, "rounds": 2, "creates": 1}
+QUICK: dict[str, Any] = {"students": 8, "sequential": 30, "seconds": 2.0, "rounds": 2, "creates": 1}
 PERIOD = 1.0
 FAR_MS = 5.0
 """How late the relay in front of the far gateway's upstream delivers each way: 10 ms there and
@@ -192,7 +192,8 @@ def _proxy(upstream: str) -> None:
 
     async def forward(request: Request) -> Response:
         answer = await client.request(request.method, request.url.path,
-                                      params=request.query_params.multi_items(),
+                                      params=list[tuple[str, Any]](
+                                          request.query_params.multi_items()),
                                       headers={"x-api-key": request.headers.get("x-api-key", "")},
                                       content=await request.body())
         return Response(answer.content, status_code=answer.status_code,
@@ -358,8 +359,8 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         offer = (await direct[0].get("/gpu-cloud/instances/offers", params={
             "deploymentType": "vm", "available": "true", "sort": "price"})).json()[0]
         owned: list[str] = []
-        for n, student in enumerate(gw):  # one instance each, made through the gateway
-            made = await _timed([], student.post("/gpu-cloud/instances",
+        for n, each in enumerate(gw):  # one instance each, made through the gateway
+            made = await _timed([], each.post("/gpu-cloud/instances",
                                                  json=_create_body(offer, f"own-{n}")), ok=(201,))
             owned.append(made.json()["_id"])
 

@@ -138,7 +138,7 @@ def test_quick_gateway_benchmark_prints_its_table_with_load_and_leaves_no_folder
     figures = _figures(result.stdout)
     for name in ("gateway list p50", "gateway get p50", "proxy (Starlette + httpx) list p50",
                  "students, each every", "CPU per list/get", "CPU per create",
-                 "gateway create p99"):
+                 "gateway create p99", "the upstream 10 ms away", "admission itself"):
         line = next((line for line in figures if name in line), None)
         assert line is not None, f"no figure for {name!r}:\n{result.stdout}"
         assert re.search(r"\[load \d+\.\d\]", line), line
