@@ -10,7 +10,17 @@ from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.gateway.meter import UNCONFIRMED_AFTER
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.faults import FaultInjector, Faults
-from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, as_key, create_body, direct, vm_offer, wait_for
+from tests.helpers import (
+    ADA,
+    TEACHER,
+    UPSTREAM_KEY,
+    add_history,
+    as_key,
+    create_body,
+    direct,
+    vm_offer,
+    wait_for,
+)
 
 KEYS = f"{ADA} - Ada\n{TEACHER} teacher Grace\n"
 
@@ -142,3 +152,56 @@ def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox
     budgets = next(n for n, event in enumerate(events) if "FROM spans" in event)
     assert metering < budgets
     assert "TURN" in events[metering:budgets], events
+
+
+def _steps_of_a_warm_tick(upstream: Sandbox, history: int) -> tuple[int, int]:
+    """SQLite's virtual-machine steps of one tick (after a first) for a class of 40 with budgets,
+    whose store holds ``history`` final records; and the rows those statements could have read
+    (the owned records and spans in the store)."""
+    import asyncio
+    import time
+
+    from gpucloud_nb.gateway.keys import Keyring
+    from gpucloud_nb.gateway.meter import Meter
+    from gpucloud_nb.gateway.store import Store
+    from gpucloud_nb.gateway.upstream import Upstream
+
+    keys = parse_keys("".join(f"student-key-{n:02d}-0123456789 {'20/day' if n % 2 else '20'} "
+                              f"Student {n}\n" for n in range(40)))
+    store = Store(":memory:")
+    store.set_people(keys)
+    add_history(store, [p.account for p in keys], history, end=int(time.time() * 1000))
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    async def ticks() -> None:
+        meter = Meter(store, Keyring(keys), Upstream(upstream.management_url, UPSTREAM_KEY))
+        try:
+            await meter.tick()  # sums what the final records cost, once
+            store.db.set_progress_handler(step, 1)
+            await meter.tick()
+        finally:
+            store.db.set_progress_handler(None, 1)
+            await meter.upstream.aclose()
+
+    try:
+        asyncio.run(ticks())
+        rows = store.db.execute("SELECT (SELECT count(*) FROM owned) + "
+                                "(SELECT count(*) FROM spans)").fetchone()[0]
+        return steps[0], rows
+    finally:
+        store.close()
+
+
+def test_a_tick_reads_no_final_record(upstream: Sandbox) -> None:
+    # A tick read every record ever made (deleted ones too) several times and summed each
+    # person's spend from all of them: its cost grew with the class's history, on the loop that
+    # answers the class. Now a tick after the first reads what is live: with 3,000 final records
+    # SQLite takes as many steps as with none (it took several steps for each row it read).
+    empty, _ = _steps_of_a_warm_tick(upstream, 0)
+    full, rows = _steps_of_a_warm_tick(upstream, 3_000)
+    assert rows > 3_000
+    assert full <= empty * 1.1 + 50, (full, empty)

@@ -196,8 +196,8 @@ class Store:
         ``error``): what still changes, read through an index of those alone."""
         where, args = ("final=0 AND kind=?", [kind]) if account is None else (
             "final=0 AND kind=? AND account=?", [kind, account])
-        rows = self.db.execute(f"SELECT * FROM owned WHERE {where} ORDER BY created_ms, id",
-                               args).fetchall()
+        rows = self.db.execute(f"SELECT * FROM owned INDEXED BY owned_live WHERE {where} "
+                               "ORDER BY created_ms, id", args).fetchall()
         return [_owned(row) for row in rows]
 
     def find_many(self, ids: Iterable[str]) -> list[Owned]:
@@ -214,8 +214,8 @@ class Store:
         """The part of :meth:`billed` (of ``account``, or everyone's) that is not final: instances
         and volumes not final, and open spans."""
         where, args = ("", []) if account is None else ("AND account=?", [account])
-        rows = self.db.execute(f"SELECT * FROM owned WHERE final=0 AND kind IN "
-                               f"('instance', 'volume') {where} ORDER BY created_ms, id",
+        rows = self.db.execute(f"SELECT * FROM owned INDEXED BY owned_live WHERE final=0 AND "
+                               f"kind IN ('instance', 'volume') {where} ORDER BY created_ms, id",
                                args).fetchall()
         return [_owned(row) for row in rows] + self._spans(f"end_ms IS NULL {where}", args)
 
@@ -331,8 +331,9 @@ class Store:
         """Admitted creates not answered yet (of ``account``, or everyone's)."""
         where, args = ("state='admitted'", []) if account is None else (
             "state='admitted' AND account=?", [account])
-        rows = self.db.execute(f"SELECT rid, account, name, price, admitted_ms, state "
-                               f"FROM reservations WHERE {where} ORDER BY rid", args).fetchall()
+        rows = self.db.execute(f"SELECT rid, account, name, price, admitted_ms, state FROM "
+                               f"reservations INDEXED BY reservations_admitted WHERE {where} "
+                               "ORDER BY rid", args).fetchall()
         return [Reservation(*row) for row in rows]
 
     def name_in_flight(self, name: str, account: str) -> bool:
