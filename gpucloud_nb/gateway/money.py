@@ -18,6 +18,15 @@ student's data): a volume goes on billing until its owner deletes it. With a
 ``/day`` or ``/week`` budget only the time inside the current window (UTC days; weeks from Monday
 00:00 UTC) counts, so a budget resets without any job having to run at midnight.
 
+**What history costs is summed once.** A final record (deleted, or in ``error``) costs the same in a
+window at every later moment, so :func:`spent` sums an account's final records once per window
+and keeps the sum in memory; each later figure (the watcher's each pass, admission, ``/gateway/me``
+and the teacher's view alike) adds only what is live. The sum is taken again when one of the
+account's records becomes final (:class:`Store` counts those per account) or another process
+writes the file (SQLite's ``data_version``); a final record whose end is still ahead of the clock
+(an upstream's ``deletedAt`` later than the gateway's clock) is kept aside and costed each time.
+It is :func:`spend` of :meth:`Store.billed`, read without the history.
+
 **Held at launch.** :func:`admit` lets a create through only if the budget left covers the hourly
 price of everything the person already runs (instances not deleted, inference instances at their
 most containers (:func:`held`), and creates admitted but not answered yet) plus the new instance,

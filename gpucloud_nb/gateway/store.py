@@ -16,9 +16,14 @@ the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is o
 keeps its limit), ``spans`` (an inference instance's billing: each span a constant $/h, the
 price per container × its containers, from ``start_ms`` until ``end_ms``; ``owned`` holds the
 instance itself, kind ``endpoint``, its price per container) and ``audit``. The upstream's key is never
-stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
-(``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
-even another process on the same file.
+stored. What a watcher's pass or a create reads has partial indexes of what is live: records not
+final (``owned_live``, read by :meth:`Store.live`), admitted reservations, open spans, timers by
+time, idle limits still set; :meth:`Store.billed`'s final part is read only when
+:func:`gpucloud_nb.gateway.money.spent` sums it again. Indexes are ``CREATE INDEX IF NOT EXISTS``,
+so a file of an older gateway gets them at its next start. Every write is one transaction;
+:meth:`Store.transaction` takes SQLite's write lock first (``BEGIN IMMEDIATE``), so
+admission's read-check-insert cannot interleave with another writer, even another process on the
+same file.
 """
 
 from __future__ import annotations
