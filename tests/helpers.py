@@ -352,3 +352,32 @@ def as_key(gateway: Gateway, key: str) -> httpx.Client:
 def create_body(offer: Any, name: str) -> dict[str, Any]:
     return {"name": name, "cloudProvider": offer.cloud.id, "instanceId": offer.instance_id,
             "region": offer.available_regions[0], "vm": {"os": offer.configuration.os[0]}}
+
+
+def add_history(store: Any, accounts: Sequence[str], n: int, *, end: int, price: float = 1.0,
+                prefix: str = "old") -> None:
+    """``n`` final records spread over ``accounts`` in the gateway's ``store``, each created
+    through the store as a create's record is (a reservation answered, then the upstream's
+    record read back deleted): instances an hour long ending by ``end`` (Unix ms), one in ten
+    in ``error``, one in ten a volume deleted through the gateway, one in ten an inference
+    instance with a closed span. Deterministic, so two stores given the same get the same.
+    """
+    hour = 3_600_000
+    for k in range(n):
+        account, id = accounts[k % len(accounts)], f"{prefix}-{k}"
+        created = end - hour - (k % 240) * hour // 4
+        kind = ("volume", "endpoint", "instance")[k % 10] if k % 10 < 2 else "instance"
+        rid = store.reserve(account, id, price, created)
+        store.add_owned(id, kind, account, id, price, created, rid=rid)
+        if kind == "volume":
+            store.end_volume(id, created + hour)
+        elif kind == "endpoint":
+            store.bill_at(id, account, price, created)
+            store.bill_at(id, account, 0.0, created + hour)
+            store.update_owned(id, price=price, created_ms=created, status="deleted",
+                               deleted_ms=created + hour, final=True)
+        else:
+            error = k % 10 == 2
+            store.update_owned(id, price=price, created_ms=created,
+                               status="error" if error else "deleted",
+                               deleted_ms=None if error else created + hour, final=True)

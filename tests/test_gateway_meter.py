@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from gpucloud_nb import GPUCloud
 from gpucloud_nb.gateway import Gateway, GatewayConfig
 from gpucloud_nb.gateway.keys import parse_keys
 from gpucloud_nb.gateway.meter import UNCONFIRMED_AFTER
+from gpucloud_nb.gateway.money import DAY_MS as DAY
+from gpucloud_nb.gateway.money import HOUR_MS as HOUR
+from gpucloud_nb.gateway.store import STATE_FILE, Store
 from gpucloud_nb.sandbox import Sandbox
 from gpucloud_nb.sandbox.faults import FaultInjector, Faults
-from tests.helpers import ADA, TEACHER, UPSTREAM_KEY, as_key, create_body, direct, vm_offer, wait_for
+from gpucloud_nb.sandbox.http import now_ms
+from tests.helpers import (
+    ADA,
+    BOB,
+    TEACHER,
+    UPSTREAM_KEY,
+    add_history,
+    as_key,
+    create_body,
+    direct,
+    vm_offer,
+    wait_for,
+)
 
 KEYS = f"{ADA} - Ada\n{TEACHER} teacher Grace\n"
 
@@ -142,3 +160,112 @@ def test_a_tick_lets_waiting_answers_through_between_its_parts(upstream: Sandbox
     budgets = next(n for n, event in enumerate(events) if "FROM spans" in event)
     assert metering < budgets
     assert "TURN" in events[metering:budgets], events
+
+
+def _steps_of_a_warm_tick(upstream: Sandbox, history: int) -> tuple[int, int]:
+    """SQLite's virtual-machine steps of one tick (after a first) for a class of 40 with budgets,
+    whose store holds ``history`` final records; and the rows those statements could have read
+    (the owned records and spans in the store)."""
+    import asyncio
+    import time
+
+    from gpucloud_nb.gateway.keys import Keyring
+    from gpucloud_nb.gateway.meter import Meter
+    from gpucloud_nb.gateway.store import Store
+    from gpucloud_nb.gateway.upstream import Upstream
+
+    keys = parse_keys("".join(f"student-key-{n:02d}-0123456789 {'20/day' if n % 2 else '20'} "
+                              f"Student {n}\n" for n in range(40)))
+    store = Store(":memory:")
+    store.set_people(keys)
+    add_history(store, [p.account for p in keys], history, end=int(time.time() * 1000))
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    async def ticks() -> None:
+        meter = Meter(store, Keyring(keys), Upstream(upstream.management_url, UPSTREAM_KEY))
+        try:
+            await meter.tick()  # sums what the final records cost, once
+            store.db.set_progress_handler(step, 1)
+            await meter.tick()
+        finally:
+            store.db.set_progress_handler(None, 1)
+            await meter.upstream.aclose()
+
+    try:
+        asyncio.run(ticks())
+        rows = store.db.execute("SELECT (SELECT count(*) FROM owned) + "
+                                "(SELECT count(*) FROM spans)").fetchone()[0]
+        return steps[0], rows
+    finally:
+        store.close()
+
+
+def test_a_tick_reads_no_final_record(upstream: Sandbox) -> None:
+    # A tick read every record ever made (deleted ones too) several times and summed each
+    # person's spend from all of them: its cost grew with the class's history, on the loop that
+    # answers the class. Now a tick after the first reads what is live: with 3,000 final records
+    # SQLite takes as many steps as with none (it took several steps for each row it read).
+    empty, _ = _steps_of_a_warm_tick(upstream, 0)
+    full, rows = _steps_of_a_warm_tick(upstream, 3_000)
+    assert rows > 3_000
+    assert full <= empty * 1.1 + 50, (full, empty)
+
+
+def test_a_daily_budget_over_a_long_history_is_metered_agreed_and_spent(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    # The spend is summed from a semester of final records once, then from what is live: the
+    # day's window still clips them, the student's and the teacher's figures still agree, and
+    # the budget still deletes at 100 %.
+    with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real_cloud:
+        offer = vm_offer(real_cloud)
+    price = offer.hourly_price
+    budget = price * 0.008  # today's history spends 90 %: 2.9 s of the instance is the rest
+    keys = f"{ADA} {budget}/day Ada\n{BOB} - Bob\n{TEACHER} teacher Grace\n"
+    ada_account, bob_account = (p.account for p in parse_keys(keys)[:2])
+    wait_for(lambda: now_ms() % DAY > 60_000, timeout=90)  # not in a UTC day's first minute
+    today = now_ms() - now_ms() % DAY
+    store = Store(tmp_path / STATE_FILE)
+    try:  # 3,000 records before today at 10x the price, then 1,000 of one second today
+        add_history(store, [ada_account, bob_account], 3_000, end=today, price=10 * price)
+        each = 0.9 * budget * 3.6  # $/h: 1,000 seconds of it is 90 % of the budget
+        for k in range(1_000):
+            created = today - HOUR if k < 10 else today  # ten ran from before midnight
+            store.add_owned(f"today-{k}", "instance", ada_account, "t", each, created)
+            store.update_owned(f"today-{k}", price=each, created_ms=created, status="deleted",
+                               deleted_ms=today + 1_000, final=True)
+    finally:
+        store.close()
+    gateway = gateway_factory(keys, home=tmp_path, reserve_hours=0.0005)
+    with as_key(gateway, ADA) as ada, as_key(gateway, TEACHER) as teacher, \
+            direct(upstream) as real:
+        me = ada.get("/gateway/me").json()
+        rows = {row["name"]: row for row in teacher.get("/gateway/class").json()["accounts"]}
+        assert me["spend"] == pytest.approx(0.9 * budget, abs=2e-6)
+        assert (me["spend"], me["left"]) == (rows["Ada"]["spend"], rows["Ada"]["left"])
+        # no budget, no window: all Bob's history, 1,500 records of an hour at 10x the price
+        assert rows["Bob"]["spend"] == pytest.approx(1_500 * 10 * price, rel=1e-9)
+        made = ada.post("/gpu-cloud/instances", json=create_body(offer, "last"))
+        assert made.status_code == 201, made.text  # yesterday's 30,000 x the budget is not today's
+        id = made.json()["_id"]
+        wait_for(lambda: real.get(f"/gpu-cloud/instances/{id}").json()["status"]
+                 in ("deleting", "deleted"), timeout=60)
+        reasons = [e["reason"] for e in teacher.get("/gateway/audit").json()["entries"]
+                   if e["resource"] == id and e["action"] == "deleted"]
+        assert reasons == ["budget spent (by gateway)"]
+
+        def agreed() -> bool:  # once the upstream's record is final, neither figure moves
+            mine = ada.get("/gateway/me").json()
+            row = next(r for r in teacher.get("/gateway/class").json()["accounts"]
+                       if r["name"] == "Ada")
+            return (mine["spend"], mine["left"]) == (row["spend"], row["left"])
+
+        wait_for(agreed, timeout=60)
+        me = ada.get("/gateway/me").json()
+        assert me["left"] == 0 and me["spend"] >= budget and me["warning"] is True
+        assert [d["id"] for d in me["deleted"]] == [id]
+        assert ada.post("/gpu-cloud/instances",
+                        json=create_body(offer, "again")).status_code == 402

@@ -104,16 +104,17 @@ def budget_routes(gate: Gate) -> list[BaseRoute]:
 
     async def listing(request: Request, person: Person) -> Response:
         now = now_ms()
-        records = {r.id: r for r in store.owned(person.account)
-                   + store.owned(person.account, "endpoint")}
+        budgets = store.budgets(person.account)
+        records = {r.id: r for r in store.find_many(id for id, _, _ in budgets)
+                   if r.account == person.account and r.kind in ("instance", "endpoint")}
         account = None
         if person.budget is not None:
-            spent = money.spend(store.billed(person.account), now, person.period)
+            spent = money.spent(store, [person], now)[person.account]
             account = {"budget": person.budget, "spend": round(spent, 6),
                        "left": round(max(person.budget - spent, 0.0), 6)}
         return json_response({"account": account, "instances": [
             instance_state(store, records[id], dollars, now)
-            for id, _, dollars in store.budgets(person.account) if id in records]})
+            for id, _, dollars in budgets if id in records]})
 
     return [
         Route("/gateway/instances/{id}/budget", gate.route(put), methods=["PUT"]),

@@ -68,9 +68,7 @@ def per_container(details: Any) -> float | None:
 
 async def meter_endpoints(store: Store, upstream: Upstream, now: int) -> None:
     """One pass over the inference instances not final (see the module docs)."""
-    for record in store.owned(kind=ENDPOINT):
-        if record.final:
-            continue
+    for record in store.live(kind=ENDPOINT):
         status, details = await upstream.call("GET", upstream_path(record.id))
         if status == 404:
             store.bill_at(record.id, record.account, 0.0, now)

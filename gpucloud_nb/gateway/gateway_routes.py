@@ -48,9 +48,9 @@ WARN_SHARE = 0.8
 
 def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     """What the gateway knows of ``person``'s money now."""
-    records = gate.store.owned(person.account)
-    billed = gate.store.billed(person.account)  # volumes count in spend and $/h too
-    spent = money.spend(billed, now, person.period)
+    records = gate.store.live(person.account)  # a final record is neither live nor unconfirmed
+    billed = gate.store.live_billed(person.account)  # volumes count in spend and $/h too
+    spent = money.spent(gate.store, [person], now, {person.account: billed})[person.account]
     live = [r.id for r in records if r.deleted_ms is None
             and r.status not in money.BILLING_STOPPED and r.delete_asked_ms is None]
     idle = None if gate.meter.idle is None else gate.meter.idle.idle_seconds(live)
@@ -71,10 +71,7 @@ def person_row(gate: Gate, person: Person, now: int) -> dict[str, Any]:
 def budget_deletes(gate: Gate, person: Person, now: int) -> dict[str, Any]:
     """``{"spentAt", "deleted"}``: what the gateway deleted for ``person``'s spent budget."""
     since = money.window_start(person.period, now)
-    deleted = [r for r in gate.store.owned(person.account)
-               if r.delete_reason == "budget spent" and r.delete_asked_ms is not None
-               and r.delete_asked_ms >= since]
-    deleted.sort(key=lambda r: (r.delete_asked_ms or 0, r.id))
+    deleted = gate.store.budget_spent_deletes(person.account, since)
     return {"spentAt": iso(deleted[0].delete_asked_ms or 0) if deleted else None,
             "deleted": [{"id": r.id, "name": r.name, "at": iso(r.delete_asked_ms or 0)}
                         for r in deleted]}
@@ -117,7 +114,7 @@ def gateway_routes(gate: Gate) -> list[BaseRoute]:
     async def stop(people: Sequence[Person], teacher: Person) -> list[str]:
         deleted = []
         for student in people:
-            for record in gate.store.owned(student.account):
+            for record in gate.store.live(student.account):
                 if record.status not in ("deleting", "deleted", "error") \
                         and record.delete_asked_ms is None:
                     await gate.meter.delete(record, "stopped by the teacher", teacher.name)

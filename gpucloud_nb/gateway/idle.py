@@ -138,7 +138,8 @@ class IdleWatch:
     async def step(self, listed: dict[str, dict[str, Any]]) -> None:
         """One pass: read GPU use, advance each clock, delete what is idle past its limit."""
         limits = self.store.idle_limits()
-        records = {record.id: record for record in self.store.owned() if record.id in limits}
+        records = {record.id: record for record in self.store.find_many(limits)
+                   if record.kind == "instance"}
         watched: dict[str, Owned] = {}
         for id in limits:
             record = records.get(id)

@@ -66,7 +66,8 @@ def idle_routes(gate: Gate, watch: IdleWatch) -> list[BaseRoute]:
     async def put(request: Request, person: Person) -> Response:
         id = owned(request, person)
         seconds = positive_seconds((await read_json_object(request)).get("seconds"), "seconds")
-        record = next(r for r in store.owned(person.account) if r.id == id)
+        record = store.find(id)
+        assert record is not None  # owned() found it
         if record.status in ("deleting", "deleted") or record.delete_asked_ms is not None:
             raise Problem(400, f"Instance {id} is already deleted or being deleted.")
         if not store.idle_keyed(id):

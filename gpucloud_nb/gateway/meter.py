@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -120,62 +121,67 @@ class Meter:
             await asyncio.sleep(self.poll)
 
     async def tick(self) -> None:
-        """One pass: meter, reconcile, fire timers, delete at 100 %, confirm deletes."""
+        """One pass: meter, reconcile, fire timers, delete at 100 %, confirm deletes.
+
+        Its reads follow what is live, not the class's history: records whose billing is final
+        are read by no query of a pass (:meth:`Store.live`), and what they cost comes from
+        :func:`money.spent`'s cache, summed once per window.
+        """
         status, data = await self.upstream.call("GET", "/gpu-cloud/instances")
         if status != 200 or not isinstance(data, list):
             return
         listed = {str(item.get("_id")): item for item in data if isinstance(item, dict)}
         now = now_ms()
-        for record in self.store.owned():
-            if not record.final:
-                await self._meter(record, listed.get(record.id), now)
+        for record in self.store.live():
+            await self._meter(record, listed.get(record.id), now)
         # The rest is work on this loop without a wait (~10 ms for a class of 40 on a quiet
         # machine, more on a busy one): the answers waiting for the loop go between its parts.
         await asyncio.sleep(0)
         await meter_endpoints(self.store, self.upstream, now)
         self._reconcile(listed, now)
         await asyncio.sleep(0)
-        for id, _, at in self.store.timers():
-            if at <= now:
-                due = self.store.find(id)
-                if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
-                    await self.delete(due, timer_reason(now - at, self.poll), "gateway")
-                self.store.drop_timer(id)
+        for id, _, at in self.store.timers(due=now):
+            due = self.store.find(id)
+            if due is not None and due.delete_asked_ms is None and due.status not in _GONE:
+                await self.delete(due, timer_reason(now - at, self.poll), "gateway")
+            self.store.drop_timer(id)
         if self.idle is not None:
             await self.idle.step(listed)
         await asyncio.sleep(0)
+        # What can still be deleted, read once; a delete this pass asks is noted in it.
         by_id = {record.id: record for record in self._deletable()}
-        for id, _, dollars in self.store.budgets():
+
+        async def delete(record: Owned, reason: str) -> None:
+            await self.delete(record, reason, "gateway")
+            by_id[record.id] = dataclasses.replace(
+                record, delete_asked_ms=record.delete_asked_ms or now,
+                delete_reason=record.delete_reason or reason)
+
+        for id, _, dollars in self.store.budgets(live=True):
             capped = by_id.get(id)
             if capped is not None and capped.delete_asked_ms is None \
                     and capped.status not in (*_GONE, "error") \
                     and money.cost_of(self.store, capped, now) >= dollars:
-                await self.delete(capped, "instance budget spent", "gateway")
+                await delete(capped, "instance budget spent")
         await asyncio.sleep(0)
         budgeted = [person for person in self.keyring.people if person.budget is not None]
-        billed: dict[str, list[Owned]] = {}  # Store.billed and _deletable of each, read at once:
-        deletable: dict[str, list[Owned]] = {}  # 5 queries a tick, not 5 for each person
-        if budgeted:
-            for record in (self.store.owned() + self.store.owned(kind="volume")
-                           + self.store.spans()):
+        if budgeted:  # what is live of everyone, read at once: a few queries a tick, not per person
+            billed: dict[str, list[Owned]] = {person.account: [] for person in budgeted}
+            for record in self.store.live_billed():
                 billed.setdefault(record.account, []).append(record)
-            for record in self._deletable():
-                deletable.setdefault(record.account, []).append(record)
-        for person in budgeted:
-            assert person.budget is not None
-            records = deletable.get(person.account, [])
-            if money.spend(billed.get(person.account, []), now, person.period) \
-                    >= person.budget:
-                for record in records:
+            spent = money.spent(self.store, budgeted, now, billed)
+            for person in budgeted:
+                assert person.budget is not None
+                if spent[person.account] < person.budget:
+                    continue
+                for record in [r for r in by_id.values() if r.account == person.account]:
                     if record.status not in (*_GONE, "error") and record.delete_asked_ms is None:
-                        await self.delete(record, "budget spent", "gateway")
-        for record in self._deletable():
+                        await delete(record, "budget spent")
+        for record in by_id.values():
             if record.delete_asked_ms is None:
                 continue
-            if record.status in _GONE or record.final:
-                if self.retries.pop(record.id, 0) >= UNCONFIRMED_AFTER:
-                    self.store.audit(now, record.account, "confirmed", record.id,
-                                     "the upstream took the delete at last")
+            if record.status in _GONE:
+                self._confirmed(record, now)
                 continue
             tries = self.retries[record.id] = self.retries.get(record.id, 0) + 1
             if tries == UNCONFIRMED_AFTER:
@@ -184,10 +190,21 @@ class Meter:
                                  "retrying")
             with contextlib.suppress(UpstreamUnreachable):
                 await self.upstream.call("DELETE", _path(record))
+        gone = [id for id in self.retries if id not in by_id]  # final since: confirmed
+        for record in self.store.find_many(gone):
+            self._confirmed(record, now)
+        for id in gone:
+            self.retries.pop(id, None)
 
-    def _deletable(self, account: str | None = None) -> list[Owned]:
-        """The instances and inference instances of ``account`` (or everyone's)."""
-        return self.store.owned(account) + self.store.owned(account, ENDPOINT)
+    def _confirmed(self, record: Owned, now: int) -> None:
+        """``record``'s delete is done; say so in the audit if it was said not to be."""
+        if self.retries.pop(record.id, 0) >= UNCONFIRMED_AFTER:
+            self.store.audit(now, record.account, "confirmed", record.id,
+                             "the upstream took the delete at last")
+
+    def _deletable(self) -> list[Owned]:
+        """Everyone's instances and inference instances whose billing is not final."""
+        return self.store.live() + self.store.live(kind=ENDPOINT)
 
     async def _meter(self, record: Owned, item: dict[str, Any] | None, now: int) -> None:
         if item is None:
@@ -218,15 +235,20 @@ class Meter:
                                 deleted_ms=deleted, final=final)
 
     def _reconcile(self, listed: dict[str, dict[str, Any]], now: int) -> None:
-        owned = {record.id for record in self.store.owned()}
+        adopted: set[str] = set()
+
+        def owned(id: str) -> bool:  # read only for a listed instance of a reservation's name
+            record = self.store.find(id)
+            return id in adopted or (record is not None and record.kind == "instance")
+
         for reservation in self.store.reservations():
             if reservation.rid in self.inflight:
                 continue
             since = reservation.admitted_ms - _SLACK_MS
             found = sorted(
                 (item for id, item in listed.items()
-                 if id not in owned and item.get("name") == reservation.name
-                 and (parse_ms(item.get("createdAt")) or 0) >= since),
+                 if item.get("name") == reservation.name
+                 and (parse_ms(item.get("createdAt")) or 0) >= since and not owned(id)),
                 key=lambda item: str(item.get("createdAt", "")))
             if found:
                 item = found[0]
@@ -234,7 +256,7 @@ class Meter:
                 self.store.add_owned(id, "instance", reservation.account, reservation.name,
                                      reservation.price, parse_ms(item.get("createdAt")) or now,
                                      rid=reservation.rid)
-                owned.add(id)
+                adopted.add(id)
                 self.store.audit(now, reservation.account, "created", id,
                                  "reconciled: admitted before a restart or a lost answer")
             elif now - reservation.admitted_ms > RECONCILE_GRACE * 1000:

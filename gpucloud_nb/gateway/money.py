@@ -18,6 +18,15 @@ student's data): a volume goes on billing until its owner deletes it. With a
 ``/day`` or ``/week`` budget only the time inside the current window (UTC days; weeks from Monday
 00:00 UTC) counts, so a budget resets without any job having to run at midnight.
 
+**What history costs is summed once.** A final record (deleted, or in ``error``) costs the same in a
+window at every later moment, so :func:`spent` sums an account's final records once per window
+and keeps the sum in memory; each later figure (the watcher's each pass, admission, ``/gateway/me``
+and the teacher's view alike) adds only what is live. The sum is taken again when one of the
+account's records becomes final (:class:`Store` counts those per account) or another process
+writes the file (SQLite's ``data_version``); a final record whose end is still ahead of the clock
+(an upstream's ``deletedAt`` later than the gateway's clock) is kept aside and costed each time.
+It is :func:`spend` of :meth:`Store.billed`, read without the history.
+
 **Held at launch.** :func:`admit` lets a create through only if the budget left covers the hourly
 price of everything the person already runs (instances not deleted, inference instances at their
 most containers (:func:`held`), and creates admitted but not answered yet) plus the new instance,
@@ -34,14 +43,15 @@ they cannot. Creates of one person are not held up: theirs are theirs either way
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from gpucloud_nb.display import format_price
 from gpucloud_nb.gateway.keys import Person
 from gpucloud_nb.gateway.store import Owned, Store
 
 __all__ = ["BILLING_STOPPED", "BudgetRefused", "NameInFlight", "admit", "check_volume",
-           "cost_of", "held", "left", "per_hour", "spend", "volume_price", "window_start"]
+           "cost_of", "held", "left", "per_hour", "spend", "spent", "volume_price", "window_start"]
 
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
@@ -89,6 +99,68 @@ def spend(records: Iterable[Owned], now: int, period: str = "") -> float:
     return sum(cost(record, now, since) for record in records)
 
 
+@dataclass(frozen=True)
+class _Settled:
+    """What an account's final records cost in one budget window: ``steady`` summed at ``at``
+    (each a cost no later ``now`` changes), ``unsteady`` kept to be costed at each read."""
+
+    stamp: tuple[int, int]
+    since: int
+    at: int
+    steady: float
+    unsteady: tuple[Owned, ...]
+
+
+def _steady(record: Owned, at: int) -> bool:
+    """True when :func:`cost` of the final ``record`` is the same at every ``now >= at``."""
+    return record.status == "error" or (record.deleted_ms is not None and record.deleted_ms <= at)
+
+
+def spent(store: Store, people: Iterable[Person], now: int,
+          live: Mapping[str, list[Owned]] | None = None) -> dict[str, float]:
+    """``{account: dollars}`` each of ``people`` has spent in the current window of their
+    budget's period: :func:`spend` of :meth:`Store.billed`, read without its final records.
+
+    A final record's :func:`cost` in a window never changes once its end is past (an ``error``
+    one costs nothing), so those of an account are summed once per window and kept in
+    ``store.settled_cache``, until one of its records becomes final (``store.settled_gen``) or
+    another connection writes the file (``Store.data_version``). Each read then costs what is
+    live (:meth:`Store.live_billed`, or ``live`` grouped by account if the caller read it),
+    not the account's history.
+    """
+    people = list(people)
+    version = store.data_version()
+    if live is None:
+        live = {}
+        for person in people:
+            live[person.account] = store.live_billed(person.account)
+    stale = []
+    for person in people:
+        since = window_start(person.period, now)
+        entry = store.settled_cache.get(person.account)
+        if not isinstance(entry, _Settled) or entry.since != since or now < entry.at \
+                or entry.stamp != (version, store.settled_gen.get(person.account, 0)):
+            stale.append(person)
+    if stale:
+        stamps = {p.account: (version, store.settled_gen.get(p.account, 0)) for p in stale}
+        final: dict[str, list[Owned]] = {}
+        for record in store.settled_billed(stamps):
+            final.setdefault(record.account, []).append(record)
+        for person in stale:
+            since = window_start(person.period, now)
+            records = final.get(person.account, [])
+            steady = [r for r in records if _steady(r, now)]
+            store.settled_cache[person.account] = _Settled(
+                stamps[person.account], since, now, sum(cost(r, now, since) for r in steady),
+                tuple(r for r in records if not _steady(r, now)))
+    out = {}
+    for person in people:
+        entry = store.settled_cache[person.account]
+        out[person.account] = entry.steady + sum(
+            cost(r, now, entry.since) for r in (*entry.unsteady, *live.get(person.account, ())))
+    return out
+
+
 def per_hour(records: Iterable[Owned]) -> float:
     """Dollars per hour of the instances of ``records`` that still bill."""
     return sum(r.price for r in records if r.deleted_ms is None and r.status not in BILLING_STOPPED)
@@ -96,10 +168,11 @@ def per_hour(records: Iterable[Owned]) -> float:
 
 def held(store: Store, account: str, records: Iterable[Owned]) -> float:
     """Dollars per hour held against ``account``'s budget: what bills now (``records``, from
-    :meth:`Store.billed`), an inference instance that is not stopped or deleted at its most
-    containers (its record's ``price``) rather than the ones it runs now."""
-    worst = {r.id: r.price for r in store.owned(account, "endpoint")
-             if not r.final and r.delete_asked_ms is None
+    :meth:`Store.billed` or its live part, :meth:`Store.live_billed`: final ones bill no more),
+    an inference instance that is not stopped or deleted at its most containers (its record's
+    ``price``) rather than the ones it runs now."""
+    worst = {r.id: r.price for r in store.live(account, "endpoint")
+             if r.delete_asked_ms is None
              and r.status not in ("disabled", "deleting", "deleted", "failed")}
     now = per_hour(r for r in records if r.kind != "span")
     spans: dict[str, float] = {}
@@ -116,6 +189,13 @@ def left(person: Person, records: Iterable[Owned], now: int) -> float | None:
     return max(person.budget - spend(records, now, person.period), 0.0)
 
 
+def _left(store: Store, person: Person, live: list[Owned], now: int) -> float:
+    """What ``person``'s budget (not ``None``) has left now: :func:`left` by :func:`spent`."""
+    assert person.budget is not None
+    return max(person.budget - spent(store, [person], now, {person.account: live})[
+        person.account], 0.0)
+
+
 def admit(store: Store, person: Person, name: str, price: float, reserve_hours: float,
           now: int) -> int:
     """Reserve a create of ``name`` at ``price`` $/h for ``person``; the reservation's id.
@@ -125,11 +205,11 @@ def admit(store: Store, person: Person, name: str, price: float, reserve_hours: 
     create of the same ``name`` is admitted and unanswered; nothing is written then.
     """
     with store.transaction():
-        if any(r.name == name and r.account != person.account for r in store.reservations()):
+        if store.name_in_flight(name, person.account):
             raise NameInFlight(name)
         if person.budget is not None:
-            records = store.billed(person.account)
-            remaining = left(person, records, now) or 0.0
+            records = store.live_billed(person.account)
+            remaining = _left(store, person, records, now)
             pending = sum(r.price for r in store.reservations(person.account))
             needed = (held(store, person.account, records) + pending + price) * reserve_hours
             if needed > remaining + 1e-12:
@@ -167,8 +247,8 @@ def check_volume(store: Store, person: Person, price: float, reserve_hours: floa
     inference instance's added containers, in the sentence; ``done`` what did not happen)."""
     if person.budget is None:
         return
-    records = store.billed(person.account)
-    remaining = left(person, records, now) or 0.0
+    records = store.live_billed(person.account)
+    remaining = _left(store, person, records, now)
     pending = sum(r.price for r in store.reservations(person.account))
     needed = (held(store, person.account, records) + pending + price) * reserve_hours
     if needed > remaining + 1e-12:

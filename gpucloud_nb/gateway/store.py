@@ -16,9 +16,14 @@ the limit in seconds, ``NULL`` once cancelled: a row says the gateway's key is o
 keeps its limit), ``spans`` (an inference instance's billing: each span a constant $/h, the
 price per container × its containers, from ``start_ms`` until ``end_ms``; ``owned`` holds the
 instance itself, kind ``endpoint``, its price per container) and ``audit``. The upstream's key is never
-stored. Every write is one transaction; :meth:`Store.transaction` takes SQLite's write lock first
-(``BEGIN IMMEDIATE``), so admission's read-check-insert cannot interleave with another writer,
-even another process on the same file.
+stored. What a watcher's pass or a create reads has partial indexes of what is live: records not
+final (``owned_live``, read by :meth:`Store.live`), admitted reservations, open spans, timers by
+time, idle limits still set; :meth:`Store.billed`'s final part is read only when
+:func:`gpucloud_nb.gateway.money.spent` sums it again. Indexes are ``CREATE INDEX IF NOT EXISTS``,
+so a file of an older gateway gets them at its next start. Every write is one transaction;
+:meth:`Store.transaction` takes SQLite's write lock first (``BEGIN IMMEDIATE``), so
+admission's read-check-insert cannot interleave with another writer, even another process on the
+same file.
 """
 
 from __future__ import annotations
@@ -44,18 +49,31 @@ CREATE TABLE IF NOT EXISTS owned (id TEXT PRIMARY KEY, kind TEXT NOT NULL, accou
     status TEXT NOT NULL DEFAULT 'pending', final INTEGER NOT NULL DEFAULT 0,
     delete_asked_ms INTEGER, delete_reason TEXT);
 CREATE INDEX IF NOT EXISTS owned_account ON owned (account);
+CREATE INDEX IF NOT EXISTS owned_live ON owned (kind, account) WHERE final=0;
+CREATE INDEX IF NOT EXISTS owned_account_kind ON owned (account, kind, id);
+CREATE INDEX IF NOT EXISTS owned_budget_spent ON owned (account, delete_asked_ms)
+    WHERE delete_reason='budget spent';
 CREATE TABLE IF NOT EXISTS reservations (rid INTEGER PRIMARY KEY, account TEXT NOT NULL,
     name TEXT NOT NULL, price REAL NOT NULL, admitted_ms INTEGER NOT NULL,
     state TEXT NOT NULL DEFAULT 'admitted', resource TEXT);
+CREATE INDEX IF NOT EXISTS reservations_admitted ON reservations (account)
+    WHERE state='admitted';
+CREATE INDEX IF NOT EXISTS reservations_admitted_name ON reservations (name)
+    WHERE state='admitted';
 CREATE TABLE IF NOT EXISTS timers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     at_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS timers_at ON timers (at_ms);
 CREATE TABLE IF NOT EXISTS budgets (id TEXT PRIMARY KEY, account TEXT NOT NULL,
     dollars REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS budgets_account ON budgets (account);
 CREATE TABLE IF NOT EXISTS idle (id TEXT PRIMARY KEY, account TEXT NOT NULL, seconds REAL);
+CREATE INDEX IF NOT EXISTS idle_watched ON idle (id) WHERE seconds IS NOT NULL;
 CREATE TABLE IF NOT EXISTS reserved_idle (rid INTEGER PRIMARY KEY, seconds REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS spans (id TEXT NOT NULL, account TEXT NOT NULL,
     start_ms INTEGER NOT NULL, end_ms INTEGER, price REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS spans_account ON spans (account);
+CREATE INDEX IF NOT EXISTS spans_id ON spans (id, end_ms);
+CREATE INDEX IF NOT EXISTS spans_open ON spans (account) WHERE end_ms IS NULL;
 CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, ms INTEGER NOT NULL,
     account TEXT NOT NULL, action TEXT NOT NULL, resource TEXT NOT NULL, reason TEXT NOT NULL);
 """
@@ -116,6 +134,18 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        #: per account, bumped each time one of its billed records becomes final (or a final
+        #: one changes): what :func:`gpucloud_nb.gateway.money.spent` cached of it is stale then
+        self.settled_gen: dict[str, int] = {}
+        #: :func:`gpucloud_nb.gateway.money.spent`'s cache, per account (memory only)
+        self.settled_cache: dict[str, Any] = {}
+
+    def data_version(self) -> int:
+        """SQLite's ``data_version``: it changes when another connection commits to the file."""
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    def _settled_changed(self, account: str) -> None:
+        self.settled_gen[account] = self.settled_gen.get(account, 0) + 1
 
     def close(self) -> None:
         """Close the file."""
@@ -175,6 +205,53 @@ class Store:
                                args).fetchall()
         return [_owned(row) for row in rows]
 
+    def live(self, account: str | None = None, kind: str = "instance") -> list[Owned]:
+        """What :meth:`owned` lists, less the records whose billing is final (deleted or in
+        ``error``): what still changes, read through an index of those alone."""
+        where, args = ("final=0 AND kind=?", [kind]) if account is None else (
+            "final=0 AND kind=? AND account=?", [kind, account])
+        rows = self.db.execute(f"SELECT * FROM owned INDEXED BY owned_live WHERE {where} "
+                               "ORDER BY created_ms, id", args).fetchall()
+        return [_owned(row) for row in rows]
+
+    def find_many(self, ids: Iterable[str]) -> list[Owned]:
+        """The records of ``ids`` (any kind) that exist, oldest first."""
+        ids = list(ids)
+        if not ids:
+            return []
+        marks = ", ".join("?" * len(ids))
+        rows = self.db.execute(f"SELECT * FROM owned WHERE id IN ({marks}) "
+                               "ORDER BY created_ms, id", ids).fetchall()
+        return [_owned(row) for row in rows]
+
+    def live_billed(self, account: str | None = None) -> list[Owned]:
+        """The part of :meth:`billed` (of ``account``, or everyone's) that is not final: instances
+        and volumes not final, and open spans."""
+        where, args = ("", []) if account is None else ("AND account=?", [account])
+        rows = self.db.execute(f"SELECT * FROM owned INDEXED BY owned_live WHERE final=0 AND "
+                               f"kind IN ('instance', 'volume') {where} ORDER BY created_ms, id",
+                               args).fetchall()
+        return [_owned(row) for row in rows] + self._spans(f"end_ms IS NULL {where}", args)
+
+    def settled_billed(self, accounts: Iterable[str]) -> list[Owned]:
+        """The part of :meth:`billed` of ``accounts`` that is final: instances and volumes
+        deleted or in ``error``, and closed spans."""
+        accounts = list(accounts)
+        if not accounts:
+            return []
+        marks = ", ".join("?" * len(accounts))
+        rows = self.db.execute(f"SELECT * FROM owned WHERE account IN ({marks}) AND final=1 "
+                               "AND kind IN ('instance', 'volume')", accounts).fetchall()
+        return [_owned(row) for row in rows] + self._spans(
+            f"account IN ({marks}) AND end_ms IS NOT NULL", accounts)
+
+    def budget_spent_deletes(self, account: str, since: int) -> list[Owned]:
+        """``account``'s records the gateway deleted for a spent budget at ``since`` or later."""
+        rows = self.db.execute("SELECT * FROM owned WHERE delete_reason='budget spent' AND "
+                               "account=? AND delete_asked_ms >= ? ORDER BY delete_asked_ms, id",
+                               (account, since)).fetchall()
+        return [_owned(row) for row in rows]
+
     def billed(self, account: str) -> list[Owned]:
         """Everything ``account`` pays for: its instances, its volumes and its inference
         instances' spans (:meth:`spans`), oldest first."""
@@ -203,12 +280,17 @@ class Store:
             if price:
                 db.execute("INSERT INTO spans VALUES (?, ?, ?, NULL, ?)",
                            (id, account, at_ms, price))
+        if row is not None:  # a span closed: after the commit, so no read caches the old one
+            self._settled_changed(account)
 
     def spans(self, id: str | None = None, account: str | None = None) -> list[Owned]:
         """The billing spans of ``id`` (or of ``account``, or everyone's) as records of kind
         ``span``: ``price`` $/h from ``created_ms`` to ``deleted_ms`` (``None``: still open)."""
         where, args = ("id=?", [id]) if id is not None else (
             ("account=?", [account]) if account is not None else ("1", []))
+        return self._spans(where, args)
+
+    def _spans(self, where: str, args: list[Any]) -> list[Owned]:
         rows = self.db.execute(f"SELECT id, account, start_ms, end_ms, price FROM spans "
                                f"WHERE {where} ORDER BY start_ms, rowid", args).fetchall()
         return [Owned(id=row[0], kind="span", account=row[1], name="", price=row[4],
@@ -230,8 +312,11 @@ class Store:
                      deleted_ms: int | None, final: bool) -> None:
         """The upstream's record of ``id``, as last read."""
         with self.transaction() as db:
+            was = db.execute("SELECT account, final FROM owned WHERE id=?", (id,)).fetchone()
             db.execute("UPDATE owned SET price=?, created_ms=?, status=?, deleted_ms=?, final=? "
                        "WHERE id=?", (price, created_ms, status, deleted_ms, int(final), id))
+        if was is not None and (final or was[1]):  # after the commit, as in bill_at
+            self._settled_changed(str(was[0]))
 
     def ask_delete(self, id: str, ms: int, reason: str) -> None:
         """Note that the gateway asked the upstream to delete ``id`` (kept until confirmed)."""
@@ -242,8 +327,11 @@ class Store:
     def end_volume(self, id: str, ms: int) -> None:
         """A volume deleted at ``ms``: it bills no more, and what it cost stays counted."""
         with self.transaction() as db:
+            was = db.execute("SELECT account FROM owned WHERE id=?", (id,)).fetchone()
             db.execute("UPDATE owned SET status='deleted', deleted_ms=?, final=1 WHERE id=?",
                        (ms, id))
+        if was is not None:
+            self._settled_changed(str(was[0]))
 
     # -- reservations --------------------------------------------------------------------------
 
@@ -257,9 +345,16 @@ class Store:
         """Admitted creates not answered yet (of ``account``, or everyone's)."""
         where, args = ("state='admitted'", []) if account is None else (
             "state='admitted' AND account=?", [account])
-        rows = self.db.execute(f"SELECT rid, account, name, price, admitted_ms, state "
-                               f"FROM reservations WHERE {where} ORDER BY rid", args).fetchall()
+        rows = self.db.execute(f"SELECT rid, account, name, price, admitted_ms, state FROM "
+                               f"reservations INDEXED BY reservations_admitted WHERE {where} "
+                               "ORDER BY rid", args).fetchall()
         return [Reservation(*row) for row in rows]
+
+    def name_in_flight(self, name: str, account: str) -> bool:
+        """True when another account than ``account`` has a create of ``name`` admitted and not
+        answered yet."""
+        return self.db.execute("SELECT 1 FROM reservations WHERE state='admitted' AND name=? "
+                               "AND account!=? LIMIT 1", (name, account)).fetchone() is not None
 
     def fail_reservation(self, rid: int) -> None:
         """Close a reservation whose create made nothing."""
@@ -273,9 +368,13 @@ class Store:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO timers VALUES (?, ?, ?)", (id, account, at_ms))
 
-    def timers(self, account: str | None = None) -> list[tuple[str, str, int]]:
-        """``(id, account, at_ms)`` of every timer (of ``account``), soonest first."""
-        where, args = ("", []) if account is None else ("WHERE account=?", [account])
+    def timers(self, account: str | None = None,
+               due: int | None = None) -> list[tuple[str, str, int]]:
+        """``(id, account, at_ms)`` of every timer (of ``account``; due by ``due``), soonest
+        first."""
+        where, args = ("", list[Any]()) if account is None else ("WHERE account=?", [account])
+        if due is not None:
+            where, args = f"{where} {'AND' if where else 'WHERE'} at_ms<=?", [*args, due]
         rows = self.db.execute(f"SELECT id, account, at_ms FROM timers {where} ORDER BY at_ms",
                                args).fetchall()
         return [(str(row[0]), str(row[1]), int(row[2])) for row in rows]
@@ -292,9 +391,14 @@ class Store:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO budgets VALUES (?, ?, ?)", (id, account, dollars))
 
-    def budgets(self, account: str | None = None) -> list[tuple[str, str, float]]:
-        """``(id, account, dollars)`` of every instance budget (of ``account``)."""
+    def budgets(self, account: str | None = None,
+                live: bool = False) -> list[tuple[str, str, float]]:
+        """``(id, account, dollars)`` of every instance budget (of ``account``; with ``live``,
+        only of records not final)."""
         where, args = ("", []) if account is None else ("WHERE account=?", [account])
+        if live:
+            where = f"{where} {'AND' if where else 'WHERE'} id IN (SELECT id FROM owned " \
+                    "WHERE final=0 AND kind IN ('instance', 'endpoint'))"
         rows = self.db.execute(f"SELECT id, account, dollars FROM budgets {where} ORDER BY id",
                                args).fetchall()
         return [(str(row[0]), str(row[1]), float(row[2])) for row in rows]
