@@ -37,6 +37,7 @@ from typing import Any
 
 from gpucloud_nb.gateway.gpu_reader import GPUReader
 from gpucloud_nb.gateway.store import Owned, Store
+from gpucloud_nb.gateway.upstream import Listed
 from gpucloud_nb.idle_rule import THRESHOLD, in_use
 from gpucloud_nb.sandbox.http import Problem
 from gpucloud_nb.sandbox.lifecycle import iso
@@ -135,7 +136,7 @@ class IdleWatch:
                 "warnAt": iso(round(warn_at * 1000)), "warning": now >= warn_at,
                 "gpuUtil": self.utils.get(id), "memoryMiB": None}
 
-    async def step(self, listed: dict[str, dict[str, Any]]) -> None:
+    async def step(self, listed: dict[str, Listed]) -> None:
         """One pass: read GPU use, advance each clock, delete what is idle past its limit."""
         limits = self.store.idle_limits()
         records = {record.id: record for record in self.store.find_many(limits)
@@ -147,9 +148,10 @@ class IdleWatch:
                 self.store.cancel_idle(id)  # the limit ends with its instance
                 continue
             watched[id] = record
+        unlisted = Listed()
         active = {id for id in watched
-                  if str((listed.get(id) or {}).get("status", watched[id].status)) == "active"}
-        reads = await asyncio.gather(*(self._read(id, listed.get(id) or {}) for id in active))
+                  if (listed.get(id, unlisted).status or watched[id].status) == "active"}
+        reads = await asyncio.gather(*(self._read(id, listed.get(id, unlisted)) for id in active))
         self.utils = dict(zip(active, reads, strict=True))
         self.reader.keep_only(active)
         now = time.time()
@@ -169,10 +171,9 @@ class IdleWatch:
             for id in [id for id in table if id not in watched]:
                 del table[id]
 
-    async def _read(self, id: str, item: dict[str, Any]) -> float | None:
+    async def _read(self, id: str, item: Listed) -> float | None:
         try:
-            port = int(item.get("sshPort") or 0)
+            port = int(item.sshPort or 0)
         except (TypeError, ValueError):
             port = 0
-        return await self.reader.read(id, str(item.get("ip") or ""), port,
-                                      str(item.get("sshUser") or ""))
+        return await self.reader.read(id, str(item.ip or ""), port, str(item.sshUser or ""))

@@ -47,12 +47,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from gpucloud_nb.gateway import money
 from gpucloud_nb.gateway.endpoint_meter import ENDPOINT, meter_endpoints, upstream_path
 from gpucloud_nb.gateway.idle import IdleWatch
 from gpucloud_nb.gateway.keys import Keyring
 from gpucloud_nb.gateway.store import Owned, Store
-from gpucloud_nb.gateway.upstream import Upstream, UpstreamUnreachable
+from gpucloud_nb.gateway.upstream import Listed, Upstream, UpstreamUnreachable, decode_listing
 from gpucloud_nb.sandbox.http import now_ms
 
 __all__ = ["RECONCILE_GRACE", "UNCONFIRMED_AFTER", "Meter", "parse_ms", "timer_reason"]
@@ -127,10 +129,10 @@ class Meter:
         are read by no query of a pass (:meth:`Store.live`), and what they cost comes from
         :func:`money.spent`'s cache, summed once per window.
         """
-        status, data = await self.upstream.call("GET", "/gpu-cloud/instances")
-        if status != 200 or not isinstance(data, list):
+        status, body = await self.upstream.send("GET", "/gpu-cloud/instances")
+        listed = decode_listing(body) if status == 200 else None
+        if listed is None:
             return
-        listed = {str(item.get("_id")): item for item in data if isinstance(item, dict)}
         now = now_ms()
         for record in self.store.live():
             await self._meter(record, listed.get(record.id), now)
@@ -206,24 +208,25 @@ class Meter:
         """Everyone's instances and inference instances whose billing is not final."""
         return self.store.live() + self.store.live(kind=ENDPOINT)
 
-    async def _meter(self, record: Owned, item: dict[str, Any] | None, now: int) -> None:
+    async def _meter(self, record: Owned, item: Listed | None, now: int) -> None:
         if item is None:
-            status, item = await self.upstream.call("GET", f"/gpu-cloud/instances/{record.id}")
+            status, data = await self.upstream.call("GET", f"/gpu-cloud/instances/{record.id}")
             if status == 404:
                 self.store.update_owned(record.id, price=record.price,
                                         created_ms=record.created_ms, status="deleted",
                                         deleted_ms=record.deleted_ms or record.delete_asked_ms
                                         or now, final=True)
                 return
-            if status != 200 or not isinstance(item, dict):
+            if status != 200 or not isinstance(data, dict):
                 return
-        state = str(item.get("status", record.status))
+            item = msgspec.convert(data, Listed)
+        state = str(record.status if item.status is None else item.status)
         try:
-            price = float(item.get("hourlyPrice", record.price))
+            price = float(record.price if item.hourlyPrice is None else item.hourlyPrice)
         except (TypeError, ValueError):
             price = record.price
-        created = parse_ms(item.get("createdAt")) or record.created_ms
-        deleted = parse_ms(item.get("deletedAt")) if state == "deleted" else None
+        created = parse_ms(item.createdAt) or record.created_ms
+        deleted = parse_ms(item.deletedAt) if state == "deleted" else None
         if state == "deleted" and not deleted:
             deleted = record.delete_asked_ms or now
         final = state in money.BILLING_STOPPED
@@ -234,7 +237,7 @@ class Meter:
         self.store.update_owned(record.id, price=price, created_ms=created, status=state,
                                 deleted_ms=deleted, final=final)
 
-    def _reconcile(self, listed: dict[str, dict[str, Any]], now: int) -> None:
+    def _reconcile(self, listed: dict[str, Listed], now: int) -> None:
         adopted: set[str] = set()
 
         def owned(id: str) -> bool:  # read only for a listed instance of a reservation's name
@@ -247,14 +250,14 @@ class Meter:
             since = reservation.admitted_ms - _SLACK_MS
             found = sorted(
                 (item for id, item in listed.items()
-                 if item.get("name") == reservation.name
-                 and (parse_ms(item.get("createdAt")) or 0) >= since and not owned(id)),
-                key=lambda item: str(item.get("createdAt", "")))
+                 if item.name == reservation.name
+                 and (parse_ms(item.createdAt) or 0) >= since and not owned(id)),
+                key=lambda item: str(item.createdAt or ""))
             if found:
                 item = found[0]
-                id = str(item["_id"])
+                id = str(item.id)
                 self.store.add_owned(id, "instance", reservation.account, reservation.name,
-                                     reservation.price, parse_ms(item.get("createdAt")) or now,
+                                     reservation.price, parse_ms(item.createdAt) or now,
                                      rid=reservation.rid)
                 adopted.add(id)
                 self.store.audit(now, reservation.account, "created", id,
