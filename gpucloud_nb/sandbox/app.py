@@ -31,7 +31,10 @@ says "not shown":
   and sees only its own resources. An instance's ``provider`` is the provider's name
   (``cloud.name`` of its offer).
 - No request, however malformed, is answered with a 5xx. Should a bug raise anyway, the answer is
-  still the spec's error body (status 500) and uvicorn logs the traceback.
+  still the spec's error body (status 500) and uvicorn logs the traceback. A request the HTTP
+  parser rejects (a method it does not know, bytes that are not HTTP, a path that is not ASCII,
+  a bad ``Content-Length``) gets a 400 in the spec's body too, and its connection is closed
+  (:mod:`gpucloud_nb.serving`; the gateway answers the same).
 """
 
 from __future__ import annotations
