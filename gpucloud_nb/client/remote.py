@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TAIL_BYTES",
+    "THREAD_NAME",
     "KeysRefusedError",
     "Remote",
     "RemoteCommandError",
@@ -86,6 +87,9 @@ __all__ = [
     "reachable",
     "refuse_existing",
 ]
+
+THREAD_NAME = "gpucloud-nb-ssh"
+"""The SSH loop's thread; its worker threads are ``gpucloud-nb-ssh-worker_N``."""
 
 
 def reachable(details: InstanceDetails) -> InstanceDetails:
@@ -141,7 +145,11 @@ class Remote:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 loop.set_exception_handler(_quiet_cut_copies)
-                thread = threading.Thread(target=loop.run_forever, name="gpucloud-nb-ssh",
+                # its worker threads (key registration, asyncssh's address lookups) named as its
+                # own: asyncio's default "asyncio_N" is every loop's in the process
+                loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+                    thread_name_prefix=f"{THREAD_NAME}-worker"))
+                thread = threading.Thread(target=loop.run_forever, name=THREAD_NAME,
                                           daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
