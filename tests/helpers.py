@@ -12,11 +12,13 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -381,3 +383,18 @@ def add_history(store: Any, accounts: Sequence[str], n: int, *, end: int, price:
             store.update_owned(id, price=price, created_ms=created,
                                status="error" if error else "deleted",
                                deleted_ms=None if error else created + hour, final=True)
+
+
+def rows_in_the_file_alone(path: Path, table: str) -> int:
+    """Rows of ``table`` in the database file itself, without what its WAL holds (0 when even
+    the table is only in the WAL)."""
+    alone = path.with_name("alone.sqlite3")
+    shutil.copyfile(path, alone)
+    try:
+        with contextlib.closing(sqlite3.connect(alone)) as db:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone() is None:
+                return 0
+            return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        for leftover in alone.parent.glob("alone.sqlite3*"):
+            leftover.unlink()

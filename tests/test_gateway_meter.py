@@ -26,6 +26,7 @@ from tests.helpers import (
     as_key,
     create_body,
     direct,
+    rows_in_the_file_alone,
     vm_offer,
     wait_for,
 )
@@ -269,3 +270,15 @@ def test_a_daily_budget_over_a_long_history_is_metered_agreed_and_spent(
         assert [d["id"] for d in me["deleted"]] == [id]
         assert ada.post("/gpu-cloud/instances",
                         json=create_body(offer, "again")).status_code == 402
+
+
+def test_the_watcher_copies_the_state_into_its_file_with_no_commit_doing_it(
+        upstream: Sandbox, gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    # Commits leave the WAL as it is (Store.checkpoint); the watcher's pass copies it into the
+    # file from a thread, so a create's record reaches the file without any request waiting.
+    gateway = gateway_factory(home=tmp_path)
+    with as_key(gateway, ADA) as ada, \
+            GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real_cloud:
+        made = ada.post("/gpu-cloud/instances", json=create_body(vm_offer(real_cloud), "kept"))
+        assert made.status_code == 201, made.text
+        wait_for(lambda: rows_in_the_file_alone(tmp_path / STATE_FILE, "owned") == 1, timeout=60)

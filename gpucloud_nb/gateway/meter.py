@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -120,6 +121,10 @@ class Meter:
             except Exception as error:  # keep watching money whatever one tick met
                 log.warning("gateway: a metering pass failed (%s).",
                             self.upstream.scrub(type(error).__name__))
+            try:  # the pass's and the requests' writes copied into the file, off this loop
+                await asyncio.to_thread(self.store.checkpoint)
+            except sqlite3.Error as error:
+                log.warning("gateway: a checkpoint of its state failed (%s).", error)
             await asyncio.sleep(self.poll)
 
     async def tick(self) -> None:

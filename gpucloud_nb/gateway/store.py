@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +134,13 @@ class Store:
                                   timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # No checkpoint inside a commit: one copies the WAL into the file and syncs both, a few
+        # ms on the loop that answers the class; :meth:`checkpoint` does it off that loop.
+        self.db.execute("PRAGMA wal_autocheckpoint=0")
         self.db.executescript(_SCHEMA)
+        self._path = str(path)
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpointing = threading.Lock()  # close() waits for a checkpoint under way
         #: per account, bumped each time one of its billed records becomes final (or a final
         #: one changes): what :func:`gpucloud_nb.gateway.money.spent` cached of it is stale then
         self.settled_gen: dict[str, int] = {}
@@ -147,8 +154,28 @@ class Store:
     def _settled_changed(self, account: str) -> None:
         self.settled_gen[account] = self.settled_gen.get(account, 0) + 1
 
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the file, on a connection of its own: call it from a
+        thread other than the one that writes (the gateway's watcher does, once a pass), so the
+        copy and its syncs never hold up a commit. A checkpoint that readers or a writer keep
+        from finishing copies what it can and leaves the rest to the next; nothing waits.
+
+            >>> await asyncio.to_thread(store.checkpoint)  # doctest: +SKIP
+        """
+        if self._path == ":memory:":
+            return
+        with self._checkpointing:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(self._path, isolation_level=None,
+                                                     check_same_thread=False, timeout=30)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
     def close(self) -> None:
-        """Close the file."""
+        """Close the file (its last connection closing copies the WAL into it)."""
+        with self._checkpointing:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
         self.db.close()
 
     @contextlib.contextmanager
