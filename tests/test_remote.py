@@ -680,3 +680,29 @@ def test_a_cut_copys_leftover_sftp_tasks_print_no_traceback_and_other_errors_sti
                    if "never retrieved" in record.getMessage()]
     assert len(unretrieved) == 1 and "a real bug" in str(unretrieved[0].exc_info), caplog.text
     assert any("cut copy" in record.getMessage() for record in caplog.records)
+
+
+def test_closing_the_client_cancels_what_still_runs_on_its_ssh_loop(
+        box: GPUCloud, capfd: pytest.CaptureFixture[str]) -> None:
+    # A kernel's watch left on the loop when the client closed was destroyed pending with it:
+    # "Task was destroyed but it is pending!" on stderr at the end of full runs (three seen).
+    import gc
+    import threading
+
+    remote = box.instances._remote()
+    started, ended = threading.Event(), list[str]()
+
+    async def watch() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3_600)
+        finally:
+            ended.append("its finally ran")
+
+    future = remote.submit(watch())
+    assert started.wait(30)
+    box.close()
+    gc.collect()
+    assert ended == ["its finally ran"]
+    assert future.cancelled()
+    assert "destroyed" not in capfd.readouterr().err

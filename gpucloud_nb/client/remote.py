@@ -178,7 +178,8 @@ class Remote:
             self._loop.call_soon_threadsafe(connection.close)
 
     def close(self) -> None:
-        """Close every cached connection and stop the loop."""
+        """Close every cached connection, cancel what still runs on the loop (a kernel's
+        watch, a forward: each ends its own way, its ``finally`` run), then stop and close it."""
         loop = self._loop
         if loop is None:
             return
@@ -187,6 +188,12 @@ class Remote:
             for connection in self._connections.values():
                 connection.close()
             self._connections.clear()
+            # as asyncio.run ends: a task left pending would be destroyed with the loop, and
+            # say so on stderr ("Task was destroyed but it is pending!")
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
             # the worker thread key registration used (asyncio.to_thread) ends with the loop
             await asyncio.get_running_loop().shutdown_default_executor()
 
@@ -195,6 +202,8 @@ class Remote:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(5)
+            if not self._thread.is_alive():
+                loop.close()
         self._loop = self._thread = None
 
     # -- what is open ------------------------------------------------------------------------
