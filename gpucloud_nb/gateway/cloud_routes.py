@@ -353,7 +353,7 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
         if status == 200 and isinstance(data, list) and personal:
             adopt("volume", data, person)
         elif status == 200 and isinstance(data, list):
-            mine = {record.id for record in store.owned(person.account, "volume")}
+            mine = store.owned_ids(person.account, "volume")
             data = [as_owned(item, person) for item in data
                     if isinstance(item, dict) and item.get("_id") in mine]
         return gate.relay(status, data, request)
