@@ -25,6 +25,10 @@ that does not exist. Choices where the spec is silent:
   its one person owns the whole account, and what it lists or reads that was made elsewhere is
   adopted (recorded as theirs, metered from then on).
 
+Lists of the same query that arrive together board one request to the upstream, which leaves
+after each of them arrived (:mod:`gpucloud_nb.gateway.flights`): each answer is as fresh as a
+direct call, and a class refreshing at once sends the upstream a few lists, not 40.
+
 Speed (``benchmarks/bench_gateway.py``): a get and an instance list are passed on as the
 upstream's own bytes, key masked (:meth:`Upstream.scrub_body`), never decoded into Python objects;
 a list is filtered by reading only each item's ``_id`` (:func:`mine_only`). Ownership is read from
@@ -285,8 +289,8 @@ def cloud_routes(gate: Gate) -> list[BaseRoute]:
                                 float(price) if isinstance(price, int | float) else 0.0, now_ms())
 
     async def list_instances(request: Request, person: Person) -> Response:
-        status, body = await upstream.send("GET", "/gpu-cloud/instances",
-                                           params=request.query_params.multi_items())
+        status, body = await upstream.send_shared("/gpu-cloud/instances",
+                                                  params=request.query_params.multi_items())
         if status != 200:
             return gate.relay_body(status, body, request)
         if personal:

@@ -134,7 +134,7 @@ class Meter:
         are read by no query of a pass (:meth:`Store.live`), and what they cost comes from
         :func:`money.spent`'s cache, summed once per window.
         """
-        status, body = await self.upstream.send("GET", "/gpu-cloud/instances")
+        status, body = await self.upstream.send_shared("/gpu-cloud/instances")
         listed = decode_listing(body) if status == 200 else None
         if listed is None:
             return

@@ -11,7 +11,9 @@ without decoding them (a body with a JSON escape is decoded first: the key could
 request the upstream did not answer raises :class:`UpstreamUnreachable`; an answer that is not
 JSON gives ``None`` as its data. The ``Retry-After`` of an answer is kept in :data:`RETRY_AFTER`
 for the request that made it, so the gateway's answer carries it too (a 429 or 503 of the
-upstream passed on with its wait). Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
+upstream passed on with its wait). A list goes through :meth:`Upstream.send_shared`: the lists
+of one query that arrive together board one request, which leaves after each of them arrived
+(:mod:`gpucloud_nb.gateway.flights`). Offers are cached for :data:`OFFERS_TTL` seconds (one request refreshes
 them however many creates wait), as admission needs each create's hourly price.
 
 Requests go through one ``aiohttp`` client session (keep-alive, up to :data:`CONNECTIONS`
@@ -40,6 +42,7 @@ import msgspec
 from yarl import URL
 
 from gpucloud_nb._secrets import mask
+from gpucloud_nb.gateway.flights import Answer, Flights
 from gpucloud_nb.gateway.timing import UPSTREAM_SPENT
 
 __all__ = ["CONNECTIONS", "OFFERS_TTL", "RETRY_AFTER", "Listed", "Upstream", "UpstreamUnreachable",
@@ -124,12 +127,15 @@ class Upstream:
         self._offers_at = 0.0
         self._offers_lock = asyncio.Lock()
         self._endpoints: httpx.AsyncClient | None = None
+        #: the lists boarding and in the air (:mod:`gpucloud_nb.gateway.flights`)
+        self.flights = Flights()
 
     def __repr__(self) -> str:
         return f"Upstream({self.base_url!r}, key={mask(self._key)!r})"
 
     async def aclose(self) -> None:
-        """Close the connections."""
+        """Close the connections (a list in the air is cancelled first)."""
+        await self.flights.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -196,6 +202,20 @@ class Upstream:
             if spent is not None:  # the request's Server-Timing (gateway.timing)
                 spent[0] += time.perf_counter() - start
         RETRY_AFTER.set(None if wait is None else wait[:64])
+        return status, body
+
+    async def send_shared(self, path: str, *, params: Any = None) -> tuple[int, bytes]:
+        """``(status, body)`` of ``GET path`` from a request that left after this call, boarded
+        by the same calls that arrived with it (:mod:`gpucloud_nb.gateway.flights`); its
+        ``Retry-After`` in :data:`RETRY_AFTER`; :class:`UpstreamUnreachable`."""
+        query = urlencode(params, quote_via=quote) if params else ""
+
+        async def fly() -> Answer:
+            status, body = await self.send("GET", path + ("?" + query if query else ""))
+            return status, body, RETRY_AFTER.get()
+
+        status, body, wait = await self.flights.board((path, query), fly)
+        RETRY_AFTER.set(wait)
         return status, body
 
     async def call(self, method: str, path: str, *, params: Any = None,
