@@ -33,7 +33,8 @@ MODULES = (
     "gpucloud_nb/inference_records.py", "gpucloud_nb/inference_rules.py",
     "gpucloud_nb/client/inference_instance_ops.py", "gpucloud_nb/client/inference_instances.py",
     "gpucloud_nb/client/key_book.py", "gpucloud_nb/sandbox/inference_instances.py",
-    "gpucloud_nb/gateway/endpoint_routes.py", "gpucloud_nb/gateway/key_book_routes.py",
+    "gpucloud_nb/gateway/endpoint_routes.py", "gpucloud_nb/gateway/flights.py",
+    "gpucloud_nb/gateway/key_book_routes.py",
     "gpucloud_nb/magics_ai.py", "gpucloud_nb/lab/jupyternaut.py",
 )
 HEADER = """# Choices where the interface is silent
