@@ -282,3 +282,44 @@ def test_the_watcher_copies_the_state_into_its_file_with_no_commit_doing_it(
         made = ada.post("/gpu-cloud/instances", json=create_body(vm_offer(real_cloud), "kept"))
         assert made.status_code == 201, made.text
         wait_for(lambda: rows_in_the_file_alone(tmp_path / STATE_FILE, "owned") == 1, timeout=60)
+
+
+def test_a_tick_writes_what_changed_of_a_class_launch_in_one_commit(upstream: Sandbox) -> None:
+    # Each record whose upstream state changed was its own write transaction: after 40
+    # students launched at once, the next tick committed 40 times in one stretch on the loop
+    # that answers them.
+    import asyncio
+
+    from gpucloud_nb.gateway.keys import Keyring
+    from gpucloud_nb.gateway.meter import Meter
+    from gpucloud_nb.gateway.upstream import Upstream
+
+    keys = parse_keys("".join(f"student-key-{n:02d}-0123456789 - Student {n}\n"
+                              for n in range(40)))
+    with GPUCloud(api_key=UPSTREAM_KEY, base_url=upstream.management_url) as real_cloud, \
+            direct(upstream) as real:
+        offer = vm_offer(real_cloud)
+        made = [real.post("/gpu-cloud/instances", json=create_body(offer, f"s{n}")).json()
+                for n in range(40)]
+    store = Store(":memory:")
+    store.set_people(keys)
+    for person, item in zip(keys, made, strict=True):  # as a create records it: not yet metered
+        store.add_owned(item["_id"], "instance", person.account, item["name"], 0.0, 0)
+    statements: list[str] = []
+
+    async def one_tick() -> None:
+        meter = Meter(store, Keyring(keys), Upstream(upstream.management_url, UPSTREAM_KEY))
+        store.db.set_trace_callback(statements.append)
+        try:
+            await meter.tick()
+        finally:
+            store.db.set_trace_callback(None)
+            await meter.upstream.aclose()
+
+    try:
+        asyncio.run(one_tick())
+        assert all(record.price == offer.hourly_price and record.created_ms > 0
+                   for record in store.live())
+        assert sum(s.strip().upper() == "COMMIT" for s in statements) == 1, statements
+    finally:
+        store.close()
