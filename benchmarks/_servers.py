@@ -2,7 +2,8 @@
 
 A real cloud is another machine; a server thread in the benchmark's own process would make the
 client pay for the server's CPU time too. ``ServerProcess("sandbox")`` serves the sandbox (key
-:data:`KEY`, instances pending for 10 minutes); ``ServerProcess("hello")`` a bare
+:data:`KEY`, instances pending for 10 minutes; ``ServerProcess("sandbox", "counted")`` also
+counts the instance lists it is sent, ``GET /bench/lists``); ``ServerProcess("hello")`` a bare
 Starlette app answering ``GET /hello``; ``ServerProcess("offers", "10000", "3")`` one answering
 ``GET /gpu-cloud/instances/offers`` with :func:`benchmarks._offers.make_offers` of those
 sizes, as one ready body. All are served the same way: uvicorn on a loopback socket, no access
@@ -37,6 +38,13 @@ def _serve(kind: str, *args: str) -> None:
         import asyncio
 
         asyncio.run(_distant(int(args[0]), float(args[1]) / 1000))
+        return
+    if kind == "sandbox" and args == ("counted",):
+        from gpucloud_nb.sandbox.app import create_app
+        from gpucloud_nb.sandbox.config import SandboxConfig
+
+        serve_app(_CountedLists(create_app(SandboxConfig(api_key=KEY, launch_seconds=600))),
+                  "url ")
         return
     if kind == "sandbox":
         from gpucloud_nb.sandbox import Sandbox
@@ -116,6 +124,30 @@ async def _distant(port: int, delay: float) -> None:
     deadline = loop.time() + 5
     while writers and loop.time() < deadline:
         await asyncio.sleep(0.01)
+
+
+class _CountedLists:
+    """The sandbox's app, counting the instance lists it is sent: ``GET /bench/lists`` answers
+    how many so far (``ServerProcess("sandbox", "counted")``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.lists = app, 0
+
+    def __getattr__(self, name: str) -> Any:  # ``state`` (its store, closed at the end)
+        if name == "app":
+            raise AttributeError(name)
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            if scope["path"] == "/gpu-cloud/instances":
+                self.lists += 1
+            elif scope["path"] == "/bench/lists":
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": str(self.lists).encode()})
+                return
+        await self.app(scope, receive, send)
 
 
 def serve_app(app: Any, prefix: str) -> None:

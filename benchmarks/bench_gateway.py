@@ -25,7 +25,9 @@ Rows, every latency measured in the same run and the machine's load (1-minute av
   ``Server-Timing``, the same load against a trivial server (``benchmarks._servers``' ``hello``,
   a fixed answer) in slices alternated with the others, which is the load generator's and the
   machine's own share, the generator loop's delay, and one row naming the largest; and, for
-  information, the p99 of one burst in which all list and get at the same instant;
+  information, the p99 of one burst in which all list and get at the same instant, and the
+  lists the upstream was sent per student list in that burst (lists arriving together board one
+  request, :mod:`gpucloud_nb.gateway.flights`; the upstream counts them);
 - 40 creates at once (one per student) through the gateway, against 40 at once direct: the p99
   admission adds (<= +20 ms); and, from the gateway's ``Server-Timing`` header
   (:mod:`gpucloud_nb.gateway.timing`), the p99 of the part of each create inside its app not
@@ -497,13 +499,22 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                      f"[{load}]", ours, base, _ratio(ours, base), "<= 50 ms", UNIT))
         rows += _tail_rows(ours, crowd_split, percentile(crowd["trivial"], 99),
                            percentile(lags["gateway"], 99), base, students, load)
+        sent: dict[str, int] = {}
         for where, clients in (("direct", direct), ("gateway", gw)):
+            counted = int((await direct[0].get("/bench/lists")).text)  # the upstream's count
             await asyncio.gather(*(burst(c, own, crowd[f"{where} burst"])
                                    for c, own in zip(clients, owned, strict=True)))
+            sent[where] = int((await direct[0].get("/bench/lists")).text) - counted
         load = _load()
         ours, base = (percentile(crowd[f"{w} burst"], 99) for w in ("gateway", "direct"))
         rows.append((f"  gateway list+get p99, {students} students in one burst of {rounds} "
                      f"[{load}]", ours, base, _ratio(ours, base), "", UNIT))
+        # each direct list is one upstream list; the gateway's may board one request together
+        # (its meter's lists, once a second, are counted too)
+        asked = students * rounds
+        rows.append((f"  upstream lists per student list in that burst, through the gateway vs "
+                     f"direct [{load}]", sent["gateway"] / asked, sent["direct"] / asked,
+                     _ratio(sent["gateway"], sent["direct"]), "", ""))
 
         # creates at once, one per student
         made_times: dict[str, list[float]] = {"gateway": [], "direct": []}
@@ -513,7 +524,7 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
         for r in range(creates):
             for where, clients in (("direct", direct), ("gateway", gw)):
                 before = {name: cpu_seconds(pids[name]) for name in spent}
-                await asyncio.gather(*(_timed(made_times[where], c.post(
+                made = await asyncio.gather(*(_timed(made_times[where], c.post(
                     "/gpu-cloud/instances", json=_create_body(offer, f"{where}-{r}-{n}")),
                     ok=(201,), split=inside if where == "gateway" else None,
                     admits=admits if where == "gateway" else None)
@@ -521,6 +532,11 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
                 if where == "gateway":
                     spent = {name: spent[name] + cpu_seconds(pids[name]) - before[name]
                              for name in spent}
+                # each round from the same start, as a class's launch is: one instance each
+                await asyncio.gather(*(_timed([], c.delete(
+                    f"/gpu-cloud/instances/{answer.json()['_id']}"), ok=(200, 202, 204))
+                    for c, answer in zip(clients, made, strict=True)))
+                await asyncio.sleep(2 * PERIOD)  # the gateway's watcher sees them go
         load = _load()
         ours, base = percentile(made_times["gateway"], 99), percentile(made_times["direct"], 99)
         rows.append((f"gateway create p99, {students} at once, vs direct [{load}]",
@@ -545,12 +561,12 @@ async def _measure(urls: dict[str, str], pids: dict[str, int], students: int, se
 
 
 def run(students: int = 40, sequential: int = 300, seconds: float = 8.0, rounds: int = 3,
-        creates: int = 2) -> list[Row]:
+        creates: int = 5) -> list[Row]:
     """The rows above; ``students`` keys, ``sequential`` requests per route and server alone,
     ``seconds`` of paced students, ``rounds`` list+get per student in the burst, ``creates``
     rounds of creates at once."""
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-gateway-"))
-    upstream = ServerProcess("sandbox")
+    upstream = ServerProcess("sandbox", "counted")  # it counts the lists it is sent
     hello = ServerProcess("hello")  # the trivial server: a fixed answer, nothing else
     far = ServerProcess("distant", upstream.url.rsplit(":", 1)[1], str(FAR_MS))
     servers: list[ManagementProcess] = []
@@ -591,5 +607,6 @@ if __name__ == "__main__":
         _lean_proxy(sys.argv[2])
     else:
         for row in run(**(QUICK if "--quick" in sys.argv else {})):
-            print(f"{row[0]}: ours {row[1] * 1e3:.2f} ms, baseline {row[2] * 1e3:.2f} ms, "
+            scale, unit = (1e3, " ms") if row[5] == UNIT else (1.0, "")
+            print(f"{row[0]}: ours {row[1] * scale:.2f}{unit}, baseline {row[2] * scale:.2f}{unit}, "
                   f"ratio {row[3]:.2f}, target {row[4] or '-'}")
