@@ -146,6 +146,20 @@ itself (``Server-Timing`` ``admit``) 0.37 and 0.53 ms at p99; the gateway's CPU 
 and 0.75 ms against the upstream's 0.75 and 0.63 ms (``/proc`` counts 10 ms ticks: rough). What is
 left of a create's added time is its queue on the gateway's one loop while the 39 others are
 parsed, admitted, sent and recorded, on 2 cores that also run the upstream and the 40 clients.
+
+29 Nov 2026, a session later, five runs at load 0.3-0.8: one at a time on loopback, list
+1.44-1.48x, get 1.75-1.82x (the leanest proxy 1.25-1.27x and 1.45-1.49x; the same proxy on
+granian, a Rust server, tried by hand: 1.33-1.35x and 1.54-1.60x, so the floor is not uvicorn's);
+10 ms away, 1.13-1.15x and 1.12-1.16x; 40 students paced, p99 12-21 ms. The burst row changed:
+lists arriving together now board one request (:mod:`gpucloud_nb.gateway.flights`), the upstream
+is sent 0.16-0.24 lists per student list, and the burst's p99 is 0.72-1.38x direct's (1.78x and
+2.13x in two runs before it). Creates now run 5 rounds, each from one instance per student (the
+last round's deleted first): +11 to +74 ms at p99 over direct in five runs, admission itself
+0.5-1.9 ms; with the watcher stopped (poll of an hour, by hand) the spread was the same (+27 and
++43 ms against +55 and +39), so it is the hop's queue on 2 cores, not the watcher. Two cuts
+since: no commit copies SQLite's WAL into the file any more (a checkpoint inside a commit took
+~4.4 ms once every ~80 commits; the watcher checkpoints from a thread), and a pass writes what it
+found changed in one commit (40 after a class's launch).
 """
 
 from __future__ import annotations
